@@ -1,0 +1,43 @@
+"""Helpers shared by the command-line entry points (logging, signals, variables)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+
+
+def add_log_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="logging verbosity (default INFO)")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def env_number(env: Mapping[str, str], var: str, default: float) -> float:
+    raw = env.get(var)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{var}: expected a number, got {raw!r}") from exc
+
+
+async def wait_for_signal() -> signal.Signals:
+    """Block until SIGINT or SIGTERM arrives; returns which."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[signal.Signals] = loop.create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda s=sig: got.done() or got.set_result(s))
+    try:
+        return await got
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

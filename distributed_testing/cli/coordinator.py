@@ -1,0 +1,90 @@
+"""``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
+
+Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from ..config import CoordinatorConfig, environ, positive
+from ..coordinator.server import create_app
+from ..errors import ConfigError
+from .common import add_log_flag, env_number, setup_logging, wait_for_signal
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dt-coordinator", description="Run the distributed_testing coordinator.")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
+    p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
+    p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
+    p.add_argument("--admin-key-file", type=Path,
+                   help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
+    p.add_argument("--token-ttl", type=float, default=900.0, help="JWT lifetime in seconds (default 900)")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="WebSocket ping and expected worker heartbeat interval, seconds (default 5)")
+    p.add_argument("--worker-ttl", type=float, default=30.0, help="declare a worker dead after this many seconds without a heartbeat (default 30)")
+    p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
+    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
+    add_log_flag(p)
+    return p
+
+
+def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> CoordinatorConfig:
+    port = ns.port if ns.port is not None else int(env_number(env, "DT_COORDINATOR_PORT", 8080))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port: must be 0..65535, got {port}")
+    admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
+    return CoordinatorConfig(
+        host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
+        port=port,
+        db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
+        admin_key_file=admin,
+        token_ttl_s=positive(ns.token_ttl, "--token-ttl"),
+        heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
+        worker_ttl_s=positive(ns.worker_ttl, "--worker-ttl"),
+        worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
+    )
+
+
+async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
+    """Run until SIGINT/SIGTERM; write the bound port to ``port_file`` once listening."""
+    runner = web.AppRunner(create_app(config), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else config.port
+        log.info("coordinator listening on http://%s:%d", config.host, port)
+        if port_file is not None:
+            tmp = port_file.with_suffix(".tmp")
+            tmp.write_text(f"{port}\n")
+            tmp.replace(port_file)
+        await wait_for_signal()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    setup_logging(ns.log_level)
+    try:
+        config = config_from_args(ns, environ())
+    except ConfigError as exc:
+        print(f"dt-coordinator: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config, ns.port_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

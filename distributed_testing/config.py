@@ -1,0 +1,108 @@
+"""Per-process configuration: frozen dataclasses built once from CLI flags and ``DT_*`` variables.
+
+Nothing below the CLI reads ``os.environ``. Precedence: flag > variable > default. A bad value
+raises :class:`~distributed_testing.errors.ConfigError` naming the flag or variable it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import ConfigError
+
+DEFAULT_COORDINATOR_URL = "http://localhost:8080"
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    db_path: str = "state/coordinator.duckdb"
+    admin_key_file: Path | None = None
+    token_ttl_s: float = 900.0
+    heartbeat_interval_s: float = 5.0
+    worker_ttl_s: float = 30.0
+    worker_grace_s: float = 10.0
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_clock_skew_s: float = 300.0
+    max_violations: int = 5
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.db_path).parent if "://" not in self.db_path else Path("state")
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.admin_key_file or self.state_dir / "admin.key"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    coordinator_url: str = DEFAULT_COORDINATOR_URL
+    api_key: str | None = None
+    token: str | None = None
+    token_file: Path | None = None
+    name: str = field(default_factory=socket.gethostname)
+    worker_id: str = field(default_factory=lambda: f"worker-{uuid.uuid4().hex[:12]}")
+    tags: tuple[str, ...] = ()
+    db_path: Path | None = None
+    test_root: Path = field(default_factory=Path.cwd)
+    heartbeat_interval_s: float = 10.0
+    reconnect_attempts: int = 10
+    reconnect_interval_s: float = 1.0
+    max_concurrent_tasks: int = 1
+    task_timeout_s: float | None = None
+
+    @property
+    def ws_url(self) -> str:
+        return ws_url(self.coordinator_url)
+
+
+def normalize_url(url: str, source: str) -> str:
+    """Validate an http(s) coordinator URL; the error names ``source`` (flag or variable)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{source}: expected an http(s) URL such as {DEFAULT_COORDINATOR_URL}, got {url!r}")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def ws_url(http_url: str) -> str:
+    parts = urlsplit(http_url)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + "/ws/worker", "", ""))
+
+
+def positive(value: float, source: str, *, allow_zero: bool = False) -> float:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{source}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def env_pick(flag_value: str | None, env: Mapping[str, str], var: str, default: str | None = None) -> tuple[str | None, str]:
+    """Flag wins over variable wins over default; returns (value, source name for errors)."""
+    if flag_value is not None:
+        return flag_value, "flag"
+    if env.get(var):
+        return env[var], var
+    return default, "default"
+
+
+def read_token_file(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--token-file: cannot read {path}: {exc.strerror}") from exc
+    if not token:
+        raise ConfigError(f"--token-file: {path} is empty")
+    return token
+
+
+def environ() -> Mapping[str, str]:
+    """The process environment; only CLI entry points call this."""
+    return os.environ

@@ -1,0 +1,240 @@
+"""REST API under ``/api/v1``. One middleware authenticates and maps domain errors to JSON.
+
+Every route declares the permission it needs in ``ROUTES``; the middleware checks it before the
+handler runs, so a handler never forgets. Errors: 400 ValidationError (``errors`` lists each bad
+field), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from ..errors import AuthError, Conflict, DTError, NotFound, PermissionDenied, ValidationError
+from ..security import keys as sk
+from ..security import auth as sa
+from ..security import roles, tokens
+from ..tasks import spec as specs
+from .runtime import RUNTIME, Runtime, key_view
+from .state import Task
+from .store.base import ResultQuery, ResultRow
+
+log = logging.getLogger(__name__)
+MAX_WAIT_S = 300.0
+PRINCIPAL = web.RequestKey("principal", sa.Principal)
+AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
+
+_STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
+
+
+def _error_body(exc: DTError) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, ValidationError):
+        body["errors"] = exc.errors
+    return body
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    try:
+        perm = PERMISSIONS.get((request.method, request.match_info.route.resource.canonical if request.match_info.route.resource else ""))
+        if perm is not None:
+            rt = request.app[RUNTIME]
+            cred = sa.parse_authorization_header(request.headers.get("Authorization", ""))
+            principal = rt.authenticate(cred)
+            if perm != AUTHENTICATED:
+                roles.require(principal.role, roles.Permission(perm))
+            request[PRINCIPAL] = principal
+        return await handler(request)
+    except DTError as exc:
+        status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
+        if status == 500:
+            log.exception("unexpected domain error on %s %s", request.method, request.path)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return web.json_response(_error_body(exc), status=status, headers=headers)
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read() or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError([{"field": "(body)", "error": f"not valid JSON: {exc}"}]) from exc
+
+
+def _rt(request: web.Request) -> Runtime:
+    return request.app[RUNTIME]
+
+
+# ------------------------------------------------------------------- routes
+
+
+async def healthz(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    connected = sum(1 for w in rt.state.workers.values() if w.connected)
+    return web.json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks)})
+
+
+async def issue_token(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    principal: sa.Principal = request[PRINCIPAL]
+    rec = rt.keys[principal.key_id]
+    token, claims = tokens.issue_token(rt.jwt_secret, rec, rt.clock(), ttl_s=int(rt.config.token_ttl_s))
+    return web.json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub})
+
+
+async def create_key(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise ValidationError([{"field": "(body)", "error": "expected an object with role, name, expires_in_s"}])
+    unknown = set(body) - {"role", "name", "expires_in_s"}
+    if unknown:
+        raise ValidationError([{"field": k, "error": "unknown field"} for k in sorted(unknown)])
+    role = roles.parse_role(body.get("role", ""))
+    expires = body.get("expires_in_s")
+    if expires is not None and (not isinstance(expires, (int, float)) or isinstance(expires, bool) or expires <= 0):
+        raise ValidationError([{"field": "expires_in_s", "error": "must be a positive number of seconds"}])
+    name = body.get("name") or f"{role}-key"
+    if not isinstance(name, str):
+        raise ValidationError([{"field": "name", "error": "must be a string"}])
+    plaintext, rec = sk.generate_key(role, name, rt.clock(), expires_in_s=expires)
+    await rt.save_key(rec)
+    log.info("created %s key %s (%s)", role, rec.key_id, name)
+    return web.json_response({"key": plaintext, **key_view(rec)}, status=201)
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    return web.json_response({"keys": [key_view(k) for k in _rt(request).keys.values()]})
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    key_id = request.match_info["key_id"]
+    if key_id not in rt.keys:
+        raise NotFound(f"no key {key_id!r}")
+    rec = await rt.revoke_key(key_id)
+    return web.json_response(key_view(rec))
+
+
+async def submit_tasks(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    parsed = specs.parse_tasks(await _json_body(request))
+    accepted, cmds = rt.state.submit(parsed, rt.clock())
+    await rt.execute(cmds)
+    status = 201 if any(a["created"] for a in accepted) else 200
+    return web.json_response({"tasks": accepted}, status=status)
+
+
+def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
+    return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
+            "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
+            "pending_reason": rt.state.why_pending(t), "outcome": t.outcome, "retries_used": t.retries_used,
+            "spec": t.spec_dict, "history": t.history}
+
+
+async def get_task(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    t = rt.state.get(request.match_info["task_id"])
+    wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
+    if wait > 0 and t.outcome is None:
+        await rt.wait_terminal(t.task_id, wait)
+    view = task_view(rt, t)
+    if t.outcome is not None and request.query.get("result", "1") != "0":
+        rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))
+        mine = [r for r in rows if r.attempt == t.outcome.get("attempt")]
+        view["result"] = result_view(mine[0]) if mine else None
+    return web.json_response(view)
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    q = request.query
+    limit = int(_float_param(request, "limit", 100, 1, 10000))
+    items = [t for t in rt.state.tasks.values()
+             if (not q.get("state") or t.state == q["state"]) and (not q.get("type") or t.type == q["type"])
+             and (not q.get("worker_id") or t.worker_id == q["worker_id"])]
+    items.sort(key=lambda t: t.submitted_at, reverse=True)
+    return web.json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
+                                        for t in items[:limit]], "total": len(items)})
+
+
+async def cancel_task(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    task_id = request.match_info["task_id"]
+    await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {request['principal'].name}"))
+    return web.json_response(task_view(rt, rt.state.get(task_id)))
+
+
+async def list_workers(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    out = []
+    for w in rt.state.workers.values():
+        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
+                    "reason": w.health_reason, "capabilities": sorted(w.view.capabilities), "tags": sorted(w.view.tags),
+                    "max_concurrent": w.view.max_concurrent, "running": sorted(w.view.running), "load": w.load,
+                    "last_seen": w.last_seen, "hardware": w.hardware})
+    return web.json_response({"workers": out})
+
+
+def result_view(r: ResultRow) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(r)
+    out.pop("rec", None)
+    return out
+
+
+async def list_results(request: web.Request) -> web.Response:
+    rt = _rt(request)
+    q = request.query
+    fields = {k: q[k] for k in ("task_id", "worker_id", "status", "task_type", "model", "precision", "hardware") if k in q}
+    try:
+        query = msgspec.convert({**fields, **{k: q[k] for k in ("since", "until", "batch_size", "limit", "offset") if k in q}},
+                                ResultQuery, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ValidationError([{"field": "(query)", "error": str(exc)}]) from exc
+    rows = await rt.store.query_results(query)
+    return web.json_response({"results": [result_view(r) for r in rows]})
+
+
+async def task_schema(request: web.Request) -> web.Response:
+    return web.json_response(specs.task_json_schema())
+
+
+def _float_param(request: web.Request, name: str, default: float, lo: float, hi: float) -> float:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        v = float(raw)
+    except ValueError as exc:
+        raise ValidationError([{"field": name, "error": f"not a number: {raw!r}"}]) from exc
+    if not lo <= v <= hi:
+        raise ValidationError([{"field": name, "error": f"must be between {lo:g} and {hi:g}"}])
+    return v
+
+
+ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]], str | None]] = [
+    ("GET", "/healthz", healthz, None),
+    ("POST", "/api/v1/auth/token", issue_token, AUTHENTICATED),
+    ("POST", "/api/v1/keys", create_key, "keys:manage"),
+    ("GET", "/api/v1/keys", list_keys, "keys:manage"),
+    ("POST", "/api/v1/keys/{key_id}/revoke", revoke_key, "keys:manage"),
+    ("DELETE", "/api/v1/keys/{key_id}", revoke_key, "keys:manage"),
+    ("POST", "/api/v1/tasks", submit_tasks, "tasks:submit"),
+    ("GET", "/api/v1/tasks", list_tasks, "tasks:read"),
+    ("GET", "/api/v1/tasks/{task_id}", get_task, "tasks:read"),
+    ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),
+    ("GET", "/api/v1/workers", list_workers, "workers:read"),
+    ("GET", "/api/v1/results", list_results, "results:read"),
+    ("GET", "/api/v1/schema/task", task_schema, "schema:read"),
+]
+PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
+
+
+def add_routes(app: web.Application) -> None:
+    for method, path, handler, _ in ROUTES:
+        app.router.add_route(method, path, handler)

@@ -1,0 +1,73 @@
+"""Which worker may run a task. Pure: no I/O, no clock.
+
+A worker is eligible for a task when it has every requested hardware kind among its *detected*
+capabilities, every requested tag, and at least ``min_memory_gb`` of memory. Among eligible
+workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
+spreads load without starving any worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..tasks.spec import Requirements
+
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float]
+
+
+def requirement_key(req: Requirements) -> ReqKey:
+    """Tasks with equal keys are interchangeable for placement (one queue per key)."""
+    return (tuple(sorted(set(req.hardware))), tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0)
+
+
+@dataclass
+class WorkerView:
+    """What placement needs to know about one worker."""
+
+    worker_id: str
+    capabilities: frozenset[str]
+    tags: frozenset[str]
+    memory_gb: float
+    max_concurrent: int
+    running: set[str] = field(default_factory=set)
+    accepting: bool = True
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.max_concurrent - len(self.running)) if self.accepting else 0
+
+
+def unmet(key: ReqKey, w: WorkerView) -> list[str]:
+    """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
+    hardware, tags, min_mem = key
+    missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
+    missing += [f"tag {t}" for t in tags if t not in w.tags]
+    if min_mem and w.memory_gb < min_mem:
+        missing.append(f"{min_mem:g} GB memory (has {w.memory_gb:.1f})")
+    return missing
+
+
+def pick_worker(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None:
+    best: WorkerView | None = None
+    for w in workers:
+        if w.free_slots <= 0 or unmet(key, w):
+            continue
+        if best is None or (w.free_slots, best.worker_id) > (best.free_slots, w.worker_id):
+            best = w
+    return best
+
+
+def pending_reason(key: ReqKey, workers: Iterable[WorkerView]) -> str:
+    """Why a task with requirements ``key`` is not running on any of ``workers``."""
+    ws = list(workers)
+    if not ws:
+        return "no worker is connected"
+    eligible = [w for w in ws if not unmet(key, w)]
+    if not eligible:
+        lacks = "; ".join(f"{w.worker_id} lacks {', '.join(unmet(key, w))}" for w in ws[:5])
+        return f"no connected worker satisfies the requirements ({lacks})"
+    accepting = [w for w in eligible if w.accepting]
+    if not accepting:
+        return f"all {len(eligible)} eligible worker(s) are constrained or draining"
+    return f"waiting for a free slot on {len(accepting)} eligible worker(s)"

@@ -1,0 +1,181 @@
+"""Glue between the pure state machine and the world: executes its commands.
+
+``Runtime.execute(cmds)`` makes the ``Save`` records durable through the store, and only when they
+are on disk runs the other commands (sends, closes, notifications) in order. It never awaits the
+write itself, so a WebSocket reader keeps reading while a group commit is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from ..config import CoordinatorConfig
+from ..errors import NotFound
+from ..protocol import messages as m
+from ..protocol.signing import Channel
+from ..security import auth as sa
+from ..security import keys as sk
+from ..security.roles import Role
+from ..security import tokens
+from .state import CloseWorker, Command, CoordinatorState, Notify, Save, Send
+from .store.base import KeyRow, MetaRow, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    """One worker's live WebSocket: its channel and an ordered outbound queue."""
+
+    session_id: str
+    worker_id: str
+    key_id: str
+    channel: Channel
+    outbox: asyncio.Queue[m.Message | None] = field(default_factory=asyncio.Queue)
+    closing: str | None = None
+    token_exp: float | None = None
+
+    def send(self, msg: m.Message) -> None:
+        self.outbox.put_nowait(msg)
+
+    def close(self, reason: str) -> None:
+        self.closing = reason
+        self.outbox.put_nowait(None)
+
+
+class Runtime:
+    def __init__(self, config: CoordinatorConfig, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.state = CoordinatorState()
+        self.sessions: dict[str, Session] = {}
+        self.keys: dict[str, sk.KeyRecord] = {}
+        self.jwt_secret = b""
+        self._waiters: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        self.stats: dict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------- commands
+
+    def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
+        """Persist the Save records, then run the rest; the future completes after both."""
+        records = [c.record for c in cmds if isinstance(c, Save)]
+        rest = [c for c in cmds if not isinstance(c, Save)]
+        loop = asyncio.get_running_loop()
+        if not records:
+            self._run(rest)
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        durable = self.store.append(records)
+        finished: asyncio.Future[None] = loop.create_future()
+
+        def after(f: asyncio.Future[None]) -> None:
+            if f.cancelled() or f.exception() is not None:
+                exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+                log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
+                finished.set_exception(exc or RuntimeError("store append cancelled"))
+                return
+            self._run(rest)
+            finished.set_result(None)
+
+        durable.add_done_callback(after)
+        return finished
+
+    def _run(self, cmds: list[Command]) -> None:
+        for c in cmds:
+            if isinstance(c, Send):
+                s = self.sessions.get(c.worker_id)
+                if s is None:
+                    log.debug("dropping %s for disconnected worker %s", type(c.msg).__name__, c.worker_id)
+                else:
+                    s.send(c.msg)
+            elif isinstance(c, CloseWorker):
+                s = self.sessions.get(c.worker_id)
+                if s is not None and s.session_id == c.session_id:
+                    s.close(c.reason)
+            elif isinstance(c, Notify):
+                for tid in c.task_ids:
+                    for fut in self._waiters.pop(tid, []):
+                        if not fut.done():
+                            fut.set_result(None)
+            else:
+                raise TypeError(f"unhandled command {c!r}")
+
+    async def wait_terminal(self, task_id: str, timeout: float) -> None:
+        """Wait until the task reaches a terminal state (or ``timeout`` elapses)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[task_id].append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            lst = self._waiters.get(task_id)
+            if lst and fut in lst:
+                lst.remove(fut)
+                if not lst:
+                    del self._waiters[task_id]
+
+    # ------------------------------------------------------------- security
+
+    def lookup_key(self, key_id: str) -> sk.KeyRecord | None:
+        return self.keys.get(key_id)
+
+    def authenticate(self, credential: str) -> sa.Principal:
+        return sa.authenticate(credential, self.lookup_key, self.jwt_secret, self.clock())
+
+    async def save_key(self, rec: sk.KeyRecord) -> None:
+        self.keys[rec.key_id] = rec
+        await self.store.append([key_row(rec)])
+
+    async def revoke_key(self, key_id: str) -> sk.KeyRecord:
+        rec = self.keys.get(key_id)
+        if rec is None:
+            raise NotFound(f"no key {key_id!r}")
+        rec = sk.revoke(rec, self.clock())
+        await self.save_key(rec)
+        for s in list(self.sessions.values()):
+            if s.key_id == key_id:
+                s.close(f"key {key_id} revoked")
+        return rec
+
+    async def ensure_secret(self, meta: dict[str, str]) -> None:
+        if "jwt_secret" in meta:
+            self.jwt_secret = bytes.fromhex(meta["jwt_secret"])
+            return
+        self.jwt_secret = tokens.generate_secret()
+        await self.store.append([MetaRow("jwt_secret", self.jwt_secret.hex())])
+
+    def tick(self) -> None:
+        self.execute(self.state.tick(self.clock()))
+        now = self.clock()
+        for s in list(self.sessions.values()):
+            if s.token_exp is not None and now > s.token_exp:
+                s.close("session token expired and was not renewed")
+
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def key_row(rec: sk.KeyRecord) -> KeyRow:
+    return KeyRow(key_id=rec.key_id, name=rec.name, role=rec.role, hash=rec.hash, created_at=rec.created_at,
+                  expires_at=rec.expires_at, revoked_at=rec.revoked_at)
+
+
+def key_record(row: KeyRow) -> sk.KeyRecord:
+    return sk.KeyRecord(key_id=row.key_id, name=row.name, role=Role(row.role), hash=row.hash, created_at=row.created_at,
+                        expires_at=row.expires_at, revoked_at=row.revoked_at)
+
+
+def key_view(rec: sk.KeyRecord) -> dict[str, Any]:
+    return {"key_id": rec.key_id, "name": rec.name, "role": rec.role, "created_at": rec.created_at,
+            "expires_at": rec.expires_at, "revoked_at": rec.revoked_at}

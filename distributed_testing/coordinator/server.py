@@ -1,0 +1,81 @@
+"""``create_app(config)``: the coordinator as an aiohttp application.
+
+The app owns its background work through ``cleanup_ctx``: the store (opened, restored into the
+state machine, closed with a final checkpoint) and the ticker that drives time-based transitions
+(retry backoff, worker TTL and grace). On the first start with an empty store it creates an admin
+key and writes it to ``admin_key_file`` (mode 0600); there are no built-in credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from ..config import CoordinatorConfig
+from ..security import bootstrap
+from .api import add_routes, error_middleware
+from .runtime import RUNTIME, Runtime, key_record
+from .store.base import Store
+from .ws import worker_endpoint
+
+log = logging.getLogger(__name__)
+TICK_S = 0.25
+CONFIG = web.AppKey("config", CoordinatorConfig)
+STORE = web.AppKey("store", Store | None)  # type: ignore[arg-type]
+
+
+def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=config.max_frame_bytes)
+    app[CONFIG] = config
+    app[STORE] = store
+    add_routes(app)
+    app.router.add_get("/ws/worker", worker_endpoint)
+    app.cleanup_ctx.append(_runtime_ctx)
+    return app
+
+
+async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    store = app[STORE]
+    if store is None:
+        from .store import open_store
+
+        store = open_store(config.db_path)
+    rt = Runtime(config, store)
+    app[RUNTIME] = rt
+    snap = await store.open()
+    rt.keys = {k.key_id: key_record(k) for k in snap.keys}
+    rt.state.restore(snap, rt.clock())
+    await rt.ensure_secret(snap.meta)
+    if not rt.keys:
+        await _bootstrap_admin(rt)
+    log.info("coordinator state: %d tasks, %d workers known, %d keys", len(rt.state.tasks),
+             len(rt.state.workers), len(rt.keys))
+    ticker = asyncio.create_task(_tick_loop(rt), name="coordinator-ticker")
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        for s in list(rt.sessions.values()):
+            s.close("coordinator shutting down")
+        await store.close()
+
+
+async def _bootstrap_admin(rt: Runtime) -> None:
+    plaintext, rec = bootstrap.bootstrap_admin_key(rt.clock())
+    path = rt.config.admin_key_path
+    bootstrap.write_secret_file(path, plaintext + "\n")
+    await rt.save_key(rec)
+    log.warning("empty store: created admin key %s and wrote it to %s (mode 0600)", rec.key_id, path)
+
+
+async def _tick_loop(rt: Runtime) -> None:
+    while True:
+        await asyncio.sleep(TICK_S)
+        rt.tick()

@@ -1,0 +1,422 @@
+"""The coordinator's scheduling core: events in, commands out. Pure: no awaits, no clock, no I/O.
+
+Every public method takes ``now`` and returns a list of commands for the transport to execute:
+:class:`Save` records first (the transport makes them durable), then :class:`Send` /
+:class:`CloseWorker` / :class:`Notify`. The transport executes sends only after the saves of the
+same call are on disk, so nothing a peer is told can be lost by a crash.
+
+Queues: one priority heap per requirement key (see :mod:`.placement`), ordered by
+(-priority, submission sequence): higher priority first, FIFO within a priority. Dispatch takes the
+best head among keys that still have an eligible worker with a free slot, so a task nobody can
+run never blocks tasks others can.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Conflict, NotFound
+from ..protocol import messages as m
+from ..retry import Backoff
+from ..tasks import spec as specs
+from ..tasks.states import ACTIVE, check_transition, is_terminal
+from .placement import ReqKey, WorkerView, pending_reason, pick_worker, requirement_key, unmet
+from .store.base import Record, ResultRow, Snapshot, TaskRow, WorkerRow
+
+
+@dataclass(frozen=True)
+class Save:
+    record: Record
+
+
+@dataclass(frozen=True)
+class Send:
+    worker_id: str
+    msg: m.Message
+
+
+@dataclass(frozen=True)
+class CloseWorker:
+    worker_id: str
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Notify:
+    task_ids: tuple[str, ...]
+
+
+Command = Save | Send | CloseWorker | Notify
+
+
+@dataclass(frozen=True)
+class Policy:
+    worker_grace_s: float = 10.0
+    worker_ttl_s: float = 30.0
+    retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
+
+
+@dataclass(slots=True)
+class Task:
+    spec: specs.TaskSpec
+    spec_dict: dict[str, Any]
+    task_id: str
+    type: str
+    digest: str
+    seq: int
+    submitted_at: float
+    state: str = "pending"
+    attempt: int = 0
+    worker_id: str | None = None
+    updated_at: float = 0.0
+    retries_used: int = 0
+    not_before: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    outcome: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> ReqKey:
+        return requirement_key(self.spec.requirements)
+
+    def ref(self) -> m.TaskRef:
+        return m.TaskRef(self.task_id, self.attempt)
+
+    def row(self) -> TaskRow:
+        return TaskRow(
+            task_id=self.task_id, type=self.type, state=self.state, attempt=self.attempt,
+            priority=self.spec.priority, submitted_at=self.submitted_at, updated_at=self.updated_at,
+            digest=self.digest, spec=self.spec_dict, worker_id=self.worker_id,
+            retries_used=self.retries_used, not_before=self.not_before, history=list(self.history),
+            outcome=self.outcome,
+        )
+
+
+@dataclass(slots=True)
+class Worker:
+    view: WorkerView
+    name: str
+    hardware: dict[str, Any]
+    session_id: str | None
+    first_seen: float
+    last_seen: float
+    connected: bool = True
+    health: str = "ready"
+    health_reason: str | None = None
+    disconnected_at: float | None = None
+    load: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def worker_id(self) -> str:
+        return self.view.worker_id
+
+    def row(self) -> WorkerRow:
+        return WorkerRow(
+            worker_id=self.worker_id, name=self.name, hardware=self.hardware,
+            capabilities=sorted(self.view.capabilities), tags=sorted(self.view.tags),
+            first_seen=self.first_seen, last_seen=self.last_seen,
+            state=self.health if self.connected else "disconnected",
+        )
+
+
+class CoordinatorState:
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy or Policy()
+        self.tasks: dict[str, Task] = {}
+        self.workers: dict[str, Worker] = {}
+        self._queues: dict[ReqKey, list[tuple[int, int, str]]] = defaultdict(list)
+        self._delayed: list[tuple[float, str]] = []
+        self._seq = 0
+
+    # ----------------------------------------------------------------- tasks
+
+    def submit(self, items: list[specs.TaskSpec], now: float) -> tuple[list[dict[str, Any]], list[Command]]:
+        """Accept specs (ids assigned where missing). Raises Conflict, before changing anything,
+        if an id already exists with a different body; an identical resubmission is a no-op."""
+        prepared = [specs.with_id(s) for s in items]
+        digests = [specs.spec_digest(s) for s in prepared]
+        for s, d in zip(prepared, digests):
+            old = self.tasks.get(s.task_id or "")
+            if old is not None and old.digest != d:
+                raise Conflict(f"task {s.task_id} already exists with a different body")
+        accepted: list[dict[str, Any]] = []
+        cmds: list[Command] = []
+        for s, d in zip(prepared, digests):
+            assert s.task_id is not None
+            if s.task_id in self.tasks:
+                accepted.append({"task_id": s.task_id, "created": False, "state": self.tasks[s.task_id].state})
+                continue
+            self._seq += 1
+            t = Task(spec=s, spec_dict=specs.spec_to_dict(s), task_id=s.task_id, type=specs.spec_type(s),
+                     digest=d, seq=self._seq, submitted_at=now, updated_at=now)
+            t.history.append({"at": now, "from": None, "to": "pending", "cause": "submitted", "attempt": 0})
+            self.tasks[t.task_id] = t
+            self._enqueue(t)
+            cmds.append(Save(t.row()))
+            accepted.append({"task_id": t.task_id, "created": True, "state": "pending"})
+        return accepted, cmds + self.dispatch(now)
+
+    def cancel(self, task_id: str, now: float, cause: str = "cancelled by request") -> list[Command]:
+        t = self.get(task_id)
+        if is_terminal(t.state):
+            return []
+        cmds: list[Command] = []
+        if t.state in ACTIVE and t.worker_id is not None:
+            cmds.append(Send(t.worker_id, m.Cancel(t.ref(), cause)))
+        self._transition(t, "cancelled", cause, now, outcome={"status": "cancelled", "error": cause})
+        return [Save(t.row()), *cmds, Notify((t.task_id,))] + self.dispatch(now)
+
+    def get(self, task_id: str) -> Task:
+        t = self.tasks.get(task_id)
+        if t is None:
+            raise NotFound(f"no task {task_id!r}")
+        return t
+
+    def why_pending(self, t: Task) -> str | None:
+        if t.state != "pending":
+            return None
+        if t.not_before:
+            return f"retry backoff until {t.not_before:.3f}"
+        return pending_reason(t.key, [w.view for w in self.workers.values() if w.connected])
+
+    # --------------------------------------------------------------- workers
+
+    def register(self, reg: m.Register, session_id: str, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        w = self.workers.get(reg.worker_id)
+        if w is not None and w.connected and w.session_id != session_id and w.session_id:
+            cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
+        view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
+                          reg.memory_gb, reg.max_concurrent)
+        first = w.first_seen if w else now
+        w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
+                   first_seen=first, last_seen=now)
+        self.workers[reg.worker_id] = w
+        cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running}, now)
+        cmds.append(Save(w.row()))
+        return cmds + self.dispatch(now)
+
+    def _reconcile(self, w: Worker, announced: dict[str, int], now: float) -> list[Command]:
+        """Keep tasks the worker still runs; requeue ours it no longer has; cancel the rest."""
+        cmds: list[Command] = []
+        for t in self.tasks.values():
+            if t.worker_id == w.worker_id and t.state in ACTIVE:
+                if announced.get(t.task_id) == t.attempt:
+                    w.view.running.add(t.task_id)
+                else:
+                    cmds += self._lose(t, "worker restarted without this task", now)
+        for task_id, attempt in announced.items():
+            t = self.tasks.get(task_id)
+            if t is None or t.attempt != attempt or t.worker_id != w.worker_id or t.state not in ACTIVE:
+                cmds.append(Send(w.worker_id, m.Cancel(m.TaskRef(task_id, attempt), "superseded or unknown attempt")))
+        return cmds
+
+    def heartbeat(self, worker_id: str, hb: m.Heartbeat, now: float) -> list[Command]:
+        w = self.workers[worker_id]
+        w.last_seen = now
+        was = w.health
+        w.health, w.health_reason = hb.state, hb.reason
+        w.view.accepting = hb.state == "ready"
+        w.load = {"cpu_percent": hb.cpu_percent, "memory_percent": hb.memory_percent}
+        return self.dispatch(now) if (was != "ready" and hb.state == "ready") else []
+
+    def disconnect(self, worker_id: str, session_id: str, now: float) -> list[Command]:
+        w = self.workers.get(worker_id)
+        if w is None or w.session_id != session_id or not w.connected:
+            return []
+        w.connected, w.disconnected_at = False, now
+        return [Save(w.row())]
+
+    def goodbye(self, worker_id: str, msg: m.Goodbye, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        for ref in msg.handed_back:
+            t = self.tasks.get(ref.task_id)
+            if t is not None and t.attempt == ref.attempt and t.state in ACTIVE and t.worker_id == worker_id:
+                cmds += self._requeue(t, f"handed back by {worker_id}: {msg.reason}", now, count=False)
+        self.workers[worker_id].view.accepting = False
+        return cmds + self.dispatch(now)
+
+    # --------------------------------------------------------------- results
+
+    def started(self, worker_id: str, msg: m.TaskStarted, now: float) -> list[Command]:
+        for ref in msg.tasks:
+            t = self.tasks.get(ref.task_id)
+            if t is not None and t.attempt == ref.attempt and t.state == "assigned" and t.worker_id == worker_id:
+                self._transition(t, "running", f"started on {worker_id}", now)
+        return []
+
+    def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        notify: list[str] = []
+        w = self.workers.get(worker_id)
+        for r in msg.results:
+            t = self.tasks.get(r.task_id)
+            if w is not None and t is not None and t.attempt == r.attempt:
+                w.view.running.discard(r.task_id)
+            cmds.append(Save(ResultRow(
+                task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status,
+                started_at=r.started_at, finished_at=r.finished_at, received_at=now,
+                output=r.output, error=r.error, task_type=t.type if t else "")))
+            if t is None or t.attempt != r.attempt or t.state not in ACTIVE or t.worker_id != worker_id:
+                continue  # superseded attempt: stored and acknowledged, never the outcome
+            if r.status == "error" and r.output.get("retryable") and t.retries_used < t.spec.max_retries:
+                cmds += self._requeue(t, f"infrastructure error on {worker_id}: {r.error}", now, count=True)
+                continue
+            outcome = {"status": r.status, "attempt": r.attempt, "worker_id": worker_id,
+                       "error": r.error, "duration_s": round(r.finished_at - r.started_at, 6)}
+            self._transition(t, r.status, f"result from {worker_id}", now, outcome=outcome)
+            cmds.append(Save(t.row()))
+            notify.append(t.task_id)
+        cmds.append(Send(worker_id, m.ResultAck([m.TaskRef(r.task_id, r.attempt) for r in msg.results])))
+        if notify:
+            cmds.append(Notify(tuple(notify)))
+        return cmds + self.dispatch(now)
+
+    # ------------------------------------------------------------- time based
+
+    def tick(self, now: float) -> list[Command]:
+        """Promote tasks whose retry backoff elapsed; lose workers past their TTL or grace."""
+        cmds: list[Command] = []
+        while self._delayed and self._delayed[0][0] <= now:
+            _, task_id = heapq.heappop(self._delayed)
+            t = self.tasks[task_id]
+            if t.state == "pending" and t.not_before:
+                t.not_before = 0.0
+                self._enqueue(t)
+        for w in list(self.workers.values()):
+            if w.connected and now - w.last_seen > self.policy.worker_ttl_s:
+                cmds.append(CloseWorker(w.worker_id, w.session_id or "", f"no heartbeat for {now - w.last_seen:.1f}s"))
+                cmds += self.disconnect(w.worker_id, w.session_id or "", now)
+            if not w.connected and w.disconnected_at is not None and now - w.disconnected_at >= self.policy.worker_grace_s:
+                w.disconnected_at = None
+                for t in [t for t in self.tasks.values() if t.worker_id == w.worker_id and t.state in ACTIVE]:
+                    cmds += self._lose(t, f"worker {w.worker_id} lost (no reconnect within {self.policy.worker_grace_s:g}s)", now)
+                w.view.running.clear()
+        return cmds + self.dispatch(now)
+
+    # --------------------------------------------------------------- dispatch
+
+    def dispatch(self, now: float) -> list[Command]:
+        """Assign as many pending tasks as eligible workers have free slots for."""
+        workers = [w.view for w in self.workers.values() if w.connected and w.view.free_slots > 0]
+        if not workers or not self._queues:
+            return []
+        batches: dict[str, list[Task]] = defaultdict(list)
+        blocked: set[ReqKey] = set()
+        while True:
+            best = self._best_head(blocked)
+            if best is None:
+                break
+            key, t = best
+            w = pick_worker(key, workers)
+            if w is None:
+                blocked.add(key)
+                continue
+            heapq.heappop(self._queues[key])
+            if not self._queues[key]:
+                del self._queues[key]
+            t.attempt += 1
+            t.worker_id = w.worker_id
+            self._transition(t, "assigned", f"dispatched to {w.worker_id}", now)
+            w.running.add(t.task_id)
+            batches[w.worker_id].append(t)
+        cmds: list[Command] = [Save(t.row()) for ts in batches.values() for t in ts]
+        cmds += [Send(wid, m.AssignTasks([self._assignment(t) for t in ts])) for wid, ts in batches.items()]
+        return cmds
+
+    def _best_head(self, blocked: set[ReqKey]) -> tuple[ReqKey, Task] | None:
+        best: tuple[tuple[int, int], ReqKey, Task] | None = None
+        for key in list(self._queues):
+            if key in blocked:
+                continue
+            q = self._queues[key]
+            while q and self.tasks[q[0][2]].state != "pending":
+                heapq.heappop(q)  # cancelled while queued
+            if not q:
+                del self._queues[key]
+                continue
+            order = (q[0][0], q[0][1])
+            if best is None or order < best[0]:
+                best = (order, key, self.tasks[q[0][2]])
+        return None if best is None else (best[1], best[2])
+
+    @staticmethod
+    def _assignment(t: Task) -> m.TaskAssignment:
+        return m.TaskAssignment(
+            task_id=t.task_id, attempt=t.attempt, type=t.type, config=specs.config_dict(t.spec),
+            timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _enqueue(self, t: Task) -> None:
+        heapq.heappush(self._queues[t.key], (-t.spec.priority, t.seq, t.task_id))
+
+    def _transition(self, t: Task, new: str, cause: str, now: float, outcome: dict[str, Any] | None = None) -> None:
+        check_transition(t.task_id, t.state, new, cause)
+        t.history.append({"at": now, "from": t.state, "to": new, "cause": cause, "attempt": t.attempt,
+                          "worker_id": t.worker_id})
+        t.state, t.updated_at = new, now
+        if outcome is not None:
+            t.outcome = outcome
+
+    def _lose(self, t: Task, cause: str, now: float) -> list[Command]:
+        if t.retries_used < t.spec.max_retries:
+            return self._requeue(t, cause, now, count=True)
+        self._transition(t, "error", cause, now, outcome={"status": "error", "attempt": t.attempt,
+                                                           "worker_id": t.worker_id, "error": cause})
+        self._free_slot(t)
+        return [Save(t.row()), Notify((t.task_id,))]
+
+    def _requeue(self, t: Task, cause: str, now: float, *, count: bool) -> list[Command]:
+        self._free_slot(t)
+        delay = self.policy.retry_backoff.delay(t.retries_used) if count else 0.0
+        if count:
+            t.retries_used += 1
+        self._transition(t, "pending", cause, now)
+        t.worker_id = None
+        if delay > 0:
+            t.not_before = now + delay
+            heapq.heappush(self._delayed, (t.not_before, t.task_id))
+        else:
+            self._enqueue(t)
+        return [Save(t.row())]
+
+    def _free_slot(self, t: Task) -> None:
+        w = self.workers.get(t.worker_id or "")
+        if w is not None:
+            w.view.running.discard(t.task_id)
+
+    # ---------------------------------------------------------------- restore
+
+    def restore(self, snap: Snapshot, now: float) -> None:
+        """Rebuild from a store snapshot: pending tasks are queued again; tasks that were active
+        wait for their worker to reconnect within the grace period, then are requeued."""
+        for row in sorted(snap.tasks, key=lambda r: r.submitted_at):
+            spec = specs.spec_from_dict(row.spec)
+            self._seq += 1
+            t = Task(spec=spec, spec_dict=row.spec, task_id=row.task_id, type=row.type, digest=row.digest,
+                     seq=self._seq, submitted_at=row.submitted_at, state=row.state, attempt=row.attempt,
+                     worker_id=row.worker_id, updated_at=row.updated_at, retries_used=row.retries_used,
+                     not_before=row.not_before, history=list(row.history), outcome=row.outcome)
+            self.tasks[t.task_id] = t
+            if t.state == "pending":
+                if t.not_before > now:
+                    heapq.heappush(self._delayed, (t.not_before, t.task_id))
+                else:
+                    t.not_before = 0.0
+                    self._enqueue(t)
+        for wr in snap.workers:
+            view = WorkerView(wr.worker_id, frozenset(wr.capabilities), frozenset(wr.tags),
+                              float(wr.hardware.get("memory_gb", 0.0)), 0)
+            self.workers[wr.worker_id] = Worker(view=view, name=wr.name, hardware=wr.hardware, session_id=None,
+                                                first_seen=wr.first_seen, last_seen=wr.last_seen,
+                                                connected=False, disconnected_at=now)
+
+    # ------------------------------------------------------------------ views
+
+    def eligible_workers(self, t: Task) -> Iterable[str]:
+        return [w.worker_id for w in self.workers.values() if w.connected and not unmet(t.key, w.view)]

@@ -1,0 +1,203 @@
+"""The worker WebSocket endpoint: authenticate at the handshake, then decode → handle → execute.
+
+One reader per connection dispatches by message type through ``HANDLERS``; one writer drains the
+session's outbound queue, signing each frame as it goes. A rejected frame is answered with an
+``error`` message and counted; ``max_violations`` rejections close the connection. Nothing a
+peer sends can crash the coordinator or touch another worker's session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+
+from aiohttp import WSMsgType, web
+
+from ..errors import AuthError, DTError, PermissionDenied, ProtocolError
+from ..protocol import messages as m
+from ..protocol.signing import Channel, derive_session_key
+from ..security import auth as sa
+from ..security import roles
+from .runtime import RUNTIME, Runtime, Session
+from .state import Command
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "X-DT-Session"
+REGISTER_TIMEOUT_S = 10.0
+
+Handler = Callable[[Runtime, Session, m.Message, float], list[Command]]
+
+
+def _heartbeat(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.Heartbeat)
+    return rt.state.heartbeat(s.worker_id, msg, now)
+
+
+def _started(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.TaskStarted)
+    return rt.state.started(s.worker_id, msg, now)
+
+
+def _progress(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.TaskProgress)
+    log.debug("progress %s %.0f%% %s", msg.task.task_id, msg.fraction * 100, msg.message)
+    return []
+
+
+def _results(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.Results)
+    rt.stats["results"] += len(msg.results)
+    return rt.state.results(s.worker_id, msg, now)
+
+
+def _goodbye(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.Goodbye)
+    return rt.state.goodbye(s.worker_id, msg, now)
+
+
+def _auth_renew(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.AuthRenew)
+    p = rt.authenticate(msg.token)
+    if p.key_id != s.key_id:
+        raise AuthError("renewed token belongs to a different key")
+    s.token_exp = p.token_exp
+    return []
+
+
+def _peer_error(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.ErrorMsg)
+    log.warning("worker %s rejected our message: %s (%s)", s.worker_id, msg.code, msg.detail)
+    return []
+
+
+HANDLERS: dict[type[m.Message], Handler] = {  # type: ignore[valid-type]
+    m.Heartbeat: _heartbeat,
+    m.TaskStarted: _started,
+    m.TaskProgress: _progress,
+    m.Results: _results,
+    m.Goodbye: _goodbye,
+    m.AuthRenew: _auth_renew,
+    m.ErrorMsg: _peer_error,
+}
+
+
+async def worker_endpoint(request: web.Request) -> web.StreamResponse:
+    rt = request.app[RUNTIME]
+    credential = sa.parse_authorization_header(request.headers.get("Authorization", ""))
+    principal = rt.authenticate(credential)
+    roles.require(principal.role, roles.Permission.WORKER_CONNECT)
+    session_id = secrets.token_urlsafe(16)
+    ws = web.WebSocketResponse(heartbeat=rt.config.heartbeat_interval_s, max_msg_size=rt.config.max_frame_bytes + 1024)
+    ws.headers[SESSION_HEADER] = session_id
+    await ws.prepare(request)
+    channel = Channel(derive_session_key(credential, session_id), max_frame=rt.config.max_frame_bytes,
+                      max_skew_s=rt.config.max_clock_skew_s)
+    session = Session(session_id=session_id, worker_id="", key_id=principal.key_id, channel=channel,
+                      token_exp=principal.token_exp)
+    writer = asyncio.create_task(_writer(rt, ws, session), name=f"ws-writer-{session_id}")
+    try:
+        reg = await _await_register(rt, ws, session)
+        if reg is not None:
+            await _serve(rt, ws, session, reg)
+    finally:
+        session.close(session.closing or "connection closed")
+        await writer
+        if session.worker_id and rt.sessions.get(session.worker_id) is session:
+            del rt.sessions[session.worker_id]
+            rt.execute(rt.state.disconnect(session.worker_id, session_id, rt.clock()))
+        await ws.close()
+    return ws
+
+
+async def _await_register(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> m.Register | None:
+    try:
+        raw = await ws.receive(timeout=REGISTER_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        s.close("no register message within 10s")
+        return None
+    if raw.type != WSMsgType.BINARY:
+        s.send(m.ErrorMsg("malformed", "expected a binary signed register frame", fatal=True))
+        return None
+    try:
+        msg = s.channel.open(raw.data, rt.clock())
+    except ProtocolError as exc:
+        s.send(m.ErrorMsg(exc.code, str(exc), fatal=True))
+        return None
+    if not isinstance(msg, m.Register) or msg.protocol_version != m.PROTOCOL_VERSION:
+        s.send(m.ErrorMsg("bad_register", f"first message must be register with protocol_version "
+                          f"{m.PROTOCOL_VERSION}", fatal=True))
+        return None
+    return msg
+
+
+async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Register) -> None:
+    now = rt.clock()
+    s.worker_id = reg.worker_id
+    old = rt.sessions.get(reg.worker_id)
+    if old is not None:
+        old.close("replaced by a new session")
+    rt.sessions[reg.worker_id] = s
+    s.send(m.Registered(reg.worker_id, s.session_id, rt.config.heartbeat_interval_s, now))
+    rt.execute(rt.state.register(reg, s.session_id, now))
+    log.info("worker %s (%s) registered: %s tags=%s", reg.worker_id, reg.name, reg.capabilities, reg.tags)
+    violations = 0
+    async for raw in ws:
+        if s.closing:
+            break
+        if raw.type != WSMsgType.BINARY:
+            violations += _reject(rt, s, "malformed", f"unexpected {raw.type.name} frame")
+        else:
+            violations += _handle_frame(rt, s, raw.data)
+        if violations >= rt.config.max_violations:
+            s.send(m.ErrorMsg("too_many_violations", f"{violations} rejected messages; closing", fatal=True))
+            s.closing = "too many protocol violations"
+            break
+
+
+def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
+    now = rt.clock()
+    try:
+        msg = s.channel.open(data, now)
+        handler = HANDLERS.get(type(msg))
+        if handler is None:
+            raise ProtocolError(f"{type(msg).__name__} is not accepted from a worker")
+        rt.execute(handler(rt, s, msg, now))
+        return 0
+    except ProtocolError as exc:
+        return _reject(rt, s, exc.code, str(exc))
+    except AuthError as exc:
+        s.send(m.ErrorMsg("auth", str(exc), fatal=True))
+        s.close(str(exc))
+        return 0
+    except (DTError, KeyError) as exc:
+        log.warning("worker %s message rejected: %s", s.worker_id, exc)
+        return _reject(rt, s, "rejected", str(exc))
+
+
+def _reject(rt: Runtime, s: Session, code: str, detail: str) -> int:
+    rt.stats[f"rejected_{code}"] += 1
+    log.warning("worker %s: rejected frame (%s): %s", s.worker_id or "?", code, detail)
+    s.send(m.ErrorMsg(code, detail))
+    return 1
+
+
+async def _writer(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> None:
+    while True:
+        msg = await s.outbox.get()
+        if msg is None:
+            break
+        if ws.closed:
+            continue
+        try:
+            await ws.send_bytes(s.channel.seal(msg, rt.clock()))
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("worker %s: send failed (%s); closing", s.worker_id, exc)
+            s.closing = s.closing or f"send failed: {exc}"
+            break
+    if not ws.closed:
+        await ws.close(message=(s.closing or "").encode()[:120])
+
+
+__all__ = ["worker_endpoint", "HANDLERS", "SESSION_HEADER", "PermissionDenied"]

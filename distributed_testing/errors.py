@@ -1,0 +1,99 @@
+"""One rooted exception tree for the whole project.
+
+::
+
+    DTError
+    ├── ConfigError              bad flag, variable or config file value (names the source)
+    ├── ProtocolError            a wire message we must reject
+    │   ├── DecodeError          malformed bytes / unknown type / bad field (cause chained)
+    │   ├── FrameTooLarge        frame over the size limit
+    │   └── SignatureError       bad or missing HMAC
+    │       ├── StaleMessage     timestamp outside the accepted window
+    │       └── ReplayedMessage  sequence number not strictly increasing
+    ├── AuthError                no / bad / expired / revoked credentials      (HTTP 401)
+    │   └── PermissionDenied     valid credentials, wrong role                  (HTTP 403)
+    ├── ValidationError          user input that does not match the schema     (HTTP 400)
+    ├── NotFound                 no such task / key / worker                    (HTTP 404)
+    ├── Conflict                 same id, different body                        (HTTP 409)
+    ├── IllegalTransition        task state machine asked to do the impossible
+    ├── StoreError               persistence failed
+    └── ExecutionError           an executor could not run a task (infrastructure, not the
+                                 user's test failing: that is a result, not an exception)
+
+A failed user task is data (a result with a status), never one of these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DTError(Exception):
+    """Root of every exception this package raises on purpose."""
+
+
+class ConfigError(DTError):
+    """A configuration value is missing or invalid; the message names the flag or variable."""
+
+
+class ProtocolError(DTError):
+    """A message from a peer was rejected. ``code`` is the stable wire name of the reason."""
+
+    code = "protocol_error"
+
+
+class DecodeError(ProtocolError):
+    code = "malformed"
+
+
+class FrameTooLarge(ProtocolError):
+    code = "too_large"
+
+
+class SignatureError(ProtocolError):
+    code = "bad_signature"
+
+
+class StaleMessage(SignatureError):
+    code = "stale_timestamp"
+
+
+class ReplayedMessage(SignatureError):
+    code = "replayed_sequence"
+
+
+class AuthError(DTError):
+    """Missing, invalid, expired or revoked credentials."""
+
+
+class PermissionDenied(AuthError):
+    """Valid credentials whose role may not do this."""
+
+
+class ValidationError(DTError):
+    """User input failed validation. ``errors`` lists ``{"field": ..., "error": ...}`` items."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+        summary = "; ".join(f"{e.get('field', '?')}: {e.get('error', '?')}" for e in errors)
+        super().__init__(summary or "invalid input")
+
+
+class NotFound(DTError):
+    pass
+
+
+class Conflict(DTError):
+    pass
+
+
+class IllegalTransition(DTError):
+    pass
+
+
+class StoreError(DTError):
+    pass
+
+
+class ExecutionError(DTError):
+    """The executor itself could not run the task (bad config, missing library, crash)."""

@@ -1,0 +1,179 @@
+"""Every message on the worker WebSocket, as frozen typed structs with a ``type`` tag.
+
+Pure: no I/O. ``Message`` is the tagged union that :mod:`.codec` decodes into. Adding a message
+means adding a struct here and to ``Message``; the receiving side's dispatch table must then
+handle it (an unhandled type raises).
+
+Direction: W→C worker to coordinator, C→W coordinator to worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
+WorkerState = Literal["ready", "constrained", "draining"]
+
+
+class _Msg(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class TaskRef(msgspec.Struct, frozen=True, array_like=True):
+    """One attempt of one task; the attempt number fences stale results."""
+
+    task_id: str
+    attempt: int
+
+
+class Register(_Msg, tag="register"):
+    """W→C, first message of a session. ``running`` re-announces tasks still running after a
+    reconnect so they are kept, not dispatched a second time."""
+
+    worker_id: str
+    name: str
+    protocol_version: int
+    hardware: dict[str, Any]
+    capabilities: list[str]
+    tags: list[str]
+    max_concurrent: int
+    memory_gb: float = 0.0
+    running: list[TaskRef] = []
+
+
+class Registered(_Msg, tag="registered"):
+    """C→W, answer to ``Register``."""
+
+    worker_id: str
+    session_id: str
+    heartbeat_interval_s: float
+    server_time: float
+
+
+class Heartbeat(_Msg, tag="heartbeat"):
+    """W→C, periodic: load and what is running. ``state`` is ``constrained`` when a resource
+    limit is exceeded (``reason`` says which)."""
+
+    state: WorkerState
+    running: list[TaskRef]
+    cpu_percent: float
+    memory_percent: float
+    free_slots: int
+    reason: str | None = None
+
+
+class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    task_id: str
+    attempt: int
+    type: str
+    config: dict[str, Any]
+    timeout_s: float | None = None
+    max_memory_mb: int | None = None
+    cache: bool = False
+
+
+class AssignTasks(_Msg, tag="assign"):
+    """C→W: one task or a batch. A batch of benchmark tasks that share a model may be run in
+    one child process that loads the model once."""
+
+    tasks: list[TaskAssignment]
+    batch_id: str | None = None
+
+
+class TaskStarted(_Msg, tag="started"):
+    """W→C."""
+
+    tasks: list[TaskRef]
+    at: float
+
+
+class TaskProgress(_Msg, tag="progress"):
+    """W→C."""
+
+    task: TaskRef
+    fraction: float
+    message: str = ""
+
+
+class TaskResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    task_id: str
+    attempt: int
+    status: ResultStatus
+    started_at: float
+    finished_at: float
+    output: dict[str, Any] = {}
+    error: str | None = None
+    worker_id: str = ""
+
+
+class Results(_Msg, tag="results"):
+    """W→C: one or more finished tasks. Each stays in the worker's outbox until acked."""
+
+    results: list[TaskResult]
+
+
+class ResultAck(_Msg, tag="result_ack"):
+    """C→W: these results are on disk at the coordinator; the worker may forget them."""
+
+    tasks: list[TaskRef]
+
+
+class Cancel(_Msg, tag="cancel"):
+    """C→W: stop this attempt (kill its process group) and report it ``cancelled``."""
+
+    task: TaskRef
+    reason: str
+
+
+class ErrorMsg(_Msg, tag="error"):
+    """Either direction: the peer's last message was rejected. ``code`` is a ProtocolError code."""
+
+    code: str
+    detail: str
+    fatal: bool = False
+
+
+class Drain(_Msg, tag="drain"):
+    """C→W: stop taking work; finish or hand back running tasks within ``deadline_s``."""
+
+    reason: str
+    deadline_s: float
+
+
+class Goodbye(_Msg, tag="goodbye"):
+    """W→C: the worker is leaving; ``handed_back`` tasks were not finished and may be requeued."""
+
+    reason: str
+    handed_back: list[TaskRef] = []
+
+
+class AuthRenew(_Msg, tag="auth_renew"):
+    """W→C: a fresh JWT so the session outlives the token it opened with."""
+
+    token: str
+
+
+Message = Union[
+    Register,
+    Registered,
+    Heartbeat,
+    AssignTasks,
+    TaskStarted,
+    TaskProgress,
+    Results,
+    ResultAck,
+    Cancel,
+    ErrorMsg,
+    Drain,
+    Goodbye,
+    AuthRenew,
+]
+
+MESSAGE_TYPES: dict[str, type[Any]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[attr-defined]
+    for cls in Message.__args__  # type: ignore[attr-defined]
+}

@@ -1,0 +1,62 @@
+"""The project's one backoff/retry implementation: reconnects, requeues and store writes use it.
+
+``Backoff.delay(n)`` is pure (jitter comes from an injectable ``random.Random``), so schedules
+are testable without sleeping; :func:`retry_async` is the loop that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff: ``min(max_s, base_s * factor**n)``, then ±``jitter`` fraction."""
+
+    base_s: float = 0.5
+    factor: float = 2.0
+    max_s: float = 30.0
+    jitter: float = 0.2
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def delay(self, attempt: int) -> float:
+        raw = min(self.max_s, self.base_s * (self.factor ** max(0, attempt)))
+        if self.jitter <= 0:
+            return raw
+        return max(0.0, raw * (1 + self.rng.uniform(-self.jitter, self.jitter)))
+
+
+class RetriesExhausted(Exception):
+    """Raised by :func:`retry_async` after the last attempt; the last error is the cause."""
+
+
+async def retry_async(
+    op: Callable[[], Awaitable[T]],
+    *,
+    backoff: Backoff,
+    attempts: int | None,
+    retry_on: tuple[type[BaseException], ...],
+    what: str,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run ``op`` until it succeeds; on an error in ``retry_on`` wait ``backoff.delay(n)`` and
+    retry, at most ``attempts`` times in all (None: forever). Other errors propagate at once."""
+    n = 0
+    while True:
+        try:
+            return await op()
+        except retry_on as exc:
+            n += 1
+            if attempts is not None and n >= attempts:
+                raise RetriesExhausted(f"{what}: gave up after {n} attempts: {exc}") from exc
+            d = backoff.delay(n - 1)
+            log.warning("%s failed (%s); attempt %d, retrying in %.2fs", what, exc, n, d)
+            await sleep(d)

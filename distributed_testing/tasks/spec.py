@@ -1,0 +1,208 @@
+"""The public task JSON format, its JSON Schema, and validation.
+
+A task document is one task object or a list of them::
+
+    {"task_id": "test-bert-001", "type": "test",
+     "config": {"test_file": "test_bert.py", "test_args": ["--batch-size", "4"]},
+     "requirements": {"hardware": ["cpu"], "tags": ["transformers"], "min_memory_gb": 4},
+     "priority": 5, "timeout_s": 600, "max_retries": 2}
+
+``task_id`` may be omitted; the coordinator assigns one. Validation reports *every* bad field with
+a path such as ``[1].config.batch_sizes[2]`` (:class:`~distributed_testing.errors.ValidationError`),
+so one round trip fixes a whole file. Benchmark configs are checked here for the fields the
+coordinator schedules on (``model``, ``batch_sizes``, ``precision``, ``device``, ``backend``,
+``iterations``); the worker's benchmark runner validates the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from functools import cache
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+from ..errors import ValidationError
+
+HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
+HARDWARE_NAMES: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "openvino")
+TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class Requirements(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    hardware: list[HardwareName] = []
+    tags: list[str] = []
+    min_memory_gb: Annotated[float, msgspec.Meta(ge=0)] | None = None
+
+
+class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    test_file: Annotated[str, msgspec.Meta(min_length=1)]
+    test_args: list[str] = []
+
+
+class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    parameters: dict[str, Any] = {}
+
+
+class BenchmarkConfig(msgspec.Struct, frozen=True):
+    """Scheduling-relevant benchmark fields; other keys pass through to the worker's runner."""
+
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    batch_sizes: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1])
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+    iterations: PositiveInt = 10
+    backend: Literal["eager", "compile", "openvino"] = "eager"
+    device: HardwareName | None = None
+
+
+class _Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", kw_only=True):
+    task_id: TaskId | None = None
+    requirements: Requirements = Requirements()
+    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
+    max_memory_mb: PositiveInt | None = None
+    cache: bool = False
+
+
+class TestTask(_Task, tag="test"):
+    config: TestConfig
+
+
+class CustomTask(_Task, tag="custom"):
+    config: CustomConfig
+
+
+class BenchmarkTask(_Task, tag="benchmark"):
+    config: dict[str, Any]
+
+
+TaskSpec = Union[BenchmarkTask, TestTask, CustomTask]
+TASK_TYPES: dict[str, type[_Task]] = {"benchmark": BenchmarkTask, "test": TestTask, "custom": CustomTask}
+
+
+@cache
+def task_json_schema() -> dict[str, Any]:
+    """The published JSON Schema (draft 2020-12) of one task document (object or list)."""
+    (_, defs) = msgspec.json.schema_components(
+        [TestTask, CustomTask, BenchmarkTask, BenchmarkConfig], ref_template="#/$defs/{name}"
+    )
+    variants = []
+    for name, conf in (("TestTask", "TestConfig"), ("CustomTask", "CustomConfig"), ("BenchmarkTask", "BenchmarkConfig")):
+        d = defs[name]
+        d["properties"]["config"] = {"$ref": f"#/$defs/{conf}"}
+        d["required"] = sorted(set(d.get("required", [])) | {"type", "config"})
+        variants.append({"$ref": f"#/$defs/{name}"})
+    task = {"oneOf": variants, "discriminator": {"propertyName": "type"}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://distributed-testing.dev/schema/task.json",
+        "title": "distributed_testing task",
+        "$defs": {**defs, "Task": task},
+        "oneOf": [{"$ref": "#/$defs/Task"}, {"type": "array", "items": {"$ref": "#/$defs/Task"}}],
+    }
+
+
+def _variant_schema(type_name: str) -> dict[str, Any]:
+    full = task_json_schema()
+    name = {"test": "TestTask", "custom": "CustomTask", "benchmark": "BenchmarkTask"}[type_name]
+    return {"$defs": full["$defs"], "$ref": f"#/$defs/{name}"}
+
+
+def _path(prefix: str, parts: Any) -> str:
+    out = prefix
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(document)"
+
+
+def _collect_errors(item: Any, prefix: str) -> list[dict[str, str]]:
+    import jsonschema  # imported lazily: only invalid input pays for it
+
+    if not isinstance(item, dict):
+        return [{"field": prefix or "(document)", "error": "a task must be a JSON object"}]
+    type_name = item.get("type")
+    if type_name not in TASK_TYPES:
+        return [{"field": _path(prefix, ["type"]), "error": f"must be one of {sorted(TASK_TYPES)}, got {type_name!r}"}]
+    validator = jsonschema.Draft202012Validator(_variant_schema(type_name))
+    errors = [
+        {"field": _path(prefix, list(e.absolute_path)), "error": e.message}
+        for e in sorted(validator.iter_errors(item), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if not errors and type_name == "benchmark":
+        errors = _benchmark_errors(item.get("config"), prefix)
+    return errors
+
+
+def _benchmark_errors(config: Any, prefix: str) -> list[dict[str, str]]:
+    try:
+        msgspec.convert(config, BenchmarkConfig)
+    except msgspec.ValidationError as exc:
+        return [{"field": _path(prefix, ["config"]), "error": str(exc)}]
+    return []
+
+
+def _parse_one(item: Any, prefix: str) -> TaskSpec:
+    try:
+        spec: TaskSpec = msgspec.convert(item, TaskSpec)  # type: ignore[arg-type]
+        if isinstance(spec, BenchmarkTask):
+            msgspec.convert(spec.config, BenchmarkConfig)
+        return spec
+    except msgspec.ValidationError as exc:
+        errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
+        raise ValidationError(errors) from exc
+
+
+def parse_tasks(doc: Any) -> list[TaskSpec]:
+    """Validate a task document (one object or a list) into specs; raises ValidationError
+    listing every bad field of every task."""
+    items = doc if isinstance(doc, list) else [doc]
+    if not items:
+        raise ValidationError([{"field": "(document)", "error": "the task list is empty"}])
+    specs: list[TaskSpec] = []
+    errors: list[dict[str, str]] = []
+    for i, item in enumerate(items):
+        try:
+            specs.append(_parse_one(item, f"[{i}]" if isinstance(doc, list) else ""))
+        except ValidationError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise ValidationError(errors)
+    ids = [s.task_id for s in specs if s.task_id is not None]
+    dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if dup:
+        raise ValidationError([{"field": "task_id", "error": f"duplicate ids in one submission: {dup}"}])
+    return specs
+
+
+def with_id(spec: TaskSpec) -> TaskSpec:
+    """The spec with a coordinator-assigned id when the submitter gave none."""
+    if spec.task_id is not None:
+        return spec
+    return msgspec.structs.replace(spec, task_id=f"{spec.__struct_config__.tag}-{uuid.uuid4().hex[:16]}")
+
+
+def spec_type(spec: TaskSpec) -> str:
+    return str(spec.__struct_config__.tag)
+
+
+def config_dict(spec: TaskSpec) -> dict[str, Any]:
+    cfg = spec.config
+    return cfg if isinstance(cfg, dict) else msgspec.to_builtins(cfg)
+
+
+def spec_digest(spec: TaskSpec) -> str:
+    """Stable hash of the whole spec: same id + same digest is an idempotent resubmission."""
+    return hashlib.sha256(msgspec.json.encode(spec, order="sorted")).hexdigest()
+
+
+def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(spec)
+    return out
+
+
+def spec_from_dict(d: dict[str, Any]) -> TaskSpec:
+    return msgspec.convert(d, TaskSpec)  # type: ignore[arg-type]

@@ -1,0 +1,42 @@
+"""Task lifecycle as one transition table. An illegal transition raises IllegalTransition.
+
+::
+
+    pending ──dispatch──▶ assigned ──started──▶ running ──result──▶ succeeded | failed |
+       ▲                     │                     │                 timed_out | error
+       └──────requeue────────┴─────────────────────┘
+    pending | assigned | running ──cancel──▶ cancelled
+
+``requeue`` happens when a worker is lost or hands a task back and retries remain; a result for
+the superseded attempt is then acknowledged but never becomes the outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..errors import IllegalTransition
+
+TaskState = Literal[
+    "pending", "assigned", "running", "succeeded", "failed", "timed_out", "error", "cancelled"
+]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"assigned", "running"})
+RESULT_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})
+
+_TABLE: dict[str, frozenset[str]] = {
+    "pending": frozenset({"assigned", "cancelled", "error"}),
+    "assigned": frozenset({"running", "pending"} | RESULT_STATES),
+    "running": frozenset({"pending"} | RESULT_STATES),
+    **{t: frozenset() for t in TERMINAL},
+}
+
+
+def check_transition(task_id: str, current: str, new: str, cause: str) -> None:
+    """Raise IllegalTransition unless ``current → new`` is in the table."""
+    if new not in _TABLE.get(current, frozenset()):
+        raise IllegalTransition(f"task {task_id}: {current} → {new} is not allowed (cause: {cause})")
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL

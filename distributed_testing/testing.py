@@ -1,0 +1,130 @@
+"""Helpers that tests and users share: an in-process cluster over real sockets.
+
+``run_cluster()`` starts a real coordinator (aiohttp on 127.0.0.1, port 0) and real worker agents
+that connect to it over WebSockets and run tasks in real child processes. Only the parts named
+``Fake*`` here are doubles, and nothing in the product imports this module.
+
+::
+
+    async with run_cluster(workers=2) as c:
+        ids = await c.submit({"type": "custom", "config": {"name": "noop"}})
+        task = await c.wait(ids[0])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from .config import CoordinatorConfig, WorkerConfig
+from .coordinator.runtime import RUNTIME, Runtime
+from .coordinator.server import create_app
+from .coordinator.store.base import Store
+from .coordinator.store.memory import MemoryStore
+from .worker.agent import WorkerAgent
+from .worker.auth import Credentials
+from .worker.executors import default_executors
+from .worker.outbox import MemoryOutbox
+
+CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``predicate`` every 10 ms until true; TimeoutError naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@dataclass
+class Cluster:
+    base_url: str
+    admin_key: str
+    runtime: Runtime
+    http: aiohttp.ClientSession
+    agents: list[WorkerAgent] = field(default_factory=list)
+    agent_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tmp: Path = Path(".")
+
+    async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {key or self.admin_key}"} if key != "" else {}
+        async with self.http.request(method, self.base_url + path, json=json, params=params, headers=headers) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def create_key(self, role: str, **extra: Any) -> str:
+        status, body = await self.request("POST", "/api/v1/keys", json={"role": role, **extra})
+        assert status == 201, body
+        return str(body["key"])
+
+    async def submit(self, doc: Any, key: str | None = None) -> list[str]:
+        status, body = await self.request("POST", "/api/v1/tasks", json=doc, key=key)
+        if status not in (200, 201):
+            raise AssertionError(f"submit failed: HTTP {status}: {body}")
+        return [t["task_id"] for t in body["tasks"]]
+
+    async def wait(self, task_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        status, body = await self.request("GET", f"/api/v1/tasks/{task_id}", params={"wait": str(timeout)})
+        assert status == 200, body
+        return dict(body)
+
+    async def add_worker(self, **overrides: Any) -> WorkerAgent:
+        key = await self.create_key("worker")
+        idx = len(self.agents)
+        config = WorkerConfig(coordinator_url=self.base_url, api_key=key, name=f"w{idx}", worker_id=f"w{idx}",
+                              heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
+        hardware = overrides.pop("hardware", None)
+        config = replace(config, **overrides)
+        agent = WorkerAgent(config, default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}"),
+                            MemoryOutbox(), hardware or CPU_HARDWARE, ["cpu"],
+                            Credentials(self.base_url, api_key=config.api_key, token=config.token))
+        self.agents.append(agent)
+        self.agent_tasks.append(asyncio.create_task(agent.run(), name=f"agent-{config.worker_id}"))
+        await wait_for(lambda: config.worker_id in self.runtime.sessions and agent.registered.is_set(),
+                       what=f"worker {config.worker_id} to register")
+        return agent
+
+
+async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(create_app(config, store), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    assert site._server is not None
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None, db_path: str | None = None,
+                      worker_overrides: dict[str, Any] | None = None, **coord: Any) -> AsyncIterator[Cluster]:
+    """A coordinator plus ``workers`` in-process agents; everything is stopped on exit."""
+    config = CoordinatorConfig(host="127.0.0.1", port=0, db_path=db_path or str(tmp / "coordinator.duckdb"),
+                               admin_key_file=tmp / "admin.key", heartbeat_interval_s=1.0, **coord)
+    if store is None and db_path is None:
+        store = MemoryStore()
+    runner, url = await start_coordinator(config, store)
+    http = aiohttp.ClientSession()
+    cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp)
+    try:
+        for _ in range(workers):
+            await cluster.add_worker(**(worker_overrides or {}))
+        yield cluster
+    finally:
+        for a in cluster.agents:
+            a.stop()
+        for t in cluster.agent_tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(t, 10)
+        await http.close()
+        await runner.cleanup()

@@ -1,0 +1,305 @@
+"""The worker agent: connect, register, run assigned tasks in child processes, report results.
+
+One reader coroutine receives every frame and dispatches by message type (``_HANDLERS``); one
+writer drains an ordered queue, signing each frame as it is sent. Heartbeats come from this event
+loop, never from task code (tasks run in children), so a task at 100 % CPU cannot make the worker
+look dead. Results are written to the outbox before they are sent and stay there until the
+coordinator acknowledges them; after a reconnect the unacknowledged ones are sent again and
+still-running tasks are re-announced in ``register``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+
+from ..config import WorkerConfig
+from ..errors import ExecutionError, ProtocolError
+from ..protocol import messages as m
+from ..protocol.signing import Channel, derive_session_key
+from ..retry import Backoff, RetriesExhausted, retry_async
+from .auth import Credentials
+from .executors.base import ExecOutcome, Executor, TaskContext
+from .outbox import Outbox
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "X-DT-Session"
+
+
+class SessionRejected(Exception):
+    """The coordinator refused us in a way retrying cannot fix (bad credentials, wrong role)."""
+
+
+@dataclass
+class Running:
+    assignment: m.TaskAssignment
+    task: asyncio.Task[None]
+    cancel_reason: str | None = None
+
+
+class WorkerAgent:
+    def __init__(self, config: WorkerConfig, executors: dict[str, Executor], outbox: Outbox,
+                 hardware: dict[str, Any], capabilities: list[str], credentials: Credentials,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.executors = executors
+        self.outbox = outbox
+        self.hardware = hardware
+        self.capabilities = capabilities
+        self.credentials = credentials
+        self.clock = clock
+        self.running: dict[str, Running] = {}
+        self.registered = asyncio.Event()
+        self.draining = False
+        self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
+        self._result_buf: list[m.TaskResult] = []
+        self._started_buf: list[m.TaskRef] = []
+        self._flush_scheduled = False
+        self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
+        self._channel: Channel | None = None
+        self._stop = asyncio.Event()
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        """Connect and serve until ``stop()``; reconnect with backoff on connection loss, up to
+        ``reconnect_attempts`` consecutive failures."""
+        for ex in self.executors.values():
+            await ex.start()
+        backoff = Backoff(base_s=self.config.reconnect_interval_s, factor=2.0, max_s=max(30.0, self.config.reconnect_interval_s))
+        try:
+            while not self._stop.is_set():
+                try:
+                    await retry_async(self._connect_once, backoff=backoff, attempts=self.config.reconnect_attempts,
+                                      retry_on=(OSError, websockets.ConnectionClosed, websockets.InvalidHandshake,
+                                                asyncio.TimeoutError, ProtocolError), what="connection to coordinator")
+                except RetriesExhausted:
+                    log.error("giving up after %d reconnect attempts", self.config.reconnect_attempts)
+                    raise
+        finally:
+            await self._shutdown_tasks()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _connect_once(self) -> None:
+        cred = await self.credentials.current()
+        try:
+            ws = await connect(self.config.ws_url, additional_headers={"Authorization": f"Bearer {cred}"},
+                               max_size=32 * 1024 * 1024, open_timeout=10, ping_interval=self.config.heartbeat_interval_s,
+                               ping_timeout=max(10.0, self.config.heartbeat_interval_s * 2))
+        except websockets.InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                raise SessionRejected(f"coordinator refused credentials: HTTP {status} "
+                                      f"{exc.response.body.decode(errors='replace')[:300]}") from exc
+            raise
+        async with ws:
+            session_id = ws.response.headers.get(SESSION_HEADER) if ws.response else None
+            if not session_id:
+                raise ProtocolError("coordinator did not send a session id header")
+            self._channel = Channel(derive_session_key(cred, session_id))
+            self._sendq = asyncio.Queue()
+            await self._serve(ws)
+
+    async def _serve(self, ws: ClientConnection) -> None:
+        self._send(self._register_msg())
+        writer = asyncio.create_task(self._writer(ws), name="worker-writer")
+        beats = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
+        renew = asyncio.create_task(self._renew_tokens(), name="worker-token-renewal")
+        stopper = asyncio.create_task(self._stop.wait(), name="worker-stop-wait")
+        reader = asyncio.create_task(self._reader(ws), name="worker-reader")
+        try:
+            done, _ = await asyncio.wait({reader, writer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t is not stopper and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            self.registered.clear()
+            for t in (beats, renew, stopper, reader, writer):
+                t.cancel()
+            for t in (beats, renew, stopper, reader, writer):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    def _register_msg(self) -> m.Register:
+        return m.Register(worker_id=self.config.worker_id, name=self.config.name, protocol_version=m.PROTOCOL_VERSION,
+                          hardware=self.hardware, capabilities=self.capabilities, tags=list(self.config.tags),
+                          max_concurrent=self.config.max_concurrent_tasks,
+                          memory_gb=float(self.hardware.get("memory_gb", 0.0)),
+                          running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()])
+
+    # ----------------------------------------------------------------- reading
+
+    async def _reader(self, ws: ClientConnection) -> None:
+        assert self._channel is not None
+        violations = 0
+        async for frame in ws:
+            if isinstance(frame, str):
+                frame = frame.encode()
+            try:
+                msg = self._channel.open(frame, self.clock())
+            except ProtocolError as exc:
+                violations += 1
+                log.warning("rejected frame from coordinator (%s): %s", exc.code, exc)
+                self._send(m.ErrorMsg(exc.code, str(exc)))
+                if violations >= 5:
+                    raise
+                continue
+            handler = _HANDLERS.get(type(msg))
+            if handler is None:
+                raise ProtocolError(f"unexpected {type(msg).__name__} from coordinator")
+            await handler(self, msg)
+
+    async def _on_registered(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.Registered)
+        log.info("registered with coordinator as %s (session %s)", msg.worker_id, msg.session_id)
+        self.registered.set()
+        unsent = await self.outbox.unacked()
+        if unsent:
+            log.info("re-sending %d unacknowledged results", len(unsent))
+            self._send(m.Results(unsent))
+
+    async def _on_assign(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.AssignTasks)
+        for a in msg.tasks:
+            cur = self.running.get(a.task_id)
+            if cur is not None and cur.assignment.attempt >= a.attempt:
+                continue
+            task = asyncio.create_task(self._execute(a), name=f"task-{a.task_id}")
+            self.running[a.task_id] = Running(a, task)
+
+    async def _on_ack(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.ResultAck)
+        self.outbox.ack(msg.tasks)
+
+    async def _on_cancel(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.Cancel)
+        r = self.running.get(msg.task.task_id)
+        if r is not None and r.assignment.attempt == msg.task.attempt:
+            r.cancel_reason = msg.reason
+            r.task.cancel()
+
+    async def _on_drain(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.Drain)
+        log.warning("coordinator asked us to drain: %s", msg.reason)
+        self.draining = True
+
+    async def _on_error(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.ErrorMsg)
+        log.warning("coordinator rejected our message: %s: %s", msg.code, msg.detail)
+        if msg.fatal:
+            raise ProtocolError(f"coordinator closed the session: {msg.code}: {msg.detail}")
+
+    # --------------------------------------------------------------- executing
+
+    async def _execute(self, a: m.TaskAssignment) -> None:
+        ref = m.TaskRef(a.task_id, a.attempt)
+        async with self._slots:
+            self._started_buf.append(ref)
+            self._schedule_flush()
+            outcome = await self._run_executor(a)
+        self.running.pop(a.task_id, None)
+        result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
+                              started_at=outcome.started_at, finished_at=outcome.finished_at,
+                              output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
+        await self.outbox.add(result)
+        self._result_buf.append(result)
+        self._schedule_flush()
+
+    async def _run_executor(self, a: m.TaskAssignment) -> ExecOutcome:
+        started = self.clock()
+        ex = self.executors.get(a.type)
+        if ex is None:
+            return ExecOutcome("error", error=f"this worker has no executor for task type {a.type!r}",
+                               started_at=started, finished_at=self.clock())
+        timeout = a.timeout_s or self.config.task_timeout_s
+        ctx = TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config, timeout_s=timeout,
+                          max_memory_mb=a.max_memory_mb, test_root=self.config.test_root)
+        try:
+            return await ex.run(ctx)
+        except ExecutionError as exc:
+            return ExecOutcome("error", error=str(exc), started_at=started, finished_at=self.clock())
+        except asyncio.CancelledError:
+            r = self.running.get(a.task_id)
+            if r is None or r.cancel_reason is None:
+                raise
+            return ExecOutcome("cancelled", error=r.cancel_reason, started_at=started, finished_at=self.clock())
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._started_buf:
+            self._send(m.TaskStarted(self._started_buf, self.clock()))
+            self._started_buf = []
+        if self._result_buf:
+            self._send(m.Results(self._result_buf))
+            self._result_buf = []
+
+    async def _shutdown_tasks(self) -> None:
+        for r in list(self.running.values()):
+            r.task.cancel()
+        for r in list(self.running.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await r.task
+        for ex in self.executors.values():
+            await ex.close()
+        await self.outbox.close()
+
+    # ----------------------------------------------------------------- writing
+
+    def _send(self, msg: m.Message) -> None:
+        self._sendq.put_nowait(msg)
+
+    async def _writer(self, ws: ClientConnection) -> None:
+        assert self._channel is not None
+        while True:
+            msg = await self._sendq.get()
+            await ws.send(self._channel.seal(msg, self.clock()))
+
+    async def _heartbeats(self) -> None:
+        await self.registered.wait()
+        psutil.cpu_percent(None)
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval_s)
+            self._send(self._heartbeat_msg())
+
+    def _heartbeat_msg(self) -> m.Heartbeat:
+        refs = [m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()]
+        state: m.WorkerState = "draining" if self.draining else "ready"
+        return m.Heartbeat(state=state, running=refs, cpu_percent=psutil.cpu_percent(None),
+                           memory_percent=psutil.virtual_memory().percent,
+                           free_slots=max(0, self.config.max_concurrent_tasks - len(refs)))
+
+    async def _renew_tokens(self) -> None:
+        await self.registered.wait()
+        while True:
+            delay = self.credentials.renew_in(self.clock())
+            if delay is None:
+                return
+            await asyncio.sleep(delay)
+            token = await self.credentials.renew()
+            self._send(m.AuthRenew(token))
+
+
+_HANDLERS: dict[type[Any], Callable[[WorkerAgent, m.Message], Awaitable[None]]] = {
+    m.Registered: WorkerAgent._on_registered,
+    m.AssignTasks: WorkerAgent._on_assign,
+    m.ResultAck: WorkerAgent._on_ack,
+    m.Cancel: WorkerAgent._on_cancel,
+    m.Drain: WorkerAgent._on_drain,
+    m.ErrorMsg: WorkerAgent._on_error,
+}

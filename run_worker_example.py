@@ -1,0 +1,8 @@
+#!/usr/bin/env python3
+"""Start a worker (same as the ``dt-worker`` console script)."""
+import sys
+
+from distributed_testing.cli.worker import main
+
+if __name__ == "__main__":
+    sys.exit(main())

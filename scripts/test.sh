@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run the whole test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+exec python -m pytest -q -p no:cacheprovider "$@"
