@@ -76,7 +76,8 @@ def _rt(request: web.Request) -> Runtime:
 async def healthz(request: web.Request) -> web.Response:
     rt = _rt(request)
     connected = sum(1 for w in rt.state.workers.values() if w.connected)
-    return web.json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks)})
+    return web.json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks),
+                              "tasks_by_state": {k: v for k, v in rt.state.counts.items() if v}})
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -124,7 +125,7 @@ async def revoke_key(request: web.Request) -> web.Response:
 async def submit_tasks(request: web.Request) -> web.Response:
     rt = _rt(request)
     parsed = specs.parse_tasks(await _json_body(request))
-    accepted, cmds = rt.state.submit(parsed, rt.clock())
+    accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
     await rt.execute(cmds)
     status = 201 if any(a["created"] for a in accepted) else 200
     return web.json_response({"tasks": accepted}, status=status)
@@ -134,7 +135,7 @@ def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
     return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
             "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
             "pending_reason": rt.state.why_pending(t), "outcome": t.outcome, "retries_used": t.retries_used,
-            "spec": t.spec_dict, "history": t.history}
+            "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history}
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -166,7 +167,11 @@ async def list_tasks(request: web.Request) -> web.Response:
 async def cancel_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     task_id = request.match_info["task_id"]
-    await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {request['principal'].name}"))
+    principal = request[PRINCIPAL]
+    owner = rt.state.get(task_id).submitted_by
+    if principal.role != roles.Role.ADMIN and owner not in (None, principal.key_id):
+        raise PermissionDenied(f"task {task_id} was submitted by another key; only it or an admin may cancel it")
+    await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {principal.name}"))
     return web.json_response(task_view(rt, rt.state.get(task_id)))
 
 

@@ -78,6 +78,7 @@ class Task:
     not_before: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
+    submitted_by: str | None = None
 
     @property
     def key(self) -> ReqKey:
@@ -92,7 +93,7 @@ class Task:
             priority=self.spec.priority, submitted_at=self.submitted_at, updated_at=self.updated_at,
             digest=self.digest, spec=self.spec_dict, worker_id=self.worker_id,
             retries_used=self.retries_used, not_before=self.not_before, history=list(self.history),
-            outcome=self.outcome,
+            outcome=self.outcome, seq=self.seq, submitted_by=self.submitted_by,
         )
 
 
@@ -131,10 +132,12 @@ class CoordinatorState:
         self._queues: dict[ReqKey, list[tuple[int, int, str]]] = defaultdict(list)
         self._delayed: list[tuple[float, str]] = []
         self._seq = 0
+        self.counts: dict[str, int] = defaultdict(int)  # tasks per state, kept by _transition
 
     # ----------------------------------------------------------------- tasks
 
-    def submit(self, items: list[specs.TaskSpec], now: float) -> tuple[list[dict[str, Any]], list[Command]]:
+    def submit(self, items: list[specs.TaskSpec], now: float,
+               submitted_by: str | None = None) -> tuple[list[dict[str, Any]], list[Command]]:
         """Accept specs (ids assigned where missing). Raises Conflict, before changing anything,
         if an id already exists with a different body; an identical resubmission is a no-op."""
         prepared = [specs.with_id(s) for s in items]
@@ -152,9 +155,10 @@ class CoordinatorState:
                 continue
             self._seq += 1
             t = Task(spec=s, spec_dict=specs.spec_to_dict(s), task_id=s.task_id, type=specs.spec_type(s),
-                     digest=d, seq=self._seq, submitted_at=now, updated_at=now)
+                     digest=d, seq=self._seq, submitted_at=now, updated_at=now, submitted_by=submitted_by)
             t.history.append({"at": now, "from": None, "to": "pending", "cause": "submitted", "attempt": 0})
             self.tasks[t.task_id] = t
+            self.counts["pending"] += 1
             self._enqueue(t)
             cmds.append(Save(t.row()))
             accepted.append({"task_id": t.task_id, "created": True, "state": "pending"})
@@ -243,11 +247,13 @@ class CoordinatorState:
     # --------------------------------------------------------------- results
 
     def started(self, worker_id: str, msg: m.TaskStarted, now: float) -> list[Command]:
+        saves: list[Command] = []
         for ref in msg.tasks:
             t = self.tasks.get(ref.task_id)
             if t is not None and t.attempt == ref.attempt and t.state == "assigned" and t.worker_id == worker_id:
                 self._transition(t, "running", f"started on {worker_id}", now)
-        return []
+                saves.append(Save(t.row()))
+        return saves
 
     def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:
         cmds: list[Command] = []
@@ -359,6 +365,8 @@ class CoordinatorState:
         check_transition(t.task_id, t.state, new, cause)
         t.history.append({"at": now, "from": t.state, "to": new, "cause": cause, "attempt": t.attempt,
                           "worker_id": t.worker_id})
+        self.counts[t.state] -= 1
+        self.counts[new] += 1
         t.state, t.updated_at = new, now
         if outcome is not None:
             t.outcome = outcome
@@ -395,14 +403,15 @@ class CoordinatorState:
     def restore(self, snap: Snapshot, now: float) -> None:
         """Rebuild from a store snapshot: pending tasks are queued again; tasks that were active
         wait for their worker to reconnect within the grace period, then are requeued."""
-        for row in sorted(snap.tasks, key=lambda r: r.submitted_at):
+        for row in sorted(snap.tasks, key=lambda r: (r.seq, r.submitted_at)):
             spec = specs.spec_from_dict(row.spec)
-            self._seq += 1
+            self._seq = max(self._seq + 1, row.seq)
             t = Task(spec=spec, spec_dict=row.spec, task_id=row.task_id, type=row.type, digest=row.digest,
-                     seq=self._seq, submitted_at=row.submitted_at, state=row.state, attempt=row.attempt,
+                     seq=self._seq, submitted_by=row.submitted_by, submitted_at=row.submitted_at, state=row.state, attempt=row.attempt,
                      worker_id=row.worker_id, updated_at=row.updated_at, retries_used=row.retries_used,
                      not_before=row.not_before, history=list(row.history), outcome=row.outcome)
             self.tasks[t.task_id] = t
+            self.counts[t.state] += 1
             if t.state == "pending":
                 if t.not_before > now:
                     heapq.heappush(self._delayed, (t.not_before, t.task_id))

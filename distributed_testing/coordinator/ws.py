@@ -89,7 +89,8 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
     principal = rt.authenticate(credential)
     roles.require(principal.role, roles.Permission.WORKER_CONNECT)
     session_id = secrets.token_urlsafe(16)
-    ws = web.WebSocketResponse(heartbeat=rt.config.heartbeat_interval_s, max_msg_size=rt.config.max_frame_bytes + 1024)
+    ws = web.WebSocketResponse(heartbeat=rt.config.heartbeat_interval_s, max_msg_size=rt.config.max_frame_bytes + 1024,
+                               compress=False)
     ws.headers[SESSION_HEADER] = session_id
     await ws.prepare(request)
     channel = Channel(derive_session_key(credential, session_id), max_frame=rt.config.max_frame_bytes,

@@ -70,7 +70,7 @@ class Channel:
         if not hmac.compare_digest(tag, expected):
             raise SignatureError("HMAC signature does not match the frame")
         env = decode_envelope(payload)
-        if abs(env.ts - now) > self.max_skew_s:
+        if not abs(env.ts - now) <= self.max_skew_s:  # also rejects NaN
             raise StaleMessage(
                 f"timestamp {env.ts:.3f} is {env.ts - now:+.1f}s from now (window ±{self.max_skew_s}s)"
             )

@@ -17,6 +17,7 @@ coordinator schedules on (``model``, ``batch_sizes``, ``precision``, ``device``,
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from functools import cache
 from typing import Annotated, Any, Literal, Union
@@ -27,7 +28,7 @@ from ..errors import ValidationError
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 HARDWARE_NAMES: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "openvino")
-TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")]
+TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 
 
@@ -145,12 +146,42 @@ def _benchmark_errors(config: Any, prefix: str) -> list[dict[str, str]]:
     return []
 
 
+_INT_FIELDS = ("priority", "max_retries", "max_memory_mb")
+_BENCH_INT_FIELDS = ("iterations", "warmup", "batch_size", "steps", "warmup_steps", "nodes", "sequence_length", "image_size")
+
+
+def _whole(v: Any) -> Any:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _normalize_ints(item: Any) -> Any:
+    """JSON Schema's ``integer`` admits ``5.0``; so do we, for the fields typed int."""
+    if not isinstance(item, dict):
+        return item
+    out = {k: (_whole(v) if k in _INT_FIELDS else v) for k, v in item.items()}
+    cfg = out.get("config")
+    if out.get("type") == "benchmark" and isinstance(cfg, dict):
+        cfg = {k: (_whole(v) if k in _BENCH_INT_FIELDS else v) for k, v in cfg.items()}
+        if isinstance(cfg.get("batch_sizes"), list):
+            cfg["batch_sizes"] = [_whole(v) for v in cfg["batch_sizes"]]
+        out["config"] = cfg
+    return out
+
+
+def _convert(item: Any) -> TaskSpec:
+    spec: TaskSpec = msgspec.convert(item, TaskSpec)  # type: ignore[arg-type]
+    if isinstance(spec, BenchmarkTask):
+        msgspec.convert(spec.config, BenchmarkConfig)
+    return spec
+
+
 def _parse_one(item: Any, prefix: str) -> TaskSpec:
     try:
-        spec: TaskSpec = msgspec.convert(item, TaskSpec)  # type: ignore[arg-type]
-        if isinstance(spec, BenchmarkTask):
-            msgspec.convert(spec.config, BenchmarkConfig)
-        return spec
+        return _convert(item)
+    except msgspec.ValidationError:
+        item = _normalize_ints(item)  # only the slow path pays for normalising
+    try:
+        return _convert(item)
     except msgspec.ValidationError as exc:
         errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
         raise ValidationError(errors) from exc
@@ -178,15 +209,20 @@ def parse_tasks(doc: Any) -> list[TaskSpec]:
     return specs
 
 
+_ID_PREFIX = uuid.uuid4().hex[:8]  # random per process; with the counter, ids never repeat
+_id_counter = itertools.count()
+_TYPE_OF: dict[type[Any], str] = {cls: name for name, cls in TASK_TYPES.items()}
+
+
 def with_id(spec: TaskSpec) -> TaskSpec:
-    """The spec with a coordinator-assigned id when the submitter gave none."""
+    """The spec with a coordinator-assigned id (``<type>-<16 hex>``) when the submitter gave none."""
     if spec.task_id is not None:
         return spec
-    return msgspec.structs.replace(spec, task_id=f"{spec.__struct_config__.tag}-{uuid.uuid4().hex[:16]}")
+    return msgspec.structs.replace(spec, task_id=f"{spec_type(spec)}-{_ID_PREFIX}{next(_id_counter):08x}")
 
 
 def spec_type(spec: TaskSpec) -> str:
-    return str(spec.__struct_config__.tag)
+    return _TYPE_OF[type(spec)]
 
 
 def config_dict(spec: TaskSpec) -> dict[str, Any]:

@@ -95,7 +95,7 @@ class WorkerAgent:
         cred = await self.credentials.current()
         try:
             ws = await connect(self.config.ws_url, additional_headers={"Authorization": f"Bearer {cred}"},
-                               max_size=32 * 1024 * 1024, open_timeout=10, ping_interval=self.config.heartbeat_interval_s,
+                               max_size=32 * 1024 * 1024, open_timeout=10, compression=None, ping_interval=self.config.heartbeat_interval_s,
                                ping_timeout=max(10.0, self.config.heartbeat_interval_s * 2))
         except websockets.InvalidStatus as exc:
             status = exc.response.status_code

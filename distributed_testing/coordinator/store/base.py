@@ -38,6 +38,8 @@ class TaskRow(_Rec, tag="task"):
     not_before: float = 0.0
     history: list[dict[str, Any]] = []
     outcome: dict[str, Any] | None = None
+    seq: int = 0
+    submitted_by: str | None = None
 
 
 class ResultRow(_Rec, tag="result"):

@@ -1,0 +1,178 @@
+"""Dispatch benchmark: coordinator + N worker processes on loopback, no-op custom tasks.
+
+Signing is always on and results are persisted (DuckDB store with its journal). Two phases:
+
+* throughput: submit ``--tasks`` no-op tasks in lists of ``--chunk`` from ``--clients`` concurrent
+  submitters; tasks/s from the first submit to the last terminal state;
+* latency: ``--latency-samples`` tasks one at a time; submit → result visible to the client
+  (the long-poll on ``GET /api/v1/tasks/{id}?wait=`` returns), p50/p90/p99.
+
+Run: ``python benchmarks/dispatch.py --workers 2 --tasks 20000``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{proc.args} did not come up (exit {proc.poll()})")
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+async def _count_done(http: aiohttp.ClientSession, base: str, h: dict[str, str]) -> int:
+    async with http.get(f"{base}/healthz") as r:
+        counts = (await r.json())["tasks_by_state"]
+    return sum(counts.get(s, 0) for s in ("succeeded", "failed", "error", "timed_out", "cancelled"))
+
+
+async def throughput(base: str, key: str, n: int, chunk: int, clients: int) -> float:
+    h = {"Authorization": f"Bearer {key}"}
+    docs = [[{"type": "custom", "config": {"name": "noop"}} for _ in range(chunk)] for _ in range(n // chunk)]
+    async with aiohttp.ClientSession() as http:
+        before = await _count_done(http, base, h)
+        queue: asyncio.Queue[list[dict[str, object]]] = asyncio.Queue()
+        for d in docs:
+            queue.put_nowait(d)
+
+        async def submitter() -> None:
+            while not queue.empty():
+                doc = queue.get_nowait()
+                async with http.post(f"{base}/api/v1/tasks", json=doc, headers=h) as r:
+                    assert r.status == 201, await r.text()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(submitter() for _ in range(clients)))
+        target = before + len(docs) * chunk
+        while await _count_done(http, base, h) < target:
+            await asyncio.sleep(0.02)
+        return (len(docs) * chunk) / (time.perf_counter() - t0)
+
+
+async def latency(base: str, key: str, samples: int) -> list[float]:
+    h = {"Authorization": f"Bearer {key}"}
+    out: list[float] = []
+    async with aiohttp.ClientSession() as http:
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            async with http.post(f"{base}/api/v1/tasks", json={"type": "custom", "config": {"name": "noop"}}, headers=h) as r:
+                task_id = (await r.json())["tasks"][0]["task_id"]
+            async with http.get(f"{base}/api/v1/tasks/{task_id}", params={"wait": "10", "result": "0"}, headers=h) as r:
+                body = await r.json()
+            out.append(time.perf_counter() - t0)
+            assert body["state"] == "succeeded", body
+    return out
+
+
+def cpu_seconds(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds used so far by the coordinator, the workers and the workers' children."""
+    out = {"coordinator": 0.0, "workers": 0.0, "worker children": 0.0}
+    for i, p in enumerate(procs):
+        try:
+            proc = psutil.Process(p.pid)
+            t = proc.cpu_times()
+            out["coordinator" if i == 0 else "workers"] += t.user + t.system
+            for child in proc.children(recursive=True):
+                ct = child.cpu_times()
+                out["worker children"] += ct.user + ct.system
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=64, help="--max-concurrent-tasks per worker")
+    ap.add_argument("--tasks", type=int, default=20000)
+    ap.add_argument("--chunk", type=int, default=500)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--latency-samples", type=int, default=500)
+    ap.add_argument("--db", choices=["duckdb", "memory"], default="duckdb")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dt-dispatch-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        db = str(tmp / "c.duckdb") if args.db == "duckdb" else "memory://"
+        c = subprocess.Popen([sys.executable, str(ROOT / "run_coordinator.py"), "--port", "0", "--port-file", str(tmp / "port"),
+                              "--db-path", db, "--admin-key-file", str(tmp / "admin.key"), "--log-level", "WARNING"],
+                             env=env, stdout=open(tmp / "coordinator.log", "wb"), stderr=subprocess.STDOUT)
+        procs.append(c)
+        base = f"http://127.0.0.1:{_wait_file(tmp / 'port', c)}"
+        admin = _wait_file(tmp / "admin.key", c)
+
+        async def make_keys() -> list[str]:
+            async with aiohttp.ClientSession() as http:
+                keys = []
+                for _ in range(args.workers):
+                    async with http.post(f"{base}/api/v1/keys", json={"role": "worker"}, headers={"Authorization": f"Bearer {admin}"}) as r:
+                        keys.append((await r.json())["key"])
+                return keys
+
+        for i, key in enumerate(asyncio.run(make_keys())):
+            procs.append(subprocess.Popen(
+                [sys.executable, str(ROOT / "run_worker_example.py"), "--coordinator", base, "--api-key", key,
+                 "--worker-id", f"bench-{i}", "--max-concurrent-tasks", str(args.slots), "--log-level", "WARNING",
+                 "--db-path", str(tmp / f"w{i}.duckdb")],
+                env=env, stdout=open(tmp / f"w{i}.log", "wb"), stderr=subprocess.STDOUT))
+
+        async def ready() -> None:
+            async with aiohttp.ClientSession() as http:
+                while True:
+                    async with http.get(f"{base}/api/v1/workers", headers={"Authorization": f"Bearer {admin}"}) as r:
+                        if sum(w["state"] == "ready" for w in (await r.json())["workers"]) >= args.workers:
+                            return
+                    await asyncio.sleep(0.1)
+
+        asyncio.run(asyncio.wait_for(ready(), 120))
+        asyncio.run(throughput(base, admin, 2000, args.chunk, args.clients))  # warm-up
+        cpu0, me0 = cpu_seconds(procs), time.process_time()
+        tps = asyncio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
+        cpu1, me1 = cpu_seconds(procs), time.process_time()
+        lat = asyncio.run(latency(base, admin, args.latency_samples))
+        print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, signing on")
+        print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")
+        per_task = {k: (cpu1[k] - cpu0[k]) / args.tasks * 1e6 for k in cpu0}
+        per_task["benchmark client"] = (me1 - me0) / args.tasks * 1e6
+        print("  CPU per task (us): " + ", ".join(f"{k} {v:.0f}" for k, v in per_task.items())
+              + f"; total {sum(per_task.values()):.0f}")
+        print(f"  latency submit->result (n={len(lat)}): p50 {pct(lat, 50) * 1e3:.2f} ms  p90 {pct(lat, 90) * 1e3:.2f} ms  "
+              f"p99 {pct(lat, 99) * 1e3:.2f} ms  mean {statistics.mean(lat) * 1e3:.2f} ms")
+        return 0
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

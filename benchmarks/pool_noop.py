@@ -1,0 +1,67 @@
+"""Throughput of noop tasks through CustomExecutor's pool (a harness, not a test: no assertions
+on timing). Belongs in benchmarks/; kept here until the lead moves it.
+
+    .venv/bin/python tests/integration/executors/bench_pool_noop.py --tasks 2000 --pool-size 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import time
+
+from distributed_testing.worker.executors import CustomExecutor, TaskContext
+
+logger = logging.getLogger("bench_pool_noop")
+
+
+async def measure(tasks: int, pool_size: int, timeout_s: float | None) -> dict[str, float]:
+    """Tasks/s for ``tasks`` noops run one after another and all at once through the pool."""
+    ex = CustomExecutor(pool_size)
+    await ex.start()
+    try:
+        ctx = TaskContext("bench", 1, "custom", {"name": "noop", "parameters": {}}, timeout_s=timeout_s)
+        for _ in range(100):  # warm-up
+            await ex.run(ctx)
+        t0 = time.perf_counter()
+        for _ in range(tasks):
+            await ex.run(ctx)
+        sequential = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        outcomes = await asyncio.gather(*(ex.run(ctx) for _ in range(tasks)))
+        concurrent = time.perf_counter() - t0
+    finally:
+        await ex.close()
+    failed = [o for o in outcomes if o.status != "succeeded"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} noop tasks did not succeed: {failed[0]}")
+    return {
+        "sequential_tasks_per_s": tasks / sequential,
+        "sequential_us_per_task": sequential / tasks * 1e6,
+        "concurrent_tasks_per_s": tasks / concurrent,
+        "concurrent_us_per_task": concurrent / tasks * 1e6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--pool-size", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=None, help="per-task timeout (adds a watchdog)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; best and median are reported")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    rounds = [asyncio.run(measure(args.tasks, args.pool_size, args.timeout_s)) for _ in range(args.repeat)]
+    for key in ("sequential_tasks_per_s", "concurrent_tasks_per_s"):
+        values = sorted(r[key] for r in rounds)
+        logger.info(
+            "%d noops, pool size %d, timeout %s, %s: best %.0f, median %.0f (%.1f us/task at best)",
+            args.tasks, args.pool_size, args.timeout_s, key, values[-1], statistics.median(values),
+            1e6 / values[-1],
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Coordinator persistence: the ``Store`` protocol (``base``) and its backends.
+
+``open_store`` picks the backend from a URL or path. ``DuckDBStore`` is imported only when a
+DuckDB store is asked for, so importing the record types does not load DuckDB and Arrow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import StoreError
+from .base import SCHEMA_VERSION, KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, Store, TaskRow, WorkerRow
+from .memory import MemoryStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "KeyRow",
+    "MemoryStore",
+    "MetaRow",
+    "Record",
+    "ResultQuery",
+    "ResultRow",
+    "Snapshot",
+    "Store",
+    "TaskRow",
+    "WorkerRow",
+    "open_store",
+]
+
+
+def open_store(url_or_path: str | Path) -> Store:
+    """The store for ``url_or_path`` (not yet opened: call ``await store.open()``).
+
+    - ``memory://`` (anything after it is ignored): a new :class:`MemoryStore`.
+    - ``duckdb:///abs/path.duckdb``, ``duckdb://rel/path.duckdb`` or a plain filesystem path:
+      a :class:`~.duckdb.DuckDBStore` on that file (its journal is ``<file>.journal/``).
+    - ``postgresql://`` / ``postgres://``: not implemented yet (``StoreError``).
+
+    Any other ``scheme://`` raises ``StoreError`` naming the schemes understood.
+    """
+    if isinstance(url_or_path, Path):
+        return _duckdb_store(url_or_path)
+    text = url_or_path.strip()
+    if not text:
+        raise StoreError("empty store URL or path")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return _duckdb_store(Path(text))
+    scheme = scheme.lower()
+    if scheme == "memory":
+        return MemoryStore()
+    if scheme == "duckdb":
+        if not rest:
+            raise StoreError(f"store URL {text!r} names no file")
+        return _duckdb_store(Path(rest))
+    if scheme in ("postgresql", "postgres"):
+        raise StoreError("PostgreSQL store is not implemented yet")
+    raise StoreError(f"unknown store URL scheme {scheme!r} in {text!r}: use memory://, duckdb:///path or a path")
+
+
+def _duckdb_store(path: Path) -> Store:
+    from .duckdb import DuckDBStore
+
+    return DuckDBStore(path)

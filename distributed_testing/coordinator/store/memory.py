@@ -1,0 +1,170 @@
+"""``MemoryStore``: the in-memory twin of the DuckDB store, and the one statement of
+:class:`ResultQuery` semantics in Python.
+
+Filter semantics (``result_matches``; ``DuckDBStore`` implements the same in SQL and a test checks
+both agree on the same data). Every given filter must hold:
+
+- ``task_id``, ``worker_id``, ``status``, ``task_type``: equal to the result's field.
+- ``since`` <= ``received_at`` < ``until`` (coordinator clock; times are finite floats).
+- ``model`` / ``precision``: ``output["model"]`` / ``output["precision"]`` is that string.
+- ``hardware``: ``output["device"]`` is that string, or ``output["environment"]["device_name"]``
+  is (exact match, e.g. ``"cuda"`` or ``"NVIDIA H100 80GB HBM3"``).
+- ``batch_size``: some dict in the list ``output["batch_results"]`` has ``batch_size`` equal to
+  that integer (an int, not a bool or float).
+
+Order: newest first by ``received_at``, ties broken by ``task_id`` then ``attempt``, both
+descending; then ``offset`` and ``limit`` (both must be >= 0).
+
+Write semantics, as in every store: tasks, workers, keys and meta are upserts (the last appended
+state wins); a result is keyed by ``(task_id, attempt)`` and the first one received is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from ...errors import StoreError, ValidationError
+from .base import KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, TaskRow, WorkerRow
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Record)
+
+
+def validate_query(q: ResultQuery) -> None:
+    """Raise ``ValidationError`` for a query no store can answer (negative limit or offset)."""
+    errors = [
+        {"field": name, "error": "must be >= 0"}
+        for name, value in (("limit", q.limit), ("offset", q.offset))
+        if value < 0
+    ]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _is_str(container: Any, key: str, want: str) -> bool:
+    if not isinstance(container, dict):
+        return False
+    value = container.get(key)
+    return isinstance(value, str) and value == want
+
+
+def _has_batch_size(output: dict[str, Any], want: int) -> bool:
+    batches = output.get("batch_results")
+    if not isinstance(batches, list):
+        return False
+    return any(isinstance(b, dict) and type(b.get("batch_size")) is int and b["batch_size"] == want for b in batches)
+
+
+def _output_matches(out: dict[str, Any], q: ResultQuery) -> bool:
+    if q.model is not None and not _is_str(out, "model", q.model):
+        return False
+    if q.precision is not None and not _is_str(out, "precision", q.precision):
+        return False
+    if q.hardware is not None and not (
+        _is_str(out, "device", q.hardware) or _is_str(out.get("environment"), "device_name", q.hardware)
+    ):
+        return False
+    return q.batch_size is None or _has_batch_size(out, q.batch_size)
+
+
+def result_matches(r: ResultRow, q: ResultQuery) -> bool:
+    """True when ``r`` satisfies every filter given in ``q`` (see the module docstring)."""
+    for name in ("task_id", "worker_id", "status", "task_type"):
+        want = getattr(q, name)
+        if want is not None and getattr(r, name) != want:
+            return False
+    if q.since is not None and not r.received_at >= q.since:
+        return False
+    if q.until is not None and not r.received_at < q.until:
+        return False
+    return _output_matches(r.output, q)
+
+
+def result_order_key(r: ResultRow) -> tuple[float, str, int]:
+    """Sort key; results are returned in descending order of it."""
+    return (r.received_at, r.task_id, r.attempt)
+
+
+def filter_results(rows: list[ResultRow], q: ResultQuery) -> list[ResultRow]:
+    """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python."""
+    validate_query(q)
+    hits = sorted((r for r in rows if result_matches(r, q)), key=result_order_key, reverse=True)
+    return hits[q.offset : q.offset + q.limit]
+
+
+def _done_soon(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class MemoryStore:
+    """Store twin for tests and ``memory://``: same semantics as ``DuckDBStore``, nothing on disk.
+
+    State survives ``close()``/``open()`` on the same instance (a coordinator restart in tests).
+    Records are copied through MessagePack on append, as the journal does, so a caller mutating a
+    record's dicts afterwards changes nothing and an unencodable record fails the same way.
+    ``append`` futures complete on the next event-loop iteration.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskRow] = {}
+        self._workers: dict[str, WorkerRow] = {}
+        self._keys: dict[str, KeyRow] = {}
+        self._meta: dict[str, str] = {}
+        self._results: dict[tuple[str, int], ResultRow] = {}
+        self._open = False
+
+    async def open(self) -> Snapshot:
+        if self._open:
+            raise StoreError("memory store is already open")
+        self._open = True
+        return Snapshot(
+            tasks=sorted(self._tasks.values(), key=lambda t: (t.seq, t.submitted_at, t.task_id)),
+            workers=sorted(self._workers.values(), key=lambda w: w.worker_id),
+            keys=sorted(self._keys.values(), key=lambda k: k.key_id),
+            meta=dict(self._meta),
+        )
+
+    def append(self, records: list[Record]) -> asyncio.Future[None]:
+        if not self._open:
+            raise StoreError("memory store is not open")
+        copies = [self._copy(r) for r in records]
+        for rec in copies:
+            self._apply(rec)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        loop.call_soon(_done_soon, fut)
+        return fut
+
+    @staticmethod
+    def _copy(rec: Record) -> Record:
+        try:
+            copy: Record = _decoder.decode(_encoder.encode(rec))
+        except (TypeError, ValueError, OverflowError, msgspec.MsgspecError) as exc:
+            raise StoreError(f"invalid store record {type(rec).__name__}: {exc}") from exc
+        return copy
+
+    def _apply(self, rec: Record) -> None:
+        if isinstance(rec, TaskRow):
+            self._tasks[rec.task_id] = rec
+        elif isinstance(rec, ResultRow):
+            self._results.setdefault((rec.task_id, rec.attempt), rec)
+        elif isinstance(rec, WorkerRow):
+            self._workers[rec.worker_id] = rec
+        elif isinstance(rec, KeyRow):
+            self._keys[rec.key_id] = rec
+        elif isinstance(rec, MetaRow):
+            self._meta[rec.key] = rec.value
+        else:
+            raise StoreError(f"unknown store record {type(rec).__name__}")
+
+    async def query_results(self, query: ResultQuery) -> list[ResultRow]:
+        if not self._open:
+            raise StoreError("memory store is not open")
+        return filter_results(list(self._results.values()), query)
+
+    async def close(self) -> None:
+        self._open = False

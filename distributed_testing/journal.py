@@ -1,0 +1,395 @@
+"""A generic group-commit, append-only journal of msgspec records, split into segment files.
+
+Used by the coordinator store (the durability point in front of DuckDB) and by the worker's
+result outbox. Records are any msgspec-encodable type, usually a tagged union of Structs.
+
+On-disk format: ``<dir>/<name>-<seq:08d>.log`` files, each a sequence of frames
+``[u32 length][u32 crc32(payload)][payload]`` (little endian), the payload being the record
+encoded as MessagePack. There is no file header; an empty file is a valid empty segment.
+
+Durability contract: the future returned by :meth:`Journal.append` completes only after the
+records' bytes were written and fsync'd. One owned writer task takes everything queued since its
+last flush, writes it and fsyncs it in a single ``asyncio.to_thread`` call, then resolves all of
+those futures (group commit: while one fsync runs, new appends queue for the next).
+
+Crash behaviour: a crash can leave a torn frame at the end of the segment being written. Readers
+stop at the first short or crc-failing frame of a segment, log a warning naming the file and
+offset, and go on with the next segment; nothing after a torn frame was ever acknowledged. A
+frame whose crc matches but which does not decode as ``record_type`` is not a torn write but a
+format mismatch, and raises :class:`~distributed_testing.errors.StoreError`.
+
+After a failed write or fsync the journal is *failed*: the pending futures fail with
+``StoreError``, and so does every later ``append``/``rotate``. Retrying an fsync after an error
+can report success for data the kernel already dropped, so the owner must restart (reopening
+replays what reached the disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from .errors import StoreError
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+_HEADER = struct.Struct("<II")
+_MAX_PAYLOAD = 2**32 - 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.]+$")
+_fsync_data = getattr(os, "fdatasync", os.fsync)
+
+
+def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _fail_all(futs: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    for fut in futs:
+        _fail(fut, exc)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal(Generic[R]):
+    """Append-only, segmented, group-committed journal of ``record_type`` records.
+
+    Lifecycle: construct, ``await start()`` (or ``async with``), ``append``/``rotate`` from the
+    event loop, ``await close()``. ``read_segments``, ``drop_segments`` and ``replay`` do blocking
+    file I/O: call them from a worker thread (``asyncio.to_thread``), never on the event loop.
+
+    ``flush_count`` counts write+fsync calls and ``record_count`` the records they carried; with
+    many concurrent appenders ``flush_count`` is much smaller than the number of ``append`` calls.
+    """
+
+    def __init__(self, directory: Path, record_type: Any, *, name: str = "journal", validate: bool = True) -> None:
+        if not _NAME_RE.match(name):
+            raise ValueError(f"journal name must match {_NAME_RE.pattern}: {name!r}")
+        self.directory = Path(directory)
+        self.name = name
+        self._seg_re = re.compile(rf"^{re.escape(name)}-(\d{{8,}})\.log$")
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(record_type)
+        self._validate = validate
+        self._frames: list[bytes] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._rotations: list[asyncio.Future[int]] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._fd: int | None = None
+        self._seq = 0
+        self._failure: BaseException | None = None
+        self._closing = False
+        self.flush_count = 0
+        self.record_count = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def active_segment(self) -> int:
+        """Number of the segment appends currently go to (0 before ``start``)."""
+        return self._seq
+
+    async def start(self, *, min_seq: int = 1) -> None:
+        """Create the directory, open a new active segment, start the writer.
+
+        The new segment is numbered after every existing one and at least ``min_seq`` (an owner
+        that remembers the last segment it consumed passes that + 1, so numbers never repeat).
+        """
+        if self._writer is not None:
+            raise StoreError(f"journal {self.directory} already started")
+        if self._closing:
+            raise StoreError(f"journal {self.directory} is closed")
+        await asyncio.to_thread(self._start_sync, min_seq)
+        self._writer = asyncio.get_running_loop().create_task(self._run(), name=f"journal-writer:{self.name}")
+        self._writer.add_done_callback(self._writer_done)
+
+    def _start_sync(self, min_seq: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        existing = [seq for seq, _ in self.segments()]
+        self._seq = max(max(existing, default=0) + 1, min_seq)
+        self._fd = self._open_segment(self._seq)
+
+    async def close(self) -> None:
+        """Flush everything appended so far, stop the writer and close the active segment.
+
+        An active segment left empty is deleted. Idempotent. Raises ``StoreError`` if the final
+        flush failed (the futures of that flush fail too).
+        """
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        if self._writer is not None:
+            await asyncio.wait([self._writer])  # its outcome is recorded by _writer_done
+        await asyncio.to_thread(self._close_sync)
+        if self._failure is not None and not isinstance(self._failure, asyncio.CancelledError):
+            raise StoreError(f"journal {self.directory} failed: {self._failure}") from self._failure
+
+    def _close_sync(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        empty = os.fstat(fd).st_size == 0
+        os.close(fd)
+        if empty and self._failure is None:
+            self._segment_path(self._seq).unlink()
+            _fsync_dir(self.directory)
+
+    async def __aenter__(self) -> Journal[R]:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, records: list[R]) -> asyncio.Future[None]:
+        """Queue ``records``; the returned future completes once they are written and fsync'd.
+
+        Call from the event loop thread (plain function, not a coroutine). Records are encoded
+        here, so later mutation of their contents does not change what is written. An empty list
+        is a barrier: its future completes once everything appended before it is durable.
+        With ``validate`` (the default) each record is also decoded back as ``record_type``, so a
+        record that could never be read back (a Struct built with a wrong field type) is refused
+        here (about 1-2 µs a record). Raises ``StoreError`` if the journal is not started, closed or failed, or a record
+        cannot be encoded.
+        """
+        self._check_usable()
+        frames = []
+        for rec in records:
+            try:
+                payload = self._encoder.encode(rec)
+            except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+                raise StoreError(f"cannot encode journal record {type(rec).__name__}: {exc}") from exc
+            if self._validate:
+                self._check_decodes(rec, payload)
+            if len(payload) > _MAX_PAYLOAD:
+                raise StoreError(f"journal record of {len(payload)} bytes exceeds the 4 GiB frame limit")
+            frames.append(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._frames.extend(frames)
+        self._waiters.append(fut)
+        self._wake.set()
+        return fut
+
+    def _check_decodes(self, rec: object, payload: bytes) -> None:
+        # A record that encodes but does not decode as record_type (a Struct built with a wrong
+        # field type) would poison every later read of its segment; refuse it at the door.
+        try:
+            self._decoder.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise StoreError(f"journal record {type(rec).__name__} is not a valid record: {exc}") from exc
+
+    async def rotate(self) -> int:
+        """Close the active segment and start a new one; return the closed segment's number.
+
+        Everything appended before this call is in the closed segment (or an earlier one) and is
+        durable when this returns; appends made afterwards go to the new segment.
+        """
+        self._check_usable()
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._rotations.append(fut)
+        self._wake.set()
+        return await fut
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise StoreError(f"journal {self.directory} failed: {self._failure}") from self._failure
+        if self._closing:
+            raise StoreError(f"journal {self.directory} is closed")
+        if self._writer is None:
+            raise StoreError(f"journal {self.directory} is not started")
+
+    async def _run(self) -> None:
+        """The single writer: flush queued frames (and rotate when asked) until closed."""
+        while True:
+            if not (self._frames or self._waiters or self._rotations):
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._flush_once()
+            if self._failure is not None:
+                return
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        # Runs however the writer ended (even cancelled before its first step): nothing may hang.
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = task.exception()
+            log.error("journal %s: writer crashed", self.directory, exc_info=self._failure)
+        if self._failure is None and task.cancelled():
+            self._failure = asyncio.CancelledError("journal writer cancelled")
+        reason = f": {self._failure!r}" if self._failure is not None else ""
+        self._fail_pending(StoreError(f"journal {self.directory} writer stopped{reason}"))
+
+    async def _flush_once(self) -> None:
+        frames, self._frames = self._frames, []
+        waiters, self._waiters = self._waiters, []
+        rotations, self._rotations = self._rotations, []
+        try:
+            closed = await asyncio.to_thread(self._write_sync, frames, bool(rotations))
+        except asyncio.CancelledError:
+            err = StoreError(f"journal {self.directory} writer cancelled during a flush")
+            _fail_all(waiters, err)
+            _fail_all(rotations, err)
+            raise
+        except OSError as exc:
+            self._failure = exc
+            log.error("journal %s: write/fsync failed, journal is now failed: %s", self.directory, exc)
+            err = StoreError(f"journal {self.directory} write failed: {exc}")
+            err.__cause__ = exc
+            _fail_all(waiters, err)
+            _fail_all(rotations, err)
+            return
+        if frames:
+            self.flush_count += 1
+            self.record_count += len(frames)
+        for w in waiters:
+            _resolve(w, None)
+        for r in rotations:
+            _resolve(r, closed)
+
+    def _fail_pending(self, err: StoreError) -> None:
+        waiters, self._waiters = self._waiters, []
+        rotations, self._rotations = self._rotations, []
+        self._frames = []
+        _fail_all(waiters, err)
+        _fail_all(rotations, err)
+
+    def _write_sync(self, frames: list[bytes], rotate: bool) -> int:
+        """Write and fsync ``frames`` to the active segment; rotate after if asked. Worker thread."""
+        fd = self._fd
+        if fd is None:
+            raise OSError(f"journal {self.directory}: no active segment")
+        if frames:
+            data = memoryview(b"".join(frames))
+            while data:
+                written = os.write(fd, data)
+                data = data[written:]
+            _fsync_data(fd)
+        if not rotate:
+            return self._seq
+        closed = self._seq
+        self._fd = None
+        os.close(fd)
+        self._seq = closed + 1
+        self._fd = self._open_segment(self._seq)
+        return closed
+
+    # ------------------------------------------------------------------ segments (blocking)
+
+    def _segment_path(self, seq: int) -> Path:
+        return self.directory / f"{self.name}-{seq:08d}.log"
+
+    def _open_segment(self, seq: int) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self._segment_path(seq), flags, 0o644)
+        _fsync_dir(self.directory)
+        return fd
+
+    def segments(self) -> list[tuple[int, Path]]:
+        """``(seq, path)`` of every segment file on disk, oldest first. Blocking."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for entry in self.directory.iterdir():
+            m = self._seg_re.match(entry.name)
+            if m:
+                found.append((int(m.group(1)), entry))
+        return sorted(found)
+
+    def _closed_upto(self, upto: int, after: int = 0) -> list[tuple[int, Path]]:
+        if self._seq and upto >= self._seq:
+            raise StoreError(f"journal {self.directory}: segment {self._seq} is active; closed segments are < it")
+        return [(seq, path) for seq, path in self.segments() if after < seq <= upto]
+
+    def read_segments(self, upto: int, *, after: int = 0) -> Iterator[R]:
+        """Yield the records of every closed segment numbered ``after < seq <= upto``, in order.
+        Blocking.
+
+        A torn or corrupt frame ends that segment's records (warning logged with file and offset).
+        """
+        for _, path in self._closed_upto(upto, after):
+            yield from self._read_file(path)
+
+    def drop_segments(self, upto: int) -> None:
+        """Delete every closed segment numbered ``<= upto`` and fsync the directory. Blocking."""
+        doomed = self._closed_upto(upto)
+        for _, path in doomed:
+            path.unlink()
+        if doomed:
+            _fsync_dir(self.directory)
+
+    def replay(self) -> list[R]:
+        """Every record of every segment on disk, in order. Blocking.
+
+        Meant for startup, before any append: a segment being written concurrently may show a
+        partially written batch, which reads (and is logged) as a torn tail.
+        """
+        out: list[R] = []
+        for _, path in self.segments():
+            out.extend(self._read_file(path))
+        return out
+
+    def _read_file(self, path: Path) -> Iterator[R]:
+        data = path.read_bytes()
+        size = len(data)
+        off = 0
+        while off < size:
+            problem = self._frame_problem(data, off)
+            if problem is not None:
+                log.warning(
+                    "journal %s: %s at offset %d; ignoring the last %d bytes (torn or corrupt tail)",
+                    path,
+                    problem,
+                    off,
+                    size - off,
+                )
+                return
+            length, _ = _HEADER.unpack_from(data, off)
+            start = off + _HEADER.size
+            try:
+                record = self._decoder.decode(data[start : start + length])
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise StoreError(f"journal {path} at offset {off}: record does not decode: {exc}") from exc
+            yield record
+            off = start + length
+
+    @staticmethod
+    def _frame_problem(data: bytes, off: int) -> str | None:
+        if len(data) - off < _HEADER.size:
+            return "short frame header"
+        length, crc = _HEADER.unpack_from(data, off)
+        start = off + _HEADER.size
+        if length == 0:
+            return "zero-length frame"
+        if start + length > len(data):
+            return f"short frame ({len(data) - start} of {length} payload bytes)"
+        if zlib.crc32(data[start : start + length]) != crc:
+            return "crc mismatch"
+        return None

@@ -1,0 +1,73 @@
+"""Task executors, one per task type, behind the :class:`~.base.Executor` protocol.
+
+:func:`default_executors` builds the set a worker runs with. The executor classes are imported
+lazily (PEP 562), so a custom-handler pool child, which imports a module of this package, starts
+without loading asyncio, psutil or the other executors. Nothing here imports torch or starts a
+process; executors start their children in ``start()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distributed_testing.worker.executors.base import ExecOutcome, Executor, TaskContext
+
+if TYPE_CHECKING:
+    from distributed_testing.worker.executors.custom import CustomExecutor
+    from distributed_testing.worker.executors.test import TestExecutor
+    from distributed_testing.worker.executors.unsupported import UnsupportedExecutor
+
+__all__ = [
+    "CustomExecutor",
+    "ExecOutcome",
+    "Executor",
+    "TaskContext",
+    "TestExecutor",
+    "UnsupportedExecutor",
+    "default_executors",
+]
+
+_LAZY = {"CustomExecutor": "custom", "TestExecutor": "test", "UnsupportedExecutor": "unsupported"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def default_executors(
+    max_concurrency: int = 1,
+    *,
+    cache_dir: Path | None = None,
+    custom_pool_size: int | None = None,
+    custom_handlers: Mapping[str, str] | None = None,
+    custom_pythonpath: Sequence[Path] = (),
+    pytest_env: Mapping[str, str] | None = None,
+) -> dict[str, Executor]:
+    """The executors a worker runs, keyed by task type (``test``, ``custom``, ``benchmark``).
+
+    ``max_concurrency`` is the worker's task slot count; the custom pool defaults to that size.
+    ``benchmark`` is answered by an :class:`UnsupportedExecutor` until its executor lands.
+    Call ``start()`` on each before the first task and ``close()`` at shutdown.
+    """
+    from distributed_testing.worker.executors.custom import CustomExecutor
+    from distributed_testing.worker.executors.test import TestExecutor
+    from distributed_testing.worker.executors.unsupported import UnsupportedExecutor
+
+    executors: list[Executor] = [
+        TestExecutor(extra_env=pytest_env),
+        CustomExecutor(
+            max_concurrency,
+            pool_size=custom_pool_size,
+            cache_dir=cache_dir,
+            handlers=custom_handlers,
+            pythonpath=custom_pythonpath,
+        ),
+        UnsupportedExecutor("benchmark", reason="benchmark tasks are not supported by this worker yet"),
+    ]
+    return {e.task_type: e for e in executors}

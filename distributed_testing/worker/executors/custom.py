@@ -1,0 +1,157 @@
+"""The ``custom`` task type: run a named handler in a pool of long-lived child processes.
+
+Config: ``{"name": str, "parameters": dict}``. Handlers and how to add more are described in
+:mod:`.handlers`; the process pool in :mod:`.pool`. Outcomes:
+
+* handler returned a dict -> ``succeeded`` with that dict as output;
+* handler raised -> ``failed``, ``error`` = the traceback's last line, ``output["traceback"]``;
+* ``ctx.timeout_s`` passed -> ``timed_out`` (the child's process group is killed and replaced);
+* ``ctx.max_memory_mb`` exceeded by the child's process tree -> ``failed`` (killed, replaced);
+* the child died (segfault, ``os._exit``) -> ``error`` with its exit code (replaced);
+* unknown handler, bad parameters, a plugin that will not import -> :class:`ExecutionError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
+from distributed_testing.worker.executors.handlers import (
+    BUILTIN_HANDLERS,
+    ENTRY_POINT_GROUP,
+    Handler,
+    HandlerContext,
+    HandlerParameterError,
+    HandlerRegistry,
+)
+from distributed_testing.worker.executors.pool import HandlerPool, PoolResult
+from distributed_testing.worker.executors.pool_child import Request
+from distributed_testing.worker.executors.proc import describe_exit
+
+__all__ = [
+    "BUILTIN_HANDLERS",
+    "ENTRY_POINT_GROUP",
+    "CustomExecutor",
+    "Handler",
+    "HandlerContext",
+    "HandlerParameterError",
+    "parse_custom_config",
+]
+
+logger = logging.getLogger(__name__)
+_JSON_DECODER = msgspec.json.Decoder(dict[str, Any])
+
+
+def parse_custom_config(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Validate a ``custom`` task config and return ``(name, parameters)``."""
+    unknown = sorted(set(config) - {"name", "parameters"})
+    if unknown:
+        raise ExecutionError(f"custom task config has unknown key(s): {', '.join(unknown)}")
+    name = config.get("name")
+    if not isinstance(name, str) or not name:
+        raise ExecutionError(f"custom task config needs name as a non-empty string, got {name!r}")
+    parameters = config.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise ExecutionError(f"custom task parameters must be an object, got {type(parameters).__name__}")
+    return name, parameters
+
+
+class CustomExecutor:
+    """Runs custom handlers in a pool of ``pool_size`` children (default ``max_concurrency``).
+
+    ``cache_dir`` is the worker's cache directory handed to handlers (``setup_environment``
+    clears it). ``handlers`` adds ``name -> "module:function"`` handlers next to the built-ins
+    and entry points; ``pythonpath`` is prepended to the children's import path.
+    """
+
+    task_type = "custom"
+
+    def __init__(
+        self,
+        max_concurrency: int = 1,
+        *,
+        pool_size: int | None = None,
+        cache_dir: Path | None = None,
+        handlers: Mapping[str, str] | None = None,
+        pythonpath: Sequence[Path] = (),
+        use_entry_points: bool = True,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        size = pool_size if pool_size is not None else max_concurrency
+        self.registry = HandlerRegistry(handlers, use_entry_points=use_entry_points)
+        self.pool = HandlerPool(
+            size,
+            handlers=handlers,
+            pythonpath=pythonpath,
+            use_entry_points=use_entry_points,
+            start_timeout_s=start_timeout_s,
+        )
+        self._cache_dir = None if cache_dir is None else str(cache_dir)
+        self._started = False
+
+    def handler_names(self) -> list[str]:
+        """Every handler this executor can run, sorted."""
+        return self.registry.names()
+
+    async def start(self) -> None:
+        """Start the pool's children (a second call does nothing)."""
+        if not self._started:
+            await self.pool.start()
+            self._started = True
+
+    async def close(self) -> None:
+        """Kill every pool child. Idempotent."""
+        await self.pool.close()
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        """Run the handler named in ``ctx.config``; outcomes as in the module docstring."""
+        name, parameters = parse_custom_config(ctx.config)
+        if name not in self.registry:
+            raise ExecutionError(f"unknown custom handler {name!r}; known handlers: {', '.join(self.handler_names())}")
+        if not self._started:
+            raise RuntimeError("CustomExecutor.run() called before start()")
+        started = time.time()
+        request = Request(
+            seq=0,
+            name=name,
+            parameters=parameters,
+            task_id=ctx.task_id,
+            attempt=ctx.attempt,
+            cache_dir=self._cache_dir,
+            work_dir=None if ctx.work_dir is None else str(ctx.work_dir),
+            timeout_s=ctx.timeout_s,
+        )
+        result = await self.pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb)
+        outcome = _outcome(name, result, ctx)
+        outcome.started_at = started
+        outcome.finished_at = time.time()
+        return outcome
+
+
+def _outcome(name: str, result: PoolResult, ctx: TaskContext) -> ExecOutcome:
+    if result.kind == "timed_out":
+        return ExecOutcome("timed_out", error=f"custom handler {name!r} timed out after {ctx.timeout_s:g} s")
+    if result.kind == "memory":
+        return ExecOutcome("failed", error=f"custom handler {name!r}: {result.memory_error}")
+    if result.kind == "died":
+        code = result.returncode
+        assert code is not None
+        return ExecOutcome(
+            "error",
+            output={"exit_code": code, "stderr_tail": result.stderr_tail},
+            error=f"custom handler {name!r}: child {result.child_pid} died ({describe_exit(code)})",
+        )
+    reply = result.reply
+    assert reply is not None
+    if reply.kind == "ok":
+        return ExecOutcome("succeeded", output=_JSON_DECODER.decode(reply.output_json))
+    if reply.kind == "raised":
+        return ExecOutcome("failed", output={"traceback": reply.traceback}, error=reply.error)
+    raise ExecutionError(f"custom handler {name!r}: {reply.error}")

@@ -1,0 +1,307 @@
+"""A pool of long-lived custom-handler child processes, driven from the event loop.
+
+Why real child interpreters (``python -m ...pool_child``) rather than ``multiprocessing``: each child
+is exec'd fresh with ``start_new_session=True``, so its process group exists before any handler
+code runs and one ``killpg`` stops it and everything it spawned; nothing of the worker's state
+(event loop, sockets, threads, a CUDA context) is inherited the way ``fork`` would; and the
+stdin/stdout pipes are plain asyncio streams, so waiting for a reply never blocks the loop.
+
+Each child serves one request at a time. A child whose task timed out, broke its memory limit,
+was cancelled or died is killed (whole process group) and replaced in the background; the pool
+keeps ``size`` children alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+import distributed_testing
+from distributed_testing.errors import ExecutionError
+from distributed_testing.worker.executors.pool_child import (
+    HEADER,
+    MAX_FRAME,
+    Hello,
+    Reply,
+    Request,
+    frame,
+)
+from distributed_testing.worker.executors.proc import (
+    OutputTail,
+    describe_exit,
+    kill_process_group,
+)
+from distributed_testing.worker.executors.supervise import MemoryWatch, run_limited
+
+logger = logging.getLogger(__name__)
+
+_PACKAGE_PARENT = str(Path(distributed_testing.__file__).resolve().parent.parent)
+_ENCODER = msgspec.msgpack.Encoder()
+_REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
+_HELLO_DECODER = msgspec.msgpack.Decoder(Hello)
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    """How one request ended. ``reply`` is set only for ``kind == "reply"``."""
+
+    kind: Literal["reply", "timed_out", "memory", "died"]
+    child_pid: int
+    reply: Reply | None = None
+    returncode: int | None = None
+    stderr_tail: str = ""
+    memory_error: str | None = None
+
+
+class _Child:
+    """One running pool child and its pipes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, hello: Hello, tail: OutputTail, drain: asyncio.Task[None]):
+        self.proc = proc
+        self.pid = proc.pid
+        self.handlers = hello.handlers
+        self.stderr_tail = tail
+        self._drain = drain
+
+    async def request(self, payload: bytes) -> Reply | None:
+        """Send one encoded request and return the reply, or None if the child closed its stdout."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(payload)
+        try:
+            await self.proc.stdin.drain()
+            data = await _read_frame(self.proc.stdout)
+        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
+            return None
+        try:
+            return _REPLY_DECODER.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ExecutionError(f"pool child {self.pid} sent a malformed reply: {exc}") from exc
+
+    async def reap(self) -> int:
+        """Kill the child's process group, wait for it and its stderr pipe; return its exit code."""
+        kill_process_group(self.pid)
+        code = await self.proc.wait()
+        try:
+            await asyncio.wait_for(self._drain, timeout=5.0)
+        except TimeoutError:
+            logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
+        return code
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if size > MAX_FRAME:
+        raise ExecutionError(f"pool child sent a frame of {size} bytes (limit {MAX_FRAME})")
+    return await reader.readexactly(size)
+
+
+class HandlerPool:
+    """``size`` long-lived pool children; :meth:`call` runs one request on a free child.
+
+    ``handlers`` maps extra handler names to ``"module:function"`` specs; ``pythonpath`` entries
+    are prepended to the children's ``PYTHONPATH`` (after this package's own location).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        handlers: Mapping[str, str] | None = None,
+        pythonpath: Sequence[Path] = (),
+        use_entry_points: bool = True,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be at least 1, got {size}")
+        self.size = size
+        self._argv = self._child_argv(handlers or {}, use_entry_points)
+        self._env = self._child_env(pythonpath)
+        self._start_timeout_s = start_timeout_s
+        self._idle: list[_Child] = []
+        self._children: set[_Child] = set()
+        self._live = 0
+        self._sem = asyncio.Semaphore(size)
+        self._background: set[asyncio.Task[None]] = set()
+        self._seq = itertools.count(1)
+        self._closed = False
+
+    @staticmethod
+    def _child_argv(handlers: Mapping[str, str], use_entry_points: bool) -> list[str]:
+        argv = [sys.executable, "-m", "distributed_testing.worker.executors.pool_child"]
+        argv += ["--log-level", str(logger.getEffectiveLevel())]
+        for name, spec in handlers.items():
+            argv += ["--handler", f"{name}={spec}"]
+        if not use_entry_points:
+            argv.append("--no-entry-points")
+        return argv
+
+    @staticmethod
+    def _child_env(pythonpath: Sequence[Path]) -> dict[str, str]:
+        env = dict(os.environ)  # children inherit the worker's environment, as any child does
+        parts = [_PACKAGE_PARENT, *(str(p) for p in pythonpath)]
+        if env.get("PYTHONPATH"):
+            parts.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+        return env
+
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of the children alive now (for monitoring and tests)."""
+        return sorted(c.pid for c in self._children)
+
+    async def start(self) -> None:
+        """Start ``size`` children; ExecutionError (with the child's stderr) if any fails to start."""
+        results = await asyncio.gather(*(self._spawn() for _ in range(self.size)), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for child in results:
+            if isinstance(child, _Child):
+                self._idle.append(child)
+        if failures:
+            await self.close()
+            raise failures[0]
+
+    async def _spawn(self) -> _Child:
+        self._live += 1
+        try:
+            return await self._spawn_unaccounted()
+        except BaseException:
+            self._live -= 1
+            raise
+
+    async def _spawn_unaccounted(self) -> _Child:
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            env=self._env,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        tail = OutputTail()
+        drain = asyncio.create_task(tail.drain(proc.stderr, log_prefix=f"pool child {proc.pid}:"))
+        try:
+            hello = _HELLO_DECODER.decode(
+                await asyncio.wait_for(_read_frame(proc.stdout), timeout=self._start_timeout_s)
+            )
+        except (TimeoutError, asyncio.IncompleteReadError, msgspec.DecodeError) as exc:
+            kill_process_group(proc.pid)
+            code = await proc.wait()
+            await asyncio.wait({drain}, timeout=5.0)
+            raise ExecutionError(
+                f"custom handler pool child {proc.pid} failed to start ({describe_exit(code)}): {tail.text()[-2000:]}"
+            ) from exc
+        except BaseException:
+            kill_process_group(proc.pid)
+            raise
+        child = _Child(proc, hello, tail, drain)
+        self._children.add(child)
+        logger.debug("pool child %d started with handlers %s", child.pid, child.handlers)
+        return child
+
+    async def call(self, request: Request, *, timeout_s: float | None, max_memory_mb: int | None) -> PoolResult:
+        """Run ``request`` on a free child under the given limits.
+
+        Waits for a free child when all ``size`` are busy. On timeout, memory overrun, cancellation
+        or child death the child's process group is killed and a replacement is started.
+        """
+        if self._closed:
+            raise ExecutionError("custom handler pool is closed")
+        request = msgspec.structs.replace(request, seq=next(self._seq))
+        payload = frame(_ENCODER.encode(request))
+        async with self._sem:
+            child = await self._checkout()
+            try:
+                result = await self._call_on(child, payload, request.seq, timeout_s, max_memory_mb)
+            except BaseException:
+                self._discard(child)
+                raise
+            if result.kind == "reply":
+                self._release(child)
+            else:
+                self._discard(child)
+            return result
+
+    async def _checkout(self) -> _Child:
+        """An idle child that is still running, or a newly started one."""
+        while self._idle:
+            child = self._idle.pop()
+            if child.proc.returncode is None:
+                return child
+            logger.warning("pool child %d exited while idle (%s)", child.pid, describe_exit(child.proc.returncode))
+            self._discard(child)
+        return await self._spawn()
+
+    async def _call_on(
+        self, child: _Child, payload: bytes, seq: int, timeout_s: float | None, max_memory_mb: int | None
+    ) -> PoolResult:
+        watch = MemoryWatch(child.pid, max_memory_mb) if max_memory_mb else None
+        limited = await run_limited(child.request(payload), timeout_s=timeout_s, watch=watch)
+        if limited.verdict == "timed_out":
+            return PoolResult("timed_out", child.pid)
+        if limited.verdict == "memory":
+            assert watch is not None
+            return PoolResult("memory", child.pid, memory_error=watch.describe_exceeded())
+        reply = limited.value
+        if reply is None:
+            code = await child.reap()
+            return PoolResult("died", child.pid, returncode=code, stderr_tail=child.stderr_tail.text())
+        if reply.seq != seq:
+            raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
+        return PoolResult("reply", child.pid, reply=reply)
+
+    def _release(self, child: _Child) -> None:
+        if self._closed or self._live > self.size:
+            self._discard(child, replace=False)
+        else:
+            self._idle.append(child)
+
+    def _discard(self, child: _Child, *, replace: bool = True) -> None:
+        """Kill ``child`` now; reap it (and start a replacement) in an owned background task.
+
+        Idempotent per child: a child already discarded is left alone.
+        """
+        if child not in self._children:
+            return
+        kill_process_group(child.pid)
+        self._children.discard(child)
+        self._live -= 1
+        task = asyncio.create_task(self._reap_and_replace(child, replace and not self._closed))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reap_and_replace(self, child: _Child, replace: bool) -> None:
+        code = await child.reap()
+        logger.debug("pool child %d reaped (%s)", child.pid, describe_exit(code))
+        if not replace or self._closed or self._live >= self.size:
+            return
+        try:
+            new = await self._spawn()
+        except (ExecutionError, OSError):
+            logger.exception("could not replace pool child %d; the next task will try again", child.pid)
+            return
+        if self._closed:
+            self._discard(new, replace=False)
+        else:
+            self._idle.append(new)
+
+    async def close(self) -> None:
+        """Kill every child (whole process groups) and wait for them. Idempotent.
+
+        A request still running gets a ``died`` result; stop tasks before closing the pool.
+        """
+        self._closed = True
+        for child in list(self._children):
+            self._discard(child, replace=False)
+        self._idle.clear()
+        while self._background:
+            await asyncio.gather(*self._background)

@@ -1,0 +1,166 @@
+"""A long-lived custom-handler child: ``python -m distributed_testing.worker.executors.pool_child``.
+
+Wire format on the child's stdin/stdout: frames of a 4-byte little-endian length followed by a
+msgpack-encoded message. The child first writes a :class:`Hello`, then answers each
+:class:`Request` with exactly one :class:`Reply`, one at a time, until stdin reaches EOF.
+
+At start the child moves the protocol off fds 0 and 1 (stdin becomes /dev/null, stdout points at
+stderr), so a handler that prints or reads stdin cannot corrupt the framing. The parent starts the
+child with ``start_new_session=True``; anything a handler spawns stays in the child's process group
+and dies with it when the parent kills the group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import struct
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import msgspec
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.worker.executors.handlers import (
+    HandlerContext,
+    HandlerParameterError,
+    HandlerRegistry,
+)
+
+logger = logging.getLogger(__name__)
+
+HEADER = struct.Struct("<I")
+MAX_FRAME = 64 * 1024 * 1024
+
+ReplyKind = Literal["ok", "raised", "bad_parameters", "load_error"]
+
+
+class Hello(msgspec.Struct, array_like=True, frozen=True):
+    pid: int
+    handlers: list[str]
+
+
+class Request(msgspec.Struct, array_like=True, frozen=True):
+    seq: int
+    name: str
+    parameters: dict[str, Any]
+    task_id: str
+    attempt: int
+    cache_dir: str | None = None
+    work_dir: str | None = None
+    timeout_s: float | None = None
+
+
+class Reply(msgspec.Struct, array_like=True, frozen=True):
+    """``output_json`` is the handler's result as JSON bytes (proves it is JSON-able)."""
+
+    seq: int
+    kind: ReplyKind
+    output_json: bytes = b"{}"
+    error: str | None = None
+    traceback: str | None = None
+    duration_s: float = 0.0
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its length."""
+    return HEADER.pack(len(payload)) + payload
+
+
+def _read_frame(stream: BinaryIO) -> bytes | None:
+    header = stream.read(HEADER.size)
+    if not header:
+        return None
+    if len(header) < HEADER.size:
+        raise ExecutionError("pool child: truncated frame header from parent")
+    (size,) = HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ExecutionError(f"pool child: frame of {size} bytes exceeds {MAX_FRAME}")
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise ExecutionError("pool child: truncated frame from parent")
+    return payload
+
+
+def run_request(registry: HandlerRegistry, req: Request, json_encoder: msgspec.json.Encoder) -> Reply:
+    """Run one request's handler and describe the outcome; never raises for handler errors."""
+    start = time.perf_counter()
+    try:
+        handler = registry.resolve(req.name)
+    except ExecutionError as exc:
+        return Reply(req.seq, "load_error", error=str(exc), traceback=traceback.format_exc())
+    ctx = HandlerContext(
+        task_id=req.task_id,
+        attempt=req.attempt,
+        cache_dir=None if req.cache_dir is None else Path(req.cache_dir),
+        work_dir=None if req.work_dir is None else Path(req.work_dir),
+        timeout_s=req.timeout_s,
+    )
+    try:
+        output = handler(dict(req.parameters), ctx)
+        if not isinstance(output, dict):
+            raise TypeError(f"handler {req.name!r} returned {type(output).__name__}, expected dict")
+        encoded = json_encoder.encode(output)
+    except HandlerParameterError as exc:
+        return Reply(req.seq, "bad_parameters", error=str(exc), duration_s=time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - any handler error is the task's result, reported in full
+        last_line = traceback.format_exception_only(exc)[-1].strip()
+        return Reply(
+            req.seq,
+            "raised",
+            error=last_line,
+            traceback=traceback.format_exc(),
+            duration_s=time.perf_counter() - start,
+        )
+    return Reply(req.seq, "ok", output_json=encoded, duration_s=time.perf_counter() - start)
+
+
+def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) -> None:
+    """Answer requests from ``proto_in`` on ``proto_out`` until EOF."""
+    encoder = msgspec.msgpack.Encoder()
+    json_encoder = msgspec.json.Encoder()
+    decoder = msgspec.msgpack.Decoder(Request)
+    proto_out.write(frame(encoder.encode(Hello(os.getpid(), registry.names()))))
+    proto_out.flush()
+    while (payload := _read_frame(proto_in)) is not None:
+        reply = run_request(registry, decoder.decode(payload), json_encoder)
+        proto_out.write(frame(encoder.encode(reply)))
+        proto_out.flush()
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pool_child", description=__doc__)
+    parser.add_argument("--handler", action="append", default=[], metavar="NAME=MODULE:FUNC")
+    parser.add_argument("--no-entry-points", action="store_true")
+    parser.add_argument("--log-level", type=int, default=logging.WARNING, help="numeric logging level")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format=f"pool-child[{os.getpid()}] %(levelname)s %(name)s: %(message)s"
+    )
+    extra = {}
+    for item in args.handler:
+        name, sep, spec = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--handler expects NAME=MODULE:FUNC, got {item!r}")
+        extra[name] = spec
+    registry = HandlerRegistry(extra, use_entry_points=not args.no_entry_points)
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    serve(proto_in, proto_out, registry)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

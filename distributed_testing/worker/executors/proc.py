@@ -1,0 +1,109 @@
+"""Child-process helpers shared by every executor.
+
+Each executor starts its children with ``start_new_session=True``, so a child's pid is also its
+process group id and everything it spawns (grandchildren included) stays in that group unless it
+deliberately leaves. Killing the group is therefore how a task is stopped for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections import deque
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TAIL_BYTES = 4096
+
+
+def kill_process_group(pgid: int) -> bool:
+    """SIGKILL every process in group ``pgid``.
+
+    Returns True if a signal was delivered, False if the group no longer exists. Any other
+    failure (for example EPERM) is raised: it means we tried to kill something that is not ours.
+    """
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    logger.debug("killed process group %d", pgid)
+    return True
+
+
+async def kill_and_reap(proc: asyncio.subprocess.Process) -> int:
+    """Kill ``proc``'s whole process group, wait for ``proc`` to exit and return its exit code.
+
+    ``proc`` must have been started with ``start_new_session=True``. Safe to call on a process
+    that has already exited: the group is still killed so no grandchild outlives it.
+    """
+    kill_process_group(proc.pid)
+    return await proc.wait()
+
+
+def describe_exit(returncode: int) -> str:
+    """Human wording for a child's exit status: ``exit code 3`` or ``killed by signal SIGSEGV``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} (exit code {returncode})"
+    return f"exit code {returncode}"
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident set size in bytes of ``pid`` plus all its living descendants.
+
+    Raises :class:`psutil.NoSuchProcess` if ``pid`` itself is gone; descendants that exit while
+    being measured are skipped (they no longer hold memory).
+    """
+    root = psutil.Process(pid)
+    total = int(root.memory_info().rss)
+    for child in root.children(recursive=True):
+        try:
+            total += int(child.memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return total
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+class OutputTail:
+    """Keeps the last ``limit`` bytes of a stream, for error messages and result output."""
+
+    def __init__(self, limit: int = DEFAULT_TAIL_BYTES) -> None:
+        self._limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self.total_bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        """Append ``data``, discarding the oldest bytes beyond the limit."""
+        self._chunks.append(data)
+        self._size += len(data)
+        self.total_bytes += len(data)
+        while self._size - len(self._chunks[0]) >= self._limit:
+            self._size -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes."""
+        data = b"".join(self._chunks)[-self._limit :]
+        return data.decode("utf-8", errors="replace")
+
+    async def drain(self, reader: asyncio.StreamReader, log_prefix: str | None = None) -> None:
+        """Read ``reader`` to EOF into the tail; with ``log_prefix``, also log each chunk at DEBUG."""
+        while chunk := await reader.read(65536):
+            self.feed(chunk)
+            if log_prefix is not None and logger.isEnabledFor(logging.DEBUG):
+                logger.debug("%s %s", log_prefix, chunk.decode("utf-8", errors="replace").rstrip())

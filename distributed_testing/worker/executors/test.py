@@ -1,0 +1,233 @@
+"""The ``test`` task type: run real pytest on a file under the worker's test root.
+
+Config: ``{"test_file": str, "test_args": [str], "timeout_s": float}`` (the last two optional).
+``test_file`` is relative to ``ctx.test_root`` (an absolute path must lie inside it) and may carry
+a ``::node`` suffix. pytest runs as ``sys.executable -m pytest`` in its own process group with the
+test root as cwd and rootdir; arguments are passed as a list, never through a shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
+from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
+from distributed_testing.worker.executors.proc import (
+    DEFAULT_TAIL_BYTES,
+    OutputTail,
+    describe_exit,
+    kill_process_group,
+)
+from distributed_testing.worker.executors.supervise import (
+    DEFAULT_POLL_INTERVAL_S,
+    MemoryWatch,
+    run_limited,
+)
+
+logger = logging.getLogger(__name__)
+
+_PYTEST_EXIT = {
+    2: "interrupted, e.g. by collection errors",
+    3: "internal error",
+    4: "usage error",
+}
+_ERROR_TAIL_CHARS = 2000
+_DRAIN_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """A validated ``test`` task config."""
+
+    __test__ = False  # not a pytest test class
+
+    test_file: str
+    test_args: tuple[str, ...] = ()
+    timeout_s: float | None = None
+
+
+def parse_test_config(config: Mapping[str, Any]) -> TestSpec:
+    """Validate a ``test`` task config; ExecutionError names the offending key."""
+    unknown = sorted(set(config) - {"test_file", "test_args", "timeout_s"})
+    if unknown:
+        raise ExecutionError(f"test task config has unknown key(s): {', '.join(unknown)}")
+    test_file = config.get("test_file")
+    if not isinstance(test_file, str) or not test_file.strip():
+        raise ExecutionError(f"test task config needs test_file as a non-empty string, got {test_file!r}")
+    args = config.get("test_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ExecutionError(f"test_args must be a list of strings, got {args!r}")
+    timeout = config.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ExecutionError(f"timeout_s must be a positive number, got {timeout!r}")
+    return TestSpec(test_file, tuple(args), None if timeout is None else float(timeout))
+
+
+def resolve_test_path(root: Path, test_file: str) -> str:
+    """``test_file`` (optionally ``path::node``) as a path relative to ``root``.
+
+    Raises ExecutionError if it resolves outside ``root`` (absolute paths, ``..``, symlinks) or
+    does not exist.
+    """
+    path_part, sep, node_part = test_file.partition("::")
+    try:
+        root = root.resolve(strict=True)
+        candidate = (root / path_part).resolve()
+    except (OSError, ValueError) as exc:
+        raise ExecutionError(f"cannot resolve test_file {test_file!r} under test root {root}: {exc}") from exc
+    if not candidate.is_relative_to(root):
+        raise ExecutionError(f"test_file {test_file!r} resolves to {candidate}, outside the test root {root}")
+    if not candidate.exists():
+        raise ExecutionError(f"test_file {test_file!r} not found under the test root {root}")
+    return (candidate.relative_to(root).as_posix() or ".") + sep + node_part
+
+
+def _effective_timeout(*timeouts: float | None) -> float | None:
+    given = [t for t in timeouts if t is not None]
+    return min(given) if given else None
+
+
+class TestExecutor:
+    """Runs pytest in a child process per task; see the module docstring for the config.
+
+    ``extra_env`` is merged over the inherited environment of every pytest child (for example
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``). ``memory_poll_interval_s`` is how often the process
+    tree's RSS is sampled when ``ctx.max_memory_mb`` is set.
+    """
+
+    __test__ = False  # not a pytest test class
+    task_type = "test"
+
+    def __init__(
+        self,
+        *,
+        extra_env: Mapping[str, str] | None = None,
+        memory_poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> None:
+        self._env = {**os.environ, **(extra_env or {})} if extra_env else None
+        self._poll_s = memory_poll_interval_s
+        self._tail_bytes = tail_bytes
+        self._running: set[int] = set()
+
+    async def start(self) -> None:
+        """Nothing to prepare: each task starts its own pytest process."""
+
+    async def close(self) -> None:
+        """Kill the process groups of pytest runs still in flight. Idempotent."""
+        for pgid in list(self._running):
+            kill_process_group(pgid)
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
+        spec = parse_test_config(ctx.config)
+        root = ctx.test_root.resolve()
+        target = resolve_test_path(root, spec.test_file)
+        timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
+        started = time.time()
+        with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.work_dir) as tmp:
+            xml_path = Path(tmp) / "junit.xml"
+            argv = [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *spec.test_args]
+            argv += [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+            logger.info("task %s: running %s (cwd %s, timeout %s)", ctx.task_id, argv[1:], root, timeout)
+            verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb)
+            summary = _read_summary(xml_path) if xml_path.exists() else JUnitSummary()
+        output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
+        if watch is not None:
+            output["peak_rss_mb"] = watch.peak_mb
+        outcome = _outcome(verdict, code, summary, tail, timeout, watch)
+        outcome.output.update(output)
+        outcome.started_at = started
+        outcome.finished_at = time.time()
+        return outcome
+
+    async def _run_pytest(
+        self, argv: list[str], cwd: Path, timeout: float | None, max_memory_mb: int | None
+    ) -> tuple[str, int | None, OutputTail, MemoryWatch | None]:
+        """Start pytest, enforce limits, and always kill its group and reap it before returning."""
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            env=self._env,
+        )
+        assert proc.stdout is not None
+        self._running.add(proc.pid)
+        tail = OutputTail(self._tail_bytes)
+        drain = asyncio.create_task(tail.drain(proc.stdout))
+        watch = MemoryWatch(proc.pid, max_memory_mb, self._poll_s) if max_memory_mb else None
+        try:
+            limited = await run_limited(proc.wait(), timeout_s=timeout, watch=watch)
+        finally:
+            kill_process_group(proc.pid)  # the run itself on a limit or cancel; strays otherwise
+            self._running.discard(proc.pid)
+            code = await proc.wait()
+            await _finish_drain(drain, proc.pid)
+        return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
+
+
+async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:
+    """Wait briefly for the output pipe's EOF; a process that escaped the group may hold it open."""
+    done, _ = await asyncio.wait({drain}, timeout=_DRAIN_GRACE_S)
+    if drain in done:
+        drain.result()
+        return
+    logger.warning("pytest %d: output pipe still open %.0f s after exit; a process left its group", pid, _DRAIN_GRACE_S)
+    drain.cancel()
+    await asyncio.wait({drain})
+
+
+def _read_summary(xml_path: Path) -> JUnitSummary:
+    try:
+        return parse_junit_xml(xml_path)
+    except (OSError, ValueError, SyntaxError) as exc:  # ET.ParseError subclasses SyntaxError
+        raise ExecutionError(f"cannot read pytest's JUnit report {xml_path}: {exc}") from exc
+
+
+def _outcome(
+    verdict: str,
+    code: int | None,
+    summary: JUnitSummary,
+    tail: OutputTail,
+    timeout: float | None,
+    watch: MemoryWatch | None,
+) -> ExecOutcome:
+    """Map how pytest ended to a status and error message."""
+    if verdict == "timed_out":
+        return ExecOutcome("timed_out", error=f"pytest timed out after {timeout:g} s; its process group was killed")
+    if verdict == "memory":
+        assert watch is not None
+        return ExecOutcome("failed", error=f"{watch.describe_exceeded()}; pytest's process group was killed")
+    assert code is not None
+    if code == 0:
+        return ExecOutcome("succeeded")
+    if code == 1:
+        return ExecOutcome("failed", error=_failure_summary(summary))
+    if code == 5:
+        return ExecOutcome("failed", error="no tests collected")
+    meaning = _PYTEST_EXIT.get(code)
+    head = f"pytest exit code {code} ({meaning})" if meaning else f"pytest {describe_exit(code)}"
+    return ExecOutcome("failed", error=f"{head}:\n{tail.text()[-_ERROR_TAIL_CHARS:]}")
+
+
+def _failure_summary(summary: JUnitSummary) -> str:
+    total, failed, errors = len(summary.tests), summary.count("failed"), summary.count("error")
+    if failed == 0 and errors == 0:
+        return "pytest reported failures (exit code 1) but its JUnit report lists none"
+    if failed == 0:
+        return f"{errors} of {total} tests errored"
+    text = f"{failed} of {total} tests failed"
+    return f"{text}; {errors} errored" if errors else text

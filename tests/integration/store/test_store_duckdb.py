@@ -1,0 +1,306 @@
+"""DuckDBStore on real files: persistence, upserts, result resends, checkpoints, schema versions."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from distributed_testing.coordinator.store.base import (
+    SCHEMA_VERSION,
+    KeyRow,
+    MetaRow,
+    ResultQuery,
+    ResultRow,
+    TaskRow,
+    WorkerRow,
+)
+from distributed_testing.coordinator.store.duckdb import DuckDBStore
+from distributed_testing.errors import StoreError
+
+pytestmark = pytest.mark.timeout(20)
+
+SLOW = {"checkpoint_interval_s": 60.0}  # checkpoints only when a test asks for one
+
+
+def task(task_id: str, state: str = "queued", at: float = 1.0, **kw: Any) -> TaskRow:
+    spec = {"type": "benchmark", "config": {"model": "bert", "batch_sizes": [1, 4]}}
+    return TaskRow(task_id, "benchmark", state, 1, 5, at, at, "sha256:x", spec, **kw)
+
+
+def result(
+    task_id: str, attempt: int = 1, received_at: float = 10.0, status: str = "completed", **output: Any
+) -> ResultRow:
+    return ResultRow(task_id, attempt, "w1", status, 1.0, 2.0, received_at, output, task_type="benchmark")
+
+
+WORKER = WorkerRow("w1", "box", {"cuda": {"devices": [{"name": "H100"}]}}, ["benchmark"], ["gpu"], 1.0, 2.0, "idle")
+KEY = KeyRow("k1", "ci", "admin", "argon2:abc", 1.0, expires_at=None, revoked_at=3.0)
+
+
+async def _wait_for(cond: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.01)
+
+
+def _segments(store: DuckDBStore) -> list[str]:
+    return sorted(p.name for p in store.journal_dir.glob("*.log"))
+
+
+@pytest.mark.asyncio
+async def test_everything_survives_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "coord.duckdb"
+    store = DuckDBStore(path)
+    snap = await store.open()
+    assert snap.tasks == [] and snap.meta == {}
+    t = task(
+        "t1",
+        "completed",
+        worker_id="w1",
+        history=[{"state": "queued", "at": 1.0}],
+        outcome={"status": "completed", "attempt": 1},
+    )
+    await asyncio.gather(
+        store.append([t, WORKER]),
+        store.append([KEY, MetaRow("jwt_secret", "ab")]),
+        store.append([result("t1", model="bert")]),
+    )
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        store.append([task("t2")])
+
+    again = DuckDBStore(path)
+    snap = await again.open()
+    try:
+        assert snap.tasks == [t] and snap.workers == [WORKER] and snap.keys == [KEY]
+        assert snap.meta == {"jwt_secret": "ab"}
+        assert await again.query_results(ResultQuery()) == [result("t1", model="bert")]
+    finally:
+        await again.close()
+    assert _segments(again) == []
+
+
+@pytest.mark.asyncio
+async def test_upserts_keep_the_last_state_and_results_the_first(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    # within one checkpoint batch
+    await store.append([task("t1", "queued"), result("t1", received_at=10.0), task("t1", "running")])
+    await store.append([result("t1", received_at=11.0, status="failed"), task("t1", "completed")])
+    await store.checkpoint()
+    # across checkpoints
+    await store.append([task("t2", "queued")])
+    await store.append([result("t2", received_at=20.0)])
+    await store.checkpoint()
+    await store.append([task("t2", "failed"), result("t2", received_at=21.0, status="failed")])
+    rows = await store.query_results(ResultQuery())
+    await store.close()
+    assert [(r.task_id, r.received_at, r.status) for r in rows] == [
+        ("t2", 20.0, "completed"),
+        ("t1", 10.0, "completed"),
+    ]
+    again = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    snap = await again.open()
+    await again.close()
+    assert [(t.task_id, t.state) for t in snap.tasks] == [("t1", "completed"), ("t2", "failed")]
+
+
+@pytest.mark.asyncio
+async def test_query_sees_every_completed_append_without_waiting(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    try:
+        for i in range(5):
+            await store.append([result(f"t{i}", received_at=float(i), model="m" if i % 2 else "n")])
+            assert len(await store.query_results(ResultQuery())) == i + 1
+        got = await store.query_results(ResultQuery(model="m"))
+        assert [r.task_id for r in got] == ["t3", "t1"]
+        # queries force no checkpoint: pending results are merged with DuckDB's rows
+        await store.append([result("x", received_at=100.0)])
+        before = store.journal.active_segment
+        results = await asyncio.gather(*(store.query_results(ResultQuery(limit=1)) for _ in range(20)))
+        assert all(r[0].task_id == "x" for r in results)
+        assert store.journal.active_segment == before
+        # concurrent checkpoints are shared
+        store.append([result("y", received_at=101.0)])
+        await asyncio.gather(*(store.checkpoint() for _ in range(20)))
+        assert store.journal.active_segment - before <= 2
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_benchmark_filters_in_sql(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    bench = {
+        "model": "bert-base",
+        "precision": "fp16",
+        "device": "cuda",
+        "environment": {"device_name": "NVIDIA H100"},
+        "batch_results": [{"batch_size": 1}, {"batch_size": 8}],
+    }
+    await store.append(
+        [
+            result("a", received_at=1.0, **bench),
+            result(
+                "b",
+                received_at=2.0,
+                model="bert-base",
+                device="cpu",
+                batch_results=[{"batch_size": "8"}, {"batch_size": 8.0}, {"batch_size": True}],
+            ),
+            result("c", received_at=3.0, status="failed"),
+        ]
+    )
+    try:
+
+        async def ids(**filters: Any) -> list[str]:
+            return [r.task_id for r in await store.query_results(ResultQuery(**filters))]
+
+        assert await ids() == ["c", "b", "a"]
+        assert await ids(model="bert-base") == ["b", "a"]
+        assert await ids(precision="fp16", batch_size=8) == ["a"]
+        assert await ids(batch_size=1) == ["a"]
+        assert await ids(hardware="NVIDIA H100") == ["a"]
+        assert await ids(hardware="cpu") == ["b"]
+        assert await ids(status="failed") == ["c"]
+        assert await ids(since=2.0) == ["c", "b"] and await ids(until=2.0) == ["a"]
+        assert await ids(limit=1, offset=1) == ["b"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_checkpoint_triggers_on_record_count_and_drops_segments(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", checkpoint_interval_s=60.0, checkpoint_max_records=10)
+    await store.open()
+    try:
+        await asyncio.gather(*(store.append([task(f"t{i}")]) for i in range(25)))
+        await _wait_for(lambda: store._applied >= 25)
+        assert _segments(store) == [f"store-{store.journal.active_segment:08d}.log"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_interval_checkpoint_runs_by_itself(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", checkpoint_interval_s=0.02)
+    await store.open()
+    try:
+        await store.append([task("t1")])
+        await _wait_for(lambda: store._applied >= 1)
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_failed_checkpoint_keeps_the_journal_and_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    await store.append([result("t1")])
+    real = DuckDBStore._bulk_insert
+
+    def broken(*args: Any) -> None:
+        raise duckdb.IOException("disk on fire")
+
+    monkeypatch.setattr(DuckDBStore, "_bulk_insert", staticmethod(broken))
+    with pytest.raises(StoreError, match="disk on fire"):
+        await store.checkpoint()
+    assert len(_segments(store)) == 2  # the closed segment was kept
+    assert [r.task_id for r in await store.query_results(ResultQuery())] == ["t1"]  # still pending
+    monkeypatch.setattr(DuckDBStore, "_bulk_insert", staticmethod(real))
+    await store.append([result("t2")])
+    await store.checkpoint()
+    assert store._pending_results == {}
+    assert {r.task_id for r in await store.query_results(ResultQuery())} == {"t1", "t2"}
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_pending_resend_of_a_stored_result_is_hidden(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    try:
+        await store.append([result("t1", received_at=10.0, model="a")])
+        await store.checkpoint()
+        out = {"model": "a"}
+        await store.append([result("t1", received_at=50.0, model="b"), result("t2", received_at=20.0, **out)])
+        out["model"] = "changed after append"
+        assert [(r.task_id, r.received_at) for r in await store.query_results(ResultQuery())] == [
+            ("t2", 20.0),
+            ("t1", 10.0),
+        ]
+        assert await store.query_results(ResultQuery(model="b")) == []
+        assert [r.task_id for r in await store.query_results(ResultQuery(model="a", limit=1, offset=1))] == ["t1"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_segments_already_applied_are_not_applied_again(tmp_path: Path) -> None:
+    """A crash between DuckDB's commit and the deletion of the segments leaves applied segments
+    behind (possibly only some of them: unlinks reach the disk in any order). Re-applying an old
+    segment would roll keys back, so the store skips segments up to its applied mark."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    await store.append([task("t1", "queued"), result("t1", received_at=1.0)])
+    await store.append([task("t1", "completed")])
+    saved = tmp_path / "saved"
+    shutil.copytree(store.journal_dir, saved)
+    await store.append([task("t1", "archived")])
+    await store.close()
+    for seg in saved.iterdir():
+        shutil.copy(seg, store.journal_dir / seg.name)
+    again = DuckDBStore(path, **SLOW)
+    snap = await again.open()
+    rows = await again.query_results(ResultQuery())
+    await again.close()
+    assert [t.state for t in snap.tasks] == ["archived"]
+    assert [r.received_at for r in rows] == [1.0]
+
+
+@pytest.mark.asyncio
+async def test_newer_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "c.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    con.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION + 1])
+    con.close()
+    store = DuckDBStore(path)
+    with pytest.raises(StoreError) as err:
+        await store.open()
+    assert str(SCHEMA_VERSION + 1) in str(err.value) and str(SCHEMA_VERSION) in str(err.value)
+    await store.close()
+    duckdb.connect(str(path)).close()  # the file lock was released
+
+
+@pytest.mark.asyncio
+async def test_older_schema_without_a_migration_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    con.execute("INSERT INTO schema_version VALUES (0)")
+    con.close()
+    with pytest.raises(StoreError, match="no migration from schema version 0"):
+        await DuckDBStore(path).open()
+
+
+@pytest.mark.asyncio
+async def test_tables_that_differ_from_the_record_types_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path)
+    await store.open()
+    await store.close()
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE tasks DROP COLUMN submitted_by")
+    con.close()
+    with pytest.raises(StoreError, match="table tasks has columns .*bump SCHEMA_VERSION"):
+        await DuckDBStore(path).open()

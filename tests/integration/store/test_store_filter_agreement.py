@@ -1,0 +1,144 @@
+"""MemoryStore (the Python predicate) and DuckDBStore (the SQL) answer every ResultQuery alike.
+
+Outputs are drawn with the awkward shapes real JSON has: fields missing, of the wrong type
+(an int model, a "4" or 4.0 or true batch size), batch_results that is not a list, an environment
+that is not an object, and many ties in received_at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distributed_testing.coordinator.store import MemoryStore
+from distributed_testing.coordinator.store.base import ResultQuery, ResultRow
+from distributed_testing.coordinator.store.duckdb import DuckDBStore
+
+pytestmark = pytest.mark.timeout(30)
+
+# Small alphabets on both sides, so that filters often hit, including the values whose JSON type
+# is wrong for the filter (1 vs "1", true vs 1, 4.0 vs 4, "4" vs 4).
+ODD = [1, True, None, 4.0, [], {}]
+model = st.sampled_from(["bert", "1", "true", "ünï/côde", *ODD])
+precision = st.sampled_from(["fp16", "fp32", *ODD])
+device = st.sampled_from(["cuda", "NVIDIA H100", *ODD])
+batch_size = st.sampled_from([0, 1, 4, True, False, 1.0, 4.0, "4", None, [4]])
+batch_entry = st.one_of(
+    st.fixed_dictionaries({}, optional={"batch_size": batch_size, "latency_ms": st.floats(0, 10)}),
+    st.sampled_from([4, "x", None]),
+)
+environment = st.one_of(
+    st.fixed_dictionaries({}, optional={"device_name": device}),
+    st.sampled_from([["NVIDIA H100"], "NVIDIA H100", None]),
+)
+output = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": model,
+        "precision": precision,
+        "device": device,
+        "environment": environment,
+        "batch_results": st.one_of(st.lists(batch_entry, max_size=4), batch_entry),
+    },
+)
+results = st.builds(
+    ResultRow,
+    task_id=st.sampled_from(["a", "b", "c", "d", "e", "f"]),
+    attempt=st.integers(1, 3),
+    worker_id=st.sampled_from(["w1", "w2"]),
+    status=st.sampled_from(["completed", "failed"]),
+    started_at=st.just(1.0),
+    finished_at=st.just(2.0),
+    received_at=st.integers(0, 4).map(float),
+    output=output,
+    error=st.none(),
+    task_type=st.sampled_from(["benchmark", "test"]),
+)
+FILTERS: dict[str, st.SearchStrategy[Any]] = {
+    "task_id": st.sampled_from(["a", "b", "zz"]),
+    "worker_id": st.sampled_from(["w1", "w2"]),
+    "status": st.sampled_from(["completed", "failed"]),
+    "task_type": st.sampled_from(["benchmark", "test"]),
+    "since": st.integers(0, 5).map(float),
+    "until": st.integers(0, 5).map(float),
+    "model": st.sampled_from(["bert", "1", "true", "ünï/côde"]),
+    "precision": st.sampled_from(["fp16", "1"]),
+    "hardware": st.sampled_from(["cuda", "NVIDIA H100", "1"]),
+    "batch_size": st.sampled_from([0, 1, 4]),
+}
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> ResultQuery:
+    """Zero to two filters (more would match nothing on data this small), and paging."""
+    names = draw(st.sets(st.sampled_from(sorted(FILTERS)), max_size=2))
+    filters = {name: draw(FILTERS[name]) for name in sorted(names)}
+    limit = draw(st.one_of(st.just(100), st.integers(0, 6)))
+    return ResultQuery(**filters, limit=limit, offset=draw(st.one_of(st.just(0), st.integers(0, 4))))
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[asyncio.Runner]:
+    with asyncio.Runner() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def duck(runner: asyncio.Runner, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DuckDBStore]:
+    """One DuckDB store for the module (opening one costs ~0.1 s); each example empties it."""
+    store = DuckDBStore(tmp_path_factory.mktemp("agreement") / "s.duckdb", checkpoint_interval_s=60.0)
+    runner.run(store.open())
+    yield store
+    runner.run(store.close())
+
+
+async def _both(duck: DuckDBStore, rows: list[ResultRow], qs: list[ResultQuery]) -> list[tuple[Any, Any]]:
+    await duck.checkpoint()
+    await duck._db(lambda: duck._conn().execute("DELETE FROM results"))
+    mem = MemoryStore()
+    await mem.open()
+    # the first part reaches DuckDB, the rest stays pending: both query paths, and resends across
+    # the boundary, are exercised
+    split = len(rows) // 2
+    await asyncio.gather(mem.append(rows[:split]), duck.append(rows[:split]))
+    await duck.checkpoint()
+    await asyncio.gather(mem.append(rows[split:]), duck.append(rows[split:]))
+    return [(await mem.query_results(q), await duck.query_results(q)) for q in qs]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(results, min_size=10, max_size=30), qs=st.lists(queries(), min_size=1, max_size=8))
+def test_memory_and_duckdb_agree(
+    runner: asyncio.Runner, duck: DuckDBStore, rows: list[ResultRow], qs: list[ResultQuery]
+) -> None:
+    for q, (mem_rows, duck_rows) in zip(qs, runner.run(_both(duck, rows, qs)), strict=True):
+        assert mem_rows == duck_rows, q
+
+
+def test_agreement_is_not_vacuous(runner: asyncio.Runner, duck: DuckDBStore) -> None:
+    rows = [
+        ResultRow(
+            "a",
+            1,
+            "w1",
+            "completed",
+            1.0,
+            2.0,
+            3.0,
+            {
+                "model": "bert",
+                "precision": "fp16",
+                "environment": {"device_name": "NVIDIA H100"},
+                "batch_results": [{"batch_size": 4}],
+            },
+            task_type="benchmark",
+        )
+    ]
+    q = ResultQuery(model="bert", precision="fp16", hardware="NVIDIA H100", batch_size=4)
+    ((mem_rows, duck_rows),) = runner.run(_both(duck, rows, [q]))
+    assert mem_rows == duck_rows == rows

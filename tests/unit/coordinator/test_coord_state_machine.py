@@ -1,0 +1,214 @@
+"""Random event sequences against CoordinatorState, checking what must hold after every event.
+
+A fake fleet of three workers follows the coordinator's commands (runs what it is assigned, obeys
+cancels, reports results, drops off and comes back with or without its tasks) while hypothesis
+interleaves submissions, cancels, heartbeats and the passage of time. After every step:
+
+* no worker holds more tasks than ``max_concurrent``; no task sits on a worker lacking what it needs;
+* no pending, runnable task is left waiting while an eligible worker has a free slot;
+* a task's current attempt runs on at most one worker; terminal tasks stay terminal;
+* every task's history is a legal chain of transitions, each with a cause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from distributed_testing.coordinator.placement import pick_worker, unmet
+from distributed_testing.coordinator.state import CloseWorker, CoordinatorState, Policy, Send
+from distributed_testing.protocol import messages as m
+from distributed_testing.retry import Backoff
+from distributed_testing.tasks import spec as specs
+from distributed_testing.tasks.states import ACTIVE, check_transition, is_terminal
+
+FLEET: dict[str, dict[str, Any]] = {
+    "cpu": {"caps": ["cpu"], "tags": [], "slots": 1},
+    "gpu": {"caps": ["cpu", "cuda"], "tags": [], "slots": 2},
+    "tagged": {"caps": ["cpu"], "tags": ["x"], "slots": 2},
+}
+POLICY = Policy(
+    worker_grace_s=10.0, worker_ttl_s=30.0, retry_backoff=Backoff(base_s=1.0, factor=2.0, max_s=8.0, jitter=0.0)
+)
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = CoordinatorState(POLICY)
+        self.now = 1000.0
+        self.n_tasks = 0
+        self.n_sessions = 0
+        self.session: dict[str, str | None] = {w: None for w in FLEET}
+        # What each fake worker is actually running: (task_id, attempt) -> cancel requested?
+        self.running: dict[str, dict[tuple[str, int], bool]] = {w: {} for w in FLEET}
+        self.terminal: dict[str, str] = {}
+
+    # ------------------------------------------------------------ command execution
+
+    def execute(self, cmds: list[Any]) -> None:
+        for c in cmds:
+            if isinstance(c, Send) and self.session.get(c.worker_id):
+                if isinstance(c.msg, m.AssignTasks):
+                    for a in c.msg.tasks:
+                        assert (a.task_id, a.attempt) not in self.running[c.worker_id], "assigned twice"
+                        self.running[c.worker_id][(a.task_id, a.attempt)] = False
+                elif isinstance(c.msg, m.Cancel):
+                    ref = (c.msg.task.task_id, c.msg.task.attempt)
+                    if ref in self.running[c.worker_id]:
+                        self.running[c.worker_id][ref] = True
+            elif isinstance(c, CloseWorker) and self.session.get(c.worker_id) == c.session_id:
+                self.execute(self.state.disconnect(c.worker_id, c.session_id, self.now))
+                self.session[c.worker_id] = None
+
+    # ------------------------------------------------------------ rules
+
+    @rule(
+        priority=st.integers(-2, 2),
+        hardware=st.sampled_from([[], ["cpu"], ["cuda"], ["rocm"]]),
+        tags=st.sampled_from([[], ["x"]]),
+        retries=st.integers(0, 2),
+    )
+    def submit(self, priority: int, hardware: list[str], tags: list[str], retries: int) -> None:
+        self.n_tasks += 1
+        doc = {
+            "task_id": f"t{self.n_tasks}",
+            "type": "custom",
+            "config": {"name": "noop"},
+            "priority": priority,
+            "max_retries": retries,
+            "requirements": {"hardware": hardware, "tags": tags},
+        }
+        _, cmds = self.state.submit(specs.parse_tasks(doc), self.now)
+        self.execute(cmds)
+
+    @rule(wid=st.sampled_from(sorted(FLEET)), keep=st.booleans())
+    def connect(self, wid: str, keep: bool) -> None:
+        """(Re)connect; ``keep`` False models a restarted worker that lost its children."""
+        if not keep:
+            self.running[wid].clear()
+        self.n_sessions += 1
+        sid = f"s{self.n_sessions}"
+        self.session[wid] = sid
+        f = FLEET[wid]
+        reg = m.Register(
+            worker_id=wid,
+            name=wid,
+            protocol_version=1,
+            hardware={},
+            capabilities=f["caps"],
+            tags=f["tags"],
+            max_concurrent=f["slots"],
+            memory_gb=8.0,
+            running=[m.TaskRef(t, a) for t, a in self.running[wid]],
+        )
+        self.execute(self.state.register(reg, sid, self.now))
+
+    @rule(wid=st.sampled_from(sorted(FLEET)))
+    def disconnect(self, wid: str) -> None:
+        sid = self.session[wid]
+        if sid is not None:
+            self.execute(self.state.disconnect(wid, sid, self.now))
+            self.session[wid] = None
+
+    @rule(wid=st.sampled_from(sorted(FLEET)))
+    def start(self, wid: str) -> None:
+        if self.session[wid] and self.running[wid]:
+            refs = [m.TaskRef(t, a) for t, a in self.running[wid]]
+            self.execute(self.state.started(wid, m.TaskStarted(refs, self.now), self.now))
+
+    @rule(
+        wid=st.sampled_from(sorted(FLEET)),
+        data=st.data(),
+        status=st.sampled_from(["succeeded", "failed", "timed_out", "error", "retryable"]),
+    )
+    def finish(self, wid: str, data: st.DataObject, status: str) -> None:
+        if not self.session[wid] or not self.running[wid]:
+            return
+        ref = data.draw(st.sampled_from(sorted(self.running[wid])))
+        cancelled = self.running[wid].pop(ref)
+        retryable = status == "retryable"
+        final = "cancelled" if cancelled else ("error" if retryable else status)
+        r = m.TaskResult(
+            task_id=ref[0],
+            attempt=ref[1],
+            status=final,
+            started_at=self.now,  # type: ignore[arg-type]
+            finished_at=self.now,
+            output={"retryable": retryable},
+        )
+        self.execute(self.state.results(wid, m.Results([r]), self.now))
+
+    @precondition(lambda self: self.n_tasks > 0)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        tid = f"t{data.draw(st.integers(1, self.n_tasks))}"
+        self.execute(self.state.cancel(tid, self.now))
+
+    @rule(wid=st.sampled_from(sorted(FLEET)), health=st.sampled_from(["ready", "constrained", "draining"]))
+    def heartbeat(self, wid: str, health: str) -> None:
+        if self.session[wid]:
+            refs = [m.TaskRef(t, a) for t, a in self.running[wid]]
+            hb = m.Heartbeat(health, refs, 10.0, 10.0, 0)  # type: ignore[arg-type]
+            self.execute(self.state.heartbeat(wid, hb, self.now))
+
+    @rule(dt=st.sampled_from([0.5, 1.0, 5.0, 10.0, 31.0]))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.execute(self.state.tick(self.now))
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def slots_and_requirements(self) -> None:
+        for w in self.state.workers.values():
+            if w.connected:
+                assert len(w.view.running) <= w.view.max_concurrent, (w.worker_id, w.view.running)
+        for t in self.state.tasks.values():
+            if t.state in ACTIVE:
+                assert t.worker_id is not None
+                assert unmet(t.key, self.state.workers[t.worker_id].view) == [], (t.task_id, t.worker_id)
+
+    @invariant()
+    def no_idle_capacity_while_runnable_work_waits(self) -> None:
+        free = [w.view for w in self.state.workers.values() if w.connected and w.view.free_slots > 0]
+        for t in self.state.tasks.values():
+            if t.state == "pending" and not t.not_before:
+                w = pick_worker(t.key, free)
+                assert w is None, f"{t.task_id} pending while {w.worker_id} could run it"
+
+    @invariant()
+    def current_attempt_runs_at_most_once(self) -> None:
+        for t in self.state.tasks.values():
+            holders = [
+                w
+                for w in FLEET
+                if self.session[w]
+                and (t.task_id, t.attempt) in self.running[w]
+                and not self.running[w][(t.task_id, t.attempt)]
+            ]
+            if t.state in ACTIVE:
+                assert len(holders) <= 1, (t.task_id, holders)
+
+    @invariant()
+    def terminal_is_final_and_history_explains_state(self) -> None:
+        for t in self.state.tasks.values():
+            if t.task_id in self.terminal:
+                assert t.state == self.terminal[t.task_id]
+            elif is_terminal(t.state):
+                self.terminal[t.task_id] = t.state
+                assert t.outcome is not None and t.outcome["status"] == t.state
+            h = t.history
+            assert h[0]["to"] == "pending" and h[-1]["to"] == t.state
+            for prev, cur in zip(h, h[1:], strict=False):
+                assert cur["from"] == prev["to"] and cur["cause"]
+                check_transition(t.task_id, cur["from"], cur["to"], cur["cause"])
+
+
+CoordinatorMachine.TestCase.settings = settings(
+    max_examples=20, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_coordinator_state_machine = CoordinatorMachine.TestCase

@@ -1,0 +1,259 @@
+"""The group-commit journal: round trip, group commit, segments, torn tails, failure handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from distributed_testing import journal as journal_mod
+from distributed_testing.errors import StoreError
+from distributed_testing.journal import Journal
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Put(msgspec.Struct, tag="put", frozen=True):
+    key: str
+    value: int
+    extra: dict[str, int] = {}
+
+
+class Delete(msgspec.Struct, tag="del", frozen=True):
+    key: str
+
+
+Rec = Put | Delete
+
+
+class Other(msgspec.Struct, tag="other", frozen=True):
+    n: int
+
+
+def _segment_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("j-*.log"))
+
+
+async def _write(directory: Path, n: int) -> None:
+    """n records, one flush each, in one segment."""
+    async with Journal(directory, Rec, name="j") as j:
+        for i in range(n):
+            await j.append([Put(f"k{i}", i)])
+
+
+@pytest.mark.asyncio
+async def test_round_trip_in_order(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1), Delete("b")])
+        await j.append([Put("c", 3, {"x": 1})])
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1), Delete("b"), Put("c", 3, {"x": 1})]
+
+
+@pytest.mark.asyncio
+async def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await asyncio.gather(*(j.append([Put(f"k{i}", i)]) for i in range(200)))
+        assert j.flush_count <= 2
+
+        async def appender(a: int) -> None:
+            for i in range(20):
+                await j.append([Put(f"a{a}-{i}", i)])
+
+        before = j.flush_count
+        await asyncio.gather(*(appender(a) for a in range(50)))
+        assert j.flush_count - before <= 1000 // 5
+        assert j.record_count == 1200
+    assert len(Journal(tmp_path, Rec, name="j").replay()) == 1200
+
+
+@pytest.mark.asyncio
+async def test_future_completes_only_after_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = journal_mod._fsync_data
+
+    def recording_fsync(fd: int) -> None:
+        real(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(journal_mod, "_fsync_data", recording_fsync)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        fut = j.append([Put("a", 1)])
+        assert not fut.done()
+        await fut
+        assert len(synced) == 1
+
+
+@pytest.mark.asyncio
+async def test_empty_append_is_a_barrier(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        first = j.append([Put("a", 1)])
+        await j.append([])
+        assert first.done()
+
+
+@pytest.mark.asyncio
+async def test_records_are_encoded_at_append_time(tmp_path: Path) -> None:
+    extra = {"x": 1}
+    async with Journal(tmp_path, Rec, name="j") as j:
+        fut = j.append([Put("a", 1, extra)])
+        extra["x"] = 2
+        await fut
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1, {"x": 1})]
+
+
+@pytest.mark.asyncio
+async def test_unreadable_records_are_refused_at_append(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        with pytest.raises(StoreError, match="not a valid record"):
+            j.append([Put("a", "not an int")])  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="not a valid record"):
+            j.append([Other(1)])  # type: ignore[list-item]
+        with pytest.raises(StoreError, match="cannot encode"):
+            j.append([object()])  # type: ignore[list-item]
+        await j.append([Put("ok", 1)])
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put("ok", 1)]
+
+
+@pytest.mark.asyncio
+async def test_rotate_read_and_drop_segments(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        assert j.active_segment == 1
+        pending = j.append([Put("a", 1)])
+        assert await j.rotate() == 1
+        assert pending.done()
+        await j.append([Put("b", 2)])
+        assert await j.rotate() == 2
+        await j.append([Put("c", 3)])
+        assert list(j.read_segments(2)) == [Put("a", 1), Put("b", 2)]
+        with pytest.raises(StoreError, match="active"):
+            list(j.read_segments(3))
+        j.drop_segments(1)
+        assert list(j.read_segments(2)) == [Put("b", 2)]
+        assert [p.name for p in _segment_files(tmp_path)] == ["j-00000002.log", "j-00000003.log"]
+    # a new journal continues after the leftovers and can apply them
+    async with Journal(tmp_path, Rec, name="j") as j:
+        assert j.active_segment == 4
+        assert list(j.read_segments(3)) == [Put("b", 2), Put("c", 3)]
+        j.drop_segments(3)
+    assert _segment_files(tmp_path) == []  # the empty active segment is removed on close
+    async with Journal(tmp_path, Rec, name="j") as j:
+        assert j.active_segment == 1
+
+
+@pytest.mark.asyncio
+async def test_min_seq_and_after(tmp_path: Path) -> None:
+    j: Journal[Rec] = Journal(tmp_path, Rec, name="j")
+    await j.start(min_seq=7)
+    assert j.active_segment == 7
+    for i in range(3):
+        await j.append([Put("k", i)])
+        await j.rotate()
+    assert list(j.read_segments(9, after=7)) == [Put("k", 1), Put("k", 2)]
+    await j.close()
+
+
+@pytest.mark.asyncio
+async def test_lifecycle_errors(tmp_path: Path) -> None:
+    j: Journal[Rec] = Journal(tmp_path, Rec, name="j")
+    with pytest.raises(StoreError, match="not started"):
+        j.append([Put("a", 1)])
+    await j.start()
+    with pytest.raises(StoreError, match="already started"):
+        await j.start()
+    await j.close()
+    await j.close()
+    with pytest.raises(StoreError, match="closed"):
+        j.append([Put("a", 1)])
+    with pytest.raises(ValueError):
+        Journal(tmp_path, Rec, name="bad name/")
+
+
+@pytest.mark.asyncio
+async def test_truncated_last_record_is_a_torn_tail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    await _write(tmp_path, 10)
+    (seg,) = _segment_files(tmp_path)
+    seg.write_bytes(seg.read_bytes()[:-3])
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+        got = Journal(tmp_path, Rec, name="j").replay()
+    assert got == [Put(f"k{i}", i) for i in range(9)]
+    assert str(seg) in caplog.text and "offset" in caplog.text
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("tail", [b"\x05\x00\x00", b"\x00" * 64])
+async def test_short_header_or_zero_fill_is_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    await _write(tmp_path, 3)
+    (seg,) = _segment_files(tmp_path)
+    seg.write_bytes(seg.read_bytes() + tail)
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put(f"k{i}", i) for i in range(3)]
+
+
+@pytest.mark.asyncio
+async def test_flipped_byte_stops_before_the_corrupt_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    await _write(tmp_path, 10)
+    (seg,) = _segment_files(tmp_path)
+    data = bytearray(seg.read_bytes())
+    frame = len(data) // 10  # every frame has the same size here
+    data[5 * frame + 10] ^= 0x40
+    seg.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+        got = Journal(tmp_path, Rec, name="j").replay()
+    assert got == [Put(f"k{i}", i) for i in range(5)]
+    assert "crc mismatch" in caplog.text and f"offset {5 * frame}" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_torn_segment_does_not_hide_later_segments(tmp_path: Path) -> None:
+    await _write(tmp_path, 4)
+    (seg,) = _segment_files(tmp_path)
+    seg.write_bytes(seg.read_bytes()[:-1])
+    async with Journal(tmp_path, Rec, name="j") as j:  # the restart after the crash
+        await j.append([Put("after", 1)])
+    assert Journal(tmp_path, Rec, name="j").replay() == [*(Put(f"k{i}", i) for i in range(3)), Put("after", 1)]
+
+
+@pytest.mark.asyncio
+async def test_record_of_another_type_raises(tmp_path: Path) -> None:
+    async with Journal(tmp_path, Other, name="j") as j:
+        await j.append([Other(1)])
+    with pytest.raises(StoreError, match="does not decode"):
+        Journal(tmp_path, Rec, name="j").replay()
+
+
+@pytest.mark.asyncio
+async def test_fsync_failure_fails_pending_and_later_appends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    j: Journal[Rec] = Journal(tmp_path, Rec, name="j")
+    await j.start()
+    await j.append([Put("a", 1)])
+    monkeypatch.setattr(journal_mod, "_fsync_data", broken_fsync)
+    futs = [j.append([Put("b", i)]) for i in range(3)]
+    results = await asyncio.gather(*futs, return_exceptions=True)
+    assert all(isinstance(r, StoreError) and isinstance(r.__cause__, OSError) for r in results)
+    with pytest.raises(StoreError, match="failed"):
+        j.append([Put("c", 1)])
+    with pytest.raises(StoreError, match="failed"):
+        await j.rotate()
+    with pytest.raises(StoreError, match="failed"):
+        await j.close()
+
+
+@pytest.mark.asyncio
+async def test_cancelled_writer_fails_futures_instead_of_hanging(tmp_path: Path) -> None:
+    j: Journal[Rec] = Journal(tmp_path, Rec, name="j")
+    await j.start()
+    fut = j.append([Put("a", 1)])
+    assert j._writer is not None
+    j._writer.cancel()
+    with pytest.raises(StoreError):
+        await fut
+    with pytest.raises(asyncio.CancelledError):
+        await j._writer
+    await j.close()  # a cancelled writer is not a write failure: close releases quietly
+    with pytest.raises(StoreError, match="writer"):
+        j.append([Put("b", 1)])

@@ -1,0 +1,138 @@
+"""MemoryStore semantics, the ResultQuery predicate, and open_store's URL handling."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed_testing.coordinator.store import MemoryStore, open_store
+from distributed_testing.coordinator.store.base import KeyRow, MetaRow, ResultQuery, ResultRow, TaskRow, WorkerRow
+from distributed_testing.coordinator.store.memory import filter_results, result_matches
+from distributed_testing.errors import StoreError, ValidationError
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def task(task_id: str, state: str = "queued", at: float = 1.0) -> TaskRow:
+    return TaskRow(task_id, "benchmark", state, 1, 0, at, at, "digest", {"config": {"model": "bert"}})
+
+
+def result(task_id: str, attempt: int = 1, received_at: float = 10.0, **output: Any) -> ResultRow:
+    return ResultRow(task_id, attempt, "w1", "completed", 1.0, 2.0, received_at, output, task_type="benchmark")
+
+
+BENCH = {
+    "model": "bert-base",
+    "precision": "fp16",
+    "device": "cuda",
+    "environment": {"device_name": "NVIDIA H100"},
+    "batch_results": [{"batch_size": 1}, {"batch_size": 8}],
+}
+
+
+@pytest.mark.asyncio
+async def test_append_completes_on_next_iteration_and_state_survives_reopen() -> None:
+    store = MemoryStore()
+    assert (await store.open()).tasks == []
+    fut = store.append(
+        [
+            task("t1"),
+            task("t1", "running"),
+            result("t1"),
+            result("t1", received_at=99.0),
+            WorkerRow("w1", "box", {"cpu": {}}, ["benchmark"], [], 1.0, 2.0, "idle"),
+            KeyRow("k1", "ci", "admin", "h", 1.0),
+            MetaRow("jwt", "s"),
+        ]
+    )
+    assert not fut.done()
+    await fut
+    await store.close()
+    snap = await store.open()
+    assert [t.state for t in snap.tasks] == ["running"]  # the last upsert wins
+    assert [w.worker_id for w in snap.workers] == ["w1"] and [k.key_id for k in snap.keys] == ["k1"]
+    assert snap.meta == {"jwt": "s"}
+    (row,) = await store.query_results(ResultQuery(task_id="t1"))
+    assert row.received_at == 10.0  # a resent result keeps the first one received
+
+
+@pytest.mark.asyncio
+async def test_records_are_copied_and_checked() -> None:
+    store = MemoryStore()
+    await store.open()
+    out = {"model": "a"}
+    await store.append([result("t1", **out)])
+    out["model"] = "b"
+    assert len(await store.query_results(ResultQuery(model="a"))) == 1
+    with pytest.raises(StoreError):
+        store.append([object()])  # type: ignore[list-item]
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        store.append([task("t2")])
+
+
+def test_benchmark_filters() -> None:
+    r = result("t1", **BENCH)
+    assert result_matches(r, ResultQuery(model="bert-base", precision="fp16", batch_size=8))
+    assert result_matches(r, ResultQuery(hardware="cuda"))
+    assert result_matches(r, ResultQuery(hardware="NVIDIA H100"))
+    assert not result_matches(r, ResultQuery(hardware="cpu"))
+    assert not result_matches(r, ResultQuery(batch_size=4))
+    assert not result_matches(r, ResultQuery(model="bert"))
+    odd = result("t2", model=1, batch_results=[{"batch_size": True}, {"batch_size": 4.0}, {"batch_size": "2"}, 3])
+    assert not result_matches(odd, ResultQuery(model="1"))
+    for n in (1, 2, 3, 4):
+        assert not result_matches(odd, ResultQuery(batch_size=n))
+    assert not result_matches(result("t3", batch_results={"batch_size": 1}), ResultQuery(batch_size=1))
+    assert not result_matches(result("t4", environment=["NVIDIA H100"]), ResultQuery(hardware="NVIDIA H100"))
+
+
+def test_plain_filters_order_and_paging() -> None:
+    rows = [
+        result("a", received_at=1.0),
+        result("b", received_at=2.0),
+        result("c", received_at=2.0),
+        result("c", attempt=2, received_at=3.0),
+    ]
+    assert [(r.task_id, r.attempt) for r in filter_results(rows, ResultQuery())] == [
+        ("c", 2),
+        ("c", 1),
+        ("b", 1),
+        ("a", 1),
+    ]
+    assert [r.task_id for r in filter_results(rows, ResultQuery(since=2.0, until=3.0))] == ["c", "b"]
+    assert [r.task_id for r in filter_results(rows, ResultQuery(limit=2, offset=1))] == ["c", "b"]
+    assert filter_results(rows, ResultQuery(status="failed")) == []
+    assert len(filter_results(rows, ResultQuery(worker_id="w1", task_type="benchmark"))) == 4
+    with pytest.raises(ValidationError):
+        filter_results(rows, ResultQuery(limit=-1))
+
+
+def test_open_store_urls(tmp_path: Path) -> None:
+    assert isinstance(open_store("memory://"), MemoryStore)
+    from distributed_testing.coordinator.store.duckdb import DuckDBStore
+
+    for spec in (tmp_path / "a.duckdb", str(tmp_path / "a.duckdb"), f"duckdb://{tmp_path / 'a.duckdb'}"):
+        store = open_store(spec)
+        assert isinstance(store, DuckDBStore) and store.path == tmp_path / "a.duckdb"
+    assert open_store("duckdb://rel/x.duckdb").path == Path("rel/x.duckdb")  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="PostgreSQL store is not implemented yet"):
+        open_store("postgresql://u@h/db")
+    with pytest.raises(StoreError, match="unknown store URL scheme"):
+        open_store("mysql://h/db")
+    with pytest.raises(StoreError):
+        open_store("")
+
+
+def test_memory_append_outside_loop_needs_a_loop() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        await store.open()
+        await asyncio.gather(*(store.append([task(f"t{i}")]) for i in range(10)))
+        await store.close()
+        assert len((await store.open()).tasks) == 10
+
+    asyncio.run(run())
