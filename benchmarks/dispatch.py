@@ -111,7 +111,8 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=500)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--latency-samples", type=int, default=500)
-    ap.add_argument("--db", choices=["duckdb", "memory"], default="duckdb")
+    ap.add_argument("--db", choices=["duckdb", "memory"], default="duckdb", help="coordinator store")
+    ap.add_argument("--worker-outbox", choices=["duckdb", "memory"], default="duckdb", help="worker --db-path or none")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dt-dispatch-"))
     procs: list[subprocess.Popen[bytes]] = []
@@ -137,7 +138,7 @@ def main() -> int:
             procs.append(subprocess.Popen(
                 [sys.executable, str(ROOT / "run_worker_example.py"), "--coordinator", base, "--api-key", key,
                  "--worker-id", f"bench-{i}", "--max-concurrent-tasks", str(args.slots), "--log-level", "WARNING",
-                 "--db-path", str(tmp / f"w{i}.duckdb")],
+                 *(["--db-path", str(tmp / f"w{i}.duckdb")] if args.worker_outbox == "duckdb" else [])],
                 env=env, stdout=open(tmp / f"w{i}.log", "wb"), stderr=subprocess.STDOUT))
 
         async def ready() -> None:
@@ -154,7 +155,8 @@ def main() -> int:
         tps = asyncio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
         cpu1, me1 = cpu_seconds(procs), time.process_time()
         lat = asyncio.run(latency(base, admin, args.latency_samples))
-        print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, signing on")
+        print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, "
+              f"worker outbox={args.worker_outbox}, signing on")
         print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")
         per_task = {k: (cpu1[k] - cpu0[k]) / args.tasks * 1e6 for k in cpu0}
         per_task["benchmark client"] = (me1 - me0) / args.tasks * 1e6

@@ -33,6 +33,10 @@ class CoordinatorConfig:
     max_clock_skew_s: float = 300.0
     max_violations: int = 5
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.token_ttl_s <= 86400:
+            raise ConfigError(f"--token-ttl: must be 1..86400 seconds (JWT times are whole seconds), got {self.token_ttl_s}")
+
     @property
     def state_dir(self) -> Path:
         return Path(self.db_path).parent if "://" not in self.db_path else Path("state")

@@ -127,7 +127,9 @@ class Journal(Generic[R]):
         self._writer.add_done_callback(self._writer_done)
 
     def _start_sync(self, min_seq: int) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True)
+            _fsync_dir(self.directory.parent)  # make the new directory's own entry durable
         existing = [seq for seq, _ in self.segments()]
         self._seq = max(max(existing, default=0) + 1, min_seq)
         self._fd = self._open_segment(self._seq)

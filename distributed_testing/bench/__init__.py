@@ -1,0 +1,14 @@
+"""The PyTorch/OpenVINO benchmark engine that a worker runs inside a child process.
+
+Public API: :func:`run_benchmark`, :func:`run_benchmark_batch`, :class:`RunnerDefaults`,
+:func:`known_models`; the child process is ``python -m distributed_testing.bench.child``.
+Module map: config (keys, validation), models / hf_models (registry), backends (devices,
+precisions, torch eager/compile), openvino_backend, measure (timing, statistics, memory),
+env (environment fingerprint), runner (entry points), child (JSON-lines process).
+"""
+
+from distributed_testing.bench.config import RunnerDefaults
+from distributed_testing.bench.models import known_models
+from distributed_testing.bench.runner import run_benchmark, run_benchmark_batch
+
+__all__ = ["RunnerDefaults", "known_models", "run_benchmark", "run_benchmark_batch"]

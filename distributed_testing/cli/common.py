@@ -6,9 +6,6 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Mapping
-
-from ..errors import ConfigError
 
 
 def add_log_flag(p: argparse.ArgumentParser) -> None:
@@ -18,16 +15,6 @@ def add_log_flag(p: argparse.ArgumentParser) -> None:
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def env_number(env: Mapping[str, str], var: str, default: float) -> float:
-    raw = env.get(var)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{var}: expected a number, got {raw!r}") from exc
 
 
 async def wait_for_signal() -> signal.Signals:

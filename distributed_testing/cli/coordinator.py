@@ -17,7 +17,7 @@ from aiohttp import web
 from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.server import create_app
 from ..errors import ConfigError
-from .common import add_log_flag, env_number, setup_logging, wait_for_signal
+from .common import add_log_flag, setup_logging, wait_for_signal
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
-    p.add_argument("--token-ttl", type=float, default=900.0, help="JWT lifetime in seconds (default 900)")
+    p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="WebSocket ping and expected worker heartbeat interval, seconds (default 5)")
     p.add_argument("--worker-ttl", type=float, default=30.0, help="declare a worker dead after this many seconds without a heartbeat (default 30)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
@@ -39,16 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> CoordinatorConfig:
-    port = ns.port if ns.port is not None else int(env_number(env, "DT_COORDINATOR_PORT", 8080))
+    port, source = (ns.port, "--port") if ns.port is not None else (_env_port(env), "DT_COORDINATOR_PORT")
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--port: must be 0..65535, got {port}")
+        raise ConfigError(f"{source}: must be 0..65535, got {port}")
     admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
     return CoordinatorConfig(
         host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
         port=port,
         db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
         admin_key_file=admin,
-        token_ttl_s=positive(ns.token_ttl, "--token-ttl"),
+        token_ttl_s=float(ns.token_ttl),
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
         worker_ttl_s=positive(ns.worker_ttl, "--worker-ttl"),
         worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
@@ -72,6 +72,14 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
         await wait_for_signal()
     finally:
         await runner.cleanup()
+
+
+def _env_port(env: Mapping[str, str]) -> int:
+    raw = env.get("DT_COORDINATOR_PORT") or "8080"
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"DT_COORDINATOR_PORT: expected a whole port number, got {raw!r}") from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_COORDINATOR_URL, environ, env_pick, normalize_url
+from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
 from ..errors import ConfigError
 from .http import ApiClient, ApiError
 from .report import print_results, print_table, write_junit

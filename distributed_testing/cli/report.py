@@ -21,9 +21,9 @@ def _cell(v: Any) -> str:
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
 def _flat(r: dict[str, Any]) -> dict[str, Any]:

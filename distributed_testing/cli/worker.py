@@ -14,9 +14,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, environ, env_pick, normalize_url, positive
+from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, env_pick, environ, normalize_url, positive
 from ..errors import ConfigError
 from ..retry import RetriesExhausted
+from ..worker.agent import SessionRejected
 from .common import add_log_flag, setup_logging, wait_for_signal
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_from_args(ns, environ())
         return asyncio.run(run_worker(config))
-    except ConfigError as exc:
+    except (ConfigError, SessionRejected) as exc:
         print(f"dt-worker: {exc}", file=sys.stderr)
         return 2
 

@@ -16,8 +16,8 @@ import msgspec
 from aiohttp import web
 
 from ..errors import AuthError, Conflict, DTError, NotFound, PermissionDenied, ValidationError
-from ..security import keys as sk
 from ..security import auth as sa
+from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
 from .runtime import RUNTIME, Runtime, key_view
@@ -124,7 +124,7 @@ async def revoke_key(request: web.Request) -> web.Response:
 
 async def submit_tasks(request: web.Request) -> web.Response:
     rt = _rt(request)
-    parsed = specs.parse_tasks(await _json_body(request))
+    parsed = specs.parse_task_json(await request.read())
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
     await rt.execute(cmds)
     status = 201 if any(a["created"] for a in accepted) else 200

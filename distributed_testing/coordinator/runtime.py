@@ -23,9 +23,9 @@ from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
 from ..security import keys as sk
-from ..security.roles import Role
 from ..security import tokens
-from .state import CloseWorker, Command, CoordinatorState, Notify, Save, Send
+from ..security.roles import Role
+from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Save, Send
 from .store.base import KeyRow, MetaRow, Store
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Runtime:
         self.config = config
         self.store = store
         self.clock = clock
-        self.state = CoordinatorState()
+        self.state = CoordinatorState(Policy(worker_grace_s=config.worker_grace_s, worker_ttl_s=config.worker_ttl_s))
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""
@@ -116,7 +116,7 @@ class Runtime:
         self._waiters[task_id].append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             lst = self._waiters.get(task_id)

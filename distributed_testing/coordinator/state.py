@@ -79,10 +79,10 @@ class Task:
     history: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     submitted_by: str | None = None
+    key: ReqKey = ((), (), 0.0)
 
-    @property
-    def key(self) -> ReqKey:
-        return requirement_key(self.spec.requirements)
+    def __post_init__(self) -> None:
+        self.key = requirement_key(self.spec.requirements)
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
@@ -142,13 +142,13 @@ class CoordinatorState:
         if an id already exists with a different body; an identical resubmission is a no-op."""
         prepared = [specs.with_id(s) for s in items]
         digests = [specs.spec_digest(s) for s in prepared]
-        for s, d in zip(prepared, digests):
+        for s, d in zip(prepared, digests, strict=True):
             old = self.tasks.get(s.task_id or "")
             if old is not None and old.digest != d:
                 raise Conflict(f"task {s.task_id} already exists with a different body")
         accepted: list[dict[str, Any]] = []
         cmds: list[Command] = []
-        for s, d in zip(prepared, digests):
+        for s, d in zip(prepared, digests, strict=True):
             assert s.task_id is not None
             if s.task_id in self.tasks:
                 accepted.append({"task_id": s.task_id, "created": False, "state": self.tasks[s.task_id].state})

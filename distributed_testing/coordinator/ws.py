@@ -115,7 +115,7 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
 async def _await_register(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> m.Register | None:
     try:
         raw = await ws.receive(timeout=REGISTER_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         s.close("no register message within 10s")
         return None
     if raw.type != WSMsgType.BINARY:

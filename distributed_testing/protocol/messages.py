@@ -9,7 +9,7 @@ Direction: W→C worker to coordinator, C→W coordinator to worker.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -157,21 +157,7 @@ class AuthRenew(_Msg, tag="auth_renew"):
     token: str
 
 
-Message = Union[
-    Register,
-    Registered,
-    Heartbeat,
-    AssignTasks,
-    TaskStarted,
-    TaskProgress,
-    Results,
-    ResultAck,
-    Cancel,
-    ErrorMsg,
-    Drain,
-    Goodbye,
-    AuthRenew,
-]
+Message = Register | Registered | Heartbeat | AssignTasks | TaskStarted | TaskProgress | Results | ResultAck | Cancel | ErrorMsg | Drain | Goodbye | AuthRenew
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls  # type: ignore[attr-defined]

@@ -33,6 +33,9 @@ from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-DT-Session"
+# A task still running after this long is announced with ``started``; shorter ones are announced
+# only by their result, which saves a message and a durable write per short task.
+STARTED_DELAY_S = 0.025
 
 
 class SessionRejected(Exception):
@@ -60,6 +63,7 @@ class WorkerAgent:
         self.running: dict[str, Running] = {}
         self.registered = asyncio.Event()
         self.draining = False
+        self.sessions = 0  # sessions established (registered) since start
         self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
         self._result_buf: list[m.TaskResult] = []
         self._started_buf: list[m.TaskRef] = []
@@ -109,7 +113,14 @@ class WorkerAgent:
                 raise ProtocolError("coordinator did not send a session id header")
             self._channel = Channel(derive_session_key(cred, session_id))
             self._sendq = asyncio.Queue()
-            await self._serve(ws)
+            sessions_before = self.sessions
+            try:
+                await self._serve(ws)
+            except (OSError, websockets.ConnectionClosed, ProtocolError) as exc:
+                if self.sessions == sessions_before:
+                    raise  # never registered: counts as a failed attempt
+                # an established session that dropped: reconnect with a fresh attempt count
+                log.warning("session with coordinator lost: %s; reconnecting", exc)
 
     async def _serve(self, ws: ClientConnection) -> None:
         self._send(self._register_msg())
@@ -164,6 +175,7 @@ class WorkerAgent:
         assert isinstance(msg, m.Registered)
         log.info("registered with coordinator as %s (session %s)", msg.worker_id, msg.session_id)
         self.registered.set()
+        self.sessions += 1
         unsent = await self.outbox.unacked()
         if unsent:
             log.info("re-sending %d unacknowledged results", len(unsent))
@@ -205,15 +217,24 @@ class WorkerAgent:
     async def _execute(self, a: m.TaskAssignment) -> None:
         ref = m.TaskRef(a.task_id, a.attempt)
         async with self._slots:
-            self._started_buf.append(ref)
-            self._schedule_flush()
-            outcome = await self._run_executor(a)
+            announce = asyncio.get_running_loop().call_later(STARTED_DELAY_S, self._announce_started, ref)
+            try:
+                outcome = await self._run_executor(a)
+            finally:
+                announce.cancel()
         self.running.pop(a.task_id, None)
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
-        await self.outbox.add(result)
+        # Sent while the outbox write is in flight: the coordinator acks only after its own
+        # fsync, by which time ours is done, and an unacked result is re-sent after a reconnect.
+        durable = self.outbox.add(result)
         self._result_buf.append(result)
+        self._schedule_flush()
+        await durable
+
+    def _announce_started(self, ref: m.TaskRef) -> None:
+        self._started_buf.append(ref)
         self._schedule_flush()
 
     async def _run_executor(self, a: m.TaskAssignment) -> ExecOutcome:

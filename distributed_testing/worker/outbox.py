@@ -1,20 +1,22 @@
 """Results the worker has produced and the coordinator has not yet acknowledged.
 
-``add`` returns once the result is durable (with ``--db-path``: in the worker's journal, then
-checkpointed into its DuckDB file); ``unacked`` lists what must be (re)sent after a reconnect;
+``add`` registers the result as unacknowledged at once and returns a future that completes once
+it is durable (with ``--db-path``: in the worker's journal, then checkpointed into its DuckDB
+file); ``unacked`` lists what must be (re)sent after a reconnect;
 ``ack`` forgets what the coordinator has on disk. Without a database path the outbox lives in
 memory: it survives reconnects, not a worker crash.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from ..protocol import messages as m
 
 
 class Outbox(Protocol):
-    async def add(self, result: m.TaskResult) -> None: ...
+    def add(self, result: m.TaskResult) -> asyncio.Future[None]: ...
 
     def ack(self, refs: list[m.TaskRef]) -> None: ...
 
@@ -27,8 +29,11 @@ class MemoryOutbox:
     def __init__(self) -> None:
         self._pending: dict[tuple[str, int], m.TaskResult] = {}
 
-    async def add(self, result: m.TaskResult) -> None:
+    def add(self, result: m.TaskResult) -> asyncio.Future[None]:
         self._pending[(result.task_id, result.attempt)] = result
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     def ack(self, refs: list[m.TaskRef]) -> None:
         for r in refs:

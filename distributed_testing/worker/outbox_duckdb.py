@@ -16,7 +16,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import duckdb
 import msgspec
@@ -40,7 +40,7 @@ class OutAck(msgspec.Struct, tag="ack", tag_field="rec", frozen=True):
     at: float
 
 
-OutRecord = Union[OutResult, OutAck]
+OutRecord = OutResult | OutAck
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS worker_results (
@@ -57,6 +57,7 @@ class DuckDBOutbox:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-duckdb")
         self._con: duckdb.DuckDBPyConnection | None = None
         self._checkpointer: asyncio.Task[None] | None = None
+        self._unapplied: list[OutRecord] = []  # journalled since the last checkpoint's rotation
 
     async def _db(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -64,8 +65,12 @@ class DuckDBOutbox:
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._con = await self._db(self._connect)
-        records = self._journal.replay()
+        for r in await self._db(self._load_unacked):
+            self._pending[(r.task_id, r.attempt)] = r
+        records = await asyncio.to_thread(self._journal.replay)
         acked = {(r.task_id, r.attempt) for r in records if isinstance(r, OutAck)}
+        for key in acked:
+            self._pending.pop(key, None)
         for r in records:
             if isinstance(r, OutResult) and (r.result.task_id, r.result.attempt) not in acked:
                 self._pending[(r.result.task_id, r.result.attempt)] = r.result
@@ -73,40 +78,58 @@ class DuckDBOutbox:
         if records:
             upto = await self._journal.rotate()
             await self._db(self._apply, records)
-            self._journal.drop_segments(upto)
+            await asyncio.to_thread(self._journal.drop_segments, upto)
         if self._pending:
             log.info("outbox %s: %d results from an earlier run await acknowledgement", self.path, len(self._pending))
         self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="outbox-checkpoint")
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(str(self.path))
+        con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
         con.execute(_DDL)
         return con
 
-    async def add(self, result: m.TaskResult) -> None:
-        await self._journal.append([OutResult(result, time.time())])
+    def _load_unacked(self) -> list[m.TaskResult]:
+        """Results checkpointed earlier whose acknowledgement never came (DB thread)."""
+        assert self._con is not None
+        rows = self._con.execute("SELECT task_id, attempt, status, started_at, finished_at, output, error "
+                                 "FROM worker_results WHERE acked_at IS NULL").fetchall()
+        return [m.TaskResult(task_id=t, attempt=a, status=s, started_at=st, finished_at=fi,
+                             output=json.loads(o or "{}"), error=e) for t, a, s, st, fi, o, e in rows]
+
+    def add(self, result: m.TaskResult) -> asyncio.Future[None]:
+        rec = OutResult(result, time.time())
+        fut = self._journal.append([rec])
+        self._unapplied.append(rec)
         self._pending[(result.task_id, result.attempt)] = result
+        return fut
 
     def ack(self, refs: list[m.TaskRef]) -> None:
         now = time.time()
         acks = [OutAck(r.task_id, r.attempt, now) for r in refs if self._pending.pop((r.task_id, r.attempt), None)]
         if acks:
             self._journal.append(list(acks)).add_done_callback(_log_failure)
+            self._unapplied.extend(acks)
 
     async def unacked(self) -> list[m.TaskResult]:
         return list(self._pending.values())
 
     async def checkpoint(self) -> None:
+        """Move everything journalled so far into DuckDB in one transaction, then drop those
+        segments. On failure the segments stay and are replayed at the next start."""
+        records, self._unapplied = self._unapplied, []
         upto = await self._journal.rotate()
-        records = list(self._journal.read_segments(upto))
         if records:
             await self._db(self._apply, records)
-        self._journal.drop_segments(upto)
+        await asyncio.to_thread(self._journal.drop_segments, upto)
 
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(CHECKPOINT_S)
-            await self.checkpoint()
+            try:
+                await self.checkpoint()
+            except (duckdb.Error, OSError) as exc:
+                # the journal segments stay on disk and are applied at the next start
+                log.error("outbox checkpoint into %s failed: %s", self.path, exc)
 
     def _apply(self, records: list[OutRecord]) -> None:
         assert self._con is not None

@@ -11,7 +11,7 @@ is on disk. The coordinator acknowledges a submission or a worker's result only 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import msgspec
 
@@ -81,7 +81,7 @@ class MetaRow(_Rec, tag="meta"):
     value: str
 
 
-Record = Union[TaskRow, ResultRow, WorkerRow, KeyRow, MetaRow]
+Record = TaskRow | ResultRow | WorkerRow | KeyRow | MetaRow
 
 
 class Snapshot(msgspec.Struct):

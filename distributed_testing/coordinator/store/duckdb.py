@@ -11,6 +11,10 @@ deletes those segments. A crash at any point loses nothing acknowledged: ``open`
 segments newer than that mark before loading the snapshot, so a segment is applied exactly once
 even if a crash interrupted the deletions (which the filesystem may persist in any order).
 
+``query_results`` forces no checkpoint (one costs several fsyncs and a DuckDB commit): results
+appended since the last checkpoint are kept in memory and merged with DuckDB's matching rows,
+filtered by the same Python predicate ``MemoryStore`` uses.
+
 All DuckDB work runs on one dedicated thread that owns the connection; the event loop never
 blocks on it. Nested fields (spec, history, outcome, output, hardware, ...) are JSON columns.
 """
@@ -205,6 +209,8 @@ class DuckDBStore:
         # covers them; query_results merges them with DuckDB's rows instead of checkpointing.
         self._pending_results: dict[tuple[str, int], tuple[int, ResultRow]] = {}
         self._applied_segment = 0  # last journal segment in DuckDB (DB thread only)
+        self._unapplied: list[Record] = []  # appended since the last checkpoint's rotation
+        self._memory_in_sync = False  # _unapplied is exactly the unapplied segments' content
         self._state = "new"  # new -> open -> closed
 
     @property
@@ -242,6 +248,7 @@ class DuckDBStore:
         self._checkpointer = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name=f"store-checkpointer:{self.path.name}"
         )
+        self._checkpointer.add_done_callback(self._checkpointer_done)
         log.info(
             "opened store %s: %d tasks, %d workers, %d keys",
             self.path,
@@ -254,7 +261,7 @@ class DuckDBStore:
     def _connect_sync(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._con = duckdb.connect(str(self.path))
+            self._con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk upserts: more threads only contend
         except (OSError, duckdb.Error) as exc:
             raise StoreError(f"cannot open DuckDB file {self.path}: {exc}") from exc
         self._ensure_schema_sync(self._con)
@@ -365,7 +372,10 @@ class DuckDBStore:
         """Journal ``records``; the future completes once they are fsync'd (see the module doc)."""
         if self._state != "open":
             raise StoreError(f"store {self.path} is not open")
+        if self._checkpointer is not None and self._checkpointer.done():
+            raise StoreError(f"store {self.path}: the checkpointer stopped; see the log")
         fut = self._journal.append(records)
+        self._unapplied.extend(records)
         self._appended += len(records)
         for rec in records:
             if isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
@@ -382,18 +392,25 @@ class DuckDBStore:
             if self._applied >= target:
                 return
             covered = self._appended
+            # The records appended so far are exactly those the rotation closes; after a failed
+            # checkpoint they are re-read from disk instead, where they are still complete.
+            taken, self._unapplied = self._unapplied, []
+            in_memory, self._memory_in_sync = self._memory_in_sync, False
             closed = await self._journal.rotate()
-            await self._db(self._apply_sync, closed)
+            await self._db(self._apply_sync, closed, taken if in_memory else None)
+            self._memory_in_sync = True
             self._applied = max(self._applied, covered)
             self._pending_results = {k: v for k, v in self._pending_results.items() if v[0] > covered}
 
-    def _apply_sync(self, upto: int) -> None:
+    def _apply_sync(self, upto: int, records: list[Record] | None = None) -> None:
         """Apply the closed segments not yet applied, up to ``upto``, in one transaction; then
-        delete every closed segment ``<= upto``. DB thread."""
+        delete every closed segment ``<= upto``. ``records``, when given, are those segments'
+        records already in memory (saves reading and decoding them again). DB thread."""
         if upto < 1:
             return
         by_type: dict[type[Any], list[Any]] = {t: [] for t in TABLES}
-        for rec in self._journal.read_segments(upto, after=self._applied_segment):
+        source = records if records is not None else self._journal.read_segments(upto, after=self._applied_segment)
+        for rec in source:
             by_type[type(rec)].append(rec)
 
         def insert_all(con: duckdb.DuckDBPyConnection) -> None:
@@ -438,6 +455,12 @@ class DuckDBStore:
                 log.exception(
                     "checkpoint of %s failed; records stay in the journal, retrying in %.1fs", self.path, delay
                 )
+
+    def _checkpointer_done(self, task: asyncio.Task[None]) -> None:
+        # StoreErrors are retried inside the loop; anything else is a bug: say so, and refuse
+        # further appends (above) rather than let the journal grow unapplied.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("checkpointer of %s crashed", self.path, exc_info=task.exception())
 
     # ------------------------------------------------------------------ reading
 
@@ -500,7 +523,7 @@ class DuckDBStore:
         self._ckpt_wake.set()
         try:
             if self._checkpointer is not None:
-                await self._checkpointer
+                await asyncio.wait([self._checkpointer])  # a crash was logged by _checkpointer_done
             await self.checkpoint()
         finally:
             await self._release()

@@ -9,6 +9,7 @@ process; executors start their children in ``start()``.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,9 @@ def default_executors(
 ) -> dict[str, Executor]:
     """The executors a worker runs, keyed by task type (``test``, ``custom``, ``benchmark``).
 
-    ``max_concurrency`` is the worker's task slot count; the custom pool defaults to that size.
+    ``max_concurrency`` is the worker's task slot count. The custom pool defaults to
+    ``min(max_concurrency, 2 × CPU cores)`` children: more interpreters than that only contend for
+    the cores, and a task beyond it waits (holding its slot) for the next free child.
     ``benchmark`` is answered by an :class:`UnsupportedExecutor` until its executor lands.
     Call ``start()`` on each before the first task and ``close()`` at shutdown.
     """
@@ -63,7 +66,7 @@ def default_executors(
         TestExecutor(extra_env=pytest_env),
         CustomExecutor(
             max_concurrency,
-            pool_size=custom_pool_size,
+            pool_size=custom_pool_size or min(max_concurrency, 2 * (os.cpu_count() or 1)),
             cache_dir=cache_dir,
             handlers=custom_handlers,
             pythonpath=custom_pythonpath,

@@ -1,0 +1,155 @@
+"""Benchmark child process: newline-delimited JSON requests on stdin, one JSON line per response.
+
+Started by the worker (with its own ``CUDA_VISIBLE_DEVICES``) as::
+
+    python -m distributed_testing.bench.child [--threads N] [--interop-threads N]
+                                              [--mixed-precision] [--device D]
+                                              [--hf-cache-dir DIR]
+
+``--threads`` defaults to ``$DT_BENCH_THREADS`` (unset: torch's default, all cores) and sets
+``torch.set_num_threads``; ``--interop-threads`` (``$DT_BENCH_INTEROP_THREADS``) sets
+``torch.set_num_interop_threads`` once at start, before any parallel work. ``--mixed-precision``
+makes autocast the default (see RunnerDefaults), ``--device`` the default device.
+
+Requests (one JSON object per line)::
+
+    {"id": ..., "configs": [config, ...]}          op "run" (the default)
+    {"id": ..., "op": "status"}                   -> {"id", "pid", "cached_models", "threads"}
+    {"id": ..., "op": "clear_cache"}              -> {"id", "cleared": n}
+
+A run answers ``{"id": ..., "results": [result | error entry, ...]}`` (see runner.py); the
+model cache lives as long as the process, so later requests reuse loaded models. A request
+that cannot be parsed answers ``{"id": <id or null>, "error": {"type", "message"}}``. Any
+exception inside a task, out-of-memory included, becomes an error entry; only a hard crash
+ends the process. The process exits 0 at end of input.
+
+Only protocol lines go to the real stdout: file descriptor 1 is pointed at stderr at start, so
+output printed by libraries (progress bars, C++ messages) cannot corrupt the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import IO, Any
+
+import torch
+
+from distributed_testing.bench.config import RunnerDefaults
+from distributed_testing.bench.runner import ModelCache, run_benchmark_batch
+from distributed_testing.errors import ConfigError, ExecutionError
+
+logger = logging.getLogger("distributed_testing.bench.child")
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m distributed_testing.bench.child", description="Benchmark child process (JSON lines)."
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=_env_int("DT_BENCH_THREADS"),
+        help="torch intra-op threads (env DT_BENCH_THREADS)",
+    )
+    parser.add_argument(
+        "--interop-threads",
+        type=int,
+        default=_env_int("DT_BENCH_INTEROP_THREADS"),
+        help="torch inter-op threads (env DT_BENCH_INTEROP_THREADS)",
+    )
+    parser.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch tasks")
+    parser.add_argument("--device", default="cpu", help="device for tasks that name none")
+    parser.add_argument("--hf-cache-dir", default=None, help="Hugging Face hub cache directory")
+    args = parser.parse_args(argv)
+    for flag in ("threads", "interop_threads"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1")
+    return args
+
+
+def _error(request_id: Any, kind: str, message: str) -> dict[str, Any]:
+    return {"id": request_id, "error": {"type": kind, "message": message}}
+
+
+def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache) -> dict[str, Any]:
+    """One decoded request -> its response (never raises for a bad request)."""
+    if not isinstance(request, dict):
+        return _error(None, "BadRequest", "a request must be a JSON object")
+    request_id = request.get("id")
+    op = request.get("op", "run")
+    if op == "status":
+        return {"id": request_id, "pid": os.getpid(), "cached_models": len(cache), "threads": torch.get_num_threads()}
+    if op == "clear_cache":
+        cleared = len(cache)
+        cache.clear()
+        return {"id": request_id, "cleared": cleared}
+    if op != "run":
+        return _error(request_id, "BadRequest", f"unknown op {op!r} (run, status, clear_cache)")
+    configs = request.get("configs")
+    if not isinstance(configs, list):
+        return _error(request_id, "BadRequest", "'configs' must be a list of benchmark configs")
+    return {"id": request_id, "results": run_benchmark_batch(configs, defaults=defaults, model_cache=cache)}
+
+
+def handle_line(line: str, defaults: RunnerDefaults, cache: ModelCache) -> dict[str, Any]:
+    try:
+        request = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return _error(None, "BadRequest", f"invalid JSON: {exc}")
+    return handle_request(request, defaults, cache)
+
+
+def serve(stdin: IO[str], out: IO[str], defaults: RunnerDefaults) -> None:
+    """Answer requests until end of input, keeping one model cache."""
+    cache: ModelCache = {}
+    for line in stdin:
+        if not line.strip():
+            continue
+        response = handle_line(line, defaults, cache)
+        out.write(json.dumps(response) + "\n")
+        out.flush()
+
+
+def _protocol_stdout() -> IO[str]:
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return protocol
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        args = parse_args(argv)
+        if args.interop_threads is not None:
+            torch.set_num_interop_threads(args.interop_threads)
+        defaults = RunnerDefaults(
+            autocast=args.mixed_precision, device=args.device, threads=args.threads, hf_cache_dir=args.hf_cache_dir
+        )
+    except (ConfigError, ExecutionError) as exc:
+        logger.error("%s", exc)
+        return 2
+    if defaults.threads is not None:
+        torch.set_num_threads(defaults.threads)
+    out = _protocol_stdout()
+    logger.info("benchmark child %d ready (threads=%d)", os.getpid(), torch.get_num_threads())
+    serve(sys.stdin, out, defaults)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
