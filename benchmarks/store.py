@@ -4,8 +4,8 @@ Scenarios (each on a fresh DuckDB file in a fresh directory under ``--dir``):
 
 - ``seq``: one appender, each ``append([TaskRow])`` awaited before the next.
 - ``c50``: 50 concurrent appenders doing the same (group commit shares fsyncs between them).
-- ``c50 + 1 querier``: the same, plus one client looping ``query_results`` (each forces a
-  checkpoint; concurrent ones share it): its latency and what it costs the appenders.
+- ``c50 + 1 querier``: the same, plus one client looping ``query_results(task_id=...)``: its
+  latency and what it costs the appenders.
 - ``raw``: DuckDB alone, one ``INSERT OR REPLACE`` + commit per row (no journal), for comparison.
 
 The DuckDB store runs with its background checkpointer on, as in production, so the figures
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import statistics
 import sys
@@ -122,7 +123,7 @@ async def run_store(
     print(f"  {name}: final checkpoint + close took {(time.perf_counter() - t0) * 1e3:.0f} ms")
     figs = [Figures(name, len(latencies), elapsed, latencies, fsyncs)]
     if query:
-        figs.append(Figures("  query_results (forced checkpoint)", len(queries), elapsed, queries))
+        figs.append(Figures("  query_results(task_id) meanwhile", len(queries), elapsed, queries))
     return figs
 
 
@@ -153,7 +154,9 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the files go")
     args = parser.parse_args(argv)
     print("command:", shlex.join([Path(sys.executable).name, "benchmarks/store.py", *argv]))
-    print(f"files under {args.dir} (DuckDB {duckdb.__version__}, Python {sys.version.split()[0]})\n")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"files under {args.dir}; DuckDB {duckdb.__version__}, Python {sys.version.split()[0]}")
+    print(f"{os.cpu_count()} CPUs, load average {load} at start\n")
     results = []
     scenarios = [
         ("DuckDBStore seq (1 appender)", 1, False),

@@ -32,6 +32,8 @@ class CoordinatorConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_clock_skew_s: float = 300.0
     max_violations: int = 5
+    batch_max: int = 8
+    batch_wait_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
@@ -62,6 +64,11 @@ class WorkerConfig:
     reconnect_interval_s: float = 1.0
     max_concurrent_tasks: int = 1
     task_timeout_s: float | None = None
+    cache_models: bool = False
+    mixed_precision: bool = False
+    optimize_for: str | None = None
+    cuda_streams: int | None = None
+    bench_threads: int | None = None
 
     @property
     def ws_url(self) -> str:

@@ -69,6 +69,10 @@ def test_deterministic(encoder, batch_size):
 '''
 
 TASKS: list[dict[str, Any]] = [
+    {"task_id": "benchmark-bert-001", "type": "benchmark",
+     "config": {"model": "bert-base-uncased", "batch_sizes": [1, 2, 4, 8, 16], "precision": "fp32", "iterations": 10}},
+    {"task_id": "benchmark-mlp-int8", "type": "benchmark",
+     "config": {"model": "mlp", "batch_sizes": [1, 32], "precision": "int8", "iterations": 20}},
     {"task_id": "test-bert-001", "type": "test",
      "config": {"test_file": "test_bert.py", "test_args": ["--batch-size", "4"]}},
     {"task_id": "custom-001", "type": "custom",
@@ -150,7 +154,7 @@ def run(state: Path) -> int:
                      for w in api.get("/api/v1/workers")["workers"]], ["worker_id", "state", "capabilities", "tags"])
         print(f"\nsubmitting {len(TASKS)} tasks: {json.dumps([t['task_id'] for t in TASKS])}")
         api.post("/api/v1/tasks", TASKS)
-        final = [wait_task(api, t["task_id"], time.monotonic() + 180) for t in TASKS]
+        final = [wait_task(api, t["task_id"], time.monotonic() + 600) for t in TASKS]
         print("\nresults:")
         print_results(api.get("/api/v1/results")["results"], "table")
         test = next(t for t in final if t["task_id"] == "test-bert-001")

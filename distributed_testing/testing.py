@@ -32,6 +32,7 @@ from .coordinator.store.memory import MemoryStore
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
+from .worker.factory import benchmark_options
 from .worker.outbox import MemoryOutbox
 
 CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
@@ -85,7 +86,9 @@ class Cluster:
                               heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
         hardware = overrides.pop("hardware", None)
         config = replace(config, **overrides)
-        agent = WorkerAgent(config, default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}"),
+        executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
+                                      benchmark=benchmark_options(config))
+        agent = WorkerAgent(config, executors,
                             MemoryOutbox(), hardware or CPU_HARDWARE, ["cpu"],
                             Credentials(self.base_url, api_key=config.api_key, token=config.token))
         self.agents.append(agent)

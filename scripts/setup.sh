@@ -10,4 +10,4 @@ fi
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-python -m pip install -q --disable-pip-version-check -e ".[dev]"
+python -m pip install -q --disable-pip-version-check -e ".[dev,bench]"

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="WebSocket ping and expected worker heartbeat interval, seconds (default 5)")
     p.add_argument("--worker-ttl", type=float, default=30.0, help="declare a worker dead after this many seconds without a heartbeat (default 30)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
+    p.add_argument("--batch-max", type=int, default=8, help="benchmark tasks sharing a model sent to one worker as one batch, at most (default 8; 1 disables batching)")
+    p.add_argument("--batch-wait", type=float, default=0.2, help="seconds a benchmark task may wait for others to batch with (default 0.2)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -52,6 +54,8 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
         worker_ttl_s=positive(ns.worker_ttl, "--worker-ttl"),
         worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
+        batch_max=int(positive(ns.batch_max, "--batch-max")),
+        batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
     )
 
 

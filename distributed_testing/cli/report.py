@@ -33,7 +33,9 @@ def _flat(r: dict[str, Any]) -> dict[str, Any]:
     if "passed" in out:
         row["summary"] = f"{out.get('passed', 0)} passed, {out.get('failed', 0)} failed, {out.get('skipped', 0)} skipped"
     elif "model" in out:
-        row["summary"] = f"{out.get('model')} {out.get('precision', '')} {out.get('device', '')}"
+        medians = ", ".join(f"bs{b['batch_size']} {b['latency_ms']['median']:.2f}ms"
+                            for b in out.get("batch_results", []) if "latency_ms" in b)
+        row["summary"] = f"{out.get('model')} {out.get('precision', '')} {out.get('device', '')}: {medians}"
     else:
         row["summary"] = ""
     return row

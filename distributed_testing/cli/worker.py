@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
     p.add_argument("--max-concurrent-tasks", type=int, default=1, help="tasks run at once (default 1)")
     p.add_argument("--task-timeout", type=float, help="seconds a task may run when it sets no timeout_s (default: none)")
+    bench = p.add_argument_group("benchmark tasks")
+    bench.add_argument("--cache-models", action="store_true", help="keep the benchmark process and its loaded models between tasks")
+    bench.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch benchmarks that do not set autocast")
+    bench.add_argument("--optimize-for", choices=["throughput", "latency"], help="default optimize_for of benchmark tasks (see docs/tasks.md)")
+    bench.add_argument("--cuda-streams", type=int, help="default cuda_streams of benchmark tasks (CUDA only)")
+    bench.add_argument("--bench-threads", type=int, help="torch threads in the benchmark process (default: all cores)")
     add_log_flag(p)
     return p
 
@@ -71,6 +77,9 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         reconnect_interval_s=positive(ns.reconnect_interval, "--reconnect-interval"),
         max_concurrent_tasks=ns.max_concurrent_tasks,
         task_timeout_s=positive(ns.task_timeout, "--task-timeout") if ns.task_timeout is not None else None,
+        cache_models=ns.cache_models, mixed_precision=ns.mixed_precision, optimize_for=ns.optimize_for,
+        cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
+        bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
         **kwargs,  # type: ignore[arg-type]
     )
 

@@ -16,9 +16,21 @@ from ..tasks.spec import Requirements
 ReqKey = tuple[tuple[str, ...], tuple[str, ...], float]
 
 
-def requirement_key(req: Requirements) -> ReqKey:
-    """Tasks with equal keys are interchangeable for placement (one queue per key)."""
-    return (tuple(sorted(set(req.hardware))), tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0)
+def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = ()) -> ReqKey:
+    """Tasks with equal keys are interchangeable for placement (one queue per key).
+    ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend)."""
+    hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
+    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0)
+
+
+def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
+    """Hardware a task's own config demands: a benchmark's ``device`` and the openvino backend."""
+    if task_type != "benchmark" or not isinstance(config, dict):
+        return ()
+    needs = [str(config["device"])] if config.get("device") in ("cpu", "cuda", "rocm", "mps") else []
+    if config.get("backend") == "openvino":
+        needs.append("openvino")
+    return tuple(needs)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from ..protocol import messages as m
 from ..retry import Backoff
 from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
-from .placement import ReqKey, WorkerView, pending_reason, pick_worker, requirement_key, unmet
+from .placement import ReqKey, WorkerView, implied_hardware, pending_reason, pick_worker, requirement_key, unmet
 from .store.base import Record, ResultRow, Snapshot, TaskRow, WorkerRow
 
 
@@ -54,10 +54,15 @@ class Notify:
 Command = Save | Send | CloseWorker | Notify
 
 
+BATCH_FIELDS = ("model", "backend", "precision", "device", "mode", "tiny")
+
+
 @dataclass(frozen=True)
 class Policy:
     worker_grace_s: float = 10.0
     worker_ttl_s: float = 30.0
+    batch_max: int = 8  # benchmark tasks per batch
+    batch_wait_s: float = 0.2  # how long a lone benchmark task may wait for others to batch with
     retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
 
 
@@ -80,9 +85,15 @@ class Task:
     outcome: dict[str, Any] | None = None
     submitted_by: str | None = None
     key: ReqKey = ((), (), 0.0)
+    batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
+    slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
 
     def __post_init__(self) -> None:
-        self.key = requirement_key(self.spec.requirements)
+        self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config))
+        if self.type == "benchmark" and isinstance(self.spec.config, dict):
+            cfg = self.spec.config
+            if cfg.get("kind", "inference") != "training":
+                self.batch_key = tuple(str(cfg.get(f)) for f in BATCH_FIELDS)
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
@@ -210,7 +221,7 @@ class CoordinatorState:
         for t in self.tasks.values():
             if t.worker_id == w.worker_id and t.state in ACTIVE:
                 if announced.get(t.task_id) == t.attempt:
-                    w.view.running.add(t.task_id)
+                    w.view.running.add(t.slot or t.task_id)
                 else:
                     cmds += self._lose(t, "worker restarted without this task", now)
         for task_id, attempt in announced.items():
@@ -258,11 +269,10 @@ class CoordinatorState:
     def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:
         cmds: list[Command] = []
         notify: list[str] = []
-        w = self.workers.get(worker_id)
         for r in msg.results:
             t = self.tasks.get(r.task_id)
-            if w is not None and t is not None and t.attempt == r.attempt:
-                w.view.running.discard(r.task_id)
+            if t is not None and t.attempt == r.attempt and t.worker_id == worker_id:
+                self._free_slot(t)
             cmds.append(Save(ResultRow(
                 task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status,
                 started_at=r.started_at, finished_at=r.finished_at, received_at=now,
@@ -311,28 +321,45 @@ class CoordinatorState:
         workers = [w.view for w in self.workers.values() if w.connected and w.view.free_slots > 0]
         if not workers or not self._queues:
             return []
-        batches: dict[str, list[Task]] = defaultdict(list)
+        singles: dict[str, list[list[Task]]] = defaultdict(list)
+        batched: dict[str, list[list[Task]]] = defaultdict(list)
         blocked: set[ReqKey] = set()
         while True:
             best = self._best_head(blocked)
             if best is None:
                 break
             key, t = best
-            w = pick_worker(key, workers)
+            group = self._batch_group(key, t, now)
+            w = pick_worker(key, workers) if group else None
             if w is None:
                 blocked.add(key)
                 continue
-            heapq.heappop(self._queues[key])
-            if not self._queues[key]:
-                del self._queues[key]
-            t.attempt += 1
-            t.worker_id = w.worker_id
-            self._transition(t, "assigned", f"dispatched to {w.worker_id}", now)
-            w.running.add(t.task_id)
-            batches[w.worker_id].append(t)
-        cmds: list[Command] = [Save(t.row()) for ts in batches.values() for t in ts]
-        cmds += [Send(wid, m.AssignTasks([self._assignment(t) for t in ts])) for wid, ts in batches.items()]
+            slot = t.task_id if len(group) == 1 else f"batch-{t.task_id}"
+            for member in group:
+                member.attempt += 1
+                member.worker_id, member.slot = w.worker_id, slot
+                self._transition(member, "assigned", f"dispatched to {w.worker_id}"
+                                 + (f" in {slot} of {len(group)}" if len(group) > 1 else ""), now)
+            w.running.add(slot)
+            (batched if len(group) > 1 else singles)[w.worker_id].append(group)
+        cmds: list[Command] = [Save(t.row()) for d in (singles, batched) for gs in d.values() for g in gs for t in g]
+        cmds += [Send(wid, m.AssignTasks([self._assignment(g[0]) for g in gs])) for wid, gs in singles.items()]
+        cmds += [Send(wid, m.AssignTasks([self._assignment(t) for t in g], batch_id=g[0].slot))
+                 for wid, gs in batched.items() for g in gs]
         return cmds
+
+    def _batch_group(self, key: ReqKey, head: Task, now: float) -> list[Task]:
+        """``head`` plus the pending tasks that can share its model load (at most batch_max);
+        empty while a lone benchmark task is still within its batching wait."""
+        if head.batch_key is None or self.policy.batch_max <= 1:
+            return [head]
+        mates = sorted((self.tasks[e[2]] for e in self._queues.get(key, [])
+                        if e[2] != head.task_id and self.tasks[e[2]].state == "pending"
+                        and self.tasks[e[2]].batch_key == head.batch_key), key=lambda t: (-t.spec.priority, t.seq))
+        group = [head, *mates[: self.policy.batch_max - 1]]
+        if len(group) < self.policy.batch_max and now - head.submitted_at < self.policy.batch_wait_s:
+            return []
+        return group
 
     def _best_head(self, blocked: set[ReqKey]) -> tuple[ReqKey, Task] | None:
         best: tuple[tuple[int, int], ReqKey, Task] | None = None
@@ -394,9 +421,17 @@ class CoordinatorState:
         return [Save(t.row())]
 
     def _free_slot(self, t: Task) -> None:
+        """Release the slot ``t`` holds on its worker once no other active task shares it."""
         w = self.workers.get(t.worker_id or "")
-        if w is not None:
-            w.view.running.discard(t.task_id)
+        slot, shared = t.slot or t.task_id, any(o.worker_id == t.worker_id for o in self._batch_mates(t))
+        t.slot = ""
+        if w is not None and not shared:
+            w.view.running.discard(slot)
+
+    def _batch_mates(self, t: Task) -> list[Task]:
+        if not t.slot.startswith("batch-"):
+            return []
+        return [o for o in self.tasks.values() if o is not t and o.slot == t.slot and o.state in ACTIVE]
 
     # ---------------------------------------------------------------- restore
 

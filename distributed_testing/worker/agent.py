@@ -183,12 +183,16 @@ class WorkerAgent:
 
     async def _on_assign(self, msg: m.Message) -> None:
         assert isinstance(msg, m.AssignTasks)
-        for a in msg.tasks:
-            cur = self.running.get(a.task_id)
-            if cur is not None and cur.assignment.attempt >= a.attempt:
-                continue
-            task = asyncio.create_task(self._execute(a), name=f"task-{a.task_id}")
-            self.running[a.task_id] = Running(a, task)
+        fresh = [a for a in msg.tasks
+                 if a.task_id not in self.running or self.running[a.task_id].assignment.attempt < a.attempt]
+        ex = self.executors.get(fresh[0].type) if fresh else None
+        if msg.batch_id and len(fresh) > 1 and hasattr(ex, "run_batch") and len({a.type for a in fresh}) == 1:
+            batch = asyncio.create_task(self._execute_batch(fresh), name=f"batch-{msg.batch_id}")
+            for a in fresh:
+                self.running[a.task_id] = Running(a, batch)
+            return
+        for a in fresh:
+            self.running[a.task_id] = Running(a, asyncio.create_task(self._execute(a), name=f"task-{a.task_id}"))
 
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
@@ -222,6 +226,35 @@ class WorkerAgent:
                 outcome = await self._run_executor(a)
             finally:
                 announce.cancel()
+        await self._report(a, outcome)
+
+    async def _execute_batch(self, batch: list[m.TaskAssignment]) -> None:
+        """Several tasks in one executor call (one model load); one slot for the whole batch."""
+        ex = self.executors[batch[0].type]
+        async with self._slots:
+            for a in batch:
+                self._announce_started(m.TaskRef(a.task_id, a.attempt))
+            ctxs = [self._context(a) for a in batch]
+            try:
+                outcomes = await ex.run_batch(ctxs)  # type: ignore[attr-defined]
+            except ExecutionError as exc:
+                outcomes = [ExecOutcome("error", error=str(exc)) for _ in batch]
+            except asyncio.CancelledError:
+                cancelled = [a.task_id for a in batch if self.running.get(a.task_id) and self.running[a.task_id].cancel_reason]
+                if not cancelled:
+                    raise
+                outcomes = [self._batch_cancel_outcome(a, cancelled) for a in batch]
+        for a, outcome in zip(batch, outcomes, strict=True):
+            await self._report(a, outcome)
+
+    def _batch_cancel_outcome(self, a: m.TaskAssignment, cancelled: list[str]) -> ExecOutcome:
+        r = self.running.get(a.task_id)
+        if r is not None and r.cancel_reason:
+            return ExecOutcome("cancelled", error=r.cancel_reason)
+        return ExecOutcome("error", output={"retryable": True},
+                           error=f"stopped because {', '.join(cancelled)} in the same batch was cancelled")
+
+    async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
         self.running.pop(a.task_id, None)
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
@@ -233,6 +266,11 @@ class WorkerAgent:
         self._schedule_flush()
         await durable
 
+    def _context(self, a: m.TaskAssignment) -> TaskContext:
+        return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
+                           timeout_s=a.timeout_s or self.config.task_timeout_s, max_memory_mb=a.max_memory_mb,
+                           test_root=self.config.test_root)
+
     def _announce_started(self, ref: m.TaskRef) -> None:
         self._started_buf.append(ref)
         self._schedule_flush()
@@ -243,11 +281,8 @@ class WorkerAgent:
         if ex is None:
             return ExecOutcome("error", error=f"this worker has no executor for task type {a.type!r}",
                                started_at=started, finished_at=self.clock())
-        timeout = a.timeout_s or self.config.task_timeout_s
-        ctx = TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config, timeout_s=timeout,
-                          max_memory_mb=a.max_memory_mb, test_root=self.config.test_root)
         try:
-            return await ex.run(ctx)
+            return await ex.run(self._context(a))
         except ExecutionError as exc:
             return ExecOutcome("error", error=str(exc), started_at=started, finished_at=self.clock())
         except asyncio.CancelledError:

@@ -11,6 +11,7 @@ from ..config import WorkerConfig
 from .agent import WorkerAgent
 from .auth import Credentials
 from .executors import default_executors
+from .executors.benchmark import BenchmarkOptions
 from .hardware import capabilities, detect_hardware
 from .outbox import MemoryOutbox, Outbox
 
@@ -34,6 +35,12 @@ async def open_outbox(config: WorkerConfig) -> Outbox:
     return outbox
 
 
+def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
+    return BenchmarkOptions(cache_models=config.cache_models, mixed_precision=config.mixed_precision,
+                            optimize_for=config.optimize_for, cuda_streams=config.cuda_streams,
+                            threads=config.bench_threads)
+
+
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
     info = await asyncio.to_thread(detect_hardware)
     hardware = info.to_dict()
@@ -41,5 +48,6 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
     log.info("detected %s, %s cores, %.1f GB; capabilities %s; tags %s", hardware.get("cpu_model"),
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
     creds = Credentials(config.coordinator_url, api_key=config.api_key, token=config.token, token_file=config.token_file)
-    executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config))
+    executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
+                                  benchmark=benchmark_options(config))
     return WorkerAgent(config, executors, await open_outbox(config), hardware, caps, creds)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from distributed_testing.worker.executors.base import ExecOutcome, Executor, TaskContext
 
 if TYPE_CHECKING:
+    from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
     from distributed_testing.worker.executors.custom import CustomExecutor
     from distributed_testing.worker.executors.test import TestExecutor
-    from distributed_testing.worker.executors.unsupported import UnsupportedExecutor
 
 __all__ = [
     "CustomExecutor",
@@ -27,11 +27,13 @@ __all__ = [
     "Executor",
     "TaskContext",
     "TestExecutor",
-    "UnsupportedExecutor",
+    "BenchmarkExecutor",
+    "BenchmarkOptions",
     "default_executors",
 ]
 
-_LAZY = {"CustomExecutor": "custom", "TestExecutor": "test", "UnsupportedExecutor": "unsupported"}
+_LAZY = {"CustomExecutor": "custom", "TestExecutor": "test", "BenchmarkExecutor": "benchmark",
+         "BenchmarkOptions": "benchmark"}
 
 
 def __getattr__(name: str) -> Any:
@@ -49,18 +51,19 @@ def default_executors(
     custom_handlers: Mapping[str, str] | None = None,
     custom_pythonpath: Sequence[Path] = (),
     pytest_env: Mapping[str, str] | None = None,
+    benchmark: BenchmarkOptions | None = None,
 ) -> dict[str, Executor]:
     """The executors a worker runs, keyed by task type (``test``, ``custom``, ``benchmark``).
 
     ``max_concurrency`` is the worker's task slot count. The custom pool defaults to
     ``min(max_concurrency, 2 × CPU cores)`` children: more interpreters than that only contend for
     the cores, and a task beyond it waits (holding its slot) for the next free child.
-    ``benchmark`` is answered by an :class:`UnsupportedExecutor` until its executor lands.
+    ``benchmark`` runs in its own child process, one benchmark at a time (see ``benchmark.py``).
     Call ``start()`` on each before the first task and ``close()`` at shutdown.
     """
+    from distributed_testing.worker.executors.benchmark import BenchmarkExecutor
     from distributed_testing.worker.executors.custom import CustomExecutor
     from distributed_testing.worker.executors.test import TestExecutor
-    from distributed_testing.worker.executors.unsupported import UnsupportedExecutor
 
     executors: list[Executor] = [
         TestExecutor(extra_env=pytest_env),
@@ -71,6 +74,6 @@ def default_executors(
             handlers=custom_handlers,
             pythonpath=custom_pythonpath,
         ),
-        UnsupportedExecutor("benchmark", reason="benchmark tasks are not supported by this worker yet"),
+        BenchmarkExecutor(benchmark),
     ]
     return {e.task_type: e for e in executors}

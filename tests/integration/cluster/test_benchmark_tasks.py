@@ -1,0 +1,42 @@
+"""Benchmark tasks end to end: a real (tiny) model measured in the worker's benchmark child,
+batched by the coordinator so the model loads once, with the results queryable by model."""
+
+import pytest
+
+from distributed_testing.testing import run_cluster
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
+
+FAST = {"iterations": 3, "warmup": 1, "min_duration_s": 0.01, "tiny": True}
+
+
+def bench(task_id: str, **cfg: object) -> dict[str, object]:
+    return {"task_id": task_id, "type": "benchmark", "config": {"model": "mlp", "batch_sizes": [1, 4], **FAST, **cfg}}
+
+
+async def test_tasks_sharing_a_model_run_as_one_batch_loading_it_once(tmp_path):
+    async with run_cluster(tmp_path, workers=1, batch_wait_s=2.0) as c:
+        ids = await c.submit([bench("b1"), bench("b2"), bench("b3", batch_sizes=[2])])
+        done = [await c.wait(i, timeout=150) for i in ids]
+        assert [t["state"] for t in done] == ["succeeded"] * 3, [t["outcome"] for t in done]
+        outputs = [t["result"]["output"] for t in done]
+        assert [o["cached"] for o in outputs] == [False, True, True]  # one model load for the batch
+        assert all("in batch-b1 of 3" in t["history"][1]["cause"] for t in done)
+        first = outputs[0]
+        assert [b["batch_size"] for b in first["batch_results"]] == [1, 4]
+        lat = first["batch_results"][0]["latency_ms"]
+        assert 0 < lat["min"] <= lat["median"] <= lat["p99"] <= lat["max"]
+        assert first["batch_results"][1]["throughput_items_s"] > 0
+        assert first["environment"]["torch_version"].startswith("2.")
+        status, body = await c.request("GET", "/api/v1/results", params={"model": "mlp", "batch_size": "2"})
+        assert status == 200 and [r["task_id"] for r in body["results"]] == ["b3"]
+
+
+async def test_bad_benchmarks_fail_with_reasons_and_device_needs_are_placement_requirements(tmp_path):
+    async with run_cluster(tmp_path, workers=1, batch_wait_s=0.0) as c:
+        ids = await c.submit([bench("unknown-model", model="no-such-model"),
+                              bench("needs-cuda", device="cuda")])
+        bad = await c.wait(ids[0], timeout=120)
+        assert bad["state"] == "error" and "bert-base-uncased" in bad["outcome"]["error"]  # lists known models
+        status, pending = await c.request("GET", "/api/v1/tasks/needs-cuda")
+        assert pending["state"] == "pending" and "lacks hardware cuda" in pending["pending_reason"]
