@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
-    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="WebSocket ping and expected worker heartbeat interval, seconds (default 5)")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between WebSocket pings to each worker; a worker that misses a pong is disconnected (default 5)")
     p.add_argument("--worker-ttl", type=float, default=30.0, help="declare a worker dead after this many seconds without a heartbeat (default 30)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
     p.add_argument("--batch-max", type=int, default=8, help="benchmark tasks sharing a model sent to one worker as one batch, at most (default 8; 1 disables batching)")

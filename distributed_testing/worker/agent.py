@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import psutil
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
@@ -136,11 +137,12 @@ class WorkerAgent:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
-            for t in (beats, renew, stopper, reader, writer):
+            tasks = (beats, renew, stopper, reader, writer)
+            for t in tasks:
                 t.cancel()
-            for t in (beats, renew, stopper, reader, writer):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+            for t, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+                if isinstance(outcome, Exception) and t not in (reader, writer):  # those two re-raised above
+                    log.error("%s stopped: %s", t.get_name(), outcome)
 
     def _register_msg(self) -> m.Register:
         return m.Register(worker_id=self.config.worker_id, name=self.config.name, protocol_version=m.PROTOCOL_VERSION,
@@ -347,7 +349,11 @@ class WorkerAgent:
             if delay is None:
                 return
             await asyncio.sleep(delay)
-            token = await self.credentials.renew()
+            # retried until the token would expire; a refusal (AuthError) is not retried
+            left = max(1, int((self.credentials.renew_in(self.clock()) or 0) * 1.5 / self.config.reconnect_interval_s))
+            token = await retry_async(self.credentials.renew, backoff=Backoff(base_s=self.config.reconnect_interval_s),
+                                      attempts=left, retry_on=(aiohttp.ClientError, OSError, asyncio.TimeoutError),
+                                      what="token renewal")
             self._send(m.AuthRenew(token))
 
 

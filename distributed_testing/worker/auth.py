@@ -43,13 +43,15 @@ class Credentials:
         self.api_key = api_key
         self.token_file = token_file
         self._token = token
-        self._renewed = False
+        self._file_token: str | None = None
 
     async def current(self) -> str:
         if self.api_key:
             return self.api_key
-        if self.token_file is not None and not self._renewed:
-            self._token = read_token_file(self.token_file)
+        if self.token_file is not None:
+            on_disk = read_token_file(self.token_file)
+            if on_disk != self._file_token:  # rotated by an external tool since we last looked
+                self._file_token = self._token = on_disk
         assert self._token is not None
         return self._token
 
@@ -72,6 +74,5 @@ class Credentials:
                 if resp.status != 200:
                     raise AuthError(f"token renewal refused: HTTP {resp.status}: {body.get('message', body)}")
         self._token = str(body["token"])
-        self._renewed = True
         log.info("renewed session token; new expiry %s", body.get("expires_at"))
         return self._token

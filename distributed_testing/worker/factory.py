@@ -42,12 +42,12 @@ def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
 
 
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
+    creds = Credentials(config.coordinator_url, api_key=config.api_key, token=config.token, token_file=config.token_file)
     info = await asyncio.to_thread(detect_hardware)
     hardware = info.to_dict()
     caps = sorted(capabilities(info))
     log.info("detected %s, %s cores, %.1f GB; capabilities %s; tags %s", hardware.get("cpu_model"),
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
-    creds = Credentials(config.coordinator_url, api_key=config.api_key, token=config.token, token_file=config.token_file)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
                                   benchmark=benchmark_options(config))
     return WorkerAgent(config, executors, await open_outbox(config), hardware, caps, creds)

@@ -1,0 +1,111 @@
+"""``dt-coordinator`` command line -> CoordinatorConfig: every flag, every variable, precedence,
+and bad values rejected naming the flag or variable. Pure apart from ``main``'s exit path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.cli import coordinator as coord_cli
+from distributed_testing.config import CoordinatorConfig
+from distributed_testing.errors import ConfigError
+
+
+def cfg(*argv: str, env: dict[str, str] | None = None) -> CoordinatorConfig:
+    return coord_cli.config_from_args(coord_cli.build_parser().parse_args(list(argv)), env or {})
+
+
+def test_defaults() -> None:
+    c = cfg()
+    assert (c.host, c.port, c.db_path, c.admin_key_file) == ("127.0.0.1", 8080, "state/coordinator.duckdb", None)
+    assert c.admin_key_path == Path("state/admin.key")  # beside the database
+    assert (c.token_ttl_s, c.heartbeat_interval_s, c.worker_ttl_s, c.worker_grace_s) == (900.0, 5.0, 30.0, 10.0)
+    assert coord_cli.build_parser().parse_args([]).port_file is None
+
+
+@pytest.mark.parametrize(("argv", "field", "value"), [
+    (["--host", "0.0.0.0"], "host", "0.0.0.0"),
+    (["--port", "0"], "port", 0),
+    (["--port", "65535"], "port", 65535),
+    (["--db-path", "/srv/dt/c.duckdb"], "db_path", "/srv/dt/c.duckdb"),
+    (["--db-path", "memory://"], "db_path", "memory://"),
+    (["--admin-key-file", "/etc/dt/admin.key"], "admin_key_file", Path("/etc/dt/admin.key")),
+    (["--token-ttl", "60"], "token_ttl_s", 60.0),
+    (["--heartbeat-interval", "0.5"], "heartbeat_interval_s", 0.5),
+    (["--worker-ttl", "12"], "worker_ttl_s", 12.0),
+    (["--worker-grace", "0"], "worker_grace_s", 0.0),
+    (["--worker-grace", "2.5"], "worker_grace_s", 2.5),
+])
+def test_each_flag_sets_its_field(argv: list[str], field: str, value: object) -> None:
+    assert getattr(cfg(*argv), field) == value
+
+
+def test_admin_key_path_follows_the_database_unless_given() -> None:
+    assert cfg("--db-path", "/srv/dt/c.duckdb").admin_key_path == Path("/srv/dt/admin.key")
+    assert cfg("--db-path", "/srv/dt/c.duckdb", "--admin-key-file", "/k").admin_key_path == Path("/k")
+
+
+def test_port_file_flag() -> None:
+    assert coord_cli.build_parser().parse_args(["--port-file", "/run/dt.port"]).port_file == Path("/run/dt.port")
+
+
+@pytest.mark.parametrize(("var", "value", "field", "expected"), [
+    ("DT_COORDINATOR_HOST", "0.0.0.0", "host", "0.0.0.0"),
+    ("DT_COORDINATOR_PORT", "9001", "port", 9001),
+    ("DT_COORDINATOR_PORT", "0", "port", 0),
+    ("DT_COORDINATOR_DB", "/data/c.duckdb", "db_path", "/data/c.duckdb"),
+    ("DT_ADMIN_KEY_FILE", "/secrets/admin.key", "admin_key_file", Path("/secrets/admin.key")),
+])
+def test_each_variable_sets_its_field(var: str, value: str, field: str, expected: object) -> None:
+    assert getattr(cfg(env={var: value}), field) == expected
+
+
+def test_dt_coordinator_db_moves_the_default_admin_key_too() -> None:
+    assert cfg(env={"DT_COORDINATOR_DB": "/data/c.duckdb"}).admin_key_path == Path("/data/admin.key")
+
+
+def test_flags_win_over_variables() -> None:
+    env = {"DT_COORDINATOR_HOST": "10.0.0.1", "DT_COORDINATOR_PORT": "1", "DT_COORDINATOR_DB": "/env.duckdb",
+           "DT_ADMIN_KEY_FILE": "/env.key"}
+    c = cfg("--host", "127.0.0.2", "--port", "0", "--db-path", "/flag.duckdb", "--admin-key-file", "/flag.key", env=env)
+    assert (c.host, c.port, c.db_path, c.admin_key_file) == ("127.0.0.2", 0, "/flag.duckdb", Path("/flag.key"))
+
+
+@pytest.mark.parametrize(("argv", "env", "needle"), [
+    (["--port", "65536"], {}, "--port"),
+    (["--port", "-1"], {}, "--port"),
+    ([], {"DT_COORDINATOR_PORT": "http"}, "DT_COORDINATOR_PORT"),
+    (["--token-ttl", "0"], {}, "--token-ttl"),
+    (["--token-ttl", "-60"], {}, "--token-ttl"),
+    (["--heartbeat-interval", "0"], {}, "--heartbeat-interval"),
+    (["--worker-ttl", "0"], {}, "--worker-ttl"),
+    (["--worker-grace", "-1"], {}, "--worker-grace"),
+])
+def test_bad_values_raise_config_error_naming_the_source(argv: list[str], env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg(*argv, env=env)
+    assert str(info.value).startswith(f"{needle}:"), str(info.value)
+
+
+def test_out_of_range_port_variable_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="^DT_COORDINATOR_PORT:"):
+        cfg(env={"DT_COORDINATOR_PORT": "70000"})
+
+
+def test_fractional_port_variable_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="DT_COORDINATOR_PORT"):
+        cfg(env={"DT_COORDINATOR_PORT": "8080.9"})
+
+
+def test_main_exits_2_on_a_bad_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert coord_cli.main(["--port", "70000"]) == 2
+    assert "dt-coordinator: --port: must be 0..65535, got 70000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--port", "eighty"], ["--token-ttl", "long"], ["--token-ttl", "1.5"],
+                                  ["--log-level", "LOUD"]])
+def test_malformed_flags_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        coord_cli.build_parser().parse_args(argv)
+    assert info.value.code == 2
