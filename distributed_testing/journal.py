@@ -38,6 +38,8 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from distributed_testing.fsutil import fsync_dir
+
 from .errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -63,14 +65,6 @@ def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
 def _fail_all(futs: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
     for fut in futs:
         _fail(fut, exc)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Journal(Generic[R]):
@@ -129,7 +123,7 @@ class Journal(Generic[R]):
     def _start_sync(self, min_seq: int) -> None:
         if not self.directory.is_dir():
             self.directory.mkdir(parents=True)
-            _fsync_dir(self.directory.parent)  # make the new directory's own entry durable
+            fsync_dir(self.directory.parent)  # make the new directory's own entry durable
         existing = [seq for seq, _ in self.segments()]
         self._seq = max(max(existing, default=0) + 1, min_seq)
         self._fd = self._open_segment(self._seq)
@@ -158,7 +152,7 @@ class Journal(Generic[R]):
         os.close(fd)
         if empty and self._failure is None:
             self._segment_path(self._seq).unlink()
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     async def __aenter__(self) -> Journal[R]:
         await self.start()
@@ -311,7 +305,7 @@ class Journal(Generic[R]):
     def _open_segment(self, seq: int) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self._segment_path(seq), flags, 0o644)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         return fd
 
     def segments(self) -> list[tuple[int, Path]]:
@@ -345,7 +339,7 @@ class Journal(Generic[R]):
         for _, path in doomed:
             path.unlink()
         if doomed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def replay(self) -> list[R]:
         """Every record of every segment on disk, in order. Blocking.

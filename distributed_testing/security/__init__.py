@@ -8,7 +8,8 @@ time matters the caller passes ``now`` (unix seconds). The coordinator wires it 
     require(principal.role, Permission.TASKS_SUBMIT)
 
 Modules: ``roles`` (the role -> permission table), ``keys`` (API keys), ``tokens`` (JWTs),
-``auth`` (credential -> Principal), ``session_keys`` (message-signing keys), ``bootstrap``.
+``auth`` (credential -> Principal), ``bootstrap``. Message-signing session keys are derived in
+:mod:`distributed_testing.protocol.signing`.
 """
 
 from distributed_testing.security.auth import (
@@ -38,10 +39,6 @@ from distributed_testing.security.roles import (
     parse_role,
     require,
 )
-from distributed_testing.security.session_keys import (
-    derive_session_key,
-    new_session_key,
-)
 from distributed_testing.security.tokens import (
     TokenClaims,
     generate_secret,
@@ -60,13 +57,11 @@ __all__ = [
     "authenticate",
     "bootstrap_admin_key",
     "check_usable",
-    "derive_session_key",
     "generate_key",
     "generate_secret",
     "has_permission",
     "issue_token",
     "key_status",
-    "new_session_key",
     "parse_authorization_header",
     "parse_key",
     "parse_role",

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from distributed_testing.errors import ConfigError
+from distributed_testing.fsutil import fsync_dir
 from distributed_testing.security.keys import KeyRecord, generate_key
 from distributed_testing.security.roles import Role
 
@@ -58,14 +59,6 @@ def _write_new(tmp: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_secret_file(path: str | os.PathLike[str], text: str) -> None:
     """Atomically write ``text`` (UTF-8) to ``path`` with mode 0600.
 
@@ -89,5 +82,5 @@ def write_secret_file(path: str | os.PathLike[str], text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     logger.info("wrote secret file %s (mode 0600)", target)

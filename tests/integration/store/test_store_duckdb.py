@@ -304,3 +304,26 @@ async def test_tables_that_differ_from_the_record_types_are_refused(tmp_path: Pa
     con.close()
     with pytest.raises(StoreError, match="table tasks has columns .*bump SCHEMA_VERSION"):
         await DuckDBStore(path).open()
+
+
+@pytest.mark.asyncio
+async def test_a_crashed_checkpointer_stops_appends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path, checkpoint_interval_s=0.01)
+    await store.open()
+    real = DuckDBStore._apply_sync
+
+    def bug(self: DuckDBStore, upto: int) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(DuckDBStore, "_apply_sync", bug)
+    await store.append([task("t1")])
+    assert store._checkpointer is not None
+    await asyncio.wait_for(asyncio.wait([store._checkpointer]), 5)
+    with pytest.raises(StoreError, match="checkpointer stopped"):
+        store.append([task("t2")])
+    monkeypatch.setattr(DuckDBStore, "_apply_sync", real)
+    await store.close()
+    again = DuckDBStore(path)
+    assert [t.task_id for t in (await again.open()).tasks] == ["t1"]
+    await again.close()

@@ -111,7 +111,7 @@ async def _both(duck: DuckDBStore, rows: list[ResultRow], qs: list[ResultQuery])
     return [(await mem.query_results(q), await duck.query_results(q)) for q in qs]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(results, min_size=10, max_size=30), qs=st.lists(queries(), min_size=1, max_size=8))
 def test_memory_and_duckdb_agree(
     runner: asyncio.Runner, duck: DuckDBStore, rows: list[ResultRow], qs: list[ResultQuery]
