@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from .coordinator.runtime import RUNTIME, Runtime
 from .coordinator.server import create_app
 from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
+from .protocol import messages as m
+from .protocol.signing import Channel, derive_session_key
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
@@ -131,3 +133,50 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
                 await asyncio.wait_for(t, 10)
         await http.close()
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
+                     tags: Sequence[str] = ()) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
+    """A hand-driven worker: real handshake and signed ``register``, then no application message
+    at all (no heartbeats). With ``autoping`` a background reader answers the coordinator's
+    WebSocket pings (and discards everything else); without it the test reads, and nothing
+    answers pings."""
+    session_ids: list[str] = []
+
+    async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
+        session_ids.append(params.response.headers.get("X-DT-Session", ""))
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_end)
+    ws_url = base_url.replace("http://", "ws://") + "/ws/worker"
+    async with (
+        aiohttp.ClientSession(trace_configs=[trace]) as http,
+        http.ws_connect(ws_url, headers={"Authorization": f"Bearer {credential}"}, autoping=autoping) as ws,
+    ):
+        assert session_ids and session_ids[0], "no session id header at the handshake"
+        ch = Channel(derive_session_key(credential, session_ids[0]))
+        reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
+                         capabilities=["cpu"], tags=list(tags), max_concurrent=1)
+        await ws.send_bytes(ch.seal(reg, time.time()))
+        msg = await ws.receive(timeout=10)
+        assert msg.type == aiohttp.WSMsgType.BINARY, msg
+        reply = ch.open(msg.data, time.time())
+        assert isinstance(reply, m.Registered) and reply.worker_id == worker_id
+        ws._dt_channel = ch  # type: ignore[attr-defined]  # so a test can sign (or mis-sign) more frames
+        if not autoping:
+            yield ws, reply
+            return
+        drain = asyncio.create_task(_drain(ws))  # aiohttp answers pings only while someone reads
+        try:
+            yield ws, reply
+        finally:
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
+
+
+async def _drain(ws: aiohttp.ClientWebSocketResponse) -> None:
+    while not ws.closed:
+        if (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+            return

@@ -10,26 +10,21 @@ imports torch and openvino, many seconds) is replaced by "no accelerators"; CPU 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import pytest
 
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.config import WorkerConfig
-from distributed_testing.protocol import messages as m
-from distributed_testing.protocol.signing import Channel, derive_session_key
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
 from distributed_testing.worker import hardware
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.factory import build_agent
@@ -75,52 +70,6 @@ async def workers_by_id(c: Cluster) -> dict[str, dict[str, Any]]:
     status, body = await c.request("GET", "/api/v1/workers")
     assert status == 200, body
     return {w["worker_id"]: w for w in body["workers"]}
-
-
-@contextlib.asynccontextmanager
-async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
-                     tags: Sequence[str] = ()) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
-    """A hand-driven worker: real handshake and signed ``register``, then no application message
-    at all (no heartbeats). With ``autoping`` a background reader answers the coordinator's
-    WebSocket pings (and discards everything else); without it the test reads, and nothing
-    answers pings."""
-    session_ids: list[str] = []
-
-    async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
-        session_ids.append(params.response.headers.get("X-DT-Session", ""))
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_end.append(on_end)
-    ws_url = base_url.replace("http://", "ws://") + "/ws/worker"
-    async with (
-        aiohttp.ClientSession(trace_configs=[trace]) as http,
-        http.ws_connect(ws_url, headers={"Authorization": f"Bearer {credential}"}, autoping=autoping) as ws,
-    ):
-        assert session_ids and session_ids[0], "no session id header at the handshake"
-        ch = Channel(derive_session_key(credential, session_ids[0]))
-        reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
-                         capabilities=["cpu"], tags=list(tags), max_concurrent=1)
-        await ws.send_bytes(ch.seal(reg, time.time()))
-        msg = await ws.receive(timeout=10)
-        assert msg.type == aiohttp.WSMsgType.BINARY, msg
-        reply = ch.open(msg.data, time.time())
-        assert isinstance(reply, m.Registered) and reply.worker_id == worker_id
-        if not autoping:
-            yield ws, reply
-            return
-        drain = asyncio.create_task(_drain(ws))  # aiohttp answers pings only while someone reads
-        try:
-            yield ws, reply
-        finally:
-            drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await drain
-
-
-async def _drain(ws: aiohttp.ClientWebSocketResponse) -> None:
-    while not ws.closed:
-        if (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-            return
 
 
 # --------------------------------------------------------------------- coordinator on a thread
