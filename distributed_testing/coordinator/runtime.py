@@ -26,7 +26,7 @@ from ..security import keys as sk
 from ..security import tokens
 from ..security.roles import Role
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Save, Send
-from .store.base import KeyRow, MetaRow, Store
+from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Runtime:
 
     def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
         """Persist the Save records, then run the rest; the future completes after both."""
-        records = [c.record for c in cmds if isinstance(c, Save)]
+        records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest = [c for c in cmds if not isinstance(c, Save)]
         loop = asyncio.get_running_loop()
         if not records:
@@ -165,6 +165,15 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def _coalesce(records: list[Record]) -> list[Record]:
+    """Keep only the last row of each task: one event (a submit that dispatches at once) can
+    change a task twice, and only its final state needs to reach the journal."""
+    last = {r.task_id: i for i, r in enumerate(records) if isinstance(r, TaskRow)}
+    if len(last) == sum(isinstance(r, TaskRow) for r in records):
+        return records
+    return [r for i, r in enumerate(records) if not isinstance(r, TaskRow) or last[r.task_id] == i]
 
 
 def key_row(rec: sk.KeyRecord) -> KeyRow:
