@@ -13,7 +13,7 @@ from torch import Tensor
 from distributed_testing.training.loop import build_runner
 from distributed_testing.training.models import mlp
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 LOCAL_BATCHES = (3, 5)
 GLOBAL_BATCH = sum(LOCAL_BATCHES)

@@ -26,12 +26,12 @@ def node_command(config: dict[str, Any], node_rank: int, port: int, result: Path
         sys.executable, "-m", "distributed_testing.training.launch",
         "--config", json.dumps(config), "--node-rank", str(node_rank), "--nnodes", "2",
         "--master-addr", "127.0.0.1", "--master-port", str(port), "--interface", "lo",
-        "--result-path", str(result), "--cuda-device-count", "0", "--timeout-s", "60",
+        "--result-path", str(result), "--cuda-device-count", "0", "--timeout-s", "150",
     ]  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(200)
 def test_two_nodes_on_loopback_produce_metrics(tmp_path: Path, free_port: int) -> None:
     config = {"model": "mlp", "nodes": 2, "nproc_per_node": 1, "batch_size": 32, "steps": 6, "warmup_steps": 2,
               "load_balance": "hybrid", "rebalance_interval": 2}  # fmt: skip
@@ -45,7 +45,7 @@ def test_two_nodes_on_loopback_produce_metrics(tmp_path: Path, free_port: int) -
         )  # fmt: skip
         for rank in (1, 0)
     ]
-    outputs = [p.communicate(timeout=50) for p in procs]
+    outputs = [p.communicate(timeout=170) for p in procs]  # generous: a loaded CI box is slow to import torch
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
     node1, node0 = (json.loads(out) for out, _ in outputs)
@@ -107,7 +107,7 @@ LONG_RUN = {"model": "mlp", "nodes": 2, "nproc_per_node": 1, "batch_size": 16, "
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(200)
 def test_killed_rank_stops_every_rank_without_orphans(tmp_path: Path, free_port: int) -> None:
     started, cancel = threading.Event(), threading.Event()
 
@@ -122,13 +122,13 @@ def test_killed_rank_stops_every_rank_without_orphans(tmp_path: Path, free_port:
                     LONG_RUN,
                     NodeAssignment(rank, 2, "127.0.0.1", free_port, "lo"),
                     tmp_path / f"node{rank}" / "result.json",
-                    timeout_s=50,
+                    timeout_s=150,
                     cancel=cancel,
                     progress=progress if rank == 0 else None,
                 )
                 for rank in (0, 1)
             ]
-            assert started.wait(40), "training never reported progress"
+            assert started.wait(120), "training never reported progress"
             victim = rank_process(1)
             assert victim is not None
             tree = descendants()
@@ -136,10 +136,10 @@ def test_killed_rank_stops_every_rank_without_orphans(tmp_path: Path, free_port:
             victim.send_signal(signal.SIGKILL)
             for node in nodes:
                 with pytest.raises(RankFailure, match="every local rank was stopped"):
-                    node.result(timeout=30)
+                    node.result(timeout=60)
         finally:
             cancel.set()
-    assert all_gone(tree), [p.pid for p in tree if p.is_running()]
+    wait_for(lambda: all_gone(tree), 30, f"every training process to exit: {[p.pid for p in tree if p.is_running()]}")
     # node 0 failed because its peer vanished mid all-reduce, not through a timeout
     assert "gloo/transport/tcp" in (tmp_path / "node0" / "result.json.node0.log").read_text()
 
@@ -158,14 +158,14 @@ def stop_early(tmp_path: Path, port: int, **kwargs: Any) -> tuple[BaseException 
         return node.exception(), list(seen.values())
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 def test_timeout_kills_every_local_process(tmp_path: Path, free_port: int) -> None:
     error, processes = stop_early(tmp_path, free_port, timeout_s=2.0)
     assert isinstance(error, LaunchTimeout) and "ran past 2s" in str(error)
     assert processes and all_gone(processes)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 def test_cancel_kills_every_local_process(tmp_path: Path, free_port: int) -> None:
     cancel = threading.Event()
     timer = threading.Timer(1.5, cancel.set)
