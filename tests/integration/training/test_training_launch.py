@@ -162,7 +162,8 @@ def stop_early(tmp_path: Path, port: int, **kwargs: Any) -> tuple[BaseException 
 def test_timeout_kills_every_local_process(tmp_path: Path, free_port: int) -> None:
     error, processes = stop_early(tmp_path, free_port, timeout_s=2.0)
     assert isinstance(error, LaunchTimeout) and "ran past 2s" in str(error)
-    assert processes and all_gone(processes)
+    assert processes
+    wait_for(lambda: all_gone(processes), 30, "every local process to exit")
 
 
 @pytest.mark.timeout(120)
@@ -173,4 +174,5 @@ def test_cancel_kills_every_local_process(tmp_path: Path, free_port: int) -> Non
     error, processes = stop_early(tmp_path, free_port, cancel=cancel)
     timer.join()
     assert isinstance(error, LaunchCancelled)
-    assert processes and all_gone(processes)
+    assert processes
+    wait_for(lambda: all_gone(processes), 30, "every local process to exit")
