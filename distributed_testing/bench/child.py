@@ -16,6 +16,12 @@ Requests (one JSON object per line)::
     {"id": ..., "configs": [config, ...]}          op "run" (the default)
     {"id": ..., "op": "status"}                   -> {"id", "pid", "cached_models", "threads"}
     {"id": ..., "op": "clear_cache"}              -> {"id", "cleared": n}
+    {"id": ..., "op": "fingerprint", "device": D, "backend": B}
+                                                  -> {"id", "environment", "fingerprint_hash"}
+
+``fingerprint`` answers the environment (``bench/env.py``) that a run of a task with that
+``backend`` (default eager) and ``device`` (default the child's ``--device``) would report, without
+building a model; a device that is absent or unusable answers an error naming the reason.
 
 A run answers ``{"id": ..., "results": [result | error entry, ...]}`` (see runner.py); the
 model cache lives as long as the process, so later requests reuse loaded models. A request
@@ -38,9 +44,11 @@ from typing import IO, Any
 
 import torch
 
-from distributed_testing.bench.config import RunnerDefaults
+from distributed_testing.bench.backends import resolve_torch_device
+from distributed_testing.bench.config import BACKENDS, RunnerDefaults
+from distributed_testing.bench.env import collect_environment
 from distributed_testing.bench.runner import ModelCache, run_benchmark_batch
-from distributed_testing.errors import ConfigError, ExecutionError
+from distributed_testing.errors import ConfigError, DTError, ExecutionError
 
 logger = logging.getLogger("distributed_testing.bench.child")
 
@@ -85,6 +93,36 @@ def _error(request_id: Any, kind: str, message: str) -> dict[str, Any]:
     return {"id": request_id, "error": {"type": kind, "message": message}}
 
 
+def environment_for(backend: str, device: str, defaults: RunnerDefaults) -> dict[str, Any]:
+    """The environment a run with ``backend`` on ``device`` reports (same fields and hash as
+    runner.py's result); ExecutionError when the device cannot be used here."""
+    if backend not in BACKENDS:
+        raise ExecutionError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if defaults.threads is not None and torch.get_num_threads() != defaults.threads:
+        torch.set_num_threads(defaults.threads)
+    name = device.strip().lower()
+    if backend != "openvino":
+        return collect_environment(resolve_torch_device(name))
+    from distributed_testing.bench.openvino_backend import _openvino, resolve_ov_device
+
+    core = _openvino().Core()
+    ov_device = resolve_ov_device(core, name)
+    full_name = core.get_property(ov_device, "FULL_DEVICE_NAME")
+    return collect_environment(None, f"{full_name} (OpenVINO {ov_device})", f"openvino:{ov_device}")
+
+
+def _fingerprint(request: dict[str, Any], defaults: RunnerDefaults) -> dict[str, Any]:
+    request_id = request.get("id")
+    backend, device = request.get("backend", "eager"), request.get("device", defaults.device)
+    if not isinstance(backend, str) or not isinstance(device, str) or not device:
+        return _error(request_id, "BadRequest", "'backend' and 'device' must be non-empty strings")
+    try:
+        environment = environment_for(backend, device, defaults)
+    except DTError as exc:
+        return _error(request_id, type(exc).__name__, str(exc))
+    return {"id": request_id, "environment": environment, "fingerprint_hash": environment["fingerprint_hash"]}
+
+
 def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache) -> dict[str, Any]:
     """One decoded request -> its response (never raises for a bad request)."""
     if not isinstance(request, dict):
@@ -97,8 +135,10 @@ def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache) ->
         cleared = len(cache)
         cache.clear()
         return {"id": request_id, "cleared": cleared}
+    if op == "fingerprint":
+        return _fingerprint(request, defaults)
     if op != "run":
-        return _error(request_id, "BadRequest", f"unknown op {op!r} (run, status, clear_cache)")
+        return _error(request_id, "BadRequest", f"unknown op {op!r} (run, status, clear_cache, fingerprint)")
     configs = request.get("configs")
     if not isinstance(configs, list):
         return _error(request_id, "BadRequest", "'configs' must be a list of benchmark configs")

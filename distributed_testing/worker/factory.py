@@ -1,5 +1,6 @@
 """Assemble a :class:`~.agent.WorkerAgent` from a :class:`~distributed_testing.config.WorkerConfig`:
-real hardware detection (in a thread: it imports torch), credentials, executors and the outbox."""
+real hardware detection (in a thread: it imports torch), credentials, executors, the outbox and
+the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 from ..config import WorkerConfig
 from .agent import WorkerAgent
 from .auth import Credentials
-from .executors import default_executors
-from .executors.benchmark import BenchmarkOptions
+from .bench_cache import DuckDBResultCache, MemoryResultCache, ResultCache
+from .executors import Executor, default_executors
+from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 from .hardware import capabilities, detect_hardware
 from .outbox import MemoryOutbox, Outbox
 
@@ -25,20 +27,28 @@ def cache_dir_for(config: WorkerConfig) -> Path:
     return Path.home() / ".cache" / "distributed_testing" / config.worker_id
 
 
-async def open_outbox(config: WorkerConfig) -> Outbox:
+async def open_storage(config: WorkerConfig) -> tuple[Outbox, ResultCache]:
+    """The opened outbox and the benchmark result cache: both in the ``--db-path`` DuckDB file
+    (sharing its one connection), or both in memory."""
     if config.db_path is None:
-        return MemoryOutbox()
+        return MemoryOutbox(), MemoryResultCache()
     from .outbox_duckdb import DuckDBOutbox
 
     outbox = DuckDBOutbox(config.db_path)
     await outbox.open()
-    return outbox
+    return outbox, DuckDBResultCache(outbox)
 
 
 def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
     return BenchmarkOptions(cache_models=config.cache_models, mixed_precision=config.mixed_precision,
                             optimize_for=config.optimize_for, cuda_streams=config.cuda_streams,
                             threads=config.bench_threads)
+
+
+def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
+                         cache: ResultCache) -> dict[str, Executor]:
+    """``executors`` with the benchmark executor replaced by one that uses ``cache``."""
+    return {**executors, BenchmarkExecutor.task_type: BenchmarkExecutor(benchmark_options(config), cache=cache)}
 
 
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
@@ -48,6 +58,7 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
     caps = sorted(capabilities(info))
     log.info("detected %s, %s cores, %.1f GB; capabilities %s; tags %s", hardware.get("cpu_model"),
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
+    outbox, results = await open_storage(config)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
                                   benchmark=benchmark_options(config))
-    return WorkerAgent(config, executors, await open_outbox(config), hardware, caps, creds)
+    return WorkerAgent(config, with_benchmark_cache(executors, config, results), outbox, hardware, caps, creds)

@@ -37,6 +37,7 @@ class TaskContext:
     test_root: Path = field(default_factory=Path.cwd)
     work_dir: Path | None = None
     progress: Callable[[float, str], None] | None = None
+    cache: bool = False
 
 
 @dataclass

@@ -9,6 +9,14 @@ With ``cache_models`` the child lives on between tasks and keeps its loaded mode
 task (or batch) gets a fresh child, so nothing one task did can skew the next. A crash or an
 out-of-memory kill of the child becomes an ``error`` result naming the exit; the next task starts
 a new child.
+
+Every successful result is stored in the worker's :class:`~..bench_cache.ResultCache`, keyed by
+config and environment fingerprint. A task with ``cache: true`` is first looked up there: the
+child reports the fingerprint of the task's backend and device (``op: fingerprint``, remembered
+for the child's lifetime), and on a hit the stored result is returned without measuring, marked
+``from_cache: true`` with ``cached_from_task`` and ``cached_at``; in a batch only the misses go
+to the child. Measured results say ``from_cache: false``. A failing cache is logged and the task
+runs as a miss.
 """
 
 from __future__ import annotations
@@ -23,11 +31,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ExecOutcome, TaskContext
+from ...errors import StoreError
+from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
+from .base import ExecOutcome, OutcomeStatus, TaskContext
 from .proc import describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024 * 1024
+FINGERPRINT_TIMEOUT_S = 120.0  # the child's torch import plus a first CUDA/OpenVINO device query
+
+
+class _ChildDied(Exception):
+    """The benchmark child ended (or its pipe broke) before answering; it has been reaped."""
+
+    def __init__(self, returncode: int) -> None:
+        super().__init__(describe_exit(returncode))
 
 
 @dataclass(frozen=True)
@@ -45,16 +63,19 @@ class BenchmarkOptions:
 class BenchmarkExecutor:
     task_type = "benchmark"
 
-    def __init__(self, options: BenchmarkOptions | None = None) -> None:
+    def __init__(self, options: BenchmarkOptions | None = None, cache: ResultCache | None = None) -> None:
         self.options = options or BenchmarkOptions()
+        self.cache: ResultCache = cache if cache is not None else MemoryResultCache()
         self._lock = asyncio.Lock()
         self._child: asyncio.subprocess.Process | None = None
         self._ids = itertools.count(1)
+        self._fingerprints: dict[tuple[str, str], str | None] = {}  # (backend kind, device JSON) -> hash
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
+        self._fingerprints.clear()
         if self._child is not None:
             await kill_and_reap(self._child)
             self._child = None
@@ -63,11 +84,18 @@ class BenchmarkExecutor:
         return (await self.run_batch([ctx]))[0]
 
     async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
-        """Run every task in one child request, in order; one outcome per task."""
+        """Answer cache hits, run the rest in one child request, in order; one outcome per task."""
         async with self._lock:
             started = time.time()
             try:
-                return await self._request(ctxs, started)
+                configs = [self._config(c) for c in ctxs]
+                outcomes: dict[int, ExecOutcome] = await self._lookup(ctxs, configs)
+                misses = [i for i in range(len(ctxs)) if i not in outcomes]
+                if misses:
+                    ran = await self._request([ctxs[i] for i in misses], [configs[i] for i in misses], started)
+                    await self._store([ctxs[i] for i in misses], [configs[i] for i in misses], ran)
+                    outcomes.update(zip(misses, ran, strict=True))
+                return [outcomes[i] for i in range(len(ctxs))]
             finally:
                 if not self.options.cache_models:
                     await self.close()
@@ -79,6 +107,10 @@ class BenchmarkExecutor:
         if self.options.cuda_streams is not None:
             cfg.setdefault("cuda_streams", self.options.cuda_streams)
         return cfg
+
+    def _runner_settings(self) -> dict[str, Any]:
+        """Worker settings that change a measurement without showing in the config."""
+        return {"mixed_precision": self.options.mixed_precision}
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         args = [sys.executable, "-m", "distributed_testing.bench.child"]
@@ -93,24 +125,20 @@ class BenchmarkExecutor:
             *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, env=env,
             start_new_session=True, limit=MAX_LINE)
 
-    async def _request(self, ctxs: list[TaskContext], started: float) -> list[ExecOutcome]:
+    async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
+        """Send one request to the child (started if needed) and return its reply line. A child that
+        dies first raises _ChildDied (reaped); a timeout or cancel kills the child and propagates."""
         if self._child is None or self._child.returncode is not None:
+            self._fingerprints.clear()
             self._child = await self._spawn()
         child = self._child
         assert child.stdin is not None and child.stdout is not None
-        req_id = next(self._ids)
-        child.stdin.write(json.dumps({"id": req_id, "configs": [self._config(c) for c in ctxs]}).encode() + b"\n")
-        timeouts = [c.timeout_s for c in ctxs]
-        timeout = None if any(t is None for t in timeouts) else sum(t for t in timeouts if t is not None)
+        child.stdin.write(json.dumps({"id": next(self._ids), **request}).encode() + b"\n")
         try:
             async with asyncio.timeout(timeout):
                 await child.stdin.drain()
                 line = await child.stdout.readline()
-        except TimeoutError:
-            await self.close()
-            return [ExecOutcome("timed_out", error=f"benchmark exceeded its timeout of {timeout:g}s; process group killed",
-                                started_at=started, finished_at=time.time()) for _ in ctxs]
-        except asyncio.CancelledError:
+        except (TimeoutError, asyncio.CancelledError):
             await self.close()
             raise
         except (ConnectionError, OSError) as exc:
@@ -119,10 +147,104 @@ class BenchmarkExecutor:
         if not line:
             code = await kill_and_reap(child)
             self._child = None
-            reason = f"benchmark process died ({describe_exit(code)}) before answering; out of memory is a common cause"
+            self._fingerprints.clear()
+            raise _ChildDied(code)
+        return line
+
+    async def _request(self, ctxs: list[TaskContext], configs: list[dict[str, Any]], started: float) -> list[ExecOutcome]:
+        timeouts = [c.timeout_s for c in ctxs]
+        timeout = None if any(t is None for t in timeouts) else sum(t for t in timeouts if t is not None)
+        try:
+            line = await self._exchange({"configs": configs}, timeout)
+        except TimeoutError:
+            return [ExecOutcome("timed_out", error=f"benchmark exceeded its timeout of {timeout:g}s; process group killed",
+                                started_at=started, finished_at=time.time()) for _ in ctxs]
+        except _ChildDied as exc:
+            reason = f"benchmark process died ({exc}) before answering; out of memory is a common cause"
             return [ExecOutcome("error", error=reason, output={"retryable": False}, started_at=started,
                                 finished_at=time.time()) for _ in ctxs]
-        return _outcomes(json.loads(line), len(ctxs), started)
+        outcomes = _outcomes(json.loads(line), len(ctxs), started)
+        for outcome in outcomes:
+            if outcome.status == "succeeded":
+                outcome.output["from_cache"] = False
+        return outcomes
+
+    async def _fingerprint(self, config: dict[str, Any]) -> str | None:
+        """The environment fingerprint hash a run of ``config`` would report, or None when the
+        child cannot tell (the run then reports why)."""
+        backend = config.get("backend", "eager")
+        device = config.get("device")
+        where = ("openvino" if backend == "openvino" else "torch", json.dumps(device))
+        if where in self._fingerprints:
+            return self._fingerprints[where]
+        request: dict[str, Any] = {"op": "fingerprint", "backend": backend}
+        if device is not None:
+            request["device"] = device
+        try:
+            line = await self._exchange(request, FINGERPRINT_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("benchmark child gave no fingerprint within %gs; looking nothing up", FINGERPRINT_TIMEOUT_S)
+            return None
+        except _ChildDied as exc:
+            log.warning("benchmark child died (%s) before reporting a fingerprint; looking nothing up", exc)
+            return None
+        reply = json.loads(line)
+        found = reply.get("fingerprint_hash")
+        fingerprint = found if isinstance(found, str) else None
+        if fingerprint is None:
+            log.info("no fingerprint for backend %s device %s: %s", backend, device, reply.get("error"))
+        self._fingerprints[where] = fingerprint
+        return fingerprint
+
+    async def _lookup(self, ctxs: list[TaskContext], configs: list[dict[str, Any]]) -> dict[int, ExecOutcome]:
+        """Outcomes for the ``cache: true`` tasks whose result is stored, by index."""
+        keys: dict[int, str] = {}
+        for i, (ctx, cfg) in enumerate(zip(ctxs, configs, strict=True)):
+            if ctx.cache:
+                fingerprint = await self._fingerprint(cfg)
+                if fingerprint is not None:
+                    keys[i] = cache_key(cfg, fingerprint, self._runner_settings())
+        if not keys:
+            return {}
+        try:
+            found = await self.cache.get(sorted(set(keys.values())))
+        except StoreError as exc:
+            log.error("benchmark cache lookup failed, running %d task(s) instead: %s", len(keys), exc)
+            return {}
+        hits = {i: _from_cache(found[key], ctxs[i]) for i, key in keys.items() if key in found}
+        for i in hits:
+            log.info("benchmark task %s answered from the cache (measured by %s)", ctxs[i].task_id,
+                     found[keys[i]].task_id)
+        return hits
+
+    async def _store(self, ctxs: list[TaskContext], configs: list[dict[str, Any]], outcomes: list[ExecOutcome]) -> None:
+        """Keep every successful measurement, so a later ``cache: true`` task can use it."""
+        now = time.time()
+        entries = []
+        for ctx, cfg, outcome in zip(ctxs, configs, outcomes, strict=True):
+            fingerprint = outcome.output.get("environment", {}).get("fingerprint_hash")
+            if outcome.status != "succeeded" or not isinstance(fingerprint, str):
+                continue
+            result = {k: v for k, v in outcome.output.items() if k != "from_cache"}
+            entries.append(CacheEntry(key=cache_key(cfg, fingerprint, self._runner_settings()),
+                                      fingerprint_hash=fingerprint, config=cfg, result=result,
+                                      task_id=ctx.task_id, created_at=now))
+        if not entries:
+            return
+        try:
+            await self.cache.put(entries)
+        except StoreError as exc:
+            log.error("storing %d benchmark result(s) in the cache failed: %s", len(entries), exc)
+
+
+def _from_cache(entry: CacheEntry, ctx: TaskContext) -> ExecOutcome:
+    """A stored result as this task's outcome; ``name`` is this task's own (it is not in the key)."""
+    output = {k: v for k, v in entry.result.items() if k != "name"}
+    if ctx.config.get("name") is not None:
+        output = {"name": ctx.config["name"], **output}
+    output.update(from_cache=True, cached_from_task=entry.task_id, cached_at=entry.created_at)
+    now = time.time()
+    return ExecOutcome("succeeded", output=output, started_at=now, finished_at=now)
 
 
 def _outcomes(reply: dict[str, Any], n: int, started: float) -> list[ExecOutcome]:
@@ -135,7 +257,7 @@ def _outcomes(reply: dict[str, Any], n: int, started: float) -> list[ExecOutcome
     for entry in reply.get("results", []):
         if "error" in entry:
             err = entry["error"]
-            status = "failed" if err.get("type") == "OutOfMemory" else "error"
+            status: OutcomeStatus = "failed" if err.get("type") == "OutOfMemory" else "error"
             out.append(ExecOutcome(status, output={"error_type": err.get("type")},
                                    error=f"{err.get('type')}: {err.get('message')}",
                                    started_at=started, finished_at=finished))
