@@ -69,6 +69,16 @@ class WorkerConfig:
     optimize_for: str | None = None
     cuda_streams: int | None = None
     bench_threads: int | None = None
+    # resource limits (worker/limits.py); None: no limit
+    max_cpu_percent: float | None = None
+    max_memory_percent: float | None = None
+    max_gpu_percent: float | None = None
+    memory_buffer: float | None = None  # fraction of total memory kept free
+    limit_cooldown_s: float = 10.0
+    profile: str | None = None
+    drain_timeout_s: float = 30.0  # SIGTERM: how long running tasks may finish before hand-back
+    recover: bool = False  # report unacked results and tasks interrupted by a crash at start
+    reset_state: bool = False  # delete the local outbox, its journal and the cache dir at start
 
     @property
     def ws_url(self) -> str:

@@ -86,7 +86,7 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60.0)
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
-            raise SystemExit(f"demo: {proc.args} exited with {proc.returncode}; see its log")
+            raise SystemExit(f"demo: {proc.args!r} exited with {proc.returncode}; see its log")
         if time.monotonic() > deadline:
             raise SystemExit(f"demo: {path} did not appear within {timeout}s")
         time.sleep(0.05)

@@ -34,8 +34,7 @@ from .protocol.signing import Channel, derive_session_key
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
-from .worker.factory import benchmark_options
-from .worker.outbox import MemoryOutbox
+from .worker.factory import benchmark_options, open_storage, with_benchmark_cache
 
 CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
 
@@ -90,8 +89,9 @@ class Cluster:
         config = replace(config, **overrides)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
-        agent = WorkerAgent(config, executors,
-                            MemoryOutbox(), hardware or CPU_HARDWARE, ["cpu"],
+        outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
+        agent = WorkerAgent(config, with_benchmark_cache(executors, config, results),
+                            outbox, hardware or CPU_HARDWARE, ["cpu"],
                             Credentials(self.base_url, api_key=config.api_key, token=config.token))
         self.agents.append(agent)
         self.agent_tasks.append(asyncio.create_task(agent.run(), name=f"agent-{config.worker_id}"))
@@ -105,8 +105,7 @@ async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> t
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    assert site._server is not None
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = int(runner.addresses[0][1])
     return runner, f"http://127.0.0.1:{port}"
 
 

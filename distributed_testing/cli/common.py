@@ -21,8 +21,13 @@ async def wait_for_signal() -> signal.Signals:
     """Block until SIGINT or SIGTERM arrives; returns which."""
     loop = asyncio.get_running_loop()
     got: asyncio.Future[signal.Signals] = loop.create_future()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not got.done():
+            got.set_result(sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda s=sig: got.done() or got.set_result(s))
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         return await got
     finally:

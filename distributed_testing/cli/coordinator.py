@@ -66,8 +66,7 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
     try:
         site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
         await site.start()
-        server = site._server
-        port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else config.port
+        port = int(runner.addresses[0][1])
         log.info("coordinator listening on http://%s:%d", config.host, port)
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")

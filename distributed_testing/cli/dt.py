@@ -119,7 +119,7 @@ def wait_task(api: ApiClient, task_id: str, deadline: float) -> dict[str, Any]:
     """Long-poll one task until it is terminal or ``deadline`` (monotonic) passes."""
     while True:
         left = deadline - time.monotonic()
-        t = api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{max(0.0, min(WAIT_CHUNK_S, left)):.3f}"})
+        t: dict[str, Any] = api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{max(0.0, min(WAIT_CHUNK_S, left)):.3f}"})
         if t.get("outcome") is not None or left <= 0:
             if t.get("outcome") is None:
                 t = {**t, "state": t["state"], "outcome": {"status": "wait_timeout", "error": "dt: gave up waiting"}}

@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,8 +19,9 @@ from pathlib import Path
 from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, env_pick, environ, normalize_url, positive
 from ..errors import ConfigError
 from ..retry import RetriesExhausted
-from ..worker.agent import SessionRejected
-from .common import add_log_flag, setup_logging, wait_for_signal
+from ..worker.agent import SessionRejected, WorkerAgent
+from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
+from .common import add_log_flag, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +41,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=float, default=10.0, help="seconds between heartbeats (default 10)")
     p.add_argument("--reconnect-attempts", type=int, default=10, help="consecutive failed connects before giving up (default 10)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
-    p.add_argument("--max-concurrent-tasks", type=int, default=1, help="tasks run at once (default 1)")
+    p.add_argument("--profile", choices=PROFILES,
+                   help="preset of concurrency, task timeout and limits (see README); explicit flags win")
+    p.add_argument("--max-concurrent-tasks", type=int, help="tasks run at once (default 1, or the profile's)")
     p.add_argument("--task-timeout", type=float, help="seconds a task may run when it sets no timeout_s (default: none)")
+    limits = p.add_argument_group("resource limits (over a limit: no new tasks until back under it for the cool-down)")
+    limits.add_argument("--max-cpu-percent", type=float, help="system-wide CPU use above which no new task is taken")
+    limits.add_argument("--max-memory-percent", type=float, help="memory use above which no new task is taken")
+    limits.add_argument("--max-gpu-percent", type=float, help="busiest NVIDIA GPU's utilisation above which no new task is taken")
+    limits.add_argument("--memory-buffer", type=float,
+                        help="fraction of memory (0..0.9) kept free: tasks get available memory minus this")
+    limits.add_argument("--limit-cooldown", type=float, default=10.0,
+                        help="seconds back under every limit before taking tasks again (default 10)")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGTERM/SIGINT: seconds running tasks may finish before they are handed back (default 30)")
+    state = p.add_argument_group("local state (need --db-path)")
+    state.add_argument("--recover", action="store_true",
+                       help="at start, report unacknowledged results and tasks interrupted by a crash (as retryable errors)")
+    state.add_argument("--reset-state", action="store_true",
+                       help="at start, delete the outbox database, its journal and the cache directory")
     bench = p.add_argument_group("benchmark tasks")
     bench.add_argument("--cache-models", action="store_true", help="keep the benchmark process and its loaded models between tasks")
     bench.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch benchmarks that do not set autocast")
@@ -59,8 +79,20 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     db, _ = env_pick(str(ns.db_path) if ns.db_path else None, env, "DT_DB_PATH")
     if ns.reconnect_attempts < 1:
         raise ConfigError(f"--reconnect-attempts: must be >= 1, got {ns.reconnect_attempts}")
-    if ns.max_concurrent_tasks < 1:
-        raise ConfigError(f"--max-concurrent-tasks: must be >= 1, got {ns.max_concurrent_tasks}")
+    preset = profile_settings(ns.profile, os.cpu_count() or 1) if ns.profile else {}
+    if ns.max_concurrent_tasks is not None:
+        preset["max_concurrent_tasks"] = ns.max_concurrent_tasks
+        if ns.max_concurrent_tasks < 1:
+            raise ConfigError(f"--max-concurrent-tasks: must be >= 1, got {ns.max_concurrent_tasks}")
+    if ns.task_timeout is not None:
+        preset["task_timeout_s"] = positive(ns.task_timeout, "--task-timeout")
+    preset.update(_limit_flags(ns))
+    db_path = Path(db) if db else None
+    if ns.recover and ns.reset_state:
+        raise ConfigError("--recover and --reset-state: pick one; resetting deletes what --recover would report")
+    for flag, on in (("--recover", ns.recover), ("--reset-state", ns.reset_state)):
+        if on and db_path is None:
+            raise ConfigError(f"{flag}: needs --db-path (or DT_DB_PATH); without it the worker keeps no local state")
     test_root = (ns.test_root or Path.cwd()).resolve()
     if not test_root.is_dir():
         raise ConfigError(f"--test-root: {test_root} is not a directory")
@@ -71,40 +103,101 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         coordinator_url=normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if url_src == "flag" else url_src),
         api_key=api_key, token=ns.token, token_file=ns.token_file,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
-        db_path=Path(db) if db else None, test_root=test_root,
+        db_path=db_path, test_root=test_root,
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
         reconnect_attempts=ns.reconnect_attempts,
         reconnect_interval_s=positive(ns.reconnect_interval, "--reconnect-interval"),
-        max_concurrent_tasks=ns.max_concurrent_tasks,
-        task_timeout_s=positive(ns.task_timeout, "--task-timeout") if ns.task_timeout is not None else None,
+        limit_cooldown_s=positive(ns.limit_cooldown, "--limit-cooldown", allow_zero=True),
+        drain_timeout_s=positive(ns.drain_timeout, "--drain-timeout", allow_zero=True),
+        profile=ns.profile, recover=ns.recover, reset_state=ns.reset_state,
         cache_models=ns.cache_models, mixed_precision=ns.mixed_precision, optimize_for=ns.optimize_for,
         cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
-        **kwargs,  # type: ignore[arg-type]
+        **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _limit_flags(ns: argparse.Namespace) -> dict[str, float]:
+    """The resource-limit flags that were given, validated."""
+    out: dict[str, float] = {}
+    for flag, field_name in (("--max-cpu-percent", "max_cpu_percent"), ("--max-memory-percent", "max_memory_percent"),
+                             ("--max-gpu-percent", "max_gpu_percent")):
+        value = getattr(ns, field_name)
+        if value is not None:
+            if not 0 < value <= 100:
+                raise ConfigError(f"{flag}: must be a percentage in (0, 100], got {value:g}")
+            out[field_name] = value
+    if ns.max_gpu_percent is not None and (why := gpu_unavailable_reason()) is not None:
+        raise ConfigError(f"--max-gpu-percent: needs an NVIDIA GPU readable through NVML: {why}")
+    if ns.memory_buffer is not None:
+        if not 0 <= ns.memory_buffer <= 0.9:
+            raise ConfigError(f"--memory-buffer: must be a fraction in [0, 0.9], got {ns.memory_buffer:g}")
+        out["memory_buffer"] = ns.memory_buffer
+    return out
 
 
 async def run_worker(config: WorkerConfig) -> int:
     from ..worker.factory import build_agent
 
+    if config.reset_state:
+        from ..worker.reset import reset_local_state
+
+        await asyncio.to_thread(reset_local_state, config)
     agent = await build_agent(config)
     runner = asyncio.create_task(agent.run(), name="worker-agent")
-    signalled = asyncio.create_task(wait_for_signal(), name="worker-signals")
-    done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
-    if signalled in done:
-        log.info("received %s; stopping", signalled.result().name)
+    with _Signals() as signals:
+        first = asyncio.create_task(signals.next(), name="worker-signals")
+        done, _ = await asyncio.wait({runner, first}, return_when=asyncio.FIRST_COMPLETED)
+        if first in done:
+            await _drain_or_stop(agent, runner, signals, first.result())
+        else:
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+        try:
+            await runner
+        except RetriesExhausted as exc:
+            log.error("%s", exc)
+            return 1
+    return 0
+
+
+async def _drain_or_stop(agent: WorkerAgent, runner: asyncio.Task[None], signals: _Signals, sig: signal.Signals) -> None:
+    """First signal: drain (finish, hand back, flush, goodbye). A second one: stop at once."""
+    log.info("received %s; draining (send it again to stop at once)", sig.name)
+    drain = asyncio.create_task(agent.drain(f"received {sig.name}"), name="worker-drain")
+    second = asyncio.create_task(signals.next(), name="worker-signals")
+    done, _ = await asyncio.wait({runner, second}, return_when=asyncio.FIRST_COMPLETED)
+    if second in done:
+        log.warning("received %s again; stopping now", second.result().name)
+        drain.cancel()
         agent.stop()
     else:
-        signalled.cancel()
-    try:
-        await runner
-    except RetriesExhausted as exc:
-        log.error("%s", exc)
-        return 1
-    finally:
+        second.cancel()
+    for t in (drain, second):
         with contextlib.suppress(asyncio.CancelledError):
-            await signalled
-    return 0
+            await t
+
+
+class _Signals:
+    """SIGINT and SIGTERM as a queue, for as long as the ``with`` block lasts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> _Signals:
+        self._q: asyncio.Queue[signal.Signals] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.add_signal_handler(sig, self._q.put_nowait, sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.SIGNALS:
+            loop.remove_signal_handler(sig)
+
+    async def next(self) -> signal.Signals:
+        return await self._q.get()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """Which worker may run a task. Pure: no I/O, no clock.
 
 A worker is eligible for a task when it has every requested hardware kind among its *detected*
-capabilities, every requested tag, and at least ``min_memory_gb`` of memory. Among eligible
+capabilities, every requested tag, at least ``min_memory_gb`` of memory, and, when the worker
+reports the memory it offers to new tasks (``--memory-buffer``), at least the task's
+``max_memory_mb`` of it. Among eligible
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
 """
@@ -13,14 +15,15 @@ from dataclasses import dataclass, field
 
 from ..tasks.spec import Requirements
 
-ReqKey = tuple[tuple[str, ...], tuple[str, ...], float]
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int]
 
 
-def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = ()) -> ReqKey:
+def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None) -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
-    ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend)."""
+    ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend);
+    ``max_memory_mb`` is the task's memory limit (0: none)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
-    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0)
+    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0)
 
 
 def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
@@ -44,6 +47,7 @@ class WorkerView:
     max_concurrent: int
     running: set[str] = field(default_factory=set)
     accepting: bool = True
+    available_memory_mb: float | None = None  # offered to new tasks, from heartbeats; None: not reported
 
     @property
     def free_slots(self) -> int:
@@ -52,11 +56,13 @@ class WorkerView:
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
-    hardware, tags, min_mem = key
+    hardware, tags, min_mem, max_mem_mb = key
     missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
     missing += [f"tag {t}" for t in tags if t not in w.tags]
     if min_mem and w.memory_gb < min_mem:
         missing.append(f"{min_mem:g} GB memory (has {w.memory_gb:.1f})")
+    if max_mem_mb and w.available_memory_mb is not None and w.available_memory_mb < max_mem_mb:
+        missing.append(f"{max_mem_mb} MB memory for the task (offers {w.available_memory_mb:.0f} MB after its memory buffer)")
     return missing
 
 

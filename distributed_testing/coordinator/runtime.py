@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +91,7 @@ class Runtime:
         durable.add_done_callback(after)
         return finished
 
-    def _run(self, cmds: list[Command]) -> None:
+    def _run(self, cmds: Sequence[Command]) -> None:
         for c in cmds:
             if isinstance(c, Send):
                 s = self.sessions.get(c.worker_id)

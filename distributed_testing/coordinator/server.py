@@ -25,7 +25,7 @@ from .ws import worker_endpoint
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 CONFIG = web.AppKey("config", CoordinatorConfig)
-STORE = web.AppKey("store", Store | None)  # type: ignore[arg-type]
+STORE: web.AppKey[Store | None] = web.AppKey("store")
 
 
 def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.Application:

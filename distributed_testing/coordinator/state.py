@@ -84,12 +84,13 @@ class Task:
     history: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     submitted_by: str | None = None
-    key: ReqKey = ((), (), 0.0)
+    key: ReqKey = ((), (), 0.0, 0)
     batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
 
     def __post_init__(self) -> None:
-        self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config))
+        self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config),
+                                   self.spec.max_memory_mb)
         if self.type == "benchmark" and isinstance(self.spec.config, dict):
             cfg = self.spec.config
             if cfg.get("kind", "inference") != "training":
@@ -225,8 +226,8 @@ class CoordinatorState:
                 else:
                     cmds += self._lose(t, "worker restarted without this task", now)
         for task_id, attempt in announced.items():
-            t = self.tasks.get(task_id)
-            if t is None or t.attempt != attempt or t.worker_id != w.worker_id or t.state not in ACTIVE:
+            known = self.tasks.get(task_id)
+            if known is None or known.attempt != attempt or known.worker_id != w.worker_id or known.state not in ACTIVE:
                 cmds.append(Send(w.worker_id, m.Cancel(m.TaskRef(task_id, attempt), "superseded or unknown attempt")))
         return cmds
 
@@ -236,8 +237,11 @@ class CoordinatorState:
         was = w.health
         w.health, w.health_reason = hb.state, hb.reason
         w.view.accepting = hb.state == "ready"
+        w.view.available_memory_mb = hb.available_memory_mb
         w.load = {"cpu_percent": hb.cpu_percent, "memory_percent": hb.memory_percent}
-        return self.dispatch(now) if (was != "ready" and hb.state == "ready") else []
+        if hb.available_memory_mb is not None:
+            w.load["available_memory_mb"] = hb.available_memory_mb
+        return self.dispatch(now) if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None else []
 
     def disconnect(self, worker_id: str, session_id: str, now: float) -> list[Command]:
         w = self.workers.get(worker_id)
@@ -341,6 +345,8 @@ class CoordinatorState:
                 self._transition(member, "assigned", f"dispatched to {w.worker_id}"
                                  + (f" in {slot} of {len(group)}" if len(group) > 1 else ""), now)
             w.running.add(slot)
+            if w.available_memory_mb is not None and key[3]:
+                w.available_memory_mb -= key[3] * len(group)  # reserved until the next heartbeat says more
             (batched if len(group) > 1 else singles)[w.worker_id].append(group)
         cmds: list[Command] = [Save(t.row()) for d in (singles, batched) for gs in d.values() for g in gs for t in g]
         cmds += [Send(wid, m.AssignTasks([self._assignment(g[0]) for g in gs])) for wid, gs in singles.items()]

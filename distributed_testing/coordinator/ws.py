@@ -72,7 +72,7 @@ def _peer_error(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Com
     return []
 
 
-HANDLERS: dict[type[m.Message], Handler] = {  # type: ignore[valid-type]
+HANDLERS: dict[type[m.Message], Handler] = {
     m.Heartbeat: _heartbeat,
     m.TaskStarted: _started,
     m.TaskProgress: _progress,

@@ -30,7 +30,7 @@ class TaskRef(msgspec.Struct, frozen=True, array_like=True):
     attempt: int
 
 
-class Register(_Msg, tag="register"):
+class Register(_Msg, frozen=True, tag="register"):
     """W→C, first message of a session. ``running`` re-announces tasks still running after a
     reconnect so they are kept, not dispatched a second time."""
 
@@ -45,7 +45,7 @@ class Register(_Msg, tag="register"):
     running: list[TaskRef] = []
 
 
-class Registered(_Msg, tag="registered"):
+class Registered(_Msg, frozen=True, tag="registered"):
     """C→W, answer to ``Register``."""
 
     worker_id: str
@@ -54,9 +54,10 @@ class Registered(_Msg, tag="registered"):
     server_time: float
 
 
-class Heartbeat(_Msg, tag="heartbeat"):
+class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
     """W→C, periodic: load and what is running. ``state`` is ``constrained`` when a resource
-    limit is exceeded (``reason`` says which)."""
+    limit is exceeded (``reason`` says which). ``available_memory_mb``, when set, is the memory a
+    new task may use; the coordinator places no task whose ``max_memory_mb`` exceeds it."""
 
     state: WorkerState
     running: list[TaskRef]
@@ -64,6 +65,7 @@ class Heartbeat(_Msg, tag="heartbeat"):
     memory_percent: float
     free_slots: int
     reason: str | None = None
+    available_memory_mb: float | None = None  # memory offered to new tasks (--memory-buffer); None: not reported
 
 
 class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -76,7 +78,7 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cache: bool = False
 
 
-class AssignTasks(_Msg, tag="assign"):
+class AssignTasks(_Msg, frozen=True, tag="assign"):
     """C→W: one task or a batch. A batch of benchmark tasks that share a model may be run in
     one child process that loads the model once."""
 
@@ -84,14 +86,14 @@ class AssignTasks(_Msg, tag="assign"):
     batch_id: str | None = None
 
 
-class TaskStarted(_Msg, tag="started"):
+class TaskStarted(_Msg, frozen=True, tag="started"):
     """W→C."""
 
     tasks: list[TaskRef]
     at: float
 
 
-class TaskProgress(_Msg, tag="progress"):
+class TaskProgress(_Msg, frozen=True, tag="progress"):
     """W→C."""
 
     task: TaskRef
@@ -110,26 +112,26 @@ class TaskResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     worker_id: str = ""
 
 
-class Results(_Msg, tag="results"):
+class Results(_Msg, frozen=True, tag="results"):
     """W→C: one or more finished tasks. Each stays in the worker's outbox until acked."""
 
     results: list[TaskResult]
 
 
-class ResultAck(_Msg, tag="result_ack"):
+class ResultAck(_Msg, frozen=True, tag="result_ack"):
     """C→W: these results are on disk at the coordinator; the worker may forget them."""
 
     tasks: list[TaskRef]
 
 
-class Cancel(_Msg, tag="cancel"):
+class Cancel(_Msg, frozen=True, tag="cancel"):
     """C→W: stop this attempt (kill its process group) and report it ``cancelled``."""
 
     task: TaskRef
     reason: str
 
 
-class ErrorMsg(_Msg, tag="error"):
+class ErrorMsg(_Msg, frozen=True, tag="error"):
     """Either direction: the peer's last message was rejected. ``code`` is a ProtocolError code."""
 
     code: str
@@ -137,21 +139,21 @@ class ErrorMsg(_Msg, tag="error"):
     fatal: bool = False
 
 
-class Drain(_Msg, tag="drain"):
+class Drain(_Msg, frozen=True, tag="drain"):
     """C→W: stop taking work; finish or hand back running tasks within ``deadline_s``."""
 
     reason: str
     deadline_s: float
 
 
-class Goodbye(_Msg, tag="goodbye"):
+class Goodbye(_Msg, frozen=True, tag="goodbye"):
     """W→C: the worker is leaving; ``handed_back`` tasks were not finished and may be requeued."""
 
     reason: str
     handed_back: list[TaskRef] = []
 
 
-class AuthRenew(_Msg, tag="auth_renew"):
+class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
     """W→C: a fresh JWT so the session outlives the token it opened with."""
 
     token: str
@@ -160,6 +162,6 @@ class AuthRenew(_Msg, tag="auth_renew"):
 Message = Register | Registered | Heartbeat | AssignTasks | TaskStarted | TaskProgress | Results | ResultAck | Cancel | ErrorMsg | Drain | Goodbye | AuthRenew
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[attr-defined]
-    for cls in Message.__args__  # type: ignore[attr-defined]
+    cls.__struct_config__.tag: cls
+    for cls in Message.__args__
 }

@@ -70,15 +70,15 @@ class _Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="
     cache: bool = False
 
 
-class TestTask(_Task, tag="test"):
+class TestTask(_Task, frozen=True, tag="test"):
     config: TestConfig
 
 
-class CustomTask(_Task, tag="custom"):
+class CustomTask(_Task, frozen=True, tag="custom"):
     config: CustomConfig
 
 
-class BenchmarkTask(_Task, tag="benchmark"):
+class BenchmarkTask(_Task, frozen=True, tag="benchmark"):
     config: dict[str, Any]
 
 
@@ -170,7 +170,7 @@ def _normalize_ints(item: Any) -> Any:
 
 
 def _convert(item: Any) -> TaskSpec:
-    spec: TaskSpec = msgspec.convert(item, TaskSpec)  # type: ignore[arg-type]
+    spec: TaskSpec = msgspec.convert(item, TaskSpec)
     if isinstance(spec, BenchmarkTask):
         msgspec.convert(spec.config, BenchmarkConfig)
     return spec
@@ -215,7 +215,7 @@ _id_counter = itertools.count()
 _TYPE_OF: dict[type[Any], str] = {cls: name for name, cls in TASK_TYPES.items()}
 
 
-_FAST_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[TaskSpec] | TaskSpec)  # type: ignore[arg-type]
+_FAST_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[TaskSpec] | TaskSpec)
 
 
 def parse_task_json(body: bytes) -> list[TaskSpec]:
@@ -265,4 +265,5 @@ def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:
 
 
 def spec_from_dict(d: dict[str, Any]) -> TaskSpec:
-    return msgspec.convert(d, TaskSpec)  # type: ignore[arg-type]
+    spec: TaskSpec = msgspec.convert(d, TaskSpec)
+    return spec

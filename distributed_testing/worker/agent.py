@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import psutil
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -30,6 +29,7 @@ from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
+from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,12 @@ SESSION_HEADER = "X-DT-Session"
 # A task still running after this long is announced with ``started``; shorter ones are announced
 # only by their result, which saves a message and a durable write per short task.
 STARTED_DELAY_S = 0.025
+# With resource limits, resources are sampled this often (heartbeats still go out every
+# heartbeat_interval_s, and at once when the state changes).
+SAMPLE_PERIOD_S = 1.0
+# A drain waits at least this long for its results' acks, even when the tasks used the whole
+# drain timeout.
+FLUSH_MIN_S = 5.0
 
 
 class SessionRejected(Exception):
@@ -72,6 +78,14 @@ class WorkerAgent:
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
         self._stop = asyncio.Event()
+        self.monitor = ResourceMonitor(Limits(
+            max_cpu_percent=config.max_cpu_percent, max_memory_percent=config.max_memory_percent,
+            max_gpu_percent=config.max_gpu_percent, memory_buffer=config.memory_buffer,
+            cooldown_s=config.limit_cooldown_s))
+        self._sampler = Sampler(gpu=config.max_gpu_percent is not None)
+        self._beat_now = asyncio.Event()  # set: send a heartbeat now (state changed)
+        self._acked = asyncio.Event()  # set whenever an ack arrives
+        self._drain_reason: str | None = None
 
     # --------------------------------------------------------------- lifecycle
 
@@ -80,6 +94,7 @@ class WorkerAgent:
         ``reconnect_attempts`` consecutive failures."""
         for ex in self.executors.values():
             await ex.start()
+        await self._recovery_report()
         backoff = Backoff(base_s=self.config.reconnect_interval_s, factor=2.0, max_s=max(30.0, self.config.reconnect_interval_s))
         try:
             while not self._stop.is_set():
@@ -94,7 +109,87 @@ class WorkerAgent:
             await self._shutdown_tasks()
 
     def stop(self) -> None:
+        """Stop at once: running tasks are killed without a result (the coordinator requeues
+        them after its grace period). ``drain()`` is the graceful way."""
         self._stop.set()
+
+    async def drain(self, reason: str) -> list[m.TaskRef]:
+        """Graceful stop. Take no new work (heartbeats say ``draining``, sent at once), let the
+        running tasks finish for up to ``drain_timeout_s``, then kill the rest and hand them
+        back (``Goodbye.handed_back``: the coordinator requeues them without counting a retry),
+        wait for every result's ack until the deadline (at least ``FLUSH_MIN_S``), say goodbye
+        and stop. Returns the handed-back tasks. Cancelling it (then ``stop()``) stops at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.drain_timeout_s
+        self.draining, self._drain_reason = True, reason
+        self._beat_now.set()
+        log.info("draining (%s): %d task(s) running, up to %gs to finish", reason, len(self.running),
+                 self.config.drain_timeout_s)
+        while (busy := {r.task for r in self.running.values() if not r.task.done()}) and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(busy, timeout=left)  # and again for tasks assigned meanwhile
+        handed = await self._hand_back(reason)
+        await self._await_acks(max(deadline - loop.time(), FLUSH_MIN_S))
+        if self.registered.is_set():
+            self._send(m.Goodbye(f"worker stopped: {reason}"))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sendq.join(), FLUSH_MIN_S)
+        log.info("drain complete; unregistered from the coordinator")
+        self.stop()
+        return handed
+
+    async def _hand_back(self, reason: str) -> list[m.TaskRef]:
+        """Kill the tasks still running and tell the coordinator they were not finished."""
+        left = list(self.running.items())
+        if not left:
+            return []
+        refs = [m.TaskRef(tid, r.assignment.attempt) for tid, r in left]
+        tasks = {r.task for _, r in left}
+        for t in tasks:
+            t.cancel()  # no cancel_reason: no result is reported for them
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.error("a handed-back task failed while stopping: %r", outcome)
+        for tid, _ in left:
+            self.running.pop(tid, None)
+        self.outbox.running_finished(refs)  # stopped on purpose: not a crash
+        log.warning("handing back %d task(s) still running after the %gs drain timeout: %s", len(refs),
+                    self.config.drain_timeout_s, ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in refs))
+        if self.registered.is_set():
+            self._send(m.Goodbye(f"drain timeout after {self.config.drain_timeout_s:g}s ({reason})", handed_back=refs))
+        else:
+            log.warning("not connected: the coordinator requeues them when its grace period ends")
+        return refs
+
+    async def _await_acks(self, budget_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + budget_s
+        while unacked := await self.outbox.unacked():
+            if (left := until - loop.time()) <= 0:
+                log.warning("%d result(s) not acknowledged before the drain deadline; %s", len(unacked),
+                            "they stay in the outbox" if self.config.db_path else "they are lost (no --db-path)")
+                return
+            self._acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), left)
+
+    async def _recovery_report(self) -> None:
+        """At start: what an earlier run left behind. With ``recover`` the tasks that were
+        running when it died are reported as retryable errors (sent after registration)."""
+        interrupted = await self.outbox.take_interrupted()
+        names = ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in interrupted)
+        if not self.config.recover:
+            if interrupted:
+                log.warning("%d task(s) were running when this worker last died: %s; not reported "
+                            "(start with --recover to report them)", len(interrupted), names)
+            return
+        unacked = await self.outbox.unacked()
+        now = self.clock()
+        for r in interrupted:
+            await self.outbox.add(m.TaskResult(
+                task_id=r.task_id, attempt=r.attempt, status="error", started_at=r.started_at, finished_at=now,
+                output={"retryable": True}, error="interrupted by a worker crash", worker_id=self.config.worker_id))
+        log.warning("recovery: %d unacknowledged result(s) to re-send; %d task(s) interrupted by a worker crash%s",
+                    len(unacked), len(interrupted), f" (reported as errors): {names}" if interrupted else "")
 
     async def _connect_once(self) -> None:
         cred = await self.credentials.current()
@@ -199,6 +294,7 @@ class WorkerAgent:
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
         self.outbox.ack(msg.tasks)
+        self._acked.set()
 
     async def _on_cancel(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Cancel)
@@ -210,7 +306,8 @@ class WorkerAgent:
     async def _on_drain(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Drain)
         log.warning("coordinator asked us to drain: %s", msg.reason)
-        self.draining = True
+        self.draining, self._drain_reason = True, msg.reason
+        self._beat_now.set()
 
     async def _on_error(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ErrorMsg)
@@ -258,6 +355,7 @@ class WorkerAgent:
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
         self.running.pop(a.task_id, None)
+        self.outbox.running_finished([m.TaskRef(a.task_id, a.attempt)])
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
@@ -271,7 +369,7 @@ class WorkerAgent:
     def _context(self, a: m.TaskAssignment) -> TaskContext:
         return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
                            timeout_s=a.timeout_s or self.config.task_timeout_s, max_memory_mb=a.max_memory_mb,
-                           test_root=self.config.test_root)
+                           test_root=self.config.test_root, cache=a.cache)
 
     def _announce_started(self, ref: m.TaskRef) -> None:
         self._started_buf.append(ref)
@@ -302,6 +400,7 @@ class WorkerAgent:
         self._flush_scheduled = False
         if self._started_buf:
             self._send(m.TaskStarted(self._started_buf, self.clock()))
+            self.outbox.running_started(self._started_buf)
             self._started_buf = []
         if self._result_buf:
             self._send(m.Results(self._result_buf))
@@ -313,6 +412,8 @@ class WorkerAgent:
         for r in list(self.running.values()):
             with contextlib.suppress(asyncio.CancelledError):
                 await r.task
+        self.outbox.running_finished([m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()])
+        self._sampler.close()
         for ex in self.executors.values():
             await ex.close()
         await self.outbox.close()
@@ -324,23 +425,42 @@ class WorkerAgent:
 
     async def _writer(self, ws: ClientConnection) -> None:
         assert self._channel is not None
+        q = self._sendq
         while True:
-            msg = await self._sendq.get()
+            msg = await q.get()
             await ws.send(self._channel.seal(msg, self.clock()))
+            q.task_done()
 
     async def _heartbeats(self) -> None:
+        """A heartbeat every ``heartbeat_interval_s``, and one at once when the state changes
+        (limits crossed, cool-down over, draining). Sampling runs in a thread."""
         await self.registered.wait()
-        psutil.cpu_percent(None)
+        loop = asyncio.get_running_loop()
+        interval = self.config.heartbeat_interval_s
+        period = min(interval, SAMPLE_PERIOD_S) if self.monitor.limits.active else interval
+        sent_state, sent_at = "ready", loop.time()  # the coordinator starts a session as ready
         while True:
-            await asyncio.sleep(self.config.heartbeat_interval_s)
-            self._send(self._heartbeat_msg())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), period)
+            self._beat_now.clear()
+            hb = self._heartbeat_msg(await asyncio.to_thread(self._sampler.sample), loop.time())
+            if hb.state != sent_state or loop.time() - sent_at >= interval * 0.95:
+                if hb.state != sent_state:
+                    log.log(logging.INFO if hb.state == "ready" else logging.WARNING, "worker state %s -> %s%s",
+                            sent_state, hb.state, f": {hb.reason}" if hb.reason else "")
+                self._send(hb)
+                sent_state, sent_at = hb.state, loop.time()
 
-    def _heartbeat_msg(self) -> m.Heartbeat:
+    def _heartbeat_msg(self, sample: Sample, now: float) -> m.Heartbeat:
         refs = [m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()]
-        state: m.WorkerState = "draining" if self.draining else "ready"
-        return m.Heartbeat(state=state, running=refs, cpu_percent=psutil.cpu_percent(None),
-                           memory_percent=psutil.virtual_memory().percent,
-                           free_slots=max(0, self.config.max_concurrent_tasks - len(refs)))
+        state: m.WorkerState
+        state, reason = self.monitor.update(sample, now)
+        if self.draining:
+            state, reason = "draining", self._drain_reason
+        return m.Heartbeat(state=state, running=refs, cpu_percent=sample.cpu_percent,
+                           memory_percent=sample.memory_percent,
+                           free_slots=max(0, self.config.max_concurrent_tasks - len(refs)), reason=reason,
+                           available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample))
 
     async def _renew_tokens(self) -> None:
         await self.registered.wait()

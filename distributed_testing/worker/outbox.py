@@ -10,9 +10,17 @@ memory: it survives reconnects, not a worker crash.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..protocol import messages as m
+
+
+class RunningRecord(NamedTuple):
+    """A task that was running when the worker stopped without finishing it (``--recover``)."""
+
+    task_id: str
+    attempt: int
+    started_at: float
 
 
 class Outbox(Protocol):
@@ -23,6 +31,17 @@ class Outbox(Protocol):
     async def unacked(self) -> list[m.TaskResult]: ...
 
     async def close(self) -> None: ...
+
+    # running-task records: what was running when the worker died (see ``--recover``)
+
+    def running_started(self, refs: list[m.TaskRef]) -> None:
+        """Record that these attempts are running (durably, in order, without blocking)."""
+
+    def running_finished(self, refs: list[m.TaskRef]) -> None:
+        """Forget the records of these attempts (finished, handed back or stopped on purpose)."""
+
+    async def take_interrupted(self) -> list[RunningRecord]:
+        """Records an earlier run left behind (it died while they ran); they are then forgotten."""
 
 
 class MemoryOutbox:
@@ -44,3 +63,13 @@ class MemoryOutbox:
 
     async def close(self) -> None:
         return None
+
+    # in memory nothing survives a crash, so there is nothing to record
+    def running_started(self, refs: list[m.TaskRef]) -> None:
+        return None
+
+    def running_finished(self, refs: list[m.TaskRef]) -> None:
+        return None
+
+    async def take_interrupted(self) -> list[RunningRecord]:
+        return []

@@ -5,6 +5,10 @@ sent. Acknowledgements are journalled too. A background checkpoint moves both in
 table ``worker_results`` in bulk (acknowledged rows get ``acked_at``), so the file is a queryable
 history of everything this worker ran. On start the journal is replayed: results without an ack
 are sent again after registration.
+
+The same file holds the benchmark result cache (table ``bench_cache``, see ``bench_cache.py``):
+:meth:`DuckDBOutbox.cache_get` / :meth:`DuckDBOutbox.cache_put` run on the outbox's one DuckDB
+connection and thread, since DuckDB allows a single writing process per file.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,8 +27,11 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
+from ..errors import StoreError
 from ..journal import Journal
 from ..protocol import messages as m
+from .bench_cache import CacheEntry
+from .outbox import RunningRecord
 
 log = logging.getLogger(__name__)
 CHECKPOINT_S = 1.0
@@ -45,7 +53,10 @@ OutRecord = OutResult | OutAck
 _DDL = """
 CREATE TABLE IF NOT EXISTS worker_results (
     task_id VARCHAR, attempt INTEGER, status VARCHAR, started_at DOUBLE, finished_at DOUBLE,
-    error VARCHAR, output VARCHAR, created_at DOUBLE, acked_at DOUBLE, PRIMARY KEY (task_id, attempt))
+    error VARCHAR, output VARCHAR, created_at DOUBLE, acked_at DOUBLE, PRIMARY KEY (task_id, attempt));
+CREATE TABLE IF NOT EXISTS bench_cache (
+    key VARCHAR PRIMARY KEY, fingerprint_hash VARCHAR NOT NULL, config VARCHAR NOT NULL, result VARCHAR NOT NULL,
+    created_at DOUBLE NOT NULL, task_id VARCHAR NOT NULL)
 """
 
 
@@ -168,6 +179,44 @@ class DuckDBOutbox:
             con.unregister("new_rows")
             con.unregister("ack_rows")
 
+    async def cache_get(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        """The ``bench_cache`` entries among ``keys``; StoreError if DuckDB fails."""
+        if not keys:
+            return {}
+        try:
+            rows = await self._db(self._cache_select, list(keys))
+        except duckdb.Error as exc:
+            raise StoreError(f"reading the benchmark cache in {self.path} failed: {exc}") from exc
+        return {k: CacheEntry(key=k, fingerprint_hash=fp, config=json.loads(cfg), result=json.loads(res),
+                              task_id=tid, created_at=at) for k, fp, cfg, res, at, tid in rows}
+
+    async def cache_put(self, entries: Sequence[CacheEntry]) -> None:
+        """Insert or replace ``bench_cache`` entries in one transaction; StoreError if DuckDB fails."""
+        rows = [(e.key, e.fingerprint_hash, json.dumps(e.config, sort_keys=True), json.dumps(e.result), e.created_at,
+                 e.task_id) for e in entries]
+        if not rows:
+            return
+        try:
+            await self._db(self._cache_upsert, rows)
+        except duckdb.Error as exc:
+            raise StoreError(f"writing the benchmark cache in {self.path} failed: {exc}") from exc
+
+    def _cache_select(self, keys: list[str]) -> list[tuple[Any, ...]]:
+        assert self._con is not None
+        return self._con.execute("SELECT key, fingerprint_hash, config, result, created_at, task_id FROM bench_cache "
+                                 "WHERE list_contains(?, key)", [keys]).fetchall()
+
+    def _cache_upsert(self, rows: list[tuple[Any, ...]]) -> None:
+        assert self._con is not None
+        con = self._con
+        con.execute("BEGIN")
+        try:
+            con.executemany("INSERT OR REPLACE INTO bench_cache VALUES (?, ?, ?, ?, ?, ?)", rows)
+            con.execute("COMMIT")
+        except duckdb.Error:
+            con.execute("ROLLBACK")
+            raise
+
     async def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.cancel()
@@ -180,6 +229,46 @@ class DuckDBOutbox:
             await self._db(self._con.close)
             self._con = None
         self._pool.shutdown(wait=True)
+
+    # ---------------------------------------------------------- running-task records (--recover)
+    # Table ``worker_running``: one row per attempt running now. A row still there at the next
+    # start means the worker died while that attempt ran. Written on the DB thread in submission
+    # order (a start is always recorded before its finish), without blocking the event loop.
+
+    def running_started(self, refs: list[m.TaskRef]) -> None:
+        if refs:
+            rows = [(r.task_id, r.attempt, time.time()) for r in refs]
+            self._pool.submit(self._running_write, "INSERT OR REPLACE INTO worker_running VALUES (?, ?, ?)",
+                              rows).add_done_callback(_log_running_failure)
+
+    def running_finished(self, refs: list[m.TaskRef]) -> None:
+        if refs:
+            rows = [(r.task_id, r.attempt) for r in refs]
+            self._pool.submit(self._running_write, "DELETE FROM worker_running WHERE task_id = ? AND attempt = ?",
+                              rows).add_done_callback(_log_running_failure)
+
+    async def take_interrupted(self) -> list[RunningRecord]:
+        return [RunningRecord(*row) for row in await self._db(self._running_take)]
+
+    def _running_table(self) -> duckdb.DuckDBPyConnection:
+        assert self._con is not None
+        self._con.execute("CREATE TABLE IF NOT EXISTS worker_running (task_id VARCHAR, attempt INTEGER, "
+                          "started_at DOUBLE, PRIMARY KEY (task_id, attempt))")
+        return self._con
+
+    def _running_write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self._running_table().executemany(sql, rows)
+
+    def _running_take(self) -> list[tuple[str, int, float]]:
+        con = self._running_table()
+        rows = con.execute("SELECT task_id, attempt, started_at FROM worker_running ORDER BY started_at").fetchall()
+        con.execute("DELETE FROM worker_running")
+        return [(str(t), int(a), float(at)) for t, a, at in rows]
+
+
+def _log_running_failure(fut: Any) -> None:
+    if fut.exception() is not None:
+        log.error("recording running tasks in the outbox failed: %s", fut.exception())
 
 
 def _log_failure(fut: asyncio.Future[None]) -> None:

@@ -22,7 +22,7 @@ class _Rec(msgspec.Struct, frozen=True, tag_field="rec"):
     """Base of journal records; ``rec`` tags the record kind."""
 
 
-class TaskRow(_Rec, tag="task"):
+class TaskRow(_Rec, frozen=True, tag="task"):
     task_id: str
     type: str
     state: str
@@ -42,7 +42,7 @@ class TaskRow(_Rec, tag="task"):
     submitted_by: str | None = None
 
 
-class ResultRow(_Rec, tag="result"):
+class ResultRow(_Rec, frozen=True, tag="result"):
     task_id: str
     attempt: int
     worker_id: str
@@ -55,7 +55,7 @@ class ResultRow(_Rec, tag="result"):
     task_type: str = ""
 
 
-class WorkerRow(_Rec, tag="worker"):
+class WorkerRow(_Rec, frozen=True, tag="worker"):
     worker_id: str
     name: str
     hardware: dict[str, Any]
@@ -66,7 +66,7 @@ class WorkerRow(_Rec, tag="worker"):
     state: str
 
 
-class KeyRow(_Rec, tag="key"):
+class KeyRow(_Rec, frozen=True, tag="key"):
     key_id: str
     name: str
     role: str
@@ -76,7 +76,7 @@ class KeyRow(_Rec, tag="key"):
     revoked_at: float | None = None
 
 
-class MetaRow(_Rec, tag="meta"):
+class MetaRow(_Rec, frozen=True, tag="meta"):
     key: str
     value: str
 

@@ -123,3 +123,31 @@ def test_reason_all_eligible_constrained() -> None:
 def test_min_memory_is_inclusive(memory_gb: float) -> None:
     key = requirement_key(Requirements(min_memory_gb=16))
     assert unmet(key, worker("w", memory_gb=memory_gb)) == []
+
+
+# ------------------------------------------------------------------ memory offered by workers
+
+
+def test_task_memory_limit_needs_a_worker_offering_that_much() -> None:
+    key = requirement_key(Requirements(), max_memory_mb=2000)
+    small = worker("small")
+    small.available_memory_mb = 1500.0
+    assert unmet(key, small) == ["2000 MB memory for the task (offers 1500 MB after its memory buffer)"]
+    assert pick_worker(key, [small]) is None
+    assert "small lacks 2000 MB memory for the task" in pending_reason(key, [small])
+    big = worker("big")
+    big.available_memory_mb = 2000.0
+    assert pick_worker(key, [small, big]) is big
+
+
+def test_workers_not_reporting_memory_and_tasks_without_a_limit_are_unaffected() -> None:
+    silent = worker("silent")  # no --memory-buffer: available_memory_mb stays None
+    assert unmet(requirement_key(Requirements(), max_memory_mb=10**6), silent) == []
+    busy = worker("busy")
+    busy.available_memory_mb = 0.0
+    assert unmet(ANY, busy) == []
+
+
+def test_requirement_key_separates_memory_limits() -> None:
+    assert requirement_key(Requirements(), max_memory_mb=None) == ANY
+    assert requirement_key(Requirements(), max_memory_mb=512) != ANY

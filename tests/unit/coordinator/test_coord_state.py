@@ -325,6 +325,22 @@ def test_constrained_worker_gets_no_work_until_ready(sim: Sim) -> None:
     assert assigned(sim.heartbeat("w1", "ready", now=T0 + 1)) == [("w1", "t", 1)]
 
 
+def test_heartbeat_memory_offer_gates_tasks_by_max_memory_mb(sim: Sim) -> None:
+    sim.register(register("w1", slots=4))
+    hb = m.Heartbeat("ready", [], 1.0, 1.0, 4, available_memory_mb=1000.0)
+    sim._run(sim.state.heartbeat("w1", hb, T0))
+    big = specs.parse_tasks({"task_id": "big", "type": "custom", "config": {"name": "noop"}, "max_memory_mb": 1500})[0]
+    small = [specs.parse_tasks({"task_id": f"s{i}", "type": "custom", "config": {"name": "noop"},
+                                "max_memory_mb": 400})[0] for i in range(3)]
+    _, cmds = sim.submit(big, *small)
+    # 1000 MB offered: two 400 MB tasks fit (reserved until the next heartbeat), the third and big wait
+    assert sorted(t for _, t, _ in assigned(cmds)) == ["s0", "s1"]
+    assert "lacks 1500 MB memory for the task (offers" in (sim.state.why_pending(sim.task("big")) or "")
+    assert sim.state.workers["w1"].load["available_memory_mb"] == 1000.0
+    more = m.Heartbeat("ready", [], 1.0, 1.0, 2, available_memory_mb=5000.0)
+    assert sorted(t for _, t, _ in assigned(sim._run(sim.state.heartbeat("w1", more, T0 + 1)))) == ["big", "s2"]
+
+
 # ------------------------------------------------------------------ submission
 
 

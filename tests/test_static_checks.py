@@ -1,0 +1,25 @@
+"""The house rules' static checks run with the suite, so CI enforces them: ruff on everything,
+mypy on the package (strict for protocol/ and the scheduler, per pyproject.toml)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(300)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_ruff_is_clean() -> None:
+    out = run("ruff", "check", "distributed_testing", "tests", "benchmarks")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_is_clean() -> None:
+    out = run("mypy", "distributed_testing")
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr
