@@ -48,7 +48,24 @@ class OutAck(msgspec.Struct, tag="ack", tag_field="rec", frozen=True):
     at: float
 
 
-OutRecord = OutResult | OutAck
+class OutStart(msgspec.Struct, tag="start", tag_field="rec", frozen=True):
+    """A task still running 25 ms after it began (so a crash can be reported with --recover)."""
+
+    task_id: str
+    attempt: int
+    at: float
+
+
+class OutStop(msgspec.Struct, tag="stop", tag_field="rec", frozen=True):
+    """A recorded task that ended without a result of ours (handed back, stopped on purpose)."""
+
+    task_id: str
+    attempt: int
+
+
+OutRecord = OutResult | OutAck | OutStart | OutStop
+_RUNNING_DDL = ("CREATE TABLE IF NOT EXISTS worker_running (task_id VARCHAR, attempt INTEGER, "
+                "started_at DOUBLE, PRIMARY KEY (task_id, attempt))")
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS worker_results (
@@ -69,6 +86,7 @@ class DuckDBOutbox:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._checkpointer: asyncio.Task[None] | None = None
         self._unapplied: list[OutRecord] = []  # journalled since the last checkpoint's rotation
+        self._recorded: set[tuple[str, int]] = set()  # running tasks journalled with OutStart
 
     async def _db(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -97,6 +115,7 @@ class DuckDBOutbox:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
         con.execute(_DDL)
+        con.execute(_RUNNING_DDL)
         return con
 
     def _load_unacked(self) -> list[m.TaskResult]:
@@ -163,21 +182,27 @@ class DuckDBOutbox:
                                                ("created_at", pa.float64()), ("acked_at", pa.float64())]))
         ack_tbl = pa.table(ack_rows, schema=pa.schema([("task_id", pa.string()), ("attempt", pa.int32()), ("at", pa.float64())]))
         con = self._con
+        started, ended = _running_changes(records)
         con.execute("BEGIN")
         try:
             con.register("new_rows", new)
             con.register("ack_rows", ack_tbl)
+            con.register("started_rows", started)
+            con.register("ended_rows", ended)
             con.execute("INSERT OR IGNORE INTO worker_results SELECT * FROM new_rows")
             con.execute("UPDATE worker_results SET acked_at = a.at FROM ack_rows a "
                         "WHERE worker_results.task_id = a.task_id AND worker_results.attempt = a.attempt "
                         "AND worker_results.acked_at IS NULL")
+            con.execute("INSERT OR REPLACE INTO worker_running SELECT * FROM started_rows")
+            con.execute("DELETE FROM worker_running USING ended_rows e "
+                        "WHERE worker_running.task_id = e.task_id AND worker_running.attempt = e.attempt")
             con.execute("COMMIT")
         except duckdb.Error:
             con.execute("ROLLBACK")
             raise
         finally:
-            con.unregister("new_rows")
-            con.unregister("ack_rows")
+            for view in ("new_rows", "ack_rows", "started_rows", "ended_rows"):
+                con.unregister(view)
 
     async def cache_get(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         """The ``bench_cache`` entries among ``keys``; StoreError if DuckDB fails."""
@@ -237,33 +262,41 @@ class DuckDBOutbox:
 
     def running_started(self, refs: list[m.TaskRef]) -> None:
         if refs:
-            rows = [(r.task_id, r.attempt, time.time()) for r in refs]
-            self._pool.submit(self._running_write, "INSERT OR REPLACE INTO worker_running VALUES (?, ?, ?)",
-                              rows).add_done_callback(_log_running_failure)
+            now = time.time()
+            recs = [OutStart(r.task_id, r.attempt, now) for r in refs]
+            self._recorded.update((r.task_id, r.attempt) for r in refs)
+            self._journal.append(list(recs)).add_done_callback(_log_running_failure)
+            self._unapplied.extend(recs)
 
     def running_finished(self, refs: list[m.TaskRef]) -> None:
-        if refs:
-            rows = [(r.task_id, r.attempt) for r in refs]
-            self._pool.submit(self._running_write, "DELETE FROM worker_running WHERE task_id = ? AND attempt = ?",
-                              rows).add_done_callback(_log_running_failure)
+        """Tasks that ended without a result of ours. (A result ends its record by itself.)"""
+        stops = [OutStop(r.task_id, r.attempt) for r in refs if (r.task_id, r.attempt) in self._recorded]
+        if stops:
+            self._recorded.difference_update((s.task_id, s.attempt) for s in stops)
+            self._journal.append(list(stops)).add_done_callback(_log_running_failure)
+            self._unapplied.extend(stops)
 
     async def take_interrupted(self) -> list[RunningRecord]:
         return [RunningRecord(*row) for row in await self._db(self._running_take)]
 
-    def _running_table(self) -> duckdb.DuckDBPyConnection:
-        assert self._con is not None
-        self._con.execute("CREATE TABLE IF NOT EXISTS worker_running (task_id VARCHAR, attempt INTEGER, "
-                          "started_at DOUBLE, PRIMARY KEY (task_id, attempt))")
-        return self._con
-
-    def _running_write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self._running_table().executemany(sql, rows)
-
     def _running_take(self) -> list[tuple[str, int, float]]:
-        con = self._running_table()
-        rows = con.execute("SELECT task_id, attempt, started_at FROM worker_running ORDER BY started_at").fetchall()
-        con.execute("DELETE FROM worker_running")
+        assert self._con is not None
+        rows = self._con.execute("SELECT task_id, attempt, started_at FROM worker_running ORDER BY started_at").fetchall()
+        self._con.execute("DELETE FROM worker_running")
         return [(str(t), int(a), float(at)) for t, a, at in rows]
+
+
+def _running_changes(records: list[OutRecord]) -> tuple[pa.Table, pa.Table]:
+    """Rows to add to and remove from ``worker_running`` for one checkpoint batch."""
+    ended = {(r.task_id, r.attempt) for r in records if isinstance(r, OutStop)}
+    ended |= {(r.result.task_id, r.result.attempt) for r in records if isinstance(r, OutResult)}
+    starts = [r for r in records if isinstance(r, OutStart) and (r.task_id, r.attempt) not in ended]
+    started = pa.table({"task_id": [r.task_id for r in starts], "attempt": [r.attempt for r in starts],
+                        "started_at": [r.at for r in starts]},
+                       schema=pa.schema([("task_id", pa.string()), ("attempt", pa.int32()), ("started_at", pa.float64())]))
+    gone = pa.table({"task_id": [k[0] for k in ended], "attempt": [k[1] for k in ended]},
+                    schema=pa.schema([("task_id", pa.string()), ("attempt", pa.int32())]))
+    return started, gone
 
 
 def _log_running_failure(fut: Any) -> None:
