@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -179,3 +184,43 @@ async def _drain(ws: aiohttp.ClientWebSocketResponse) -> None:
     while not ws.closed:
         if (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             return
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Procs:
+    """Child processes of one test; every one is stopped (TERM, then KILL) at teardown."""
+
+    def __init__(self, tmp: Path, cwd: Path | None = None) -> None:
+        self.tmp = tmp
+        self.cwd = cwd or tmp
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+              drop_env: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+        full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        for k in drop_env:
+            full.pop(k, None)
+        with open(log, "ab") as out:
+            p = subprocess.Popen([sys.executable, *args], cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT, env=full)
+        self.running.append(p)
+        return p
+
+    @staticmethod
+    def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return int(p.returncode)
+
+    def close(self) -> None:
+        for p in reversed(self.running):
+            self.stop(p)

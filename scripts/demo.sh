@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-exec python -m distributed_testing.demo "$@"
+exec python -m distributed_testing.cli.demo "$@"

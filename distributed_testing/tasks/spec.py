@@ -28,7 +28,6 @@ import msgspec
 from ..errors import ValidationError
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
-HARDWARE_NAMES: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "openvino")
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 

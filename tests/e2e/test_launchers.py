@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.demo import CONFTEST, TEST_BERT
+from distributed_testing.cli.demo import CONFTEST, TEST_BERT
+from distributed_testing.testing import Procs, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(240)
@@ -27,33 +28,6 @@ GUIDE_TASKS = [
     {"task_id": "custom-001", "type": "custom",
      "config": {"name": "setup_environment", "parameters": {"clear_cache": True, "prepare_models": ["bert", "vit"]}}},
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Procs:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.running: list[subprocess.Popen[bytes]] = []
-
-    def start(self, args: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=open(self.tmp / log, "ab"),
-                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-        self.running.append(p)
-        return p
-
-    def stop(self, p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def dt(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -69,7 +43,7 @@ def wait_until(pred, timeout: float, what: str) -> None:  # type: ignore[no-unty
 
 
 def start_coordinator(procs: Procs, port: int, db: Path) -> subprocess.Popen[bytes]:
-    p = procs.start(["run_coordinator.py", "--port", str(port), "--db-path", str(db)], "coordinator.log")
+    p = procs.start(["run_coordinator.py", "--port", str(port), "--db-path", str(db)], procs.tmp / "coordinator.log")
 
     def up() -> bool:
         assert p.poll() is None, (procs.tmp / "coordinator.log").read_text()[-3000:]
@@ -94,7 +68,7 @@ def test_guide_tasks_through_launchers_survive_restart(tmp_path: Path) -> None:
     (tests / "conftest.py").write_text(CONFTEST)
     (tests / "test_bert.py").write_text(TEST_BERT)
     (tests / "test_broken.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2, 'math'\n")
-    procs = Procs(tmp_path)
+    procs = Procs(tmp_path, cwd=ROOT)
     port, db = free_port(), tmp_path / "state" / "coordinator.duckdb"
     try:
         coord = start_coordinator(procs, port, db)
@@ -108,7 +82,7 @@ def test_guide_tasks_through_launchers_survive_restart(tmp_path: Path) -> None:
             assert key.startswith("dtk_") and "\n" not in key
             procs.start(["run_worker_example.py", "--worker-id", f"e2e-{i}", "--test-root", str(tests),
                          "--heartbeat-interval", "1", "--reconnect-interval", "0.2", "--reconnect-attempts", "50"],
-                        f"worker-{i}.log", env={"DT_COORDINATOR_URL": env["DT_COORDINATOR_URL"], "DT_API_KEY": key,
+                        tmp_path / f"worker-{i}.log", env={"DT_COORDINATOR_URL": env["DT_COORDINATOR_URL"], "DT_API_KEY": key,
                                                 "DT_WORKER_NAME": f"env-name-{i}", "DT_DB_PATH": str(tmp_path / f"w{i}.duckdb")})
         wait_until(lambda: ready_workers(env) == 2, 90, "two workers to register")
         listing = dt(env, "workers").stdout
@@ -147,5 +121,4 @@ def test_guide_tasks_through_launchers_survive_restart(tmp_path: Path) -> None:
         again = dt(env, "submit", str(tmp_path / "tasks.json"), "--wait", "--timeout", "60")
         assert again.returncode == 0  # idempotent resubmission of finished tasks
     finally:
-        for p in reversed(procs.running):
-            procs.stop(p)
+        procs.close()

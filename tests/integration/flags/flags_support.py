@@ -10,11 +10,6 @@ imports torch and openvino, many seconds) is replaced by "no accelerators"; CPU 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +19,7 @@ import pytest
 
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.config import WorkerConfig
-from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
+from distributed_testing.testing import Cluster, Procs, free_port, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
 from distributed_testing.worker import hardware
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.factory import build_agent
@@ -138,45 +133,6 @@ def thread_cluster(tmp_path: Path) -> Iterator[ThreadCluster]:
 
 
 # ------------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Procs:
-    """Child processes of one test; every one is stopped (TERM, then KILL) at teardown."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.running: list[subprocess.Popen[bytes]] = []
-
-    def start(self, args: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
-              drop_env: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-        full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        for k in drop_env:
-            full.pop(k, None)
-        with open(log, "ab") as out:
-            p = subprocess.Popen([sys.executable, *args], cwd=self.tmp, stdout=out, stderr=subprocess.STDOUT, env=full)
-        self.running.append(p)
-        return p
-
-    @staticmethod
-    def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return int(p.returncode)
-
-    def close(self) -> None:
-        for p in reversed(self.running):
-            self.stop(p)
 
 
 @pytest.fixture

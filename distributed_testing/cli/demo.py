@@ -1,6 +1,6 @@
 """A real demo: coordinator + two worker processes + the worker guide's sample tasks.
 
-``python -m distributed_testing.demo`` (or ``bash scripts/demo.sh``) starts a coordinator on the
+``python -m distributed_testing.cli.demo`` (or ``bash scripts/demo.sh``) starts a coordinator on the
 embedded DuckDB store in ``./demo-state``, creates worker keys through the API, starts two
 workers through ``run_worker_example.py``, submits the sample test and custom tasks, prints the
 results, then restarts the coordinator and shows that every task and result is still there.
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cli.dt import wait_task
-from .cli.http import ApiClient
-from .cli.report import print_results, print_table
+from .dt import wait_task
+from .http import ApiClient
+from .report import print_results, print_table
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = '''
 def pytest_addoption(parser):
@@ -175,7 +175,7 @@ def run(state: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distributed_testing.demo", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m distributed_testing.cli.demo", description=__doc__)
     p.add_argument("--state-dir", type=Path, default=ROOT / "demo-state")
     return run(p.parse_args(argv).state_dir.resolve())
 
