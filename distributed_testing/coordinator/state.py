@@ -143,6 +143,7 @@ class CoordinatorState:
         self.workers: dict[str, Worker] = {}
         self._queues: dict[ReqKey, list[tuple[int, int, str]]] = defaultdict(list)
         self._delayed: list[tuple[float, str]] = []
+        self._batches: dict[str, set[str]] = {}  # batch slot -> tasks still holding it
         self._seq = 0
         self.counts: dict[str, int] = defaultdict(int)  # tasks per state, kept by _transition
 
@@ -345,6 +346,8 @@ class CoordinatorState:
                 self._transition(member, "assigned", f"dispatched to {w.worker_id}"
                                  + (f" in {slot} of {len(group)}" if len(group) > 1 else ""), now)
             w.running.add(slot)
+            if len(group) > 1:
+                self._batches[slot] = {member.task_id for member in group}
             if w.available_memory_mb is not None and key[3]:
                 w.available_memory_mb -= key[3] * len(group)  # reserved until the next heartbeat says more
             (batched if len(group) > 1 else singles)[w.worker_id].append(group)
@@ -429,15 +432,15 @@ class CoordinatorState:
     def _free_slot(self, t: Task) -> None:
         """Release the slot ``t`` holds on its worker once no other active task shares it."""
         w = self.workers.get(t.worker_id or "")
-        slot, shared = t.slot or t.task_id, any(o.worker_id == t.worker_id for o in self._batch_mates(t))
-        t.slot = ""
-        if w is not None and not shared:
+        slot, t.slot = t.slot or t.task_id, ""
+        holders = self._batches.get(slot)
+        if holders is not None:
+            holders.discard(t.task_id)
+            if holders:
+                return  # the rest of the batch still runs in this slot
+            del self._batches[slot]
+        if w is not None:
             w.view.running.discard(slot)
-
-    def _batch_mates(self, t: Task) -> list[Task]:
-        if not t.slot.startswith("batch-"):
-            return []
-        return [o for o in self.tasks.values() if o is not t and o.slot == t.slot and o.state in ACTIVE]
 
     # ---------------------------------------------------------------- restore
 
