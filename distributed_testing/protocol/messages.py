@@ -43,6 +43,11 @@ class Register(_Msg, frozen=True, tag="register"):
     max_concurrent: int
     memory_gb: float = 0.0
     running: list[TaskRef] = []
+    # Where other workers reach this one for a multi-node rendezvous: the address of ``--interface``
+    # when given, else the local address of this WebSocket connection. Empty: the coordinator uses
+    # the peer address it sees.
+    address: str = ""
+    interface: str | None = None  # the NIC named by --interface, bound by gloo/NCCL on this worker
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
@@ -68,6 +73,18 @@ class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
     available_memory_mb: float | None = None  # memory offered to new tasks (--memory-buffer); None: not reported
 
 
+class GangAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One node's part of a multi-node (gang) task: every member of the gang receives the same
+    task and attempt with its own ``node_rank``. ``members`` lists the worker ids by node rank."""
+
+    node_rank: int
+    nnodes: int
+    master_addr: str
+    master_port: int
+    all_cuda: bool
+    members: list[str]
+
+
 class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     task_id: str
     attempt: int
@@ -76,6 +93,7 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float | None = None
     max_memory_mb: int | None = None
     cache: bool = False
+    gang: GangAssignment | None = None  # set for multi-node training tasks only
 
 
 class AssignTasks(_Msg, frozen=True, tag="assign"):
