@@ -26,18 +26,25 @@ class CoordinatorConfig:
     db_path: str = "state/coordinator.duckdb"
     admin_key_file: Path | None = None
     token_ttl_s: float = 900.0
-    heartbeat_interval_s: float = 5.0
-    worker_ttl_s: float = 30.0
-    worker_grace_s: float = 10.0
+    # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
+    # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
+    heartbeat_interval_s: float = 1.0  # WebSocket ping after this long without a frame; pong within half
+    worker_ttl_s: float = 3.0
+    worker_grace_s: float = 10.0  # reconnect window before a disconnected worker's tasks are requeued
     max_frame_bytes: int = 16 * 1024 * 1024
     max_clock_skew_s: float = 300.0
     max_violations: int = 5
     batch_max: int = 8
     batch_wait_s: float = 0.2
+    gang_max_wait_s: float = 60.0  # a gang waiting longer reserves its eligible workers as they free up
+    gang_ports: tuple[int, int] = (29500, 29999)  # rendezvous ports handed to multi-node training tasks
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
             raise ConfigError(f"--token-ttl: must be 1..86400 seconds (JWT times are whole seconds), got {self.token_ttl_s}")
+        lo, hi = self.gang_ports
+        if not 1 <= lo <= hi <= 65535:
+            raise ConfigError(f"--gang-ports: must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {lo}-{hi}")
 
     @property
     def state_dir(self) -> Path:
@@ -59,7 +66,7 @@ class WorkerConfig:
     tags: tuple[str, ...] = ()
     db_path: Path | None = None
     test_root: Path = field(default_factory=Path.cwd)
-    heartbeat_interval_s: float = 10.0
+    heartbeat_interval_s: float = 1.0  # heartbeats and WebSocket pings; well below the coordinator's TTL
     reconnect_attempts: int = 10
     reconnect_interval_s: float = 1.0
     max_concurrent_tasks: int = 1
@@ -79,6 +86,8 @@ class WorkerConfig:
     drain_timeout_s: float = 30.0  # SIGTERM: how long running tasks may finish before hand-back
     recover: bool = False  # report unacked results and tasks interrupted by a crash at start
     reset_state: bool = False  # delete the local outbox, its journal and the cache dir at start
+    # --interface: NIC whose address is reported for multi-node rendezvous and that gloo/NCCL bind
+    interface: str | None = None
 
     @property
     def ws_url(self) -> str:

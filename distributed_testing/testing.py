@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json as jsonlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -201,12 +205,15 @@ class Procs:
         self.running: list[subprocess.Popen[bytes]] = []
 
     def start(self, args: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
-              drop_env: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+              drop_env: Sequence[str] = (), prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+        """``python ARGS`` with output appended to ``log``; ``prefix`` goes before the interpreter
+        and must exec it (``ip netns exec NS``), so the process stays the one signals reach."""
         full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         for k in drop_env:
             full.pop(k, None)
         with open(log, "ab") as out:
-            p = subprocess.Popen([sys.executable, *args], cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT, env=full)
+            p = subprocess.Popen([*prefix, sys.executable, *args], cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                 env=full)
         self.running.append(p)
         return p
 
@@ -224,3 +231,85 @@ class Procs:
     def close(self) -> None:
         for p in reversed(self.running):
             self.stop(p)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.05) -> None:
+    """Blocking twin of :func:`wait_for`, for tests that drive processes from a plain thread."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Rest:
+    """A small blocking client for the coordinator's REST API (urllib; one connection per call).
+
+    ``request`` returns ``(status, decoded JSON body)`` and raises only for transport errors
+    (``OSError``: refused, reset, timed out), so a test can poll a coordinator that is restarting.
+    """
+
+    def __init__(self, base_url: str, key: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.key = key
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None,
+                timeout: float | None = None) -> tuple[int, Any]:
+        url = self.base_url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        data = None if json is None else jsonlib.dumps(json).encode()
+        req = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.key}", **({"Content-Type": "application/json"} if data else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
+                return int(r.status), jsonlib.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+            try:
+                return int(exc.code), jsonlib.loads(body or b"null")
+            except ValueError:
+                return int(exc.code), body.decode(errors="replace")
+
+    def ok(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        """``request`` that asserts a 2xx status and returns the body."""
+        status, body = self.request(method, path, json=json, params=params)
+        assert 200 <= status < 300, f"{method} {path}: HTTP {status}: {body}"
+        return body
+
+    def submit(self, doc: Any) -> list[str]:
+        return [t["task_id"] for t in self.ok("POST", "/api/v1/tasks", json=doc)["tasks"]]
+
+    def create_key(self, role: str, name: str | None = None) -> str:
+        return str(self.ok("POST", "/api/v1/keys", json={"role": role, **({"name": name} if name else {})})["key"])
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        return {w["worker_id"]: w for w in self.ok("GET", "/api/v1/workers")["workers"]}
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        return {t["task_id"]: t for t in self.ok("GET", "/api/v1/tasks", params={"limit": 10000})["tasks"]}
+
+    def results(self, **filters: Any) -> list[dict[str, Any]]:
+        return list(self.ok("GET", "/api/v1/results", params={"limit": 1_000_000, **filters})["results"])
+
+
+def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, host: str = "127.0.0.1",
+                              args: Sequence[str] = (), log: Path | None = None,
+                              timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
+    """``run_coordinator.py`` (``procs.cwd`` must hold it) on ``host:port`` (0: any free port) with
+    ``--port-file``; returns the process and its port once it listens. The admin key is written
+    beside ``db_path`` on the first start."""
+    port_file = db_path.parent / f"{db_path.stem}.port"
+    port_file.unlink(missing_ok=True)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    p = procs.start(["run_coordinator.py", "--host", host, "--port", str(port), "--db-path", str(db_path),
+                     "--port-file", str(port_file), *args], log or db_path.parent / "coordinator.log")
+
+    def listening() -> bool:
+        if p.poll() is not None:
+            where = log or db_path.parent / "coordinator.log"
+            raise AssertionError(f"coordinator exited with {p.returncode}: {where.read_text()[-3000:]}")
+        return port_file.exists()
+
+    wait_until(listening, timeout, "the coordinator to listen")
+    return p, int(port_file.read_text())

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
+
+# Cyclic-GC thresholds for the long-running processes; see tune_gc.
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def add_log_flag(p: argparse.ArgumentParser) -> None:
@@ -15,6 +19,20 @@ def add_log_flag(p: argparse.ArgumentParser) -> None:
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def tune_gc() -> None:
+    """Make CPython's cyclic garbage collector run rarely in a long-running process.
+
+    The coordinator keeps every task's spec and history in memory and the worker its running
+    tasks; with the default thresholds (700, 10, 10) the collector rescans those long-lived
+    objects thousands of times a minute. Measured in a 6,000-task ``benchmarks/dispatch.py`` run:
+    the coordinator spent 1.27 s in 554 collections with the defaults, 0.14 s in 4 with these
+    thresholds. Reference counting still frees almost every object at once; only garbage in
+    reference cycles waits longer. Objects alive after start-up are frozen out of collection.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def wait_for_signal() -> signal.Signals:

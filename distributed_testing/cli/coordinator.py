@@ -17,7 +17,7 @@ from aiohttp import web
 from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.server import create_app
 from ..errors import ConfigError
-from .common import add_log_flag, setup_logging, wait_for_signal
+from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
-    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between WebSocket pings to each worker; a worker that misses a pong is disconnected (default 5)")
-    p.add_argument("--worker-ttl", type=float, default=30.0, help="declare a worker dead after this many seconds without a heartbeat (default 30)")
+    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
+    p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
     p.add_argument("--batch-max", type=int, default=8, help="benchmark tasks sharing a model sent to one worker as one batch, at most (default 8; 1 disables batching)")
     p.add_argument("--batch-wait", type=float, default=0.2, help="seconds a benchmark task may wait for others to batch with (default 0.2)")
+    p.add_argument("--gang-max-wait", type=float, default=60.0,
+                   help="seconds a multi-node training task may wait while smaller tasks use the free slots; after "
+                        "that its eligible workers take no new work of lower or equal priority until it fits (default 60)")
+    p.add_argument("--gang-ports", default="29500-29999", metavar="LOW-HIGH",
+                   help="rendezvous ports the coordinator hands to multi-node training tasks, one per running task "
+                        "and master address (default 29500-29999)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -56,7 +62,19 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
         batch_max=int(positive(ns.batch_max, "--batch-max")),
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
+        gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
+        gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
     )
+
+
+def _port_range(raw: str, source: str) -> tuple[int, int]:
+    lo, sep, hi = raw.partition("-")
+    try:
+        if not sep:
+            raise ValueError(raw)
+        return int(lo), int(hi)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: expected LOW-HIGH such as 29500-29999, got {raw!r}") from exc
 
 
 async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
@@ -93,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"dt-coordinator: {exc}", file=sys.stderr)
         return 2
+    tune_gc()
     asyncio.run(serve(config, ns.port_file))
     return 0
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("task_id")
     cn = sub.add_parser("cancel", help="cancel a pending or running task")
     cn.add_argument("task_id")
-    sub.add_parser("workers", help="list workers")
+    wk = sub.add_parser("workers", help="list workers (or: workers drain WORKER_ID)")
+    wsub = wk.add_subparsers(dest="workers_cmd")
+    wsub.add_parser("list", help="list workers (the default)")
+    wd = wsub.add_parser("drain", help="ask a worker to finish or hand back its tasks and leave (admin)")
+    wd.add_argument("worker_id")
+    wd.add_argument("--deadline", type=float, metavar="S",
+                    help="seconds its running tasks may finish before they are handed back (default 30)")
+    wd.add_argument("--reason", metavar="TEXT", help="shown as the worker's state reason and in the task history")
     rs = sub.add_parser("results", help="list results")
     rs.add_argument("--format", choices=["table", "json", "csv"], default="table")
     for f in ("task-id", "worker-id", "status", "model", "precision", "hardware"):
@@ -138,9 +146,22 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
 
 
 def cmd_workers(api: ApiClient, ns: argparse.Namespace) -> int:
+    if ns.workers_cmd == "drain":
+        return cmd_drain(api, ns)
     rows = [{**w, "capabilities": ",".join(w["capabilities"]), "tags": ",".join(w["tags"]), "running": len(w["running"])}
             for w in api.get("/api/v1/workers")["workers"]]
     print_table(rows, ["worker_id", "name", "state", "reason", "capabilities", "tags", "running", "max_concurrent"])
+    return EXIT_OK
+
+
+def cmd_drain(api: ApiClient, ns: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    if ns.deadline is not None:
+        body["deadline_s"] = ns.deadline
+    if ns.reason is not None:
+        body["reason"] = ns.reason
+    out = api.post(f"/api/v1/workers/{urllib.parse.quote(ns.worker_id, safe='')}/drain", body)
+    print(f"{out['worker_id']}: draining (deadline {out['deadline_s']:g}s)")
     return EXIT_OK
 
 

@@ -26,11 +26,46 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
+TRAINING_COLUMNS = ["model", "nodes", "world_size", "backend", "load_balance", "global_samples_per_s",
+                    "scaling_efficiency"]
+
+
+def training_fields(output: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``TRAINING_COLUMNS`` of a multi-node training result, or None for other results.
+
+    A training result's output is node 0's launch dict (``node_rank``, ``nnodes``, ``metrics``:
+    the result document of ``training.metrics``, None when the run failed), to which the
+    coordinator adds ``model``, ``global_samples_per_s``, ``scaling_efficiency`` and ``nodes``
+    (one entry per node)."""
+    metrics = output.get("metrics")
+    metrics = metrics if isinstance(metrics, dict) else {}
+    if metrics.get("kind") != "training" and not {"node_rank", "nnodes", "metrics"} <= output.keys():
+        return None
+    nodes = output.get("nnodes", metrics.get("nnodes"))
+    if nodes is None and isinstance(output.get("nodes"), list):
+        nodes = len(output["nodes"])
+    return {
+        "model": output.get("model", metrics.get("model")),
+        "nodes": nodes,
+        "world_size": metrics.get("world_size"),
+        "backend": output.get("backend", metrics.get("backend")),
+        "load_balance": metrics.get("load_balance"),
+        "global_samples_per_s": output.get("global_samples_per_s", metrics.get("global_samples_per_s")),
+        "scaling_efficiency": output.get("scaling_efficiency"),
+    }
+
+
 def _flat(r: dict[str, Any]) -> dict[str, Any]:
     out = r.get("output") or {}
     row = {k: r.get(k) for k in ("task_id", "attempt", "worker_id", "task_type", "status", "error")}
     row["duration_s"] = round(r["finished_at"] - r["started_at"], 4)
-    if "passed" in out:
+    training = training_fields(out)
+    if training is not None:
+        row.update(training)
+        speed = training["global_samples_per_s"]
+        row["summary"] = (f"{training['model'] or '?'} training, {training['nodes']} node(s)"
+                          + (f": {speed:.1f} samples/s" if isinstance(speed, (int, float)) else ""))
+    elif "passed" in out:
         row["summary"] = f"{out.get('passed', 0)} passed, {out.get('failed', 0)} failed, {out.get('skipped', 0)} skipped"
     elif "model" in out:
         medians = ", ".join(f"bs{b['batch_size']} {b['latency_ms']['median']:.2f}ms"
@@ -42,17 +77,27 @@ def _flat(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_results(results: list[dict[str, Any]], fmt: str) -> None:
+    """``json``: the results as the API returns them, a training result with a ``training`` object
+    holding ``TRAINING_COLUMNS``. ``table`` / ``csv``: one row per result; when any is a training
+    result the ``TRAINING_COLUMNS`` are added after ``status`` (empty for the other rows)."""
     if fmt == "json":
-        print(json.dumps(results, indent=2))
+        print(json.dumps([_with_training(r) for r in results], indent=2))
         return
     rows = [_flat(r) for r in results]
     cols = ["task_id", "attempt", "worker_id", "task_type", "status", "duration_s", "summary", "error"]
+    if any(training_fields(r.get("output") or {}) is not None for r in results):
+        cols[5:5] = TRAINING_COLUMNS
     if fmt == "csv":
         w = csv.DictWriter(sys.stdout, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
     else:
         print_table(rows, cols)
+
+
+def _with_training(r: dict[str, Any]) -> dict[str, Any]:
+    training = training_fields(r.get("output") or {})
+    return r if training is None else {**r, "training": training}
 
 
 def write_junit(path: Path, tasks: list[dict[str, Any]]) -> None:

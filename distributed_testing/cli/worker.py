@@ -1,7 +1,8 @@
 """``dt-worker`` / ``run_worker_example.py``: run a worker.
 
-Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_WORKER_NAME and
-DT_DB_PATH stand in for --coordinator, --api-key, --name and --db-path (flags win).
+Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_WORKER_NAME,
+DT_DB_PATH and DT_INTERFACE stand in for --coordinator, --api-key, --name, --db-path and
+--interface (flags win).
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, env_pick, environ, normalize_url, positive
 from ..errors import ConfigError
 from ..retry import RetriesExhausted
+from ..training.errors import PreflightError
+from ..training.preflight import interface_address
 from ..worker.agent import SessionRejected, WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
-from .common import add_log_flag, setup_logging
+from .common import add_log_flag, setup_logging, tune_gc
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", default="", help="comma-separated capability tags, e.g. gpu,cuda,transformers")
     p.add_argument("--db-path", type=Path, help="DuckDB file for the result outbox (default: in memory; env DT_DB_PATH)")
     p.add_argument("--test-root", type=Path, help="directory test_file paths resolve under (default: current directory)")
-    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="seconds between heartbeats (default 10)")
+    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats and WebSocket pings; keep it well below the coordinator's --worker-ttl (default 1)")
     p.add_argument("--reconnect-attempts", type=int, default=10, help="consecutive failed connects before giving up (default 10)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
     p.add_argument("--profile", choices=PROFILES,
@@ -66,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--optimize-for", choices=["throughput", "latency"], help="default optimize_for of benchmark tasks (see docs/tasks.md)")
     bench.add_argument("--cuda-streams", type=int, help="default cuda_streams of benchmark tasks (CUDA only)")
     bench.add_argument("--bench-threads", type=int, help="torch threads in the benchmark process (default: all cores)")
+    train = p.add_argument_group("multi-node training tasks")
+    train.add_argument("--interface", metavar="NAME",
+                       help="network interface other workers reach this one on, and that gloo/NCCL bind "
+                            "(default: the one that routes to the coordinator; env DT_INTERFACE)")
     add_log_flag(p)
     return p
 
@@ -113,8 +122,29 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         cache_models=ns.cache_models, mixed_precision=ns.mixed_precision, optimize_for=ns.optimize_for,
         cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
+        interface=_interface(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _interface(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """``--interface`` / DT_INTERFACE, checked now: it must exist, be up and have an address."""
+    name, src = env_pick(ns.interface, env, "DT_INTERFACE")
+    if not name:
+        return None
+    source = "--interface" if src == "flag" else src
+    addresses = psutil.net_if_addrs()
+    if name not in addresses:
+        raise ConfigError(f"{source}: network interface {name!r} does not exist on this machine "
+                          f"(it has: {', '.join(sorted(addresses))})")
+    stats = psutil.net_if_stats().get(name)
+    if stats is not None and not stats.isup:
+        raise ConfigError(f"{source}: network interface {name!r} is down")
+    try:
+        interface_address(name)
+    except PreflightError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    return name
 
 
 def _limit_flags(ns: argparse.Namespace) -> dict[str, float]:
@@ -205,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        tune_gc()
         return asyncio.run(run_worker(config))
     except (ConfigError, SessionRejected) as exc:
         print(f"dt-worker: {exc}", file=sys.stderr)

@@ -2,13 +2,15 @@
 
 Every route declares the permission it needs in ``ROUTES``; the middleware checks it before the
 handler runs, so a handler never forgets. Errors: 400 ValidationError (``errors`` lists each bad
-field), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict.
+field), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict; aiohttp's own errors (no such
+route, wrong method, body over the size limit) get the same JSON shape.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,9 +28,19 @@ from .store.base import ResultQuery, ResultRow
 
 log = logging.getLogger(__name__)
 MAX_WAIT_S = 300.0
+INT64_MAX = 2**63 - 1
+DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
+MAX_DRAIN_DEADLINE_S = 86400.0
 PRINCIPAL = web.RequestKey("principal", sa.Principal)
 AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
 
+
+def _dumps(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+# Strict JSON out, whatever workers reported: NaN and infinities become null, bytes base64.
+json_response = functools.partial(web.json_response, dumps=_dumps)
 _STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
 
 
@@ -56,14 +68,34 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         if status == 500:
             log.exception("unexpected domain error on %s %s", request.method, request.path)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return web.json_response(_error_body(exc), status=status, headers=headers)
+        return json_response(_error_body(exc), status=status, headers=headers)
+    except web.HTTPException as exc:  # aiohttp's own: unknown route, wrong method, body too large
+        if exc.status < 400:
+            raise
+        return _http_error(exc)
+
+
+def _http_error(exc: web.HTTPException) -> web.Response:
+    """aiohttp's error as the API's JSON error body, e.g. ``{"error": "MethodNotAllowed", ...}``."""
+    name = type(exc).__name__.removeprefix("HTTP") or "HTTPError"
+    message = (exc.text or exc.reason or name).strip().removeprefix(f"{exc.status}: ")
+    kept = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+    return json_response({"error": name, "message": message}, status=exc.status, headers=kept)
 
 
 async def _json_body(request: web.Request) -> Any:
+    return specs.decode_json(await request.read())
+
+
+def _positive_seconds(value: Any, field: str) -> float:
+    """``value`` as a finite number of seconds > 0, else ValidationError on ``field``."""
     try:
-        return json.loads(await request.read() or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationError([{"field": "(body)", "error": f"not valid JSON: {exc}"}]) from exc
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    except OverflowError:  # an integer too large for a float
+        ok = False
+    if not ok:
+        raise ValidationError([{"field": field, "error": "must be a positive number of seconds"}])
+    return float(value)
 
 
 def _rt(request: web.Request) -> Runtime:
@@ -76,8 +108,8 @@ def _rt(request: web.Request) -> Runtime:
 async def healthz(request: web.Request) -> web.Response:
     rt = _rt(request)
     connected = sum(1 for w in rt.state.workers.values() if w.connected)
-    return web.json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks),
-                              "tasks_by_state": {k: v for k, v in rt.state.counts.items() if v}})
+    return json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks),
+                          "tasks_by_state": {k: v for k, v in rt.state.counts.items() if v}})
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -85,7 +117,7 @@ async def issue_token(request: web.Request) -> web.Response:
     principal: sa.Principal = request[PRINCIPAL]
     rec = rt.keys[principal.key_id]
     token, claims = tokens.issue_token(rt.jwt_secret, rec, rt.clock(), ttl_s=int(rt.config.token_ttl_s))
-    return web.json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub})
+    return json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub})
 
 
 async def create_key(request: web.Request) -> web.Response:
@@ -98,19 +130,19 @@ async def create_key(request: web.Request) -> web.Response:
         raise ValidationError([{"field": k, "error": "unknown field"} for k in sorted(unknown)])
     role = roles.parse_role(body.get("role", ""))
     expires = body.get("expires_in_s")
-    if expires is not None and (not isinstance(expires, (int, float)) or isinstance(expires, bool) or expires <= 0):
-        raise ValidationError([{"field": "expires_in_s", "error": "must be a positive number of seconds"}])
+    if expires is not None:
+        expires = _positive_seconds(expires, "expires_in_s")
     name = body.get("name") or f"{role}-key"
     if not isinstance(name, str):
         raise ValidationError([{"field": "name", "error": "must be a string"}])
     plaintext, rec = sk.generate_key(role, name, rt.clock(), expires_in_s=expires)
     await rt.save_key(rec)
     log.info("created %s key %s (%s)", role, rec.key_id, name)
-    return web.json_response({"key": plaintext, **key_view(rec)}, status=201)
+    return json_response({"key": plaintext, **key_view(rec)}, status=201)
 
 
 async def list_keys(request: web.Request) -> web.Response:
-    return web.json_response({"keys": [key_view(k) for k in _rt(request).keys.values()]})
+    return json_response({"keys": [key_view(k) for k in _rt(request).keys.values()]})
 
 
 async def revoke_key(request: web.Request) -> web.Response:
@@ -119,7 +151,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     if key_id not in rt.keys:
         raise NotFound(f"no key {key_id!r}")
     rec = await rt.revoke_key(key_id)
-    return web.json_response(key_view(rec))
+    return json_response(key_view(rec))
 
 
 async def submit_tasks(request: web.Request) -> web.Response:
@@ -128,14 +160,14 @@ async def submit_tasks(request: web.Request) -> web.Response:
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
     await rt.execute(cmds)
     status = 201 if any(a["created"] for a in accepted) else 200
-    return web.json_response({"tasks": accepted}, status=status)
+    return json_response({"tasks": accepted}, status=status)
 
 
 def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
     return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
             "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
             "pending_reason": rt.state.why_pending(t), "outcome": t.outcome, "retries_used": t.retries_used,
-            "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history}
+            "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history, "gang": rt.state.gang_view(t)}
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -149,7 +181,7 @@ async def get_task(request: web.Request) -> web.Response:
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))
         mine = [r for r in rows if r.attempt == t.outcome.get("attempt")]
         view["result"] = result_view(mine[0]) if mine else None
-    return web.json_response(view)
+    return json_response(view)
 
 
 async def list_tasks(request: web.Request) -> web.Response:
@@ -160,8 +192,8 @@ async def list_tasks(request: web.Request) -> web.Response:
              if (not q.get("state") or t.state == q["state"]) and (not q.get("type") or t.type == q["type"])
              and (not q.get("worker_id") or t.worker_id == q["worker_id"])]
     items.sort(key=lambda t: t.submitted_at, reverse=True)
-    return web.json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
-                                        for t in items[:limit]], "total": len(items)})
+    return json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
+                                    for t in items[:limit]], "total": len(items)})
 
 
 async def cancel_task(request: web.Request) -> web.Response:
@@ -172,7 +204,7 @@ async def cancel_task(request: web.Request) -> web.Response:
     if principal.role != roles.Role.ADMIN and owner not in (None, principal.key_id):
         raise PermissionDenied(f"task {task_id} was submitted by another key; only it or an admin may cancel it")
     await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {principal.name}"))
-    return web.json_response(task_view(rt, rt.state.get(task_id)))
+    return json_response(task_view(rt, rt.state.get(task_id)))
 
 
 async def list_workers(request: web.Request) -> web.Response:
@@ -183,7 +215,36 @@ async def list_workers(request: web.Request) -> web.Response:
                     "reason": w.health_reason, "capabilities": sorted(w.view.capabilities), "tags": sorted(w.view.tags),
                     "max_concurrent": w.view.max_concurrent, "running": sorted(w.view.running), "load": w.load,
                     "last_seen": w.last_seen, "hardware": w.hardware})
-    return web.json_response({"workers": out})
+    return json_response({"workers": out})
+
+
+async def drain_worker(request: web.Request) -> web.Response:
+    """Body ``{"deadline_s": S, "reason": TEXT}`` (both optional). 202 once the worker is told
+    (it takes nothing new from now on); 404 unknown worker, 409 not connected."""
+    rt = _rt(request)
+    worker_id = request.match_info["worker_id"]
+    body = await _json_body(request)
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ValidationError([{"field": "(body)", "error": "expected an object with deadline_s and reason"}])
+    errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"deadline_s", "reason"})]
+    deadline = DEFAULT_DRAIN_DEADLINE_S
+    try:
+        deadline = _positive_seconds(body.get("deadline_s", deadline), "deadline_s")
+    except ValidationError as exc:
+        errors += exc.errors
+    if deadline > MAX_DRAIN_DEADLINE_S:
+        errors.append({"field": "deadline_s", "error": f"must be at most {MAX_DRAIN_DEADLINE_S:g} seconds"})
+    reason = body.get("reason", f"drain requested by {request[PRINCIPAL].name}")
+    if not isinstance(reason, str) or not 0 < len(reason) <= 1000:
+        errors.append({"field": "reason", "error": "must be a string of 1 to 1000 characters"})
+    if errors:
+        raise ValidationError(errors)
+    await rt.execute(rt.state.drain_worker(worker_id, reason, deadline, rt.clock()))
+    log.info("asked worker %s to drain within %gs: %s", worker_id, deadline, reason)
+    return json_response({"worker_id": worker_id, "state": "draining", "deadline_s": deadline, "reason": reason},
+                         status=202)
 
 
 def result_view(r: ResultRow) -> dict[str, Any]:
@@ -201,12 +262,24 @@ async def list_results(request: web.Request) -> web.Response:
                                 ResultQuery, strict=False)
     except msgspec.ValidationError as exc:
         raise ValidationError([{"field": "(query)", "error": str(exc)}]) from exc
+    _check_int64(query)
     rows = await rt.store.query_results(query)
-    return web.json_response({"results": [result_view(r) for r in rows]})
+    return json_response({"results": [result_view(r) for r in rows]})
+
+
+def _check_int64(query: ResultQuery) -> None:
+    """Stores compare these as 64-bit integers: refuse what does not fit (and a negative page)."""
+    errors = [{"field": name, "error": f"must be between {lo} and {INT64_MAX}"}
+              for name, lo in (("limit", 0), ("offset", 0), ("batch_size", -INT64_MAX - 1))
+              if (v := getattr(query, name)) is not None and not lo <= v <= INT64_MAX]
+    if not errors and query.offset + query.limit > INT64_MAX:
+        errors.append({"field": "offset", "error": f"offset + limit must not exceed {INT64_MAX}"})
+    if errors:
+        raise ValidationError(errors)
 
 
 async def task_schema(request: web.Request) -> web.Response:
-    return web.json_response(specs.task_json_schema())
+    return json_response(specs.task_json_schema())
 
 
 def _float_param(request: web.Request, name: str, default: float, lo: float, hi: float) -> float:
@@ -234,6 +307,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/api/v1/tasks/{task_id}", get_task, "tasks:read"),
     ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),
     ("GET", "/api/v1/workers", list_workers, "workers:read"),
+    ("POST", "/api/v1/workers/{worker_id}/drain", drain_worker, "workers:manage"),
     ("GET", "/api/v1/results", list_results, "results:read"),
     ("GET", "/api/v1/schema/task", task_schema, "schema:read"),
 ]

@@ -6,6 +6,10 @@ reports the memory it offers to new tasks (``--memory-buffer``), at least the ta
 ``max_memory_mb`` of it. Among eligible
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
+
+A gang task (multi-node training) needs ``nodes`` *distinct* eligible workers, each with a free
+slot, at once: :func:`pick_gang` returns all of them or nothing, ordered the same way (the first
+is node rank 0).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), m
 
 
 def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
-    """Hardware a task's own config demands: a benchmark's ``device`` and the openvino backend."""
+    """Hardware a task's own config demands: a benchmark's ``device`` and the openvino backend;
+    for a training task, CUDA when its backend is ``nccl`` or its precision ``fp16``."""
     if task_type != "benchmark" or not isinstance(config, dict):
         return ()
+    if config.get("kind") == "training":
+        return ("cuda",) if config.get("backend") == "nccl" or config.get("precision") == "fp16" else ()
     needs = [str(config["device"])] if config.get("device") in ("cpu", "cuda", "rocm", "mps") else []
     if config.get("backend") == "openvino":
         needs.append("openvino")
@@ -74,6 +81,40 @@ def pick_worker(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None
         if best is None or (w.free_slots, best.worker_id) > (best.free_slots, w.worker_id):
             best = w
     return best
+
+
+def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> list[WorkerView] | None:
+    """``nodes`` distinct eligible workers with a free slot, best first (most free slots, then
+    lowest id; the first is node rank 0), or None when fewer are available: never a part."""
+    fit = [w for w in workers if w.free_slots > 0 and not unmet(key, w)]
+    if len(fit) < nodes:
+        return None
+    fit.sort(key=lambda w: (-w.free_slots, w.worker_id))
+    return fit[:nodes]
+
+
+def describe(key: ReqKey) -> str:
+    """The requirements of ``key`` in words, for pending reasons ("" when there are none)."""
+    hardware, tags, min_mem, max_mem_mb = key
+    parts = [f"hardware {'+'.join(hardware)}"] if hardware else []
+    parts += [f"tags {'+'.join(tags)}"] if tags else []
+    parts += [f"{min_mem:g} GB memory"] if min_mem else []
+    parts += [f"{max_mem_mb} MB for the task"] if max_mem_mb else []
+    return ", ".join(parts)
+
+
+def gang_pending_reason(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> str:
+    """Why a gang of ``nodes`` workers with requirements ``key`` is not placed on ``workers``."""
+    ws = list(workers)
+    eligible = [w for w in ws if not unmet(key, w)]
+    need = f"needs {nodes} worker(s)" + (f" matching {describe(key)}" if describe(key) else "")
+    if len(eligible) < nodes:
+        return f"{need}, {len(eligible)} connected"
+    accepting = [w for w in eligible if w.accepting and w.max_concurrent > 0]
+    if len(accepting) < nodes:
+        return f"{need}, {len(eligible)} connected but only {len(accepting)} accepting work (others constrained or draining)"
+    free = sum(1 for w in accepting if w.free_slots > 0)
+    return f"{need} with a free slot at once; {free} of {len(accepting)} have one now"
 
 
 def pending_reason(key: ReqKey, workers: Iterable[WorkerView]) -> str:

@@ -9,6 +9,16 @@ Queues: one priority heap per requirement key (see :mod:`.placement`), ordered b
 (-priority, submission sequence): higher priority first, FIFO within a priority. Dispatch takes the
 best head among keys that still have an eligible worker with a free slot, so a task nobody can
 run never blocks tasks others can.
+
+Gang tasks (multi-node training, see :mod:`.gang`) wait in their own small list and compete with
+the queue heads in the same order. A gang is reserved all-or-nothing in one dispatch round: its
+``nodes`` distinct eligible workers each get one slot, or nothing is held. While it cannot be
+placed, later tasks may use the free slots (backfill) until it has waited ``gang_max_wait_s``;
+from then on its eligible workers take no new work of lower or equal priority until it fits, unless
+fewer eligible workers are connected than it needs (then it holds nothing and says so). Any
+member's failure, loss or hand-back ends the attempt for all members (the others get ``Cancel``),
+and the gang is requeued whole or ends. Member results are held unacknowledged until the attempt's
+single combined result row is saved.
 """
 
 from __future__ import annotations
@@ -24,7 +34,18 @@ from ..protocol import messages as m
 from ..retry import Backoff
 from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
-from .placement import ReqKey, WorkerView, implied_hardware, pending_reason, pick_worker, requirement_key, unmet
+from .gang import Baselines, Gang, PortPool, attempt_row, gang_nodes, success_row
+from .placement import (
+    ReqKey,
+    WorkerView,
+    gang_pending_reason,
+    implied_hardware,
+    pending_reason,
+    pick_gang,
+    pick_worker,
+    requirement_key,
+    unmet,
+)
 from .store.base import Record, ResultRow, Snapshot, TaskRow, WorkerRow
 
 
@@ -64,6 +85,8 @@ class Policy:
     batch_max: int = 8  # benchmark tasks per batch
     batch_wait_s: float = 0.2  # how long a lone benchmark task may wait for others to batch with
     retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
+    gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
+    gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
 
 
 @dataclass(slots=True)
@@ -87,10 +110,14 @@ class Task:
     key: ReqKey = ((), (), 0.0, 0)
     batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
+    gang: Gang | None = None  # multi-node training tasks only
 
     def __post_init__(self) -> None:
         self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config),
                                    self.spec.max_memory_mb)
+        nodes = gang_nodes(self.type, self.spec.config)
+        if nodes:
+            self.gang = Gang(nodes)
         if self.type == "benchmark" and isinstance(self.spec.config, dict):
             cfg = self.spec.config
             if cfg.get("kind", "inference") != "training":
@@ -122,6 +149,7 @@ class Worker:
     health_reason: str | None = None
     disconnected_at: float | None = None
     load: dict[str, float] = field(default_factory=dict)
+    address: str = ""  # where other workers reach it (gang rendezvous); Register.address
 
     @property
     def worker_id(self) -> str:
@@ -146,6 +174,11 @@ class CoordinatorState:
         self._batches: dict[str, set[str]] = {}  # batch slot -> tasks still holding it
         self._seq = 0
         self.counts: dict[str, int] = defaultdict(int)  # tasks per state, kept by _transition
+        self._unsent: set[tuple[str, int]] = set()  # attempts restored as "assigned": maybe never sent
+        self._gangs_pending: dict[str, Task] = {}  # gang tasks ready to dispatch (not in _queues)
+        self._gangs_active: dict[str, Task] = {}  # gang tasks assigned or running
+        self._ports = PortPool(*self.policy.gang_port_range)
+        self.baselines = Baselines()  # single-node training throughput, for scaling efficiency
 
     # ----------------------------------------------------------------- tasks
 
@@ -172,7 +205,7 @@ class CoordinatorState:
             t.history.append({"at": now, "from": None, "to": "pending", "cause": "submitted", "attempt": 0})
             self.tasks[t.task_id] = t
             self.counts["pending"] += 1
-            self._enqueue(t)
+            self._enqueue(t, now)
             cmds.append(Save(t.row()))
             accepted.append({"task_id": t.task_id, "created": True, "state": "pending"})
         return accepted, cmds + self.dispatch(now)
@@ -181,6 +214,9 @@ class CoordinatorState:
         t = self.get(task_id)
         if is_terminal(t.state):
             return []
+        if t.gang is not None and t.state in ACTIVE:
+            return self._end_gang(t, now, status="cancelled", cause=cause, culprit=None, retry=False) + self.dispatch(now)
+        self._gangs_pending.pop(t.task_id, None)
         cmds: list[Command] = []
         if t.state in ACTIVE and t.worker_id is not None:
             cmds.append(Send(t.worker_id, m.Cancel(t.ref(), cause)))
@@ -198,7 +234,18 @@ class CoordinatorState:
             return None
         if t.not_before:
             return f"retry backoff until {t.not_before:.3f}"
-        return pending_reason(t.key, [w.view for w in self.workers.values() if w.connected])
+        connected = [w.view for w in self.workers.values() if w.connected]
+        if t.gang is None:
+            return pending_reason(t.key, connected)
+        reason = gang_pending_reason(t.key, t.gang.nodes, connected)
+        if t.gang.protecting:
+            reason += (f"; waited past the {self.policy.gang_max_wait_s:g}s gang bound, so its eligible workers "
+                       "take no new work of lower or equal priority until it fits")
+        return reason
+
+    def gang_view(self, t: Task) -> dict[str, Any] | None:
+        """A gang task's nodes and, while assigned or running, its members by node rank."""
+        return None if t.gang is None else t.gang.view()
 
     # --------------------------------------------------------------- workers
 
@@ -211,26 +258,53 @@ class CoordinatorState:
                           reg.memory_gb, reg.max_concurrent)
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
-                   first_seen=first, last_seen=now)
+                   first_seen=first, last_seen=now, address=reg.address or reg.name)
         self.workers[reg.worker_id] = w
-        cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running}, now)
+        cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
+                                {r.task_id: r.attempt for r in reg.finished}, now)
         cmds.append(Save(w.row()))
         return cmds + self.dispatch(now)
 
-    def _reconcile(self, w: Worker, announced: dict[str, int], now: float) -> list[Command]:
-        """Keep tasks the worker still runs; requeue ours it no longer has; cancel the rest."""
+    def _reconcile(self, w: Worker, announced: dict[str, int], finished: dict[str, int], now: float) -> list[Command]:
+        """Keep tasks the worker still runs or has finished (their results follow the
+        registration); requeue ours it no longer has; cancel the rest."""
         cmds: list[Command] = []
         for t in self.tasks.values():
-            if t.worker_id == w.worker_id and t.state in ACTIVE:
+            if t.worker_id == w.worker_id and t.state in ACTIVE and t.gang is None:
                 if announced.get(t.task_id) == t.attempt:
                     w.view.running.add(t.slot or t.task_id)
+                elif finished.get(t.task_id) == t.attempt:
+                    self._free_slot(t)  # done there; the re-sent result makes the outcome
+                elif (t.task_id, t.attempt) in self._unsent and t.state == "assigned":
+                    # dispatched just before a coordinator crash and never heard of: the assign
+                    # message may never have left, so the attempt costs no retry
+                    cmds += self._requeue(t, "assignment lost in a coordinator restart", now, count=False)
                 else:
                     cmds += self._lose(t, "worker restarted without this task", now)
+                self._unsent.discard((t.task_id, t.attempt))
+        for t in list(self._gangs_active.values()):
+            self._reconcile_member(t, w, announced, now)
         for task_id, attempt in announced.items():
             known = self.tasks.get(task_id)
-            if known is None or known.attempt != attempt or known.worker_id != w.worker_id or known.state not in ACTIVE:
+            mine = known is not None and (w.worker_id in known.gang.members if known.gang is not None
+                                          else known.worker_id == w.worker_id)
+            if known is None or known.attempt != attempt or not mine or known.state not in ACTIVE:
                 cmds.append(Send(w.worker_id, m.Cancel(m.TaskRef(task_id, attempt), "superseded or unknown attempt")))
         return cmds
+
+    def _reconcile_member(self, t: Task, w: Worker, announced: dict[str, int], now: float) -> None:
+        """A gang member re-registered: it keeps its slot if it still runs the attempt. If it does
+        not, its result may be on the way (a worker re-sends unacknowledged results right after
+        registering), so it has ``worker_grace_s`` for that before the attempt fails."""
+        g = t.gang
+        assert g is not None
+        if w.worker_id not in g.members or w.worker_id in g.held:
+            return
+        if announced.get(t.task_id) == t.attempt:
+            w.view.running.add(t.task_id)
+            g.awaiting.pop(w.worker_id, None)
+        else:
+            g.awaiting.setdefault(w.worker_id, now + self.policy.worker_grace_s)
 
     def heartbeat(self, worker_id: str, hb: m.Heartbeat, now: float) -> list[Command]:
         w = self.workers[worker_id]
@@ -255,10 +329,29 @@ class CoordinatorState:
         cmds: list[Command] = []
         for ref in msg.handed_back:
             t = self.tasks.get(ref.task_id)
+            if t is not None and t.gang is not None:
+                if t.attempt == ref.attempt and t.state in ACTIVE and worker_id in t.gang.members and worker_id not in t.gang.held:
+                    cmds += self._end_gang(t, now, status="error", cause=f"node {t.gang.members.index(worker_id)} "
+                                           f"handed back by {worker_id}: {msg.reason}", culprit=worker_id,
+                                           retry=True, count=False)
+                continue
             if t is not None and t.attempt == ref.attempt and t.state in ACTIVE and t.worker_id == worker_id:
                 cmds += self._requeue(t, f"handed back by {worker_id}: {msg.reason}", now, count=False)
         self.workers[worker_id].view.accepting = False
         return cmds + self.dispatch(now)
+
+    def drain_worker(self, worker_id: str, reason: str, deadline_s: float, now: float) -> list[Command]:
+        """Ask a connected worker to drain: nothing new is dispatched to it from now on, and it is
+        told to finish its tasks within ``deadline_s`` and hand back the rest (its ``goodbye``
+        requeues them). NotFound for an unknown worker, Conflict for a disconnected one."""
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise NotFound(f"no worker {worker_id!r}")
+        if not w.connected:
+            raise Conflict(f"worker {worker_id} is not connected")
+        w.view.accepting = False  # until its next heartbeat, which says draining
+        w.health, w.health_reason = "draining", reason
+        return [Save(w.row()), Send(worker_id, m.Drain(reason, deadline_s))]
 
     # --------------------------------------------------------------- results
 
@@ -266,7 +359,9 @@ class CoordinatorState:
         saves: list[Command] = []
         for ref in msg.tasks:
             t = self.tasks.get(ref.task_id)
-            if t is not None and t.attempt == ref.attempt and t.state == "assigned" and t.worker_id == worker_id:
+            if t is None or t.attempt != ref.attempt or t.state != "assigned":
+                continue
+            if (worker_id in t.gang.members) if t.gang is not None else t.worker_id == worker_id:
                 self._transition(t, "running", f"started on {worker_id}", now)
                 saves.append(Save(t.row()))
         return saves
@@ -274,8 +369,13 @@ class CoordinatorState:
     def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:
         cmds: list[Command] = []
         notify: list[str] = []
+        acked: list[m.TaskRef] = []
         for r in msg.results:
             t = self.tasks.get(r.task_id)
+            if t is not None and t.gang is not None:
+                cmds += self._gang_result(t, worker_id, r, now, acked)
+                continue
+            acked.append(m.TaskRef(r.task_id, r.attempt))
             if t is not None and t.attempt == r.attempt and t.worker_id == worker_id:
                 self._free_slot(t)
             cmds.append(Save(ResultRow(
@@ -292,7 +392,8 @@ class CoordinatorState:
             self._transition(t, r.status, f"result from {worker_id}", now, outcome=outcome)
             cmds.append(Save(t.row()))
             notify.append(t.task_id)
-        cmds.append(Send(worker_id, m.ResultAck([m.TaskRef(r.task_id, r.attempt) for r in msg.results])))
+        if acked:
+            cmds.append(Send(worker_id, m.ResultAck(acked)))
         if notify:
             cmds.append(Notify(tuple(notify)))
         return cmds + self.dispatch(now)
@@ -307,16 +408,20 @@ class CoordinatorState:
             t = self.tasks[task_id]
             if t.state == "pending" and t.not_before:
                 t.not_before = 0.0
-                self._enqueue(t)
+                self._enqueue(t, now)
         for w in list(self.workers.values()):
             if w.connected and now - w.last_seen > self.policy.worker_ttl_s:
                 cmds.append(CloseWorker(w.worker_id, w.session_id or "", f"no heartbeat for {now - w.last_seen:.1f}s"))
                 cmds += self.disconnect(w.worker_id, w.session_id or "", now)
             if not w.connected and w.disconnected_at is not None and now - w.disconnected_at >= self.policy.worker_grace_s:
                 w.disconnected_at = None
-                for t in [t for t in self.tasks.values() if t.worker_id == w.worker_id and t.state in ACTIVE]:
-                    cmds += self._lose(t, f"worker {w.worker_id} lost (no reconnect within {self.policy.worker_grace_s:g}s)", now)
+                cause = f"worker {w.worker_id} lost (no reconnect within {self.policy.worker_grace_s:g}s)"
+                for t in [t for t in self.tasks.values() if t.worker_id == w.worker_id and t.state in ACTIVE and t.gang is None]:
+                    cmds += self._lose(t, cause, now)
+                cmds += self._gang_member_lost(w.worker_id, cause, now)
                 w.view.running.clear()
+        if self._gangs_active:
+            cmds += self._gang_deadlines(now)
         return cmds + self.dispatch(now)
 
     # --------------------------------------------------------------- dispatch
@@ -324,13 +429,23 @@ class CoordinatorState:
     def dispatch(self, now: float) -> list[Command]:
         """Assign as many pending tasks as eligible workers have free slots for."""
         workers = [w.view for w in self.workers.values() if w.connected and w.view.free_slots > 0]
-        if not workers or not self._queues:
+        if not workers or not (self._queues or self._gangs_pending):
             return []
         singles: dict[str, list[list[Task]]] = defaultdict(list)
         batched: dict[str, list[list[Task]]] = defaultdict(list)
         blocked: set[ReqKey] = set()
+        gangs = self._gang_order() if self._gangs_pending else []
+        gang_cmds: list[Command] = []
         while True:
             best = self._best_head(blocked)
+            if gangs and (best is None or (-gangs[0].spec.priority, gangs[0].seq) < (-best[1].spec.priority, best[1].seq)):
+                g = gangs.pop(0)
+                placed = self._place_gang(g, workers, now)
+                if placed is not None:
+                    gang_cmds += placed
+                elif self._starving(g, now):
+                    workers = [w for w in workers if unmet(g.key, w)]  # the rest of this round keeps off its workers
+                continue
             if best is None:
                 break
             key, t = best
@@ -355,7 +470,7 @@ class CoordinatorState:
         cmds += [Send(wid, m.AssignTasks([self._assignment(g[0]) for g in gs])) for wid, gs in singles.items()]
         cmds += [Send(wid, m.AssignTasks([self._assignment(t) for t in g], batch_id=g[0].slot))
                  for wid, gs in batched.items() for g in gs]
-        return cmds
+        return cmds + gang_cmds if gang_cmds else cmds
 
     def _batch_group(self, key: ReqKey, head: Task, now: float) -> list[Task]:
         """``head`` plus the pending tasks that can share its model load (at most batch_max);
@@ -387,14 +502,176 @@ class CoordinatorState:
         return None if best is None else (best[1], best[2])
 
     @staticmethod
-    def _assignment(t: Task) -> m.TaskAssignment:
+    def _assignment(t: Task, gang: m.GangAssignment | None = None) -> m.TaskAssignment:
         return m.TaskAssignment(
             task_id=t.task_id, attempt=t.attempt, type=t.type, config=specs.config_dict(t.spec),
-            timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache)
+            timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache, gang=gang)
+
+    # ------------------------------------------------------------------ gangs
+
+    def _gang_order(self) -> list[Task]:
+        """Pending gangs in dispatch order (higher priority first, then FIFO)."""
+        for tid in [tid for tid, t in self._gangs_pending.items() if t.state != "pending"]:
+            del self._gangs_pending[tid]
+        return sorted(self._gangs_pending.values(), key=lambda t: (-t.spec.priority, t.seq))
+
+    def _place_gang(self, t: Task, workers: list[WorkerView], now: float) -> list[Command] | None:
+        """Reserve one slot on each of ``nodes`` distinct workers and send each its node rank, or
+        change nothing (None) when they are not all free now."""
+        g = t.gang
+        assert g is not None
+        chosen = pick_gang(t.key, g.nodes, workers)
+        if chosen is None:
+            return None
+        addresses = [self.workers[w.worker_id].address for w in chosen]
+        port = self._ports.take(addresses[0])
+        if port is None:
+            return None  # every port of the range is in use on that address; wait for a gang to end
+        t.attempt += 1
+        g.place([w.worker_id for w in chosen], addresses, port, all("cuda" in w.capabilities for w in chosen), now)
+        t.worker_id, t.slot = chosen[0].worker_id, t.task_id
+        for w in chosen:
+            w.running.add(t.task_id)
+            if w.available_memory_mb is not None and t.key[3]:
+                w.available_memory_mb -= t.key[3]
+        ranks = ", ".join(f"{wid} (rank {r})" for r, wid in enumerate(g.members))
+        self._transition(t, "assigned", f"dispatched to gang {ranks}, rendezvous {g.master_addr}:{port}", now)
+        t.history[-1]["gang"] = g.record()
+        del self._gangs_pending[t.task_id]
+        self._gangs_active[t.task_id] = t
+        return [Save(t.row()), *(Send(wid, m.AssignTasks([self._assignment(t, g.assignment(rank))]))
+                                 for rank, wid in enumerate(g.members))]
+
+    def _starving(self, t: Task, now: float) -> bool:
+        """Past ``gang_max_wait_s`` and placeable in principle (enough eligible workers connected
+        and accepting): its eligible workers then take no new lower or equal priority work."""
+        g = t.gang
+        assert g is not None
+        g.protecting = now - g.queued_at >= self.policy.gang_max_wait_s and sum(
+            1 for w in self.workers.values()
+            if w.connected and w.view.accepting and w.view.max_concurrent > 0 and not unmet(t.key, w.view)) >= g.nodes
+        return g.protecting
+
+    def _gang_result(self, t: Task, worker_id: str, r: m.TaskResult, now: float, acked: list[m.TaskRef]) -> list[Command]:
+        """A member's result. Held without an ack until the attempt's row is saved; a result of a
+        superseded attempt or a non-member is stored and acknowledged (appended to ``acked``)."""
+        g = t.gang
+        assert g is not None
+        if t.state not in ACTIVE or r.attempt != t.attempt or worker_id not in g.members:
+            acked.append(m.TaskRef(r.task_id, r.attempt))
+            return [Save(ResultRow(
+                task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status, started_at=r.started_at,
+                finished_at=r.finished_at, received_at=now, output=r.output, error=r.error, task_type=t.type))]
+        w = self.workers.get(worker_id)
+        if w is not None:
+            w.view.running.discard(t.task_id)  # this node is done
+        g.held[worker_id] = r
+        g.awaiting.pop(worker_id, None)
+        if r.status != "succeeded":
+            rank = g.members.index(worker_id)
+            retry = r.status in ("error", "cancelled") and r.output.get("retryable") is not False
+            return self._end_gang(t, now, status="error" if r.status == "cancelled" else r.status,
+                                  cause=f"node {rank} ({worker_id}) {r.status}: {r.error or 'no reason given'}",
+                                  culprit=worker_id, retry=retry)
+        if len(g.held) < len(g.members):
+            return []
+        row, extra = success_row(t.task_id, t.attempt, g, self.baselines, now)
+        acks = self._gang_acks(t)
+        outcome = {"status": "succeeded", "attempt": t.attempt, "worker_id": g.members[0], "error": None,
+                   "duration_s": round(row.finished_at - row.started_at, 6), **extra}
+        self._transition(t, "succeeded", f"all {g.nodes} node(s) succeeded", now, outcome=outcome)
+        if extra["training"] is not None:
+            self.baselines.record(t.task_id, t.attempt, extra["training"], now)
+        self._free_slot(t)
+        return [Save(row), Save(t.row()), *acks, Notify((t.task_id,))]
+
+    def _end_gang(self, t: Task, now: float, *, status: str, cause: str, culprit: str | None, retry: bool,
+                  count: bool = True) -> list[Command]:
+        """End the current attempt of gang ``t`` for every member: save its one result row,
+        ``Cancel`` the members still running, acknowledge the held results, free every slot, then
+        requeue the whole gang (``retry`` and retries left; ``count=False`` never uses one) or end
+        the task as ``status``."""
+        g = t.gang
+        assert g is not None
+        stop = [w for w in g.members if w not in g.held and w != culprit]
+        notes = {w: f"stopped: {cause}" for w in stop}
+        if culprit is not None and culprit not in g.held:
+            notes[culprit] = cause
+        cmds: list[Command] = [Save(attempt_row(t.task_id, t.attempt, g, status, cause, culprit, notes, now))]
+        cmds += [Send(w, m.Cancel(t.ref(), f"gang attempt {t.attempt} ended: {cause}")) for w in stop]
+        acks = self._gang_acks(t)
+        if retry and (not count or t.retries_used < t.spec.max_retries):
+            return cmds + self._requeue(t, cause, now, count=count) + acks
+        outcome = {"status": status, "attempt": t.attempt, "worker_id": culprit or t.worker_id, "error": cause,
+                   "members": list(g.members)}
+        self._transition(t, status, cause, now, outcome=outcome)
+        self._free_slot(t)
+        return [*cmds, Save(t.row()), *acks, Notify((t.task_id,))]
+
+    @staticmethod
+    def _gang_acks(t: Task) -> list[Command]:
+        assert t.gang is not None
+        return [Send(w, m.ResultAck([m.TaskRef(r.task_id, r.attempt)])) for w, r in t.gang.held.items()]
+
+    def _release_gang(self, t: Task) -> None:
+        g = t.gang
+        assert g is not None
+        for wid in g.members:
+            w = self.workers.get(wid)
+            if w is not None:
+                w.view.running.discard(t.task_id)
+        if g.master_port:
+            self._ports.release(g.master_addr, g.master_port)
+        g.clear()
+        t.slot = ""
+        self._gangs_active.pop(t.task_id, None)
+
+    def _gang_member_lost(self, worker_id: str, cause: str, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        for t in list(self._gangs_active.values()):
+            g = t.gang
+            assert g is not None
+            if worker_id in g.members and worker_id not in g.held:
+                cmds += self._end_gang(t, now, status="error", cause=f"node {g.members.index(worker_id)}: {cause}",
+                                       culprit=worker_id, retry=True)
+        return cmds
+
+    def _gang_deadlines(self, now: float) -> list[Command]:
+        """Fail attempts whose member re-registered without the task and sent no result in time."""
+        cmds: list[Command] = []
+        for t in list(self._gangs_active.values()):
+            g = t.gang
+            assert g is not None
+            late = [w for w, deadline in g.awaiting.items() if deadline <= now]
+            if late and t.task_id in self._gangs_active:
+                cmds += self._end_gang(t, now, status="error", culprit=late[0], retry=True,
+                                       cause=f"node {g.members.index(late[0])} ({late[0]}) re-registered without "
+                                             f"the task and sent no result within {self.policy.worker_grace_s:g}s")
+        return cmds
+
+    def _restore_gang(self, t: Task, now: float) -> None:
+        """After a restart: an active gang keeps its members (each must re-announce the attempt
+        within the grace period) and port; a succeeded single-node run is a baseline again."""
+        g = t.gang
+        assert g is not None
+        if t.state in ACTIVE:
+            g.restore(t.history, t.attempt, t.worker_id, now)
+            t.slot = t.task_id
+            if g.master_port:
+                self._ports.hold(g.master_addr, g.master_port)
+            self._gangs_active[t.task_id] = t
+        elif t.state == "succeeded" and t.outcome is not None and isinstance(t.outcome.get("training"), dict):
+            summary = t.outcome["training"]
+            if {"model", "global_batch", "precision", "nnodes", "global_samples_per_s"} <= summary.keys():
+                self.baselines.record(t.task_id, t.attempt, summary, t.updated_at)
 
     # ---------------------------------------------------------------- helpers
 
-    def _enqueue(self, t: Task) -> None:
+    def _enqueue(self, t: Task, now: float) -> None:
+        if t.gang is not None:
+            t.gang.queued_at, t.gang.protecting = now, False
+            self._gangs_pending[t.task_id] = t
+            return
         heapq.heappush(self._queues[t.key], (-t.spec.priority, t.seq, t.task_id))
 
     def _transition(self, t: Task, new: str, cause: str, now: float, outcome: dict[str, Any] | None = None) -> None:
@@ -426,11 +703,15 @@ class CoordinatorState:
             t.not_before = now + delay
             heapq.heappush(self._delayed, (t.not_before, t.task_id))
         else:
-            self._enqueue(t)
+            self._enqueue(t, now)
         return [Save(t.row())]
 
     def _free_slot(self, t: Task) -> None:
-        """Release the slot ``t`` holds on its worker once no other active task shares it."""
+        """Release the slot ``t`` holds on its worker once no other active task shares it (every
+        member's slot and the rendezvous port, for a gang)."""
+        if t.gang is not None:
+            self._release_gang(t)
+            return
         w = self.workers.get(t.worker_id or "")
         slot, t.slot = t.slot or t.task_id, ""
         holders = self._batches.get(slot)
@@ -456,12 +737,16 @@ class CoordinatorState:
                      not_before=row.not_before, history=list(row.history), outcome=row.outcome)
             self.tasks[t.task_id] = t
             self.counts[t.state] += 1
+            if t.state == "assigned":
+                self._unsent.add((t.task_id, t.attempt))
+            if t.gang is not None:
+                self._restore_gang(t, now)
             if t.state == "pending":
                 if t.not_before > now:
                     heapq.heappush(self._delayed, (t.not_before, t.task_id))
                 else:
                     t.not_before = 0.0
-                    self._enqueue(t)
+                    self._enqueue(t, now)
         for wr in snap.workers:
             view = WorkerView(wr.worker_id, frozenset(wr.capabilities), frozenset(wr.tags),
                               float(wr.hardware.get("memory_gb", 0.0)), 0)

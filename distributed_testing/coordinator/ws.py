@@ -13,6 +13,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+import msgspec
 from aiohttp import WSMsgType, web
 
 from ..errors import AuthError, DTError, PermissionDenied, ProtocolError
@@ -101,6 +102,8 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
     try:
         reg = await _await_register(rt, ws, session)
         if reg is not None:
+            if not reg.address:  # where gang peers reach it: the address this connection came from
+                reg = msgspec.structs.replace(reg, address=request.remote or "")
             await _serve(rt, ws, session, reg)
     finally:
         session.close(session.closing or "connection closed")
@@ -146,6 +149,9 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
     violations = 0
     async for raw in ws:
         if s.closing:
+            break
+        if raw.type == WSMsgType.ERROR:  # no pong in time, or the transport broke: the session is over
+            log.info("worker %s: connection lost: %s", s.worker_id, ws.exception() or raw.data)
             break
         if raw.type != WSMsgType.BINARY:
             violations += _reject(rt, s, "malformed", f"unexpected {raw.type.name} frame")

@@ -9,13 +9,15 @@ Direction: W→C worker to coordinator, C→W coordinator to worker.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 PROTOCOL_VERSION = 1
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
+# Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
+Attempt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 WorkerState = Literal["ready", "constrained", "draining"]
 
 
@@ -27,7 +29,7 @@ class TaskRef(msgspec.Struct, frozen=True, array_like=True):
     """One attempt of one task; the attempt number fences stale results."""
 
     task_id: str
-    attempt: int
+    attempt: Attempt
 
 
 class Register(_Msg, frozen=True, tag="register"):
@@ -48,6 +50,9 @@ class Register(_Msg, frozen=True, tag="register"):
     # the peer address it sees.
     address: str = ""
     interface: str | None = None  # the NIC named by --interface, bound by gloo/NCCL on this worker
+    # Attempts that finished here but whose results are not acknowledged yet: they are re-sent
+    # right after ``registered``, so the coordinator keeps these tasks instead of requeueing them.
+    finished: list[TaskRef] = []
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
@@ -87,7 +92,7 @@ class GangAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     task_id: str
-    attempt: int
+    attempt: Attempt
     type: str
     config: dict[str, Any]
     timeout_s: float | None = None
@@ -121,7 +126,7 @@ class TaskProgress(_Msg, frozen=True, tag="progress"):
 
 class TaskResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     task_id: str
-    attempt: int
+    attempt: Attempt
     status: ResultStatus
     started_at: float
     finished_at: float

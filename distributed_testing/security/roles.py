@@ -14,6 +14,7 @@ tasks:cancel    yes    yes
 tasks:read      yes    yes        yes
 results:read    yes    yes        yes
 workers:read    yes    yes        yes
+workers:manage  yes
 worker:connect                            yes
 schema:read     yes    yes        yes     yes
 ==============  =====  =========  ======  ======
@@ -66,6 +67,7 @@ class Permission(StrEnum):
     TASKS_READ = "tasks:read"
     RESULTS_READ = "results:read"
     WORKERS_READ = "workers:read"
+    WORKERS_MANAGE = "workers:manage"
     WORKER_CONNECT = "worker:connect"
     SCHEMA_READ = "schema:read"
 
@@ -82,7 +84,7 @@ _SUBMIT = _READ | {Permission.TASKS_SUBMIT, Permission.TASKS_CANCEL}
 
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = MappingProxyType(
     {
-        Role.ADMIN: _SUBMIT | {Permission.KEYS_MANAGE},
+        Role.ADMIN: _SUBMIT | {Permission.KEYS_MANAGE, Permission.WORKERS_MANAGE},
         Role.SUBMITTER: _SUBMIT,
         Role.VIEWER: _READ,
         Role.WORKER: frozenset({Permission.WORKER_CONNECT, Permission.SCHEMA_READ}),

@@ -11,14 +11,18 @@ A task document is one task object or a list of them::
 a path such as ``[1].config.batch_sizes[2]`` (:class:`~distributed_testing.errors.ValidationError`),
 so one round trip fixes a whole file. Benchmark configs are checked here for the fields the
 coordinator schedules on (``model``, ``batch_sizes``, ``precision``, ``device``, ``backend``,
-``iterations``); the worker's benchmark runner validates the rest.
+``iterations``); the worker's benchmark runner validates the rest. A benchmark whose config has
+``"kind": "training"`` is a multi-node training task, validated in full by
+:func:`distributed_testing.training.config.parse_config` (errors name ``config.<key>``).
+The JSON must be strict (RFC 8259: no ``NaN``/``Infinity``, no lone surrogates), and the free-form
+parts (custom ``parameters``, benchmark ``config``) may nest at most ``MAX_NESTING`` levels and hold
+only integers that fit 64 bits: they are journalled as MessagePack and stored in DuckDB.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import uuid
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -26,10 +30,17 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..errors import ValidationError
+from ..training.config import TASK_KIND as TRAINING_KIND
+from ..training.config import parse_config as parse_training_config
+from ..training.errors import InvalidTrainingConfig
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
-PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+INT64_MAX = 2**63 - 1
+PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
+# Free-form parts (custom ``parameters``, benchmark ``config``) may nest at most this deep, and
+# their integers must fit 64 bits: the journal, DuckDB and the wire all store them.
+MAX_NESTING = 32
 
 
 class Requirements(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -57,6 +68,24 @@ class BenchmarkConfig(msgspec.Struct, frozen=True):
     iterations: PositiveInt = 10
     backend: Literal["eager", "compile", "openvino"] = "eager"
     device: HardwareName | None = None
+
+
+class TrainingTaskConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A multi-node DDP training benchmark (``"kind": "training"``); ``batch_size`` is the GLOBAL
+    batch per optimizer step. Published in the schema; :func:`parse_training_config` is the
+    full check (combinations such as ``batch_size`` >= world size)."""
+
+    kind: Literal["training"]
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    nodes: PositiveInt
+    batch_size: PositiveInt
+    steps: PositiveInt
+    nproc_per_node: PositiveInt | Literal["auto"] = "auto"
+    warmup_steps: Annotated[int, msgspec.Meta(ge=0)] = 5
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    load_balance: Literal["none", "proportional", "dynamic", "hybrid"] = "none"
+    rebalance_interval: PositiveInt | None = None
 
 
 class _Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", kw_only=True):
@@ -89,12 +118,14 @@ TASK_TYPES: dict[str, type[_Task]] = {"benchmark": BenchmarkTask, "test": TestTa
 def task_json_schema() -> dict[str, Any]:
     """The published JSON Schema (draft 2020-12) of one task document (object or list)."""
     (_, defs) = msgspec.json.schema_components(
-        [TestTask, CustomTask, BenchmarkTask, BenchmarkConfig], ref_template="#/$defs/{name}"
+        [TestTask, CustomTask, BenchmarkTask, BenchmarkConfig, TrainingTaskConfig], ref_template="#/$defs/{name}"
     )
+    training = {"if": {"type": "object", "properties": {"kind": {"const": TRAINING_KIND}}, "required": ["kind"]},
+                "then": {"$ref": "#/$defs/TrainingTaskConfig"}, "else": {"$ref": "#/$defs/BenchmarkConfig"}}
     variants = []
     for name, conf in (("TestTask", "TestConfig"), ("CustomTask", "CustomConfig"), ("BenchmarkTask", "BenchmarkConfig")):
         d = defs[name]
-        d["properties"]["config"] = {"$ref": f"#/$defs/{conf}"}
+        d["properties"]["config"] = training if name == "BenchmarkTask" else {"$ref": f"#/$defs/{conf}"}
         d["required"] = sorted(set(d.get("required", [])) | {"type", "config"})
         variants.append({"$ref": f"#/$defs/{name}"})
     task = {"oneOf": variants, "discriminator": {"propertyName": "type"}}
@@ -126,7 +157,7 @@ def _collect_errors(item: Any, prefix: str) -> list[dict[str, str]]:
     if not isinstance(item, dict):
         return [{"field": prefix or "(document)", "error": "a task must be a JSON object"}]
     type_name = item.get("type")
-    if type_name not in TASK_TYPES:
+    if not isinstance(type_name, str) or type_name not in TASK_TYPES:
         return [{"field": _path(prefix, ["type"]), "error": f"must be one of {sorted(TASK_TYPES)}, got {type_name!r}"}]
     validator = jsonschema.Draft202012Validator(_variant_schema(type_name))
     errors = [
@@ -138,7 +169,29 @@ def _collect_errors(item: Any, prefix: str) -> list[dict[str, str]]:
     return errors
 
 
+def _is_training(config: Any) -> bool:
+    return isinstance(config, dict) and config.get("kind") == TRAINING_KIND
+
+
+def _check_benchmark_config(config: Any) -> None:
+    """Raise msgspec.ValidationError when a benchmark config (inference or training) is invalid."""
+    if not _is_training(config):
+        msgspec.convert(config, BenchmarkConfig)
+        return
+    try:
+        parse_training_config(config)
+    except InvalidTrainingConfig as exc:
+        raise msgspec.ValidationError(str(exc)) from exc
+
+
 def _benchmark_errors(config: Any, prefix: str) -> list[dict[str, str]]:
+    if _is_training(config):
+        try:
+            parse_training_config(config)
+        except InvalidTrainingConfig as exc:
+            return [{"field": _path(prefix, ["config", exc.field] if exc.field else ["config"]), "error": e["error"]}
+                    for e in exc.errors]
+        return []
     try:
         msgspec.convert(config, BenchmarkConfig)
     except msgspec.ValidationError as exc:
@@ -147,7 +200,8 @@ def _benchmark_errors(config: Any, prefix: str) -> list[dict[str, str]]:
 
 
 _INT_FIELDS = ("priority", "max_retries", "max_memory_mb")
-_BENCH_INT_FIELDS = ("iterations", "warmup", "batch_size", "steps", "warmup_steps", "nodes", "sequence_length", "image_size")
+_BENCH_INT_FIELDS = ("iterations", "warmup", "batch_size", "steps", "warmup_steps", "nodes", "sequence_length", "image_size",
+                     "nproc_per_node", "rebalance_interval")
 
 
 def _whole(v: Any) -> Any:
@@ -171,20 +225,44 @@ def _normalize_ints(item: Any) -> Any:
 def _convert(item: Any) -> TaskSpec:
     spec: TaskSpec = msgspec.convert(item, TaskSpec)
     if isinstance(spec, BenchmarkTask):
-        msgspec.convert(spec.config, BenchmarkConfig)
+        _check_benchmark_config(spec.config)
     return spec
 
 
 def _parse_one(item: Any, prefix: str) -> TaskSpec:
     try:
-        return _convert(item)
+        spec = _convert(item)
     except msgspec.ValidationError:
         item = _normalize_ints(item)  # only the slow path pays for normalising
-    try:
-        return _convert(item)
-    except msgspec.ValidationError as exc:
-        errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
-        raise ValidationError(errors) from exc
+        try:
+            spec = _convert(item)
+        except msgspec.ValidationError as exc:
+            errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
+            raise ValidationError(errors) from exc
+    _check_free_form(spec, prefix)
+    return spec
+
+
+def _check_free_form(spec: TaskSpec, prefix: str) -> None:
+    """Raise ValidationError if the free-form part of ``spec`` nests deeper than MAX_NESTING or
+    holds an integer outside 64 bits (the typed fields are bounded by their annotations)."""
+    if isinstance(spec, CustomTask):
+        value, path = spec.config.parameters, _path(prefix, ["config", "parameters"])
+    elif isinstance(spec, BenchmarkTask):
+        value, path = spec.config, _path(prefix, ["config"])
+    else:
+        return
+    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+    while stack:
+        v, where, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > MAX_NESTING:
+                raise ValidationError([{"field": where, "error": f"nested deeper than {MAX_NESTING} levels"}])
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            stack.extend((child, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}", depth + 1)
+                         for k, child in items)
+        elif isinstance(v, int) and not isinstance(v, bool) and not -INT64_MAX - 1 <= v <= INT64_MAX:
+            raise ValidationError([{"field": where, "error": "integer does not fit in 64 bits"}])
 
 
 def parse_tasks(doc: Any) -> list[TaskSpec]:
@@ -223,18 +301,30 @@ def parse_task_json(body: bytes) -> list[TaskSpec]:
     try:
         decoded = _FAST_DECODER.decode(body)
         items = decoded if isinstance(decoded, list) else [decoded]
-        for s in items:
+        for i, s in enumerate(items):
             if isinstance(s, BenchmarkTask):
-                msgspec.convert(s.config, BenchmarkConfig)
+                _check_benchmark_config(s.config)
+            _check_free_form(s, f"[{i}]" if isinstance(decoded, list) else "")
         if items and len({s.task_id for s in items if s.task_id is not None}) == sum(s.task_id is not None for s in items):
             return items
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        pass
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError):
+        pass  # the slow path below names every bad field
+    return parse_tasks(decode_json(body))
+
+
+_ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def decode_json(body: bytes) -> Any:
+    """Strict RFC 8259 JSON (an empty body reads as ``null``): no NaN or Infinity, no number
+    beyond a double, no lone surrogate. Raises ValidationError on ``(body)`` otherwise, also for
+    nesting deeper than the decoder's recursion limit."""
     try:
-        doc = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _ANY_JSON.decode(body or b"null")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValidationError([{"field": "(body)", "error": f"not valid JSON: {exc}"}]) from exc
-    return parse_tasks(doc)
+    except RecursionError as exc:
+        raise ValidationError([{"field": "(body)", "error": "not valid JSON: nested too deeply"}]) from exc
 
 
 def with_id(spec: TaskSpec) -> TaskSpec:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from ..errors import ExecutionError, ProtocolError
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
+from ..training.errors import PreflightError
+from ..training.preflight import interface_address
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
@@ -86,6 +90,7 @@ class WorkerAgent:
         self._beat_now = asyncio.Event()  # set: send a heartbeat now (state changed)
         self._acked = asyncio.Event()  # set whenever an ack arrives
         self._drain_reason: str | None = None
+        self._drain_task: asyncio.Task[list[m.TaskRef]] | None = None  # the one drain, once begun
 
     # --------------------------------------------------------------- lifecycle
 
@@ -101,33 +106,51 @@ class WorkerAgent:
                 try:
                     await retry_async(self._connect_once, backoff=backoff, attempts=self.config.reconnect_attempts,
                                       retry_on=(OSError, websockets.ConnectionClosed, websockets.InvalidHandshake,
-                                                asyncio.TimeoutError, ProtocolError), what="connection to coordinator")
+                                                asyncio.TimeoutError, ProtocolError), what="connection to coordinator",
+                                      sleep=self._backoff_sleep)
                 except RetriesExhausted:
                     log.error("giving up after %d reconnect attempts", self.config.reconnect_attempts)
                     raise
         finally:
             await self._shutdown_tasks()
 
+    async def _backoff_sleep(self, delay: float) -> None:
+        """The reconnect backoff's wait; ``stop()`` ends it at once (a worker told to stop while
+        the coordinator is unreachable used to sit out a backoff of up to 36 s first)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), delay)
+
     def stop(self) -> None:
         """Stop at once: running tasks are killed without a result (the coordinator requeues
         them after its grace period). ``drain()`` is the graceful way."""
         self._stop.set()
 
-    async def drain(self, reason: str) -> list[m.TaskRef]:
+    async def drain(self, reason: str, timeout_s: float | None = None) -> list[m.TaskRef]:
         """Graceful stop. Take no new work (heartbeats say ``draining``, sent at once), let the
-        running tasks finish for up to ``drain_timeout_s``, then kill the rest and hand them
-        back (``Goodbye.handed_back``: the coordinator requeues them without counting a retry),
-        wait for every result's ack until the deadline (at least ``FLUSH_MIN_S``), say goodbye
-        and stop. Returns the handed-back tasks. Cancelling it (then ``stop()``) stops at once."""
+        running tasks finish for up to ``timeout_s`` (default ``drain_timeout_s``), then kill the
+        rest and hand them back (``Goodbye.handed_back``: the coordinator requeues them without
+        counting a retry), wait for every result's ack until the deadline (at least
+        ``FLUSH_MIN_S``), say goodbye and stop. Returns the handed-back tasks. Cancelling it (then
+        ``stop()``) stops at once.
+
+        SIGTERM (the CLI) and the coordinator's ``drain`` message both come here. One drain runs
+        at a time: a call while one is under way waits for that one, with its deadline."""
+        if self._drain_task is None:
+            timeout = self.config.drain_timeout_s if timeout_s is None else timeout_s
+            self._drain_task = asyncio.create_task(self._drain(reason, timeout), name="worker-drain")
+        else:
+            log.info("already draining (%s); not starting another drain for: %s", self._drain_reason, reason)
+        return await self._drain_task
+
+    async def _drain(self, reason: str, timeout_s: float) -> list[m.TaskRef]:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.drain_timeout_s
+        deadline = loop.time() + timeout_s
         self.draining, self._drain_reason = True, reason
         self._beat_now.set()
-        log.info("draining (%s): %d task(s) running, up to %gs to finish", reason, len(self.running),
-                 self.config.drain_timeout_s)
+        log.info("draining (%s): %d task(s) running, up to %gs to finish", reason, len(self.running), timeout_s)
         while (busy := {r.task for r in self.running.values() if not r.task.done()}) and (left := deadline - loop.time()) > 0:
             await asyncio.wait(busy, timeout=left)  # and again for tasks assigned meanwhile
-        handed = await self._hand_back(reason)
+        handed = await self._hand_back(reason, timeout_s)
         await self._await_acks(max(deadline - loop.time(), FLUSH_MIN_S))
         if self.registered.is_set():
             self._send(m.Goodbye(f"worker stopped: {reason}"))
@@ -137,7 +160,7 @@ class WorkerAgent:
         self.stop()
         return handed
 
-    async def _hand_back(self, reason: str) -> list[m.TaskRef]:
+    async def _hand_back(self, reason: str, timeout_s: float) -> list[m.TaskRef]:
         """Kill the tasks still running and tell the coordinator they were not finished."""
         left = list(self.running.items())
         if not left:
@@ -153,9 +176,9 @@ class WorkerAgent:
             self.running.pop(tid, None)
         self.outbox.running_finished(refs)  # stopped on purpose: not a crash
         log.warning("handing back %d task(s) still running after the %gs drain timeout: %s", len(refs),
-                    self.config.drain_timeout_s, ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in refs))
+                    timeout_s, ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in refs))
         if self.registered.is_set():
-            self._send(m.Goodbye(f"drain timeout after {self.config.drain_timeout_s:g}s ({reason})", handed_back=refs))
+            self._send(m.Goodbye(f"drain timeout after {timeout_s:g}s ({reason})", handed_back=refs))
         else:
             log.warning("not connected: the coordinator requeues them when its grace period ends")
         return refs
@@ -192,6 +215,8 @@ class WorkerAgent:
                     len(unacked), len(interrupted), f" (reported as errors): {names}" if interrupted else "")
 
     async def _connect_once(self) -> None:
+        if self._stop.is_set():
+            return  # stopped during the backoff: no further attempt
         cred = await self.credentials.current()
         try:
             ws = await connect(self.config.ws_url, additional_headers={"Authorization": f"Bearer {cred}"},
@@ -219,7 +244,7 @@ class WorkerAgent:
                 log.warning("session with coordinator lost: %s; reconnecting", exc)
 
     async def _serve(self, ws: ClientConnection) -> None:
-        self._send(self._register_msg())
+        self._send(self._register_msg(self._rendezvous_address(ws)))
         writer = asyncio.create_task(self._writer(ws), name="worker-writer")
         beats = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
         renew = asyncio.create_task(self._renew_tokens(), name="worker-token-renewal")
@@ -239,12 +264,25 @@ class WorkerAgent:
                 if isinstance(outcome, Exception) and t not in (reader, writer):  # those two re-raised above
                     log.error("%s stopped: %s", t.get_name(), outcome)
 
-    def _register_msg(self) -> m.Register:
+    def _register_msg(self, address: str = "") -> m.Register:
         return m.Register(worker_id=self.config.worker_id, name=self.config.name, protocol_version=m.PROTOCOL_VERSION,
                           hardware=self.hardware, capabilities=self.capabilities, tags=list(self.config.tags),
                           max_concurrent=self.config.max_concurrent_tasks,
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
-                          running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()])
+                          running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
+                          address=address, interface=self.config.interface, finished=self.outbox.unacked_refs())
+
+    def _rendezvous_address(self, ws: ClientConnection) -> str:
+        """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
+        else this connection's local address (the NIC that routes to the coordinator)."""
+        if self.config.interface:
+            try:
+                return interface_address(self.config.interface)
+            except PreflightError as exc:  # checked at start; the NIC went away since
+                log.error("--interface %s: %s; reporting no rendezvous address", self.config.interface, exc)
+                return ""
+        local = ws.local_address
+        return str(local[0]) if local else ""
 
     # ----------------------------------------------------------------- reading
 
@@ -273,6 +311,8 @@ class WorkerAgent:
         log.info("registered with coordinator as %s (session %s)", msg.worker_id, msg.session_id)
         self.registered.set()
         self.sessions += 1
+        if self.draining:
+            self._beat_now.set()  # a new session starts as ready: say at once that we are not
         unsent = await self.outbox.unacked()
         if unsent:
             log.info("re-sending %d unacknowledged results", len(unsent))
@@ -304,10 +344,15 @@ class WorkerAgent:
             r.task.cancel()
 
     async def _on_drain(self, msg: m.Message) -> None:
+        """The coordinator's drain: the same graceful stop as SIGTERM, with its deadline. It runs
+        in its own task (owned here, awaited at shutdown) so this reader keeps reading acks."""
         assert isinstance(msg, m.Drain)
-        log.warning("coordinator asked us to drain: %s", msg.reason)
-        self.draining, self._drain_reason = True, msg.reason
-        self._beat_now.set()
+        timeout = msg.deadline_s if math.isfinite(msg.deadline_s) and msg.deadline_s >= 0 else self.config.drain_timeout_s
+        log.warning("coordinator asked us to drain within %gs: %s", timeout, msg.reason)
+        if self._drain_task is None:
+            self._drain_task = asyncio.create_task(self._drain(msg.reason, timeout), name="worker-drain")
+        else:
+            log.info("already draining (%s)", self._drain_reason)
 
     async def _on_error(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ErrorMsg)
@@ -361,15 +406,22 @@ class WorkerAgent:
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
         # Sent while the outbox write is in flight: the coordinator acks only after its own
         # fsync, by which time ours is done, and an unacked result is re-sent after a reconnect.
-        durable = self.outbox.add(result)
+        # The send is scheduled before the append so that it goes out ahead of the outbox's fsync.
         self._result_buf.append(result)
         self._schedule_flush()
-        await durable
+        await self.outbox.add(result)
 
     def _context(self, a: m.TaskAssignment) -> TaskContext:
         return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
                            timeout_s=a.timeout_s or self.config.task_timeout_s, max_memory_mb=a.max_memory_mb,
-                           test_root=self.config.test_root, cache=a.cache)
+                           test_root=self.config.test_root, cache=a.cache, gang=a.gang,
+                           progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)))
+
+    def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
+        """An executor's progress report (called on the loop) as a ``progress`` message."""
+        r = self.running.get(ref.task_id)
+        if r is not None and r.assignment.attempt == ref.attempt and self.registered.is_set():
+            self._send(m.TaskProgress(ref, fraction, message))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
         self._started_buf.append(ref)
@@ -407,6 +459,14 @@ class WorkerAgent:
             self._result_buf = []
 
     async def _shutdown_tasks(self) -> None:
+        if self._drain_task is not None:
+            self._drain_task.cancel()  # stop() during a drain stops at once; a finished one is unaffected
+            try:
+                await self._drain_task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("the drain failed")
         for r in list(self.running.values()):
             r.task.cancel()
         for r in list(self.running.values()):

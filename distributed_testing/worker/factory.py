@@ -1,12 +1,15 @@
 """Assemble a :class:`~.agent.WorkerAgent` from a :class:`~distributed_testing.config.WorkerConfig`:
 real hardware detection (in a thread: it imports torch), credentials, executors, the outbox and
-the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory)."""
+the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory).
+Training nodes get the detected CUDA device count, ``--interface`` and ``<cache dir>/training``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..config import WorkerConfig
 from .agent import WorkerAgent
@@ -14,6 +17,7 @@ from .auth import Credentials
 from .bench_cache import DuckDBResultCache, MemoryResultCache, ResultCache
 from .executors import Executor, default_executors
 from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
+from .executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
 from .hardware import capabilities, detect_hardware
 from .outbox import MemoryOutbox, Outbox
 
@@ -45,10 +49,28 @@ def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
                             threads=config.bench_threads)
 
 
+def training_options(config: WorkerConfig, hardware: dict[str, Any]) -> TrainingOptions:
+    return TrainingOptions(run_dir=cache_dir_for(config) / "training", cuda_device_count=cuda_device_count(hardware),
+                           interface=config.interface)
+
+
+def cuda_device_count(hardware: dict[str, Any]) -> int:
+    """CUDA devices in a detected-hardware dict (0 when CUDA is unavailable or not reported)."""
+    cuda = (hardware.get("devices") or {}).get("cuda") or {}
+    return int(cuda.get("count") or 0) if cuda.get("available") else 0
+
+
 def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
                          cache: ResultCache) -> dict[str, Executor]:
-    """``executors`` with the benchmark executor replaced by one that uses ``cache``."""
-    return {**executors, BenchmarkExecutor.task_type: BenchmarkExecutor(benchmark_options(config), cache=cache)}
+    """``executors`` with the benchmark executor replaced by one that uses ``cache``; the training
+    executor is kept, bound to ``config.interface``."""
+    current = executors.get(BenchmarkRouter.task_type)
+    if isinstance(current, BenchmarkRouter):
+        training = TrainingExecutor(replace(current.training.options, interface=config.interface))
+    else:
+        training = TrainingExecutor(training_options(config, {}))
+    benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache)
+    return {**executors, BenchmarkRouter.task_type: BenchmarkRouter(benchmark, training)}
 
 
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
@@ -60,5 +82,5 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
     outbox, results = await open_storage(config)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
-                                  benchmark=benchmark_options(config))
+                                  benchmark=benchmark_options(config), training=training_options(config, hardware))
     return WorkerAgent(config, with_benchmark_cache(executors, config, results), outbox, hardware, caps, creds)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import importlib.util
 import logging
 import os
@@ -312,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-devices", action="store_true", help="probe accelerators in-process only")
     args = parser.parse_args(argv)
     if args.probe_devices:
+        # A short-lived process whose work is importing torch and openvino: without the cyclic
+        # collector it uses about 1.65 s of CPU instead of 1.9 s (getrusage, 3 runs each).
+        gc.disable()
         payload = msgspec.json.encode(probe_devices())
     else:
         payload = msgspec.json.format(msgspec.json.encode(detect_hardware()), indent=2)

@@ -30,6 +30,10 @@ class Outbox(Protocol):
 
     async def unacked(self) -> list[m.TaskResult]: ...
 
+    def unacked_refs(self) -> list[m.TaskRef]:
+        """The attempts whose results wait for an acknowledgement (for ``Register.finished``)."""
+        ...
+
     async def close(self) -> None: ...
 
     # running-task records: what was running when the worker died (see ``--recover``)
@@ -60,6 +64,9 @@ class MemoryOutbox:
 
     async def unacked(self) -> list[m.TaskResult]:
         return list(self._pending.values())
+
+    def unacked_refs(self) -> list[m.TaskRef]:
+        return [m.TaskRef(task_id, attempt) for task_id, attempt in self._pending]
 
     async def close(self) -> None:
         return None

@@ -143,6 +143,9 @@ class DuckDBOutbox:
     async def unacked(self) -> list[m.TaskResult]:
         return list(self._pending.values())
 
+    def unacked_refs(self) -> list[m.TaskRef]:
+        return [m.TaskRef(task_id, attempt) for task_id, attempt in self._pending]
+
     async def checkpoint(self) -> None:
         """Move everything journalled so far into DuckDB in one transaction, then drop those
         segments. On failure the segments stay and are replayed at the next start."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
     from distributed_testing.worker.executors.custom import CustomExecutor
     from distributed_testing.worker.executors.test import TestExecutor
+    from distributed_testing.worker.executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
 
 __all__ = [
     "CustomExecutor",
@@ -29,11 +30,15 @@ __all__ = [
     "TestExecutor",
     "BenchmarkExecutor",
     "BenchmarkOptions",
+    "BenchmarkRouter",
+    "TrainingExecutor",
+    "TrainingOptions",
     "default_executors",
 ]
 
 _LAZY = {"CustomExecutor": "custom", "TestExecutor": "test", "BenchmarkExecutor": "benchmark",
-         "BenchmarkOptions": "benchmark"}
+         "BenchmarkOptions": "benchmark", "BenchmarkRouter": "training", "TrainingExecutor": "training",
+         "TrainingOptions": "training"}
 
 
 def __getattr__(name: str) -> Any:
@@ -52,18 +57,29 @@ def default_executors(
     custom_pythonpath: Sequence[Path] = (),
     pytest_env: Mapping[str, str] | None = None,
     benchmark: BenchmarkOptions | None = None,
+    training: TrainingOptions | None = None,
 ) -> dict[str, Executor]:
     """The executors a worker runs, keyed by task type (``test``, ``custom``, ``benchmark``).
 
     ``max_concurrency`` is the worker's task slot count. The custom pool defaults to
     ``min(max_concurrency, 2 × CPU cores)`` children: more interpreters than that only contend for
     the cores, and a task beyond it waits (holding its slot) for the next free child.
-    ``benchmark`` runs in its own child process, one benchmark at a time (see ``benchmark.py``).
+    ``benchmark`` is a :class:`~.training.BenchmarkRouter`: configs with ``"kind": "training"``
+    run as one node of a DDP job (``training.py``; files under ``training.run_dir``, by default
+    ``<cache_dir>/training``), the rest in the benchmark child process (``benchmark.py``); one
+    benchmark or training node at a time.
     Call ``start()`` on each before the first task and ``close()`` at shutdown.
     """
+    import tempfile
+
     from distributed_testing.worker.executors.benchmark import BenchmarkExecutor
     from distributed_testing.worker.executors.custom import CustomExecutor
     from distributed_testing.worker.executors.test import TestExecutor
+    from distributed_testing.worker.executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
+
+    if training is None:
+        base = cache_dir if cache_dir is not None else Path(tempfile.gettempdir()) / "distributed_testing"
+        training = TrainingOptions(run_dir=base / "training")
 
     executors: list[Executor] = [
         TestExecutor(extra_env=pytest_env),
@@ -74,6 +90,6 @@ def default_executors(
             handlers=custom_handlers,
             pythonpath=custom_pythonpath,
         ),
-        BenchmarkExecutor(benchmark),
+        BenchmarkRouter(BenchmarkExecutor(benchmark), TrainingExecutor(training)),
     ]
     return {e.task_type: e for e in executors}

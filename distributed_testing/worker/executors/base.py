@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from distributed_testing.protocol.messages import GangAssignment
+
 OutcomeStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 
 
@@ -38,6 +40,7 @@ class TaskContext:
     work_dir: Path | None = None
     progress: Callable[[float, str], None] | None = None
     cache: bool = False
+    gang: GangAssignment | None = None  # this node's part of a multi-node training task
 
 
 @dataclass

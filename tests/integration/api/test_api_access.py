@@ -157,6 +157,17 @@ def task_cancelled(c: Cluster, call: Call) -> bool:
     return c.runtime.state.tasks[call.ctx["task_id"]].state == "cancelled"
 
 
+async def setup_drain(c: Cluster) -> Call:
+    agent = await c.add_worker()  # a real worker: an allowed call drains it and it leaves
+    wid = agent.config.worker_id
+    return Call(f"/api/v1/workers/{wid}/drain", json={"deadline_s": 5, "reason": "matrix"}, ctx={"worker_id": wid})
+
+
+def worker_draining(c: Cluster, call: Call) -> bool:
+    w = c.runtime.state.workers[call.ctx["worker_id"]]
+    return w.health == "draining" and not w.view.accepting
+
+
 CASES = [
     Route("GET", "/healthz", None, 200, fixed("/healthz"), check_body=check_health),
     Route("POST", "/api/v1/auth/token", frozenset(ROLES), 200, fixed("/api/v1/auth/token"), check_body=check_token),
@@ -205,6 +216,14 @@ CASES = [
         check_body=check_cancelled,
     ),
     Route("GET", "/api/v1/workers", READERS, 200, fixed("/api/v1/workers")),
+    Route(
+        "POST",
+        "/api/v1/workers/{worker_id}/drain",
+        frozenset({"admin"}),
+        202,
+        setup_drain,
+        took_effect=worker_draining,
+    ),
     Route("GET", "/api/v1/results", READERS, 200, fixed("/api/v1/results")),
     Route("GET", "/api/v1/schema/task", frozenset(ROLES), 200, fixed("/api/v1/schema/task"), check_body=check_schema),
 ]
@@ -276,6 +295,7 @@ async def test_route_access(cluster: Cluster, route: Route, caller: str) -> None
         ("POST", "/api/v1/keys/nokey123/revoke"),
         ("DELETE", "/api/v1/keys/nokey123"),
         pytest.param("POST", "/api/v1/tasks/no-such-task/cancel"),
+        ("POST", "/api/v1/workers/no-such-worker/drain"),
     ],
 )
 async def test_unknown_ids_are_404_for_allowed_callers(cluster: Cluster, method: str, path: str) -> None:

@@ -103,7 +103,7 @@ async def test_heartbeat_interval_is_announced_and_pings_close_a_silent_peer(tmp
 async def test_default_heartbeat_interval_is_announced(tmp_path: Path) -> None:
     async with coordinator(tmp_path) as c:
         async with raw_worker(c.base_url, await c.create_key("worker"), "w") as (_, registered):
-            assert registered.heartbeat_interval_s == 5.0
+            assert registered.heartbeat_interval_s == 1.0
 
 
 # ------------------------------------------------------------------------------ --worker-ttl

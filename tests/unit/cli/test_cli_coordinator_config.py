@@ -20,7 +20,7 @@ def test_defaults() -> None:
     c = cfg()
     assert (c.host, c.port, c.db_path, c.admin_key_file) == ("127.0.0.1", 8080, "state/coordinator.duckdb", None)
     assert c.admin_key_path == Path("state/admin.key")  # beside the database
-    assert (c.token_ttl_s, c.heartbeat_interval_s, c.worker_ttl_s, c.worker_grace_s) == (900.0, 5.0, 30.0, 10.0)
+    assert (c.token_ttl_s, c.heartbeat_interval_s, c.worker_ttl_s, c.worker_grace_s) == (900.0, 1.0, 3.0, 10.0)
     assert coord_cli.build_parser().parse_args([]).port_file is None
 
 

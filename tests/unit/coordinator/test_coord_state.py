@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -741,3 +742,22 @@ def test_saved_rows_carry_the_full_history(sim: Sim) -> None:
     assert saved[0] == "pending" and saved[-1] == "succeeded"
     assert [h["to"] for h in sim.snapshot().tasks[0].history] == [h["to"] for h in final.history]
     assert [h["to"] for h in final.history] == ["pending", "assigned", "running", "pending", "assigned", "succeeded"]
+
+
+def test_restart_keeps_a_task_that_finished_while_the_coordinator_was_down(sim: Sim) -> None:
+    # The coordinator died while w1 ran t1; t1 finished meanwhile and its result waits, unacked, in
+    # w1's outbox. w1 re-registers with it in ``finished`` and re-sends it: one run, one outcome,
+    # even with no retries left (before, the task was lost as "restarted without this task").
+    sim.submit(spec("t1"), spec("t2"))
+    sim.register(register("w1", slots=1))
+    sim.started("w1", "t1", 1)
+    fresh = CoordinatorState(POLICY)
+    fresh.restore(sim.snapshot(), T0 + 10)
+    reg = msgspec.structs.replace(register("w1", slots=1), finished=[m.TaskRef("t1", 1)])
+    cmds = fresh.register(reg, "s2", T0 + 10)
+    t = fresh.get("t1")
+    assert (t.state, t.attempt, t.retries_used) == ("running", 1, 0)
+    assert [(s.worker_id, a.task_id) for s in cmds if isinstance(s, Send) and isinstance(s.msg, m.AssignTasks)
+            for a in s.msg.tasks] == [("w1", "t2")]  # its slot is free for the next task
+    fresh.results("w1", result("t1", 1), T0 + 10.1)
+    assert fresh.get("t1").state == "succeeded" and fresh.get("t1").outcome["attempt"] == 1  # type: ignore[index]

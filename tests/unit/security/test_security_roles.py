@@ -21,6 +21,7 @@ from distributed_testing.security.roles import (
 EXPECTED: dict[str, set[str]] = {
     "admin": {
         "keys:manage",
+        "workers:manage",
         "tasks:submit",
         "tasks:cancel",
         "tasks:read",
@@ -41,6 +42,7 @@ EXPECTED: dict[str, set[str]] = {
 }
 ALL_PERMISSIONS = {
     "keys:manage",
+    "workers:manage",
     "tasks:submit",
     "tasks:cancel",
     "tasks:read",

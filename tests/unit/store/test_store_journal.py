@@ -105,7 +105,8 @@ async def test_records_are_encoded_at_append_time(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_unreadable_records_are_refused_at_append(tmp_path: Path) -> None:
+async def test_unreadable_records_are_refused_at_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DT_JOURNAL_VALIDATE", "1")
     async with Journal(tmp_path, Rec, name="j") as j:
         with pytest.raises(StoreError, match="not a valid record"):
             j.append([Put("a", "not an int")])  # type: ignore[arg-type]
@@ -257,3 +258,14 @@ async def test_cancelled_writer_fails_futures_instead_of_hanging(tmp_path: Path)
     await j.close()  # a cancelled writer is not a write failure: close releases quietly
     with pytest.raises(StoreError, match="writer"):
         j.append([Put("b", 1)])
+
+
+@pytest.mark.asyncio
+async def test_validation_is_off_without_dt_journal_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Production default: no decode-back check (it costs as much as the encoding); a record of a
+    # wrong field type is written as it is and only a reader finds out.
+    monkeypatch.delenv("DT_JOURNAL_VALIDATE", raising=False)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", "not an int")])  # type: ignore[arg-type]
+    with pytest.raises(StoreError):
+        Journal(tmp_path, Rec, name="j").replay()

@@ -1,0 +1,328 @@
+"""Multi-node DDP training tasks: one node of a gang, run by :func:`~distributed_testing.training.launch.launch`.
+
+A ``benchmark`` task whose config says ``"kind": "training"`` is one node of a training job
+(:class:`BenchmarkRouter` sends it here; every other benchmark goes to the benchmark executor).
+The coordinator gives each member of the gang a :class:`~distributed_testing.protocol.messages.GangAssignment`
+(node rank, world, rendezvous address and port, whether every node has CUDA). Without one the
+config must say ``nodes: 1``: the task runs as a single node on ``127.0.0.1`` with a free port this
+worker picks; ``nodes > 1`` without a gang is an ``error`` result.
+
+``launch`` blocks (pre-flight barrier, ``torch.distributed.run``, supervision), so it runs in a
+thread of this executor, never in the event loop. Its ``cancel`` event is set when the awaiting
+asyncio task is cancelled (the agent's ``Cancel`` path, a drain hand-back, shutdown); ``run`` then
+waits until launch has stopped every local rank before ``CancelledError`` propagates. Progress of
+global rank 0 is forwarded through ``ctx.progress`` (at most every ``PROGRESS_EVERY_S``).
+
+**Exclusive with benchmarks.** A training node holds one worker slot like any task, and it shares
+one lock with the benchmark executor: while a node runs, no benchmark measures on this worker
+(and no second training node starts), and the other way round, so neither skews the other's
+figures. A single-node task waits for the lock. A gang member that finds it held fails at once
+with a retryable ``error`` instead of waiting: its peers' pre-flight would time out meanwhile,
+and the coordinator retries the whole gang.
+
+Outcomes (``output`` always holds ``node_rank``, ``nnodes``, ``master``; ``retryable`` on errors):
+
+* succeeded: the launch dict (node 0's ``metrics`` is the result document of
+  :mod:`distributed_testing.training.metrics`, other nodes' is ``None``);
+* ``failed``: a rank raised (the model or its config failed at run time), or ran cleanly but wrote
+  no result;
+* ``error`` + ``retryable: true``: infrastructure: pre-flight (peer unreachable, port in use), a
+  peer node died or the network broke mid-collective, a local rank killed by a signal, the
+  worker busy with another exclusive task;
+* ``error`` + ``retryable: false``: an invalid config, ``nodes > 1`` without a gang;
+* ``timed_out``: the task's timeout passed (every local rank was killed).
+
+A failed launch's ``error`` is the reason, the launcher's message and the tail of its log
+(torchelastic's "Root Cause" block names the first failing rank); ``output["log_path"]`` is the
+whole log on this worker.
+
+Result files (rank 0's result, the launcher log, torchelastic's per-rank logs) go to
+``<run_dir>/<task id>-a<attempt>/``; only the newest ``KEEP_RUNS`` run directories are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.protocol.messages import GangAssignment
+from distributed_testing.training.errors import (
+    InvalidTrainingConfig,
+    LaunchCancelled,
+    LaunchError,
+    LaunchTimeout,
+    PreflightError,
+)
+from distributed_testing.training.launch import NodeAssignment, launch
+from distributed_testing.worker.executors.base import ExecOutcome, Executor, OutcomeStatus, TaskContext
+
+logger = logging.getLogger(__name__)
+
+TRAINING_KIND = "training"
+# A task with no timeout (and a worker without --task-timeout) still needs a finite bound for
+# torch's collective timeout: a day.
+NO_TIMEOUT_S = 86400.0
+# How long node 0 waits for its peers to check in (and peers retry a refused connection). Longer
+# than launch's default: gang members receive their assignments at slightly different moments.
+PREFLIGHT_TIMEOUT_S = 10.0
+PROGRESS_EVERY_S = 0.5
+KEEP_RUNS = 20
+LOG_SCAN_BYTES = 64 * 1024
+_LOOPBACK = "127.0.0.1"
+
+# Launcher-log lines that mean a peer node or the network failed, not this node's model.
+_PEER_LOST = re.compile(
+    r"gloo/transport|Connection reset by peer|Connection closed by peer|Broken pipe|DistNetworkError|"
+    r"DistStoreError|RendezvousConnectionError|RendezvousTimeoutError|NCCL (?:error|communicator was aborted)|"
+    r"remote process exited|Address already in use|EADDRINUSE",
+    re.IGNORECASE,
+)
+# torchelastic's "Root Cause" block: "exitcode  : -9 (pid: 123)  (SIGKILL)".
+_KILLED = re.compile(r"exitcode\s*:\s*-(\d+)\b[^\n]*")
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """Worker-wide settings of training nodes (from the worker's flags and detected hardware)."""
+
+    run_dir: Path
+    cuda_device_count: int = 0
+    interface: str | None = None  # --interface: NIC for the pre-flight, gloo and NCCL
+    preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S
+
+
+class TrainingExecutor:
+    """Runs one node of a training task per call; see the module doc for the contract."""
+
+    task_type = "benchmark"
+
+    def __init__(self, options: TrainingOptions, exclusive: asyncio.Lock | None = None) -> None:
+        self.options = options
+        # Shared with the benchmark executor's callers (BenchmarkRouter): one measurement at a time.
+        self.exclusive = exclusive or asyncio.Lock()
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)  # a running launch is stopped by its task's cancel
+            self._threads = None
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        started = time.time()
+        try:
+            assignment, all_cuda = self._assignment(ctx)
+        except ExecutionError as exc:
+            return _error(exc, started, retryable=False)
+        if assignment.nnodes > 1 and self.exclusive.locked():
+            return _error(ExecutionError(
+                f"node {assignment.node_rank}: this worker is busy with another benchmark or training task "
+                "(they are exclusive); the gang is retried"), started, retryable=True, assignment=assignment)
+        async with self.exclusive:
+            return await self._run_node(ctx, assignment, all_cuda, started)
+
+    def _assignment(self, ctx: TaskContext) -> tuple[NodeAssignment, bool]:
+        """This node's rendezvous, from the gang or (single node) from this worker."""
+        gang: GangAssignment | None = ctx.gang
+        if gang is not None:
+            return NodeAssignment(gang.node_rank, gang.nnodes, gang.master_addr, gang.master_port,
+                                  self.options.interface), gang.all_cuda
+        nodes = ctx.config.get("nodes", 1)
+        if nodes != 1:
+            raise InvalidTrainingConfig("nodes", f"{nodes} nodes need a gang assignment from the coordinator, "
+                                                 "and this task came without one; a worker alone runs nodes=1 only")
+        return NodeAssignment(0, 1, _LOOPBACK, free_port(), self.options.interface), \
+            self.options.cuda_device_count > 0
+
+    async def _run_node(self, ctx: TaskContext, assignment: NodeAssignment, all_cuda: bool,
+                        started: float) -> ExecOutcome:
+        run_path = await asyncio.to_thread(self._run_path, ctx)
+        log = run_path / f"result.json.node{assignment.node_rank}.log"  # launch's name for it
+        cancel = threading.Event()
+        call = functools.partial(
+            launch, ctx.config, assignment, run_path / "result.json",
+            cuda_device_count=self.options.cuda_device_count, all_cuda=all_cuda,
+            timeout_s=ctx.timeout_s or NO_TIMEOUT_S, preflight_timeout_s=self.options.preflight_timeout_s,
+            cancel=cancel, progress=_Forward.wrap(ctx.progress))
+        logger.info("training task %s attempt %d: node %d/%d, master %s:%d, files in %s", ctx.task_id, ctx.attempt,
+                    assignment.node_rank, assignment.nnodes, assignment.master_addr, assignment.master_port, run_path)
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(thread_name_prefix="dt-training")
+        future = asyncio.get_running_loop().run_in_executor(self._threads, call)
+        try:
+            result: dict[str, Any] = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            await _settle(future)
+            raise
+        except LaunchTimeout as exc:
+            return _outcome("timed_out", exc, started, assignment, retryable=False, log_path=log)
+        except LaunchCancelled as exc:  # cancelled without the task being cancelled: still a cancel
+            return _outcome("cancelled", exc, started, assignment, retryable=False, log_path=log)
+        except InvalidTrainingConfig as exc:
+            return _error(exc, started, retryable=False, assignment=assignment)
+        except PreflightError as exc:
+            return _error(exc, started, retryable=True, assignment=assignment)
+        except LaunchError as exc:
+            status, reason = classify_failure(await asyncio.to_thread(_log_text, log) or exc.log_tail)
+            return _outcome(status, exc, started, assignment, retryable=status == "error", reason=reason, log_path=log)
+        except ExecutionError as exc:
+            return _error(exc, started, retryable=False, assignment=assignment)
+        except OSError as exc:  # could not start the launcher (fork, disk): this worker's trouble
+            return _error(ExecutionError(f"could not run the training launcher: {exc}"), started, retryable=True,
+                          assignment=assignment)
+        return ExecOutcome("succeeded", output=result, started_at=started, finished_at=time.time())
+
+    def _run_path(self, ctx: TaskContext) -> Path:
+        run_dir = self.options.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _prune(run_dir, KEEP_RUNS - 1)
+        path = run_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', ctx.task_id)}-a{ctx.attempt}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir()
+        return path
+
+
+class BenchmarkRouter:
+    """The executor of the ``benchmark`` task type: configs with ``"kind": "training"`` go to the
+    training executor, the rest (and every batch) to the benchmark executor, under the lock the
+    two share (see the module doc)."""
+
+    task_type = "benchmark"
+
+    def __init__(self, benchmark: Executor, training: TrainingExecutor) -> None:
+        self.benchmark = benchmark
+        self.training = training
+
+    async def start(self) -> None:
+        await self.benchmark.start()
+        await self.training.start()
+
+    async def close(self) -> None:
+        await self.benchmark.close()
+        await self.training.close()
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        if is_training(ctx.config):
+            return await self.training.run(ctx)
+        async with self.training.exclusive:
+            return await self.benchmark.run(ctx)
+
+    async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
+        """Batches are inference benchmarks sharing a model (the coordinator never batches training)."""
+        if any(is_training(c.config) for c in ctxs):
+            return [await self.run(c) for c in ctxs]
+        async with self.training.exclusive:
+            outcomes: list[ExecOutcome] = await self.benchmark.run_batch(ctxs)  # type: ignore[attr-defined]
+            return outcomes
+
+
+def is_training(config: dict[str, Any]) -> bool:
+    return isinstance(config, dict) and config.get("kind") == TRAINING_KIND
+
+
+def classify_failure(log: str) -> tuple[OutcomeStatus, str]:
+    """``(status, reason)`` of a failed launch from its launcher log: ``error`` (retryable) when a
+    local rank was killed by a signal or a peer/the network failed, else ``failed``."""
+    root_cause = log.rfind("Root Cause")  # torchelastic names the first failure after it
+    killed = _KILLED.search(log, max(0, root_cause))
+    if killed:
+        return "error", f"a local rank was killed by signal {killed.group(1)} (out-of-memory killer or an outside kill)"
+    peer = _PEER_LOST.search(log)
+    if peer:
+        return "error", f"a peer node or the network failed during training ({peer.group(0)})"
+    return "failed", "a training rank failed"
+
+
+def free_port() -> int:
+    """A TCP port free on every local address now (the pre-flight listener binds it on all)."""
+    with socket.create_server(("", 0)) as sock:
+        return int(sock.getsockname()[1])
+
+
+class _Forward:
+    """Calls ``progress`` on the event loop from launch's thread, at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, progress: Callable[[float, str], None], loop: asyncio.AbstractEventLoop) -> None:
+        self.progress, self.loop = progress, loop
+        self._last = float("-inf")
+
+    @classmethod
+    def wrap(cls, progress: Callable[[float, str], None] | None) -> Callable[[float, str], None] | None:
+        return None if progress is None else cls(progress, asyncio.get_running_loop())
+
+    def __call__(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if fraction < 1.0 and now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+            self.loop.call_soon_threadsafe(self.progress, fraction, message)
+
+
+async def _settle(future: asyncio.Future[Any]) -> None:
+    """Wait until launch's thread has returned (it stops every local rank first), whatever
+    cancellations arrive meanwhile; its exception (LaunchCancelled) is expected and dropped."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({future})
+    if not future.cancelled() and future.exception() is not None:
+        logger.info("training launch stopped after cancel: %s", str(future.exception()).splitlines()[0])
+
+
+def _base_output(assignment: NodeAssignment | None) -> dict[str, Any]:
+    if assignment is None:
+        return {}
+    return {"node_rank": assignment.node_rank, "nnodes": assignment.nnodes,
+            "master": f"{assignment.master_addr}:{assignment.master_port}"}
+
+
+def _error(exc: ExecutionError, started: float, *, retryable: bool,
+           assignment: NodeAssignment | None = None) -> ExecOutcome:
+    return _outcome("error", exc, started, assignment, retryable=retryable)
+
+
+def _outcome(status: OutcomeStatus, exc: ExecutionError, started: float, assignment: NodeAssignment | None, *,
+             retryable: bool, reason: str | None = None, log_path: Path | None = None) -> ExecOutcome:
+    """A failure's outcome; ``error`` holds the message and, for a launch, the launcher log's tail."""
+    output: dict[str, Any] = {**_base_output(assignment), "error_type": type(exc).__name__, "metrics": None}
+    if status == "error":
+        output["retryable"] = retryable
+    if log_path is not None:
+        output["log_path"] = str(log_path)
+    if isinstance(exc, InvalidTrainingConfig):
+        output["errors"] = exc.errors
+    message = str(exc) if reason is None else f"{reason}: {exc}"
+    return ExecOutcome(status, output=output, error=message, started_at=started, finished_at=time.time())
+
+
+def _log_text(path: Path) -> str:
+    """The end of this node's launcher log (more than the error's tail) for classification."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - LOG_SCAN_BYTES))
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _prune(run_dir: Path, keep: int) -> None:
+    runs = sorted((p for p in run_dir.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in runs[keep:]:
+        shutil.rmtree(old, ignore_errors=True)

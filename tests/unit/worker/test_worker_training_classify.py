@@ -1,0 +1,73 @@
+"""How the training executor words and classifies a failed launch, and what it reads from the
+detected hardware. Pure: no processes, no loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from distributed_testing.worker.executors.training import classify_failure, is_training
+from distributed_testing.worker.factory import cuda_device_count
+
+KILLED = """
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 13396)  (SIGKILL)
+  traceback : Signal 9 (SIGKILL) received by PID 13396
+"""
+
+PEER_LOST = """
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 11)  (SIGTERM)
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  exitcode  : 1 (pid: 10)
+  traceback : RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error
+  [127.0.0.1]:29863: Connection reset by peer.
+"""
+
+MODEL_BUG = """
+Root Cause (first observed failure):
+[0]:
+  exitcode  : 1 (pid: 10)
+  traceback : ValueError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)
+"""
+
+
+@pytest.mark.parametrize(("log", "status", "reason"), [
+    (KILLED, "error", "a local rank was killed by signal 9"),
+    (PEER_LOST, "error", "a peer node or the network failed during training (gloo/transport)"),
+    (MODEL_BUG, "failed", "a training rank failed"),
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen", "error", "a peer node or the network"),
+    ("", "failed", "a training rank failed"),
+])
+def test_classify_failure(log: str, status: str, reason: str) -> None:
+    got_status, got_reason = classify_failure(log)
+    assert got_status == status and got_reason.startswith(reason)
+
+
+def test_only_the_root_cause_counts_for_a_killed_rank() -> None:
+    """Ranks the agent stopped after the first failure (SIGTERM, -15) are listed under Failures:
+    that is the agent's cleanup, not why the node failed."""
+    assert classify_failure(PEER_LOST)[0] == "error" and "signal" not in classify_failure(PEER_LOST)[1]
+
+
+def test_is_training() -> None:
+    assert is_training({"kind": "training", "model": "mlp"})
+    assert not is_training({"model": "resnet18"}) and not is_training({"kind": "inference"})
+
+
+@pytest.mark.parametrize(("hardware", "count"), [
+    ({"devices": {"cuda": {"available": True, "count": 4}}}, 4),
+    ({"devices": {"cuda": {"available": False, "count": 0, "reason": "no driver"}}}, 0),
+    ({"devices": {}}, 0),
+    ({"hostname": "test"}, 0),
+])
+def test_cuda_device_count_from_detected_hardware(hardware: dict[str, object], count: int) -> None:
+    assert cuda_device_count(hardware) == count  # type: ignore[arg-type]
