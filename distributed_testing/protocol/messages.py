@@ -49,7 +49,7 @@ class Register(_Msg, frozen=True, tag="register"):
     # when given, else the local address of this WebSocket connection. Empty: the coordinator uses
     # the peer address it sees.
     address: str = ""
-    interface: str | None = None  # the NIC named by --interface, bound by gloo/NCCL on this worker
+    interface: str | None = None  # the NIC gloo/NCCL bind on this worker: --interface, else the one holding ``address``
     # Attempts that finished here but whose results are not acknowledged yet: they are re-sent
     # right after ``registered``, so the coordinator keeps these tasks instead of requeueing them.
     finished: list[TaskRef] = []

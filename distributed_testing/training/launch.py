@@ -16,7 +16,7 @@ the worker executor calls :func:`launch` (blocking; run it in a thread), which:
 Returns (every node)::
 
     {"node_rank": int, "nnodes": int, "nproc_per_node": int, "backend": "gloo"|"nccl",
-     "local_address": str, "master": "addr:port", "wall_s": float, "log_path": str,
+     "local_address": str, "interface": str | None, "master": "addr:port", "wall_s": float, "log_path": str,
      "metrics": dict | None}   # node 0: the result document of .metrics; other nodes: None
 
 Raises :class:`~.errors.InvalidTrainingConfig`, :class:`~.errors.PreflightError`,
@@ -138,6 +138,7 @@ def launch(
         "nproc_per_node": config.nproc_per_node,
         "backend": config.backend,
         "local_address": local_addr,
+        "interface": assignment.interface,  # the NIC gloo/NCCL were bound to (None: torch chose)
         "master": f"{assignment.master_addr}:{assignment.master_port}",
         "wall_s": time.monotonic() - started,
         "log_path": str(files.log),

@@ -48,6 +48,15 @@ def interface_address(interface: str) -> str:
     raise PreflightError(f"network interface {interface!r} has no IP address")
 
 
+def interface_of(address: str) -> str | None:
+    """The network interface that holds ``address`` on this node, or None when none does (an
+    address seen through NAT, or one that went away)."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(str(a.address).split("%")[0] == address for a in addresses):
+            return name
+    return None
+
+
 def route_source_address(host: str, port: int) -> str:
     """The local address the kernel would use to reach ``host`` (a UDP connect sends nothing)."""
     family, _, _, _, sockaddr = _resolve(host, port)

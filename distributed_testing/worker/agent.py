@@ -30,7 +30,7 @@ from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..training.errors import PreflightError
-from ..training.preflight import interface_address
+from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
@@ -91,6 +91,9 @@ class WorkerAgent:
         self._acked = asyncio.Event()  # set whenever an ack arrives
         self._drain_reason: str | None = None
         self._drain_task: asyncio.Task[list[m.TaskRef]] | None = None  # the one drain, once begun
+        # The NIC training ranks bind: --interface, else the one carrying this session's
+        # coordinator connection (set at each connect); reported in ``register``.
+        self.interface: str | None = config.interface
 
     # --------------------------------------------------------------- lifecycle
 
@@ -270,11 +273,12 @@ class WorkerAgent:
                           max_concurrent=self.config.max_concurrent_tasks,
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
-                          address=address, interface=self.config.interface, finished=self.outbox.unacked_refs())
+                          address=address, interface=self.interface, finished=self.outbox.unacked_refs())
 
     def _rendezvous_address(self, ws: ClientConnection) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
-        else this connection's local address (the NIC that routes to the coordinator)."""
+        else this connection's local address; in that case the NIC holding that address becomes
+        ``self.interface`` (what gloo/NCCL bind, so they never pick another NIC by hostname)."""
         if self.config.interface:
             try:
                 return interface_address(self.config.interface)
@@ -282,7 +286,12 @@ class WorkerAgent:
                 log.error("--interface %s: %s; reporting no rendezvous address", self.config.interface, exc)
                 return ""
         local = ws.local_address
-        return str(local[0]) if local else ""
+        address = str(local[0]).split("%")[0] if local else ""
+        self.interface = interface_of(address) if address else None
+        if address and self.interface is None:
+            log.warning("no local interface holds %s (the coordinator connection's address): training ranks "
+                        "will not be bound to a NIC; set --interface", address)
+        return address
 
     # ----------------------------------------------------------------- reading
 
@@ -414,7 +423,7 @@ class WorkerAgent:
     def _context(self, a: m.TaskAssignment) -> TaskContext:
         return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
                            timeout_s=a.timeout_s or self.config.task_timeout_s, max_memory_mb=a.max_memory_mb,
-                           test_root=self.config.test_root, cache=a.cache, gang=a.gang,
+                           test_root=self.config.test_root, cache=a.cache, gang=a.gang, interface=self.interface,
                            progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)))
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:

@@ -41,6 +41,7 @@ class TaskContext:
     progress: Callable[[float, str], None] | None = None
     cache: bool = False
     gang: GangAssignment | None = None  # this node's part of a multi-node training task
+    interface: str | None = None  # the NIC this worker reported: training ranks bind it
 
 
 @dataclass

@@ -141,12 +141,12 @@ class TrainingExecutor:
         gang: GangAssignment | None = ctx.gang
         if gang is not None:
             return NodeAssignment(gang.node_rank, gang.nnodes, gang.master_addr, gang.master_port,
-                                  self.options.interface), gang.all_cuda
+                                  ctx.interface or self.options.interface), gang.all_cuda
         nodes = ctx.config.get("nodes", 1)
         if nodes != 1:
             raise InvalidTrainingConfig("nodes", f"{nodes} nodes need a gang assignment from the coordinator, "
                                                  "and this task came without one; a worker alone runs nodes=1 only")
-        return NodeAssignment(0, 1, _LOOPBACK, free_port(), self.options.interface), \
+        return NodeAssignment(0, 1, _LOOPBACK, free_port(), ctx.interface or self.options.interface), \
             self.options.cuda_device_count > 0
 
     async def _run_node(self, ctx: TaskContext, assignment: NodeAssignment, all_cuda: bool,

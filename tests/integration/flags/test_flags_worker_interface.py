@@ -85,6 +85,28 @@ async def test_training_nodes_bind_the_interface(tmp_path: Path, start_cli_worke
     assert task["state"] == "succeeded", task["outcome"]
     output = task["result"]["output"]
     assert output["local_address"] == nic_address  # the pre-flight bound the NIC's address
+    assert output["interface"] == nic  # and gloo/NCCL were pointed at it
     log = Path(output["log_path"])
     assert log.is_relative_to(tmp_path / "w-cache" / "training")  # under the worker's state dir
     assert output["metrics"]["world_size"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.timeout(120)
+async def test_without_the_flag_ranks_bind_the_nic_of_the_coordinator_connection(
+        tmp_path: Path, start_cli_worker: StartWorker) -> None:
+    """No --interface: the NIC holding the connection's local address (loopback here) is bound,
+    so gloo never picks another NIC by hostname."""
+    async with run_cluster(tmp_path, workers=0) as c:
+        argv = ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
+                "--db-path", str(tmp_path / "w.duckdb")]
+        await start_cli_worker(c, argv)
+        [tid] = await c.submit({"type": "benchmark", "timeout_s": 100, "config": {
+            "kind": "training", "model": "mlp", "nodes": 1, "nproc_per_node": 1, "batch_size": 4, "steps": 2,
+            "warmup_steps": 0}})
+        task = await c.wait(tid, timeout=100)
+    assert task["state"] == "succeeded", task["outcome"]
+    loopback = next(name for name, addrs in psutil.net_if_addrs().items()
+                    if any(a.address == "127.0.0.1" for a in addrs))
+    assert task["result"]["output"]["interface"] == loopback
