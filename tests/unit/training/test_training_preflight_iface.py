@@ -9,7 +9,7 @@ from distributed_testing.training.preflight import interface_of
 
 
 def test_every_local_address_maps_back_to_its_interface() -> None:
-    for name, addresses in psutil.net_if_addrs().items():
+    for addresses in psutil.net_if_addrs().values():
         for a in addresses:
             if a.family.name in ("AF_INET", "AF_INET6"):
                 owner = interface_of(str(a.address).split("%")[0])
