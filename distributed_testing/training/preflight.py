@@ -53,7 +53,7 @@ def interface_of(address: str) -> str | None:
     address seen through NAT, or one that went away)."""
     for name, addresses in psutil.net_if_addrs().items():
         if any(str(a.address).split("%")[0] == address for a in addresses):
-            return name
+            return str(name)
     return None
 
 
