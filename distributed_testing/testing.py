@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import aiohttp
 from aiohttp import web
@@ -44,6 +44,8 @@ from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
 from .worker.factory import benchmark_options, open_storage, with_benchmark_cache
+
+M = TypeVar("M", bound=m.Message)
 
 CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
 
@@ -188,6 +190,26 @@ async def _drain(ws: aiohttp.ClientWebSocketResponse) -> None:
     while not ws.closed:
         if (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             return
+
+
+@overload
+async def next_message(ws: aiohttp.ClientWebSocketResponse, kind: type[M]) -> M: ...
+@overload
+async def next_message(ws: aiohttp.ClientWebSocketResponse, kind: None = None) -> m.Message: ...
+async def next_message(ws: aiohttp.ClientWebSocketResponse, kind: type[M] | None = None) -> m.Message:
+    """The next signed message from the coordinator on a ``raw_worker(autoping=False)`` socket, or
+    with ``kind`` the next of that type (others are read and dropped); answers WebSocket pings
+    meanwhile. Each frame must arrive within 10 s."""
+    ch: Channel = ws._dt_channel  # type: ignore[attr-defined]  # set by raw_worker
+    while True:
+        frame = await ws.receive(timeout=10)
+        if frame.type == aiohttp.WSMsgType.PING:
+            await ws.pong(frame.data)
+            continue
+        assert frame.type == aiohttp.WSMsgType.BINARY, frame
+        msg = ch.open(frame.data, time.time())
+        if kind is None or isinstance(msg, kind):
+            return msg
 
 
 def free_port() -> int:

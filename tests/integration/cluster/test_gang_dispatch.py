@@ -13,25 +13,12 @@ import aiohttp
 import pytest
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
+from distributed_testing.testing import Cluster, next_message, raw_worker, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 TRAINING = {"task_id": "ddp-1", "type": "benchmark",
             "config": {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
-
-
-async def receive(ws: aiohttp.ClientWebSocketResponse, kind: type) -> Any:
-    """The next message of ``kind`` from the coordinator, answering pings meanwhile."""
-    while True:
-        frame = await ws.receive(timeout=10)
-        if frame.type == aiohttp.WSMsgType.PING:
-            await ws.pong(frame.data)
-            continue
-        assert frame.type == aiohttp.WSMsgType.BINARY, frame
-        msg = ws._dt_channel.open(frame.data, time.time())  # type: ignore[attr-defined]
-        if isinstance(msg, kind):
-            return msg
 
 
 async def send(ws: aiohttp.ClientWebSocketResponse, msg: m.Message) -> None:
@@ -66,8 +53,8 @@ async def test_two_members_get_their_ranks_and_one_combined_result(tmp_path: Any
             await wait_for(lambda: "ga" in c.runtime.sessions, what="ga registered")
             assert (await task_view(c, "ddp-1"))["pending_reason"] == "needs 2 worker(s), 1 connected"
             async with member(c, "gb") as gb:
-                (a0,) = (await receive(ga, m.AssignTasks)).tasks
-                (a1,) = (await receive(gb, m.AssignTasks)).tasks
+                (a0,) = (await next_message(ga, m.AssignTasks)).tasks
+                (a1,) = (await next_message(gb, m.AssignTasks)).tasks
                 assert (a0.task_id, a0.attempt) == (a1.task_id, a1.attempt) == ("ddp-1", 1)
                 assert a0.config == a1.config == TRAINING["config"]
                 assert a0.gang is not None and a1.gang is not None
@@ -90,7 +77,7 @@ async def test_two_members_get_their_ranks_and_one_combined_result(tmp_path: Any
                            "global_samples_per_s": 640.0}
                 await send(ga, node_result(a0, metrics=metrics))
                 for ws in (ga, gb):
-                    ack = await receive(ws, m.ResultAck)
+                    ack = await next_message(ws, m.ResultAck)
                     assert [(r.task_id, r.attempt) for r in ack.tasks] == [("ddp-1", 1)]
                 done = await task_view(c, "ddp-1", wait="10")
                 assert done["state"] == "succeeded"
@@ -108,14 +95,14 @@ async def test_a_failing_member_gets_the_other_cancelled(tmp_path: Any) -> None:
     async with run_cluster(tmp_path, workers=0) as c:
         await c.submit({**TRAINING, "task_id": "ddp-2"})
         async with member(c, "ga") as ga, member(c, "gb") as gb:
-            (a0,) = (await receive(ga, m.AssignTasks)).tasks
-            await receive(gb, m.AssignTasks)
+            (a0,) = (await next_message(ga, m.AssignTasks)).tasks
+            await next_message(gb, m.AssignTasks)
             port = a0.gang.master_port if a0.gang else 0
             await send(ga, m.Results([m.TaskResult("ddp-2", 1, "error", time.time(), time.time(),
                                                    error=f"rendezvous port {port} already in use")]))
-            cancel = await receive(gb, m.Cancel)
+            cancel = await next_message(gb, m.Cancel)
             assert (cancel.task.task_id, cancel.task.attempt) == ("ddp-2", 1) and "already in use" in cancel.reason
-            assert [(r.task_id, r.attempt) for r in (await receive(ga, m.ResultAck)).tasks] == [("ddp-2", 1)]
+            assert [(r.task_id, r.attempt) for r in (await next_message(ga, m.ResultAck)).tasks] == [("ddp-2", 1)]
             done = await task_view(c, "ddp-2", wait="10")
             assert done["state"] == "error" and "node 0 (ga) error" in done["outcome"]["error"]
             assert done["result"]["status"] == "error" and len(done["result"]["output"]["nodes"]) == 2

@@ -11,13 +11,12 @@ import hmac
 import time
 from pathlib import Path
 
-import aiohttp
 import msgspec
 import pytest
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel
-from distributed_testing.testing import raw_worker, run_cluster
+from distributed_testing.testing import next_message, raw_worker, run_cluster
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -33,16 +32,6 @@ def result(**over: object) -> dict[str, object]:
     return {"type": "results", "results": [r]}
 
 
-async def next_message(ws: aiohttp.ClientWebSocketResponse, ch: Channel) -> m.Message:
-    while True:
-        frame = await ws.receive(timeout=10)
-        if frame.type == aiohttp.WSMsgType.PING:
-            await ws.pong(frame.data)
-            continue
-        assert frame.type == aiohttp.WSMsgType.BINARY, frame
-        return ch.open(frame.data, time.time())
-
-
 async def test_each_is_malformed_and_the_store_keeps_working(tmp_path: Path) -> None:
     async with run_cluster(tmp_path, workers=1, db_path=str(tmp_path / "c.duckdb"), max_violations=10) as c:
         async with raw_worker(c.base_url, await c.create_key("worker"), "fuzzed", autoping=False) as (ws, _):
@@ -54,10 +43,10 @@ async def test_each_is_malformed_and_the_store_keeps_working(tmp_path: Path) -> 
                       signed(ch, result(output={"x": {None: 1}})), signed(ch, result(attempt=2**64 - 1))]
             for frame in frames:
                 await ws.send_bytes(frame)
-                reply = await next_message(ws, ch)
+                reply = await next_message(ws)
                 assert isinstance(reply, m.ErrorMsg) and (reply.code, reply.fatal) == ("malformed", False), reply
             await ws.send_bytes(ch.seal(m.Results([m.TaskResult("ok", 1, "succeeded", 0.0, 1.0)]), time.time()))
-            reply = await next_message(ws, ch)
+            reply = await next_message(ws)
             assert reply == m.ResultAck([m.TaskRef("ok", 1)])  # the session still works
         await c.runtime.store.checkpoint()
         ids = await c.submit({"type": "custom", "config": {"name": "noop"}})

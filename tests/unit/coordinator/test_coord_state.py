@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_support import T0, Sim, saved, sent
 
 from distributed_testing.coordinator.state import (
     CloseWorker,
@@ -21,14 +22,13 @@ from distributed_testing.coordinator.state import (
     Save,
     Send,
 )
-from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.store.base import ResultRow, TaskRow
 from distributed_testing.errors import Conflict, NotFound
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs
 from distributed_testing.tasks.states import check_transition
 
-T0 = 1_000.0
 GRACE = 10.0
 TTL = 30.0
 BACKOFF = 0.5  # first retry delay
@@ -106,72 +106,6 @@ def assigned(cmds: list[Command]) -> list[tuple[str, str, int]]:
     ]
 
 
-def sent(cmds: list[Command], kind: type) -> list[tuple[str, Any]]:
-    return [(c.worker_id, c.msg) for c in cmds if isinstance(c, Send) and isinstance(c.msg, kind)]
-
-
-def task_saves(cmds: list[Command]) -> list[TaskRow]:
-    return [c.record for c in cmds if isinstance(c, Save) and isinstance(c.record, TaskRow)]
-
-
-class Sim:
-    """The state machine plus a journal of every Save it asked for (what a store would hold)."""
-
-    def __init__(self, policy: Policy = POLICY) -> None:
-        self.state = CoordinatorState(policy)
-        self.journal: list[Any] = []
-        self.sessions: dict[str, str] = {}
-        self._n = 0
-
-    def _run(self, cmds: list[Command]) -> list[Command]:
-        self.journal += [c.record for c in cmds if isinstance(c, Save)]
-        return cmds
-
-    def submit(self, *items: specs.TaskSpec, now: float = T0) -> tuple[list[dict[str, Any]], list[Command]]:
-        accepted, cmds = self.state.submit(list(items), now)
-        return accepted, self._run(cmds)
-
-    def register(self, reg: m.Register, now: float = T0) -> list[Command]:
-        self._n += 1
-        self.sessions[reg.worker_id] = f"s{self._n}"
-        return self._run(self.state.register(reg, self.sessions[reg.worker_id], now))
-
-    def disconnect(self, worker_id: str, now: float) -> list[Command]:
-        return self._run(self.state.disconnect(worker_id, self.sessions[worker_id], now))
-
-    def started(self, worker_id: str, task_id: str, attempt: int, now: float = T0) -> list[Command]:
-        return self._run(self.state.started(worker_id, m.TaskStarted([m.TaskRef(task_id, attempt)], now), now))
-
-    def results(self, worker_id: str, msg: m.Results, now: float = T0) -> list[Command]:
-        return self._run(self.state.results(worker_id, msg, now))
-
-    def cancel(self, task_id: str, now: float = T0) -> list[Command]:
-        return self._run(self.state.cancel(task_id, now))
-
-    def tick(self, now: float) -> list[Command]:
-        return self._run(self.state.tick(now))
-
-    def heartbeat(
-        self, worker_id: str, state: str = "ready", now: float = T0, reason: str | None = None
-    ) -> list[Command]:
-        hb = m.Heartbeat(state, [], 1.0, 1.0, 1, reason)  # type: ignore[arg-type]
-        return self._run(self.state.heartbeat(worker_id, hb, now))
-
-    def task(self, task_id: str) -> Any:
-        return self.state.get(task_id)
-
-    def snapshot(self) -> Snapshot:
-        """Last saved row per task / worker, as a store would return them."""
-        tasks: dict[str, TaskRow] = {}
-        workers: dict[str, WorkerRow] = {}
-        for r in self.journal:
-            if isinstance(r, TaskRow):
-                tasks[r.task_id] = r
-            elif isinstance(r, WorkerRow):
-                workers[r.worker_id] = r
-        return Snapshot(tasks=list(tasks.values()), workers=list(workers.values()))
-
-
 def assert_history_explains(state: CoordinatorState) -> None:
     """Every task's history is a legal chain of transitions from submission, each with a cause."""
     for t in state.tasks.values():
@@ -186,7 +120,7 @@ def assert_history_explains(state: CoordinatorState) -> None:
 
 @pytest.fixture
 def sim() -> Iterator[Sim]:
-    s = Sim()
+    s = Sim(POLICY)
     yield s
     assert_history_explains(s.state)  # whatever the scenario, every task's history explains its state
 
@@ -228,7 +162,7 @@ def test_fifo_within_a_batch_follows_list_order(sim: Sim) -> None:
 @settings(max_examples=40, deadline=None)
 @given(prios=st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=12), batch=st.booleans())
 def test_dispatch_order_is_a_stable_sort_by_priority(prios: list[int], batch: bool) -> None:
-    s = Sim()
+    s = Sim(POLICY)
     items = [spec(f"t{i:02d}", priority=p) for i, p in enumerate(prios)]
     if batch:
         s.submit(*items)
@@ -329,7 +263,7 @@ def test_constrained_worker_gets_no_work_until_ready(sim: Sim) -> None:
 def test_heartbeat_memory_offer_gates_tasks_by_max_memory_mb(sim: Sim) -> None:
     sim.register(register("w1", slots=4))
     hb = m.Heartbeat("ready", [], 1.0, 1.0, 4, available_memory_mb=1000.0)
-    sim._run(sim.state.heartbeat("w1", hb, T0))
+    sim.run(sim.state.heartbeat("w1", hb, T0))
     big = specs.parse_tasks({"task_id": "big", "type": "custom", "config": {"name": "noop"}, "max_memory_mb": 1500})[0]
     small = [specs.parse_tasks({"task_id": f"s{i}", "type": "custom", "config": {"name": "noop"},
                                 "max_memory_mb": 400})[0] for i in range(3)]
@@ -339,7 +273,7 @@ def test_heartbeat_memory_offer_gates_tasks_by_max_memory_mb(sim: Sim) -> None:
     assert "lacks 1500 MB memory for the task (offers" in (sim.state.why_pending(sim.task("big")) or "")
     assert sim.state.workers["w1"].load["available_memory_mb"] == 1000.0
     more = m.Heartbeat("ready", [], 1.0, 1.0, 2, available_memory_mb=5000.0)
-    assert sorted(t for _, t, _ in assigned(sim._run(sim.state.heartbeat("w1", more, T0 + 1)))) == ["big", "s2"]
+    assert sorted(t for _, t, _ in assigned(sim.run(sim.state.heartbeat("w1", more, T0 + 1)))) == ["big", "s2"]
 
 
 # ------------------------------------------------------------------ submission
@@ -348,10 +282,10 @@ def test_heartbeat_memory_offer_gates_tasks_by_max_memory_mb(sim: Sim) -> None:
 def test_identical_resubmission_is_a_no_op(sim: Sim) -> None:
     accepted, cmds = sim.submit(spec("t1", priority=3), spec("t2"))
     assert [a["created"] for a in accepted] == [True, True]
-    assert {r.task_id for r in task_saves(cmds)} == {"t1", "t2"}
+    assert {r.task_id for r in saved(cmds, TaskRow)} == {"t1", "t2"}
     accepted, cmds = sim.submit(spec("t1", priority=3), now=T0 + 5)
     assert accepted == [{"task_id": "t1", "created": False, "state": "pending"}]
-    assert task_saves(cmds) == []
+    assert saved(cmds, TaskRow) == []
     assert sim.task("t1").submitted_at == T0
     assert len(sim.task("t1").history) == 1
 
@@ -362,7 +296,7 @@ def test_resubmission_after_completion_reports_the_current_state(sim: Sim) -> No
     sim.results("w1", result("t1", 1))
     accepted, cmds = sim.submit(spec("t1"), now=T0 + 9)
     assert accepted == [{"task_id": "t1", "created": False, "state": "succeeded"}]
-    assert assigned(cmds) == [] and task_saves(cmds) == []
+    assert assigned(cmds) == [] and saved(cmds, TaskRow) == []
 
 
 def test_same_id_different_body_conflicts_and_changes_nothing(sim: Sim) -> None:
@@ -391,7 +325,7 @@ def test_cancel_pending_task_is_never_dispatched(sim: Sim) -> None:
     assert sent(cmds, m.Cancel) == []
     t = sim.task("drop")
     assert t.state == "cancelled" and t.outcome and t.outcome["status"] == "cancelled"
-    assert [r.state for r in task_saves(cmds)] == ["cancelled"]
+    assert [r.state for r in saved(cmds, TaskRow)] == ["cancelled"]
     assert drain_one_at_a_time(sim, "w1", sim.register(register("w1"))) == ["keep"]
     assert sim.task("drop").attempt == 0
     assert_history_explains(sim.state)
@@ -492,7 +426,7 @@ def test_result_from_stale_attempt_is_acked_and_stored_but_never_the_outcome(sim
     assert [
         (c.record.attempt, c.record.worker_id) for c in stale if isinstance(c, Save) and isinstance(c.record, ResultRow)
     ] == [(1, "w1")]
-    assert task_saves(stale) == []
+    assert saved(stale, TaskRow) == []
     t = sim.task("t1")
     assert (t.state, t.attempt, t.worker_id, t.outcome) == ("assigned", 2, "w2", None)
     sim.results("w2", result("t1", 2, "failed", error="real"), now=T0 + 22)
@@ -542,7 +476,7 @@ def test_lost_worker_task_errors_with_cause_when_no_retries_left(sim: Sim) -> No
     assert t.outcome is not None and t.outcome["status"] == "error" and "w1 lost" in t.outcome["error"]
     assert "w1 lost" in t.history[-1]["cause"]
     assert any(isinstance(c, Notify) and "t1" in c.task_ids for c in cmds)
-    assert [r.state for r in task_saves(cmds)] == ["error"]
+    assert [r.state for r in saved(cmds, TaskRow)] == ["error"]
 
 
 def test_reconnect_within_grace_keeps_running_task_without_second_dispatch(sim: Sim) -> None:
@@ -566,7 +500,7 @@ def test_register_without_the_task_requeues_it(sim: Sim) -> None:
     cmds = sim.register(register("w1"), now=T0 + 2)  # restarted, lost its child
     t = sim.task("t1")
     assert t.state == "pending" and "restarted without this task" in t.history[-1]["cause"]
-    assert [r.state for r in task_saves(cmds)] == ["pending"]
+    assert [r.state for r in saved(cmds, TaskRow)] == ["pending"]
     assert assigned(sim.tick(T0 + 2 + BACKOFF)) == [("w1", "t1", 2)]
 
 
@@ -700,7 +634,7 @@ def test_started_transition_is_saved(sim: Sim) -> None:
     sim.submit(spec("t1"))
     sim.register(register("w1"))
     cmds = sim.started("w1", "t1", 1, now=T0 + 1)
-    assert [r.state for r in task_saves(cmds)] == ["running"]
+    assert [r.state for r in saved(cmds, TaskRow)] == ["running"]
     fresh = CoordinatorState(POLICY)
     fresh.restore(sim.snapshot(), T0 + 2)
     assert fresh.get("t1").state == "running"
@@ -723,7 +657,7 @@ def test_restore_keeps_fifo_order_of_one_batch(sim: Sim) -> None:
     sim.submit(spec("z"), spec("m"), spec("a"))
     snap = sim.snapshot()
     snap.tasks.sort(key=lambda r: (r.submitted_at, r.task_id))  # the order MemoryStore and DuckDBStore return
-    fresh = Sim()
+    fresh = Sim(POLICY)
     fresh.state.restore(snap, T0 + 1)
     assert drain_one_at_a_time(fresh, "w1", fresh.register(register("w1"), now=T0 + 1)) == ["z", "m", "a"]
 

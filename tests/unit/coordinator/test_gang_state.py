@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_support import T0, saved, sent
+from sim_support import Sim as StateSim
 
 from distributed_testing.coordinator.state import Command, CoordinatorState, Notify, Policy, Save, Send
-from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.store.base import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs
 from distributed_testing.tasks.states import ACTIVE
 
-T0 = 1_000.0
 GRACE = 10.0
 WAIT = 30.0  # gang_max_wait_s in these tests
 POLICY = Policy(worker_grace_s=GRACE, worker_ttl_s=1e9, gang_max_wait_s=WAIT,
@@ -61,58 +62,11 @@ def assigns(cmds: list[Command]) -> list[tuple[str, m.TaskAssignment]]:
     return [(c.worker_id, a) for c in cmds if isinstance(c, Send) and isinstance(c.msg, m.AssignTasks) for a in c.msg.tasks]
 
 
-def sent(cmds: list[Command], kind: type) -> list[tuple[str, Any]]:
-    return [(c.worker_id, c.msg) for c in cmds if isinstance(c, Send) and isinstance(c.msg, kind)]
+class Sim(StateSim):
+    """Checks the gang invariants after every event; ``submit`` returns only the commands."""
 
-
-def result_rows(cmds: list[Command]) -> list[ResultRow]:
-    return [c.record for c in cmds if isinstance(c, Save) and isinstance(c.record, ResultRow)]
-
-
-class Sim:
-    def __init__(self, policy: Policy = POLICY) -> None:
-        self.state = CoordinatorState(policy)
-        self.journal: list[Any] = []
-        self._n = 0
-        self.sessions: dict[str, str] = {}
-
-    def run(self, cmds: list[Command]) -> list[Command]:
-        self.journal += [c.record for c in cmds if isinstance(c, Save)]
-        self.check_invariants()
-        return cmds
-
-    def submit(self, *items: specs.TaskSpec, now: float = T0) -> list[Command]:
-        return self.run(self.state.submit(list(items), now)[1])
-
-    def register(self, reg: m.Register, now: float = T0) -> list[Command]:
-        self._n += 1
-        self.sessions[reg.worker_id] = f"s{self._n}"
-        return self.run(self.state.register(reg, self.sessions[reg.worker_id], now))
-
-    def disconnect(self, wid: str, now: float) -> list[Command]:
-        return self.run(self.state.disconnect(wid, self.sessions[wid], now))
-
-    def results(self, wid: str, msg: m.Results, now: float = T0) -> list[Command]:
-        return self.run(self.state.results(wid, msg, now))
-
-    def tick(self, now: float) -> list[Command]:
-        return self.run(self.state.tick(now))
-
-    def task(self, tid: str) -> Any:
-        return self.state.get(tid)
-
-    def running(self, wid: str) -> set[str]:
-        return set(self.state.workers[wid].view.running)
-
-    def snapshot(self) -> Snapshot:
-        tasks: dict[str, TaskRow] = {}
-        workers: dict[str, WorkerRow] = {}
-        for r in self.journal:
-            if isinstance(r, TaskRow):
-                tasks[r.task_id] = r
-            elif isinstance(r, WorkerRow):
-                workers[r.worker_id] = r
-        return Snapshot(tasks=list(tasks.values()), workers=list(workers.values()))
+    def submit(self, *items: specs.TaskSpec, now: float = T0) -> list[Command]:  # type: ignore[override]
+        return super().submit(*items, now=now)[1]
 
     def check_invariants(self) -> None:
         """No partial reservation ever: a pending gang holds no slot anywhere; an active gang holds
@@ -134,7 +88,7 @@ class Sim:
 
 @pytest.fixture
 def sim() -> Sim:
-    return Sim()
+    return Sim(POLICY)
 
 
 # ------------------------------------------------------------------ placement
@@ -229,7 +183,7 @@ def test_random_gangs_over_three_workers_all_finish(sizes: list[int], seed: int)
     """Gangs of 1..3 nodes over 3 one-slot workers, results in random order: every gang is placed
     whole, never partially (checked after every event), and every one finishes."""
     rng = random.Random(seed)
-    s = Sim()
+    s = Sim(POLICY)
     for wid in ("w1", "w2", "w3"):
         s.register(register(wid))
     s.submit(*[training(f"g{i}", nodes=n) for i, n in enumerate(sizes)])
@@ -253,7 +207,7 @@ def test_random_mix_of_gangs_and_small_tasks_all_finish(jobs: list[tuple[int, in
     submitted over time, finishing in random order with time passing the gang bound: nothing is
     ever partially reserved (checked after every event) and everything finishes."""
     rng = random.Random(seed)
-    s = Sim()
+    s = Sim(POLICY)
     for wid, slots in (("w1", 1), ("w2", 2), ("w3", 1)):
         s.register(register(wid, slots=slots))
     now = T0
@@ -357,7 +311,7 @@ def test_success_stores_one_combined_row_and_acks_only_after_it(sim: Sim) -> Non
     assert first == []  # held: no row, no ack, nothing final
     assert sim.running("w2") == set() and sim.running("w1") == {"g"}
     cmds = sim.results("w1", node_result("g", 1, 0, samples_per_s=300.0))
-    (row,) = result_rows(cmds)
+    (row,) = saved(cmds, ResultRow)
     assert (row.task_id, row.attempt, row.worker_id, row.status) == ("g", 1, "w1", "succeeded")
     assert row.output["global_samples_per_s"] == 300.0 and row.output["metrics"]["nnodes"] == 2
     assert [(n["node_rank"], n["worker_id"], n["address"], n["status"], n["wall_s"]) for n in row.output["nodes"]] == [
@@ -387,7 +341,7 @@ def test_scaling_efficiency_against_the_latest_matching_single_node_run(sim: Sim
     assert "is the baseline" in sim.task("one-b").outcome["scaling_baseline"]
     sim.submit(training("two"), now=T0 + 3)
     sim.results("w2", node_result("two", 1, 1), now=T0 + 4)
-    (row,) = result_rows(sim.results("w1", node_result("two", 1, 0, samples_per_s=200.0), now=T0 + 4))
+    (row,) = saved(sim.results("w1", node_result("two", 1, 0, samples_per_s=200.0), now=T0 + 4), ResultRow)
     assert row.output["scaling_efficiency"] == pytest.approx(100.0 / 120.0, abs=1e-6)
     assert row.output["scaling_baseline"] == {"task_id": "one-b", "attempt": 1, "global_samples_per_s": 120.0, "nnodes": 1}
     assert sim.task("two").outcome["scaling_efficiency"] == row.output["scaling_efficiency"]
@@ -403,7 +357,7 @@ def test_missing_metrics_give_null_efficiency_not_a_crash(sim: Sim) -> None:
     sim.register(register("w1"))
     sim.submit(training("g", nodes=1))
     bad = m.Results([m.TaskResult("g", 1, "succeeded", T0, T0 + 1, output={"metrics": {"model": "mlp"}})])
-    (row,) = result_rows(sim.results("w1", bad))
+    (row,) = saved(sim.results("w1", bad), ResultRow)
     assert row.output["scaling_efficiency"] is None and "no training metrics" in row.output["scaling_baseline"]
     assert sim.task("g").state == "succeeded"
 
@@ -420,7 +374,7 @@ def test_one_member_failing_cancels_the_others_and_requeues_the_gang(sim: Sim) -
     assert sent(cmds, m.Cancel) == [("w1", m.Cancel(m.TaskRef("g", 1), "gang attempt 1 ended: node 1 (w2) error: "
                                                   "rank 1 exited with 1"))]
     assert [w for w, _ in sent(cmds, m.ResultAck)] == ["w2"]
-    (row,) = result_rows(cmds)
+    (row,) = saved(cmds, ResultRow)
     assert (row.attempt, row.status, row.worker_id) == (1, "error", "w2")
     assert [n["status"] for n in row.output["nodes"]] == [None, "error"]
     t = sim.task("g")
@@ -431,7 +385,7 @@ def test_one_member_failing_cancels_the_others_and_requeues_the_gang(sim: Sim) -
     assert {a.gang.master_port for _, a in got if a.gang} == {29501}  # another port for the retry
     # the cancelled node of attempt 1 reports late: stored and acknowledged, never the outcome
     late = sim.results("w1", node_result("g", 1, 0, "cancelled"), now=T0 + 3)
-    assert [r.attempt for r in result_rows(late)] == [1] and [w for w, _ in sent(late, m.ResultAck)] == ["w1"]
+    assert [r.attempt for r in saved(late, ResultRow)] == [1] and [w for w, _ in sent(late, m.ResultAck)] == ["w1"]
     assert sim.task("g").state == "assigned" and sim.task("g").attempt == 2
 
 
@@ -449,7 +403,7 @@ def test_failure_without_retries_ends_the_task(sim: Sim) -> None:
 
 def test_explicitly_non_retryable_error_and_failed_status_end_at_once() -> None:
     for status, extra, final in (("error", {"retryable": False}, "error"), ("failed", {}, "failed")):
-        s = Sim()
+        s = Sim(POLICY)
         s.register(register("w1"))
         s.register(register("w2"))
         s.submit(training("g", max_retries=3))
@@ -465,7 +419,7 @@ def test_a_lost_member_fails_the_attempt_for_everyone(sim: Sim) -> None:
     assert sim.tick(T0 + 1 + GRACE - 0.1) == []
     cmds = sim.tick(T0 + 1 + GRACE)
     assert [w for w, _ in sent(cmds, m.Cancel)] == ["w1"]
-    (row,) = result_rows(cmds)
+    (row,) = saved(cmds, ResultRow)
     assert row.worker_id == "w2" and "lost" in (row.error or "")
     assert sim.task("g").state == "pending" and sim.task("g").retries_used == 1
 
@@ -521,7 +475,7 @@ def run_gang_then_restart(sim: Sim) -> Sim:
     sim.register(register("w2"))
     sim.submit(training("g", max_retries=1))
     sim.run(sim.state.started("w1", m.TaskStarted([m.TaskRef("g", 1)], T0), T0))
-    again = Sim()
+    again = Sim(POLICY)
     again.state.restore(sim.snapshot(), T0 + 10)
     again.journal = list(sim.journal)
     return again
@@ -540,7 +494,7 @@ def test_restart_keeps_a_gang_whose_members_reannounce(sim: Sim) -> None:
     s.submit(training("h"), now=T0 + 12)
     assert (s.task("h").gang.master_addr, s.task("h").gang.master_port) == ("10.0.0.1", 29501)
     s.results("w2", node_result("g", 1, 1), now=T0 + 12)
-    (row,) = result_rows(s.results("w1", node_result("g", 1, 0), now=T0 + 12))
+    (row,) = saved(s.results("w1", node_result("g", 1, 0), now=T0 + 12), ResultRow)
     assert row.status == "succeeded" and s.task("g").state == "succeeded"
 
 
