@@ -206,6 +206,10 @@ def run_rank(
             document = build_result(config.to_dict(), gathered, balancer.history)
             write_json_atomic(result_path, document)
             logger.info("global samples/s %.1f -> %s", document["global_samples_per_s"], result_path)
+        # Tear down together: a rank that destroys its group and exits while a peer still works
+        # (rank 0 writing the result) can make that peer's gloo threads abort it at exit
+        # ("terminate called without an active exception", SIGABRT) after a successful run.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
