@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -69,20 +70,27 @@ async def test_interface_sets_the_rendezvous_address_reported_at_registration(
         assert await registered_address(c, "by-variable") == nic_address
 
 
+async def train_on_one_worker(tmp_path: Path, start_cli_worker: StartWorker, flags: list[str], *,
+                              nproc_per_node: int) -> dict[str, Any]:
+    """A one-node training task on one CLI worker started with ``flags``; returns the succeeded task."""
+    async with run_cluster(tmp_path, workers=0) as c:
+        argv = ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
+                "--db-path", str(tmp_path / "w.duckdb"), *flags]
+        await start_cli_worker(c, argv)
+        [tid] = await c.submit({"type": "benchmark", "timeout_s": 100, "config": {
+            "kind": "training", "model": "mlp", "nodes": 1, "nproc_per_node": nproc_per_node,
+            "batch_size": 4 * nproc_per_node, "steps": 2, "warmup_steps": 0}})
+        task = await c.wait(tid, timeout=100)
+    assert task["state"] == "succeeded", task["outcome"]
+    return task
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.timeout(120)
 async def test_training_nodes_bind_the_interface(tmp_path: Path, start_cli_worker: StartWorker) -> None:
     nic, nic_address = other_nic()
-    async with run_cluster(tmp_path, workers=0) as c:
-        argv = ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"), "--interface", nic,
-                "--db-path", str(tmp_path / "w.duckdb")]
-        await start_cli_worker(c, argv)
-        [tid] = await c.submit({"type": "benchmark", "timeout_s": 100, "config": {
-            "kind": "training", "model": "mlp", "nodes": 1, "nproc_per_node": 2, "batch_size": 8, "steps": 2,
-            "warmup_steps": 0}})
-        task = await c.wait(tid, timeout=100)
-    assert task["state"] == "succeeded", task["outcome"]
+    task = await train_on_one_worker(tmp_path, start_cli_worker, ["--interface", nic], nproc_per_node=2)
     output = task["result"]["output"]
     assert output["local_address"] == nic_address  # the pre-flight bound the NIC's address
     assert output["interface"] == nic  # and gloo/NCCL were pointed at it
@@ -98,15 +106,7 @@ async def test_without_the_flag_ranks_bind_the_nic_of_the_coordinator_connection
         tmp_path: Path, start_cli_worker: StartWorker) -> None:
     """No --interface: the NIC holding the connection's local address (loopback here) is bound,
     so gloo never picks another NIC by hostname."""
-    async with run_cluster(tmp_path, workers=0) as c:
-        argv = ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
-                "--db-path", str(tmp_path / "w.duckdb")]
-        await start_cli_worker(c, argv)
-        [tid] = await c.submit({"type": "benchmark", "timeout_s": 100, "config": {
-            "kind": "training", "model": "mlp", "nodes": 1, "nproc_per_node": 1, "batch_size": 4, "steps": 2,
-            "warmup_steps": 0}})
-        task = await c.wait(tid, timeout=100)
-    assert task["state"] == "succeeded", task["outcome"]
+    task = await train_on_one_worker(tmp_path, start_cli_worker, [], nproc_per_node=1)
     loopback = next(name for name, addrs in psutil.net_if_addrs().items()
                     if any(a.address == "127.0.0.1" for a in addrs))
     assert task["result"]["output"]["interface"] == loopback
