@@ -7,7 +7,9 @@ Assertions wait on conditions (progress reported, processes gone), never on dura
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -114,31 +116,34 @@ async def test_a_gang_member_on_a_worker_busy_with_a_benchmark_fails_at_once_as_
     assert "busy with another benchmark or training task" in (outcome.error or "")
 
 
-async def start_gang(tmp_path: Path, config: dict[str, Any]) -> tuple[list[asyncio.Task[ExecOutcome]], list[TrainingExecutor]]:
-    """Both nodes of a 2-node job, each its own executor (as on two workers); returns once rank 0
-    reported progress, i.e. both nodes' ranks are training."""
+@contextlib.asynccontextmanager
+async def running_gang(tmp_path: Path, config: dict[str, Any]) -> AsyncIterator[list[asyncio.Task[ExecOutcome]]]:
+    """Both nodes of a 2-node job, each its own executor (as on two workers); yields the node
+    tasks once rank 0 reported progress, i.e. both nodes' ranks are training. On exit the tasks
+    are cancelled and the executors closed."""
     port, progress = free_port(), Progress()
     executors = [executor(tmp_path, f"w{rank}") for rank in (0, 1)]
     tasks = [asyncio.create_task(ex.run(context(config, gang=gang(rank, port), progress=progress if rank == 0 else None)))
              for rank, ex in enumerate(executors)]
-    await wait_for(lambda: bool(progress.reports) or any(t.done() for t in tasks), timeout=60, what="training progress")
-    assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
-    return tasks, executors
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-async def test_killed_rank_fails_both_nodes_with_reasons_and_leaves_no_training_process(tmp_path: Path) -> None:
-    tasks, executors = await start_gang(tmp_path, LONG_RUN)
     try:
-        assert len(ranks_of(tmp_path / "w0")) == 1 and len(ranks_of(tmp_path / "w1")) == 1
-        ranks_of(tmp_path / "w1")[0].send_signal(signal.SIGKILL)
-        node0, node1 = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        await wait_for(lambda: bool(progress.reports) or any(t.done() for t in tasks), timeout=60,
+                       what="training progress")
+        assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
+        yield tasks
     finally:
         for t in tasks:
             t.cancel()
         for ex in executors:
             await ex.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_killed_rank_fails_both_nodes_with_reasons_and_leaves_no_training_process(tmp_path: Path) -> None:
+    async with running_gang(tmp_path, LONG_RUN) as tasks:
+        assert len(ranks_of(tmp_path / "w0")) == 1 and len(ranks_of(tmp_path / "w1")) == 1
+        ranks_of(tmp_path / "w1")[0].send_signal(signal.SIGKILL)
+        node0, node1 = await asyncio.wait_for(asyncio.gather(*tasks), 60)
     assert node1.status == "error" and node1.output["retryable"] is True
     assert "a local rank was killed by signal 9" in (node1.error or "")
     assert node0.status == "error" and node0.output["retryable"] is True
@@ -152,18 +157,12 @@ async def test_killed_rank_fails_both_nodes_with_reasons_and_leaves_no_training_
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_cancel_stops_this_nodes_ranks_before_returning_and_the_peer_fails(tmp_path: Path) -> None:
-    tasks, executors = await start_gang(tmp_path, LONG_RUN)
-    try:
+    async with running_gang(tmp_path, LONG_RUN) as tasks:
         tasks[1].cancel()  # what the agent does on the coordinator's Cancel
         with pytest.raises(asyncio.CancelledError):
             await tasks[1]
         assert not training_processes(tmp_path / "w1"), "cancel returned before node 1's ranks were stopped"
         node0 = await asyncio.wait_for(tasks[0], 60)
-    finally:
-        for t in tasks:
-            t.cancel()
-        for ex in executors:
-            await ex.close()
     assert node0.status == "error" and node0.output["retryable"] is True
     await wait_for(lambda: not training_processes(tmp_path), timeout=30, what="every training process to exit")
 
