@@ -11,7 +11,8 @@ Durability contract: the future returned by :meth:`Journal.append` completes onl
 records' bytes were written and fsync'd. One owned writer task takes everything queued since its
 last flush, writes it and fsyncs it in one call, then resolves all of those futures (group commit:
 while one fsync runs, new appends queue for the next). A small flush (``inline_max_frames``) runs
-on the event loop, a bigger one or a rotation in ``asyncio.to_thread``.
+on the event loop; a bigger one, a rotation, or any flush while frames keep queuing behind the
+last one (sustained load) runs in ``asyncio.to_thread``.
 
 Crash behaviour: a crash can leave a torn frame at the end of the segment being written. Readers
 stop at the first short or crc-failing frame of a segment, log a warning naming the file and
