@@ -8,7 +8,10 @@ On-disk format: ``<dir>/<name>-<seq:08d>.log`` files, each a sequence of frames
 encoded as MessagePack. There is no file header; an empty file is a valid empty segment.
 
 Durability contract: the future returned by :meth:`Journal.append` completes only after the
-records' bytes were written and fsync'd. One owned writer task takes everything queued since its
+records' bytes were written and fsync'd. An ``append(..., sync=False)`` (bookkeeping whose loss in
+an OS crash costs nothing but a re-send, such as a worker's record that a result was acknowledged)
+completes once written: it survives a crash of the process, and the next synced flush makes it
+durable too; a flush that holds only such records skips the fsync. One owned writer task takes everything queued since its
 last flush, writes it and fsyncs it in one call, then resolves all of those futures (group commit:
 while one fsync runs, new appends queue for the next). A small flush (``inline_max_frames``) runs
 on the event loop; a bigger one, a rotation, or any flush while frames keep queuing behind the
@@ -107,6 +110,7 @@ class Journal(Generic[R]):
         self._validate = validate if validate is not None else os.environ.get(VALIDATE_ENV) == "1"
         self.inline_max_frames = inline_max_frames
         self._backlog = False  # frames were already queued when the last flush ended: under load
+        self._sync = False  # a queued frame was appended with sync=True: the next flush fsyncs
         self._frames: list[bytes] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._rotations: list[asyncio.Future[int]] = []
@@ -183,8 +187,9 @@ class Journal(Generic[R]):
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: list[R]) -> asyncio.Future[None]:
-        """Queue ``records``; the returned future completes once they are written and fsync'd.
+    def append(self, records: list[R], *, sync: bool = True) -> asyncio.Future[None]:
+        """Queue ``records``; the returned future completes once they are written and fsync'd
+        (with ``sync=False``: once written; see the module doc).
 
         Call from the event loop thread (plain function, not a coroutine). Records are encoded
         here, so later mutation of their contents does not change what is written. An empty list
@@ -209,6 +214,7 @@ class Journal(Generic[R]):
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._frames.extend(frames)
         self._waiters.append(fut)
+        self._sync = self._sync or sync
         self._wake.set()
         return fut
 
@@ -267,18 +273,21 @@ class Journal(Generic[R]):
         frames, self._frames = self._frames, []
         waiters, self._waiters = self._waiters, []
         rotations, self._rotations = self._rotations, []
+        sync, self._sync = self._sync or bool(rotations), False
         try:
-            if rotations or self._backlog or len(frames) > self.inline_max_frames:
+            if not sync:  # a plain write: no reason to leave the loop
+                closed = self._write_sync(frames, False, fsync=False)
+            elif rotations or self._backlog or len(frames) > self.inline_max_frames:
                 closed = await asyncio.to_thread(self._write_sync, frames, bool(rotations))
             else:
-                # Let the callbacks already scheduled run first (a worker's result send goes out
-                # ahead of its outbox fsync), and let appends they make join this flush.
+                # Let the callbacks already scheduled run first (a send the appender scheduled goes
+                # out ahead of the fsync), and let appends they make join this flush.
                 # Not after a rotate() call: what was appended after it belongs in the next segment.
                 await asyncio.sleep(0)
                 if not self._rotations:
                     frames += self._frames
                     waiters += self._waiters
-                    self._frames, self._waiters = [], []
+                    self._frames, self._waiters, self._sync = [], [], False
                 closed = self._write_sync(frames, False)
         except asyncio.CancelledError:
             err = StoreError(f"journal {self.directory} writer cancelled during a flush")
@@ -309,8 +318,9 @@ class Journal(Generic[R]):
         _fail_all(waiters, err)
         _fail_all(rotations, err)
 
-    def _write_sync(self, frames: list[bytes], rotate: bool) -> int:
-        """Write and fsync ``frames`` to the active segment; rotate after if asked. Worker thread."""
+    def _write_sync(self, frames: list[bytes], rotate: bool, *, fsync: bool = True) -> int:
+        """Write and fsync ``frames`` to the active segment; rotate after if asked. Worker thread
+        (or the loop, for a small flush)."""
         fd = self._fd
         if fd is None:
             raise OSError(f"journal {self.directory}: no active segment")
@@ -319,7 +329,8 @@ class Journal(Generic[R]):
             while data:
                 written = os.write(fd, data)
                 data = data[written:]
-            _fsync_data(fd)
+            if fsync:
+                _fsync_data(fd)
         if not rotate:
             return self._seq
         closed = self._seq

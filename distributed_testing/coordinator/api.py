@@ -155,11 +155,20 @@ async def revoke_key(request: web.Request) -> web.Response:
 
 
 async def submit_tasks(request: web.Request) -> web.Response:
+    """Accept a task or a list of them. With ``?wait=S`` the answer waits up to S seconds for every
+    one of them to finish and carries each one's final ``state`` and ``outcome`` (submit and
+    result in one round trip); the tasks are accepted whether or not they finish in time."""
     rt = _rt(request)
+    wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
     parsed = specs.parse_task_json(await request.read())
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
     await rt.execute(cmds)
     status = 201 if any(a["created"] for a in accepted) else 200
+    if wait > 0:
+        await rt.wait_terminal([a["task_id"] for a in accepted], wait)
+        for a in accepted:
+            t = rt.state.tasks[a["task_id"]]
+            a["state"], a["outcome"] = t.state, t.outcome
     return json_response({"tasks": accepted}, status=status)
 
 
@@ -175,7 +184,7 @@ async def get_task(request: web.Request) -> web.Response:
     t = rt.state.get(request.match_info["task_id"])
     wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
     if wait > 0 and t.outcome is None:
-        await rt.wait_terminal(t.task_id, wait)
+        await rt.wait_terminal([t.task_id], wait)
     view = task_view(rt, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))

@@ -112,20 +112,26 @@ class Runtime:
             else:
                 raise TypeError(f"unhandled command {c!r}")
 
-    async def wait_terminal(self, task_id: str, timeout: float) -> None:
-        """Wait until the task reaches a terminal state (or ``timeout`` elapses)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[task_id].append(fut)
+    async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
+        """Wait until every one of these tasks is in a terminal state (or ``timeout`` elapses)."""
+        loop = asyncio.get_running_loop()
+        futs: dict[str, asyncio.Future[None]] = {}
+        for tid in task_ids:
+            t = self.state.tasks.get(tid)
+            if t is not None and t.outcome is None and tid not in futs:
+                futs[tid] = loop.create_future()
+                self._waiters[tid].append(futs[tid])
+        if not futs:
+            return
         try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
+            await asyncio.wait(futs.values(), timeout=timeout)
         finally:
-            lst = self._waiters.get(task_id)
-            if lst and fut in lst:
-                lst.remove(fut)
-                if not lst:
-                    del self._waiters[task_id]
+            for tid, fut in futs.items():
+                lst = self._waiters.get(tid)
+                if lst and fut in lst:
+                    lst.remove(fut)
+                    if not lst:
+                        del self._waiters[tid]
 
     # ------------------------------------------------------------- security
 

@@ -428,9 +428,9 @@ class WorkerAgent:
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
-        # Sent while the outbox write is in flight: the coordinator acks only after its own
-        # fsync, by which time ours is done, and an unacked result is re-sent after a reconnect.
-        # The send is scheduled before the append so that it goes out ahead of the outbox's fsync.
+        # Written to the outbox (no fsync of its own: see outbox_duckdb) and sent at once; the
+        # coordinator acks only after its own fsync, and an unacked result is re-sent after a
+        # reconnect.
         self._result_buf.append(result)
         self._schedule_flush()
         await self.outbox.add(result)

@@ -39,7 +39,8 @@ class Outbox(Protocol):
     # running-task records: what was running when the worker died (see ``--recover``)
 
     def running_started(self, refs: list[m.TaskRef]) -> None:
-        """Record that these attempts are running (durably, in order, without blocking)."""
+        """Record that these attempts are running (in order, without blocking; written at once,
+        fsync'd with the next result)."""
 
     def running_finished(self, refs: list[m.TaskRef]) -> None:
         """Forget the records of these attempts (finished, handed back or stopped on purpose)."""

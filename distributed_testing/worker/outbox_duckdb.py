@@ -1,7 +1,10 @@
 """The worker's durable outbox (``--db-path`` / DT_DB_PATH).
 
-A result is appended to a journal beside the DuckDB file (fsync'd, group-committed) before it is
-sent. Acknowledgements are journalled too. A background checkpoint moves both into the DuckDB
+A result is appended to a journal beside the DuckDB file as it is sent. Acknowledgements and
+running-task records are journalled too. Journal writes are not fsync'd one by one: they survive a
+crash of the worker process at once, and an OS crash after the next checkpoint (``CHECKPOINT_S``,
+a DuckDB commit). The coordinator is the durable record: it acknowledges a result only once the
+result is on its own disk, and re-runs the tasks of a worker it lost. A background checkpoint moves both into the DuckDB
 table ``worker_results`` in bulk (acknowledged rows get ``acked_at``), so the file is a queryable
 history of everything this worker ran. On start the journal is replayed: results without an ack
 are sent again after registration.
@@ -128,7 +131,11 @@ class DuckDBOutbox:
 
     def add(self, result: m.TaskResult) -> asyncio.Future[None]:
         rec = OutResult(result, time.time())
-        fut = self._journal.append([rec])
+        # Written at once (a crash of this process loses nothing) but not fsync'd on its own: the
+        # coordinator acknowledges only once the result is on its own disk, and the checkpoint
+        # (CHECKPOINT_S) commits it to DuckDB. An OS crash before either can lose it; the
+        # coordinator then re-runs the task, as it does for any worker that is lost.
+        fut = self._journal.append([rec], sync=False)
         self._unapplied.append(rec)
         self._pending[(result.task_id, result.attempt)] = result
         return fut
@@ -137,7 +144,9 @@ class DuckDBOutbox:
         now = time.time()
         acks = [OutAck(r.task_id, r.attempt, now) for r in refs if self._pending.pop((r.task_id, r.attempt), None)]
         if acks:
-            self._journal.append(list(acks)).add_done_callback(_log_failure)
+            # Not fsync'd on its own: lost only in an OS crash, after which the result is re-sent
+            # and the coordinator treats the resend as the duplicate it is.
+            self._journal.append(list(acks), sync=False).add_done_callback(_log_failure)
             self._unapplied.extend(acks)
 
     async def unacked(self) -> list[m.TaskResult]:
@@ -268,7 +277,7 @@ class DuckDBOutbox:
             now = time.time()
             recs = [OutStart(r.task_id, r.attempt, now) for r in refs]
             self._recorded.update((r.task_id, r.attempt) for r in refs)
-            self._journal.append(list(recs)).add_done_callback(_log_running_failure)
+            self._journal.append(list(recs), sync=False).add_done_callback(_log_running_failure)
             self._unapplied.extend(recs)
 
     def running_finished(self, refs: list[m.TaskRef]) -> None:
@@ -276,7 +285,7 @@ class DuckDBOutbox:
         stops = [OutStop(r.task_id, r.attempt) for r in refs if (r.task_id, r.attempt) in self._recorded]
         if stops:
             self._recorded.difference_update((s.task_id, s.attempt) for s in stops)
-            self._journal.append(list(stops)).add_done_callback(_log_running_failure)
+            self._journal.append(list(stops), sync=False).add_done_callback(_log_running_failure)
             self._unapplied.extend(stops)
 
     async def take_interrupted(self) -> list[RunningRecord]:

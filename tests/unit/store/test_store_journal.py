@@ -87,6 +87,29 @@ async def test_future_completes_only_after_fsync(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.asyncio
+async def test_unsynced_appends_are_written_without_an_fsync_until_a_synced_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real = journal_mod._fsync_data
+
+    def recording_fsync(fd: int) -> None:
+        real(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(journal_mod, "_fsync_data", recording_fsync)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1)], sync=False)
+        await j.append([Delete("a")], sync=False)
+        assert synced == []
+        # ...but readable at once from the file (a crash of this process loses nothing)
+        assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1), Delete("a")]
+        lazy = j.append([Put("b", 2)], sync=False)
+        await j.append([Put("c", 3)])  # one flush carries both, fsync'd once
+        assert lazy.done() and len(synced) == 1
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1), Delete("a"), Put("b", 2), Put("c", 3)]
+
+
+@pytest.mark.asyncio
 async def test_empty_append_is_a_barrier(tmp_path: Path) -> None:
     async with Journal(tmp_path, Rec, name="j") as j:
         first = j.append([Put("a", 1)])
