@@ -4,8 +4,9 @@ Signing is always on and results are persisted (DuckDB store with its journal). 
 
 * throughput: submit ``--tasks`` no-op tasks in lists of ``--chunk`` from ``--clients`` concurrent
   submitters; tasks/s from the first submit to the last terminal state;
-* latency: ``--latency-samples`` tasks one at a time; submit → result visible to the client
-  (the long-poll on ``GET /api/v1/tasks/{id}?wait=`` returns), p50/p90/p99.
+* latency: ``--latency-samples`` tasks one at a time; submit → result visible to the client, two
+  ways: ``POST /api/v1/tasks?wait=`` (one request that answers with the outcome), and a plain
+  ``POST`` followed by the long-poll ``GET /api/v1/tasks/{id}?wait=``; p50/p90/p99 of each.
 
 Run: ``python benchmarks/dispatch.py --workers 2 --tasks 20000``
 """
@@ -67,16 +68,21 @@ async def throughput(base: str, key: str, n: int, chunk: int, clients: int) -> f
         return (len(docs) * chunk) / (time.perf_counter() - t0)
 
 
-async def latency(base: str, key: str, samples: int) -> list[float]:
+async def latency(base: str, key: str, samples: int, one_request: bool) -> list[float]:
     h = {"Authorization": f"Bearer {key}"}
+    doc = {"type": "custom", "config": {"name": "noop"}}
     out: list[float] = []
     async with aiohttp.ClientSession() as http:
         for _ in range(samples):
             t0 = time.perf_counter()
-            async with http.post(f"{base}/api/v1/tasks", json={"type": "custom", "config": {"name": "noop"}}, headers=h) as r:
-                task_id = (await r.json())["tasks"][0]["task_id"]
-            async with http.get(f"{base}/api/v1/tasks/{task_id}", params={"wait": "10", "result": "0"}, headers=h) as r:
-                body = await r.json()
+            if one_request:
+                async with http.post(f"{base}/api/v1/tasks?wait=10", json=doc, headers=h) as r:
+                    body = (await r.json())["tasks"][0]
+            else:
+                async with http.post(f"{base}/api/v1/tasks", json=doc, headers=h) as r:
+                    task_id = (await r.json())["tasks"][0]["task_id"]
+                async with http.get(f"{base}/api/v1/tasks/{task_id}?wait=10&result=0", headers=h) as r:
+                    body = await r.json()
             out.append(time.perf_counter() - t0)
             assert body["state"] == "succeeded", body
     return out
@@ -154,7 +160,8 @@ def main() -> int:
         cpu0, me0 = cpu_seconds(procs), time.process_time()
         tps = asyncio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
         cpu1, me1 = cpu_seconds(procs), time.process_time()
-        lat = asyncio.run(latency(base, admin, args.latency_samples))
+        lat = {mode: asyncio.run(latency(base, admin, args.latency_samples, mode == "POST ?wait"))
+               for mode in ("POST ?wait", "POST + GET ?wait")}
         print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, "
               f"worker outbox={args.worker_outbox}, signing on")
         print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")
@@ -162,8 +169,9 @@ def main() -> int:
         per_task["benchmark client"] = (me1 - me0) / args.tasks * 1e6
         print("  CPU per task (us): " + ", ".join(f"{k} {v:.0f}" for k, v in per_task.items())
               + f"; total {sum(per_task.values()):.0f}")
-        print(f"  latency submit->result (n={len(lat)}): p50 {pct(lat, 50) * 1e3:.2f} ms  p90 {pct(lat, 90) * 1e3:.2f} ms  "
-              f"p99 {pct(lat, 99) * 1e3:.2f} ms  mean {statistics.mean(lat) * 1e3:.2f} ms")
+        for mode, xs in lat.items():
+            print(f"  latency submit->result, {mode} (n={len(xs)}): p50 {pct(xs, 50) * 1e3:.2f} ms  "
+                  f"p90 {pct(xs, 90) * 1e3:.2f} ms  p99 {pct(xs, 99) * 1e3:.2f} ms  mean {statistics.mean(xs) * 1e3:.2f} ms")
         return 0
     finally:
         for p in procs:
