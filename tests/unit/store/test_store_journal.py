@@ -33,6 +33,20 @@ class Other(msgspec.Struct, tag="other", frozen=True):
     n: int
 
 
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fds the journal fsyncs, in order (the fsyncs still happen)."""
+    calls: list[int] = []
+    real = journal_mod._fsync_data
+
+    def recording_fsync(fd: int) -> None:
+        real(fd)
+        calls.append(fd)
+
+    monkeypatch.setattr(journal_mod, "_fsync_data", recording_fsync)
+    return calls
+
+
 def _segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("j-*.log"))
 
@@ -70,15 +84,7 @@ async def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_future_completes_only_after_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
-    real = journal_mod._fsync_data
-
-    def recording_fsync(fd: int) -> None:
-        real(fd)
-        synced.append(fd)
-
-    monkeypatch.setattr(journal_mod, "_fsync_data", recording_fsync)
+async def test_future_completes_only_after_fsync(tmp_path: Path, synced: list[int]) -> None:
     async with Journal(tmp_path, Rec, name="j") as j:
         fut = j.append([Put("a", 1)])
         assert not fut.done()
@@ -88,15 +94,7 @@ async def test_future_completes_only_after_fsync(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.asyncio
 async def test_unsynced_appends_are_written_without_an_fsync_until_a_synced_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
-    real = journal_mod._fsync_data
-
-    def recording_fsync(fd: int) -> None:
-        real(fd)
-        synced.append(fd)
-
-    monkeypatch.setattr(journal_mod, "_fsync_data", recording_fsync)
+        tmp_path: Path, synced: list[int]) -> None:
     async with Journal(tmp_path, Rec, name="j") as j:
         await j.append([Put("a", 1)], sync=False)
         await j.append([Delete("a")], sync=False)
