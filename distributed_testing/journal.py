@@ -8,10 +8,10 @@ On-disk format: ``<dir>/<name>-<seq:08d>.log`` files, each a sequence of frames
 encoded as MessagePack. There is no file header; an empty file is a valid empty segment.
 
 Durability contract: the future returned by :meth:`Journal.append` completes only after the
-records' bytes were written and fsync'd. An ``append(..., sync=False)`` (bookkeeping whose loss in
-an OS crash costs nothing but a re-send, such as a worker's record that a result was acknowledged)
-completes once written: it survives a crash of the process, and the next synced flush makes it
-durable too; a flush that holds only such records skips the fsync. One owned writer task takes everything queued since its
+records' bytes were written and fsync'd; an ``append(..., sync=False)`` (for an owner with
+another durable copy, such as the worker's outbox) completes once they are written, which
+survives a crash of the process, and a flush holding only such records skips the fsync (the next
+synced flush or rotation covers them). One owned writer task takes everything queued since its
 last flush, writes it and fsyncs it in one call, then resolves all of those futures (group commit:
 while one fsync runs, new appends queue for the next). A small flush (``inline_max_frames``) runs
 on the event loop; a bigger one, a rotation, or any flush while frames keep queuing behind the
@@ -319,8 +319,8 @@ class Journal(Generic[R]):
         _fail_all(rotations, err)
 
     def _write_sync(self, frames: list[bytes], rotate: bool, *, fsync: bool = True) -> int:
-        """Write and fsync ``frames`` to the active segment; rotate after if asked. Worker thread
-        (or the loop, for a small flush)."""
+        """Write ``frames`` to the active segment and fsync it (unless ``fsync`` is false); rotate
+        after if asked. Worker thread, or the loop for a small flush."""
         fd = self._fd
         if fd is None:
             raise OSError(f"journal {self.directory}: no active segment")

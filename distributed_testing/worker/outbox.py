@@ -40,7 +40,7 @@ class Outbox(Protocol):
 
     def running_started(self, refs: list[m.TaskRef]) -> None:
         """Record that these attempts are running (in order, without blocking; written at once,
-        fsync'd with the next result)."""
+        on disk by the next checkpoint)."""
 
     def running_finished(self, refs: list[m.TaskRef]) -> None:
         """Forget the records of these attempts (finished, handed back or stopped on purpose)."""

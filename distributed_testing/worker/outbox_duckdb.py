@@ -1,12 +1,14 @@
 """The worker's durable outbox (``--db-path`` / DT_DB_PATH).
 
-A result is appended to a journal beside the DuckDB file as it is sent. Acknowledgements and
-running-task records are journalled too. Journal writes are not fsync'd one by one: they survive a
-crash of the worker process at once, and an OS crash after the next checkpoint (``CHECKPOINT_S``,
-a DuckDB commit). The coordinator is the durable record: it acknowledges a result only once the
-result is on its own disk, and re-runs the tasks of a worker it lost. A background checkpoint moves both into the DuckDB
-table ``worker_results`` in bulk (acknowledged rows get ``acked_at``), so the file is a queryable
-history of everything this worker ran. On start the journal is replayed: results without an ack
+A result is appended to a journal beside the DuckDB file as it is sent; acknowledgements and
+running-task records are journalled too. A background checkpoint (every ``CHECKPOINT_S``) moves
+them into the DuckDB table ``worker_results`` in bulk (acknowledged rows get ``acked_at``), so the
+file is a queryable history of everything this worker ran.
+
+Journal writes are not fsync'd one by one (``sync=False``): they survive a crash of the worker
+process at once, and an OS crash after the next checkpoint. The coordinator is the durable record:
+it acknowledges a result only once it is on its own disk, and re-runs the tasks of a worker it
+lost, so a record lost in an OS crash costs at most a re-run or a re-send. On start the journal is replayed: results without an ack
 are sent again after registration.
 
 The same file holds the benchmark result cache (table ``bench_cache``, see ``bench_cache.py``):
@@ -131,11 +133,7 @@ class DuckDBOutbox:
 
     def add(self, result: m.TaskResult) -> asyncio.Future[None]:
         rec = OutResult(result, time.time())
-        # Written at once (a crash of this process loses nothing) but not fsync'd on its own: the
-        # coordinator acknowledges only once the result is on its own disk, and the checkpoint
-        # (CHECKPOINT_S) commits it to DuckDB. An OS crash before either can lose it; the
-        # coordinator then re-runs the task, as it does for any worker that is lost.
-        fut = self._journal.append([rec], sync=False)
+        fut = self._journal.append([rec], sync=False)  # not fsync'd: see the module doc
         self._unapplied.append(rec)
         self._pending[(result.task_id, result.attempt)] = result
         return fut
@@ -144,8 +142,6 @@ class DuckDBOutbox:
         now = time.time()
         acks = [OutAck(r.task_id, r.attempt, now) for r in refs if self._pending.pop((r.task_id, r.attempt), None)]
         if acks:
-            # Not fsync'd on its own: lost only in an OS crash, after which the result is re-sent
-            # and the coordinator treats the resend as the duplicate it is.
             self._journal.append(list(acks), sync=False).add_done_callback(_log_failure)
             self._unapplied.extend(acks)
 
