@@ -6,7 +6,6 @@ Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from .. import aio
 from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.server import create_app
 from ..errors import ConfigError
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dt-coordinator", description="Run the distributed_testing coordinator.")
+    p = argparse.ArgumentParser(prog="dt-coordinator", description="Run the distributed_testing coordinator.",
+                                epilog="DT_EVENT_LOOP=asyncio|uvloop picks the event loop (default: uvloop when installed).")
     p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
     p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
@@ -108,11 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        loop = aio.loop_choice()
     except ConfigError as exc:
         print(f"dt-coordinator: {exc}", file=sys.stderr)
         return 2
     tune_gc()
-    asyncio.run(serve(config, ns.port_file))
+    aio.run(serve(config, ns.port_file), loop)
     return 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from .. import aio
 from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, env_pick, environ, normalize_url, positive
 from ..errors import ConfigError
 from ..retry import RetriesExhausted
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dt-worker", description="Run a distributed_testing worker.")
+    p = argparse.ArgumentParser(prog="dt-worker", description="Run a distributed_testing worker.",
+                                epilog="DT_EVENT_LOOP=asyncio|uvloop picks the event loop (default: uvloop when installed).")
     p.add_argument("--coordinator", help=f"coordinator http(s) URL (default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
     auth = p.add_argument_group("authentication (one of)")
     auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY)")
@@ -235,8 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        loop = aio.loop_choice()
         tune_gc()
-        return asyncio.run(run_worker(config))
+        return aio.run(run_worker(config), loop)
     except (ConfigError, SessionRejected) as exc:
         print(f"dt-worker: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """The real ``run_coordinator.py`` process: --host, --port, --port-file, --db-path,
---admin-key-file, --log-level and DT_COORDINATOR_HOST / _PORT / _DB, DT_ADMIN_KEY_FILE."""
+--admin-key-file, --log-level and DT_COORDINATOR_HOST / _PORT / _DB, DT_ADMIN_KEY_FILE, DT_EVENT_LOOP."""
 
 from __future__ import annotations
 
@@ -149,3 +149,22 @@ def test_memory_db_forgets_tasks_and_keys_on_restart(tmp_path: Path, procs: Proc
     assert call(f"http://127.0.0.1:{port}/api/v1/tasks/persisted-1", old_key)[0] == 401
     assert call(f"http://127.0.0.1:{port}/api/v1/tasks/persisted-1", new_key)[0] == 404
     assert not any(tmp_path.glob("**/*.duckdb")), "memory:// wrote a database file"
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop", ""])
+def test_event_loop_variable_picks_the_loop(tmp_path: Path, procs: Procs, choice: str) -> None:
+    """DT_EVENT_LOOP=asyncio runs asyncio's own loop, =uvloop (and unset) uvloop, installed with the package."""
+    log = tmp_path / "c.log"
+    p, port = start(procs, ["--port", "0", "--db-path", "memory://", "--admin-key-file", str(tmp_path / "k"),
+                            "--log-level", "INFO"], log, tmp_path / "port", env={"DT_EVENT_LOOP": choice})
+    assert call(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    assert Procs.stop(p) == 0
+    assert f" INFO distributed_testing.aio: event loop: {choice or 'uvloop'}" in log.read_text()
+
+
+@pytest.mark.parametrize("launcher", ["run_coordinator.py", "run_worker_example.py"])
+def test_an_unknown_event_loop_is_refused_at_start(tmp_path: Path, procs: Procs, launcher: str) -> None:
+    log = tmp_path / "out.log"
+    p = procs.start([str(ROOT / launcher), "--db-path", str(tmp_path / "x.duckdb")], log, env={"DT_EVENT_LOOP": "trio"})
+    assert p.wait(60) == 2
+    assert "DT_EVENT_LOOP='trio': expected one of auto, uvloop, asyncio" in log.read_text()
