@@ -3,6 +3,14 @@
 ``Runtime.execute(cmds)`` makes the ``Save`` records durable through the store, and only when they
 are on disk runs the other commands (sends, closes, notifications) in order. It never awaits the
 write itself, so a WebSocket reader keeps reading while a group commit is in flight.
+
+The one exception: task assignments go out at once, while their records are being written, so a
+worker runs the task during the fsync instead of after it (about 0.3 ms of a 1.5 ms
+submit→result round trip here). That is safe because nothing a worker does with an assignment
+is acknowledged before the assignment is durable: its result is appended to the journal after
+the assignment's record, so the result's ack (and any ``?wait`` answer) waits for both. A crash
+in between loses an attempt the worker may still run; the state machine fences it when the worker
+re-registers (``CoordinatorState._fence_stale``), so the attempt number is never reused.
 """
 
 from __future__ import annotations
@@ -62,13 +70,14 @@ class Runtime:
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""
-        self._waiters: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        self._waiters: dict[str, list[_Waiter]] = defaultdict(list)
         self.stats: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------- commands
 
     def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
-        """Persist the Save records, then run the rest; the future completes after both."""
+        """Persist the Save records, then run the rest; the future completes after both.
+        Assignments are sent at once, before the records are durable (see the module doc)."""
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest = [c for c in cmds if not isinstance(c, Save)]
         loop = asyncio.get_running_loop()
@@ -78,6 +87,9 @@ class Runtime:
             done.set_result(None)
             return done
         durable = self.store.append(records)
+        if any(_is_assignment(c) for c in rest):
+            self._run([c for c in rest if _is_assignment(c)])
+            rest = [c for c in rest if not _is_assignment(c)]
         finished: asyncio.Future[None] = loop.create_future()
 
         def after(f: asyncio.Future[None]) -> None:
@@ -106,30 +118,32 @@ class Runtime:
                     s.close(c.reason)
             elif isinstance(c, Notify):
                 for tid in c.task_ids:
-                    for fut in self._waiters.pop(tid, []):
-                        if not fut.done():
-                            fut.set_result(None)
+                    for w in self._waiters.pop(tid, []):
+                        w.done_one(tid)
             else:
                 raise TypeError(f"unhandled command {c!r}")
 
     async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
-        """Wait until every one of these tasks is in a terminal state (or ``timeout`` elapses)."""
-        loop = asyncio.get_running_loop()
-        futs: dict[str, asyncio.Future[None]] = {}
-        for tid in task_ids:
-            t = self.state.tasks.get(tid)
-            if t is not None and t.outcome is None and tid not in futs:
-                futs[tid] = loop.create_future()
-                self._waiters[tid].append(futs[tid])
-        if not futs:
+        """Wait until every one of these tasks is in a terminal state (or ``timeout`` elapses).
+
+        One future for the whole call, awaited directly: the waiting request resumes one loop
+        iteration after the Notify (``asyncio.wait`` over a future per task took three)."""
+        open_ids = {tid for tid in task_ids if (t := self.state.tasks.get(tid)) is not None and t.outcome is None}
+        if not open_ids:
             return
+        w = _Waiter(open_ids, asyncio.get_running_loop().create_future())
+        for tid in open_ids:
+            self._waiters[tid].append(w)
         try:
-            await asyncio.wait(futs.values(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await w.fut
+        except TimeoutError:
+            pass
         finally:
-            for tid, fut in futs.items():
+            for tid in w.remaining:
                 lst = self._waiters.get(tid)
-                if lst and fut in lst:
-                    lst.remove(fut)
+                if lst and w in lst:
+                    lst.remove(w)
                     if not lst:
                         del self._waiters[tid]
 
@@ -172,6 +186,23 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """One ``wait_terminal`` call: the task ids still open, and the future set when none are."""
+
+    remaining: set[str]
+    fut: asyncio.Future[None]
+
+    def done_one(self, task_id: str) -> None:
+        self.remaining.discard(task_id)
+        if not self.remaining and not self.fut.done():
+            self.fut.set_result(None)
+
+
+def _is_assignment(c: Command) -> bool:
+    return isinstance(c, Send) and isinstance(c.msg, m.AssignTasks)
 
 
 def _coalesce(records: list[Record]) -> list[Record]:
