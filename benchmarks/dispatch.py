@@ -4,7 +4,8 @@ Signing is always on and results are persisted (DuckDB store with its journal). 
 
 * throughput: submit ``--tasks`` no-op tasks in lists of ``--chunk`` from ``--clients`` concurrent
   submitters; tasks/s from the first submit to the last terminal state;
-* latency: ``--latency-samples`` tasks one at a time; submit → result visible to the client, two
+* latency: ``--latency-samples`` tasks one at a time, once the cluster is idle again (the
+  throughput phase's checkpoints done); submit → result visible to the client, two
   ways: ``POST /api/v1/tasks?wait=`` (one request that answers with the outcome), and a plain
   ``POST`` followed by the long-poll ``GET /api/v1/tasks/{id}?wait=``; p50/p90/p99 of each.
 
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+
+from distributed_testing import aio
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,6 +107,30 @@ def cpu_seconds(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     return out
 
 
+def settle(procs: list[subprocess.Popen[bytes]], quiet_s: float = 1.0, timeout: float = 60) -> float:
+    """Wait until the cluster is idle (background checkpoints of the throughput phase done).
+
+    Returns the seconds waited. The latency phase measures one task at a time on an otherwise
+    idle cluster; starting it while the coordinator still writes the throughput phase's 20,000
+    results to DuckDB would measure that contention instead.
+    """
+    t0 = time.monotonic()
+    quiet_since = None
+    last = sum(cpu_seconds(procs).values())
+    while time.monotonic() - t0 < timeout:
+        time.sleep(0.25)
+        now = sum(cpu_seconds(procs).values())
+        busy = (now - last) / 0.25
+        last = now
+        if busy < 0.05:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= quiet_s:
+                break
+        else:
+            quiet_since = None
+    return time.monotonic() - t0
+
+
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -156,19 +183,21 @@ def main() -> int:
                     await asyncio.sleep(0.1)
 
         asyncio.run(asyncio.wait_for(ready(), 120))
-        asyncio.run(throughput(base, admin, 2000, args.chunk, args.clients))  # warm-up
+        aio.run(throughput(base, admin, 2000, args.chunk, args.clients))  # warm-up
         cpu0, me0 = cpu_seconds(procs), time.process_time()
-        tps = asyncio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
+        tps = aio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
         cpu1, me1 = cpu_seconds(procs), time.process_time()
-        lat = {mode: asyncio.run(latency(base, admin, args.latency_samples, mode == "POST ?wait"))
+        settled = settle(procs)
+        lat = {mode: aio.run(latency(base, admin, args.latency_samples, mode == "POST ?wait"))
                for mode in ("POST ?wait", "POST + GET ?wait")}
         print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, "
-              f"worker outbox={args.worker_outbox}, signing on")
+              f"worker outbox={args.worker_outbox}, signing on, event loop {aio.loop_choice()} (client too)")
         print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")
         per_task = {k: (cpu1[k] - cpu0[k]) / args.tasks * 1e6 for k in cpu0}
         per_task["benchmark client"] = (me1 - me0) / args.tasks * 1e6
         print("  CPU per task (us): " + ", ".join(f"{k} {v:.0f}" for k, v in per_task.items())
               + f"; total {sum(per_task.values()):.0f}")
+        print(f"  cluster idle {settled:.1f} s after the throughput phase; latency measured after that")
         for mode, xs in lat.items():
             print(f"  latency submit->result, {mode} (n={len(xs)}): p50 {pct(xs, 50) * 1e3:.2f} ms  "
                   f"p90 {pct(xs, 90) * 1e3:.2f} ms  p99 {pct(xs, 99) * 1e3:.2f} ms  mean {statistics.mean(xs) * 1e3:.2f} ms")

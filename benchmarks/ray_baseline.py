@@ -1,0 +1,69 @@
+"""Ray on the workload of ``dispatch.py``, for a same-machine, same-hour comparison.
+
+The issue's reference figures (Ray about 1,250 no-op tasks/s and 2.3 ms) were taken on this kind of
+machine at some other time; its speed drifts by tens of percent over an hour, so only figures
+taken side by side compare. This script runs Ray's equivalent of each phase of ``dispatch.py``:
+
+* throughput: ``--tasks`` no-op remote functions submitted at once, then all awaited;
+* latency: ``--latency-samples`` of ``ray.get(noop.remote())`` one at a time.
+
+Ray keeps nothing on disk and signs nothing, so it does less work per task than ``dispatch.py``
+(which fsyncs every submission and result and HMAC-signs every message).
+
+Ray is not a dependency of this project: run it from its own environment, e.g.
+``python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray`` then
+``/tmp/rayvenv/bin/python benchmarks/ray_baseline.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=20000)
+    ap.add_argument("--latency-samples", type=int, default=1000)
+    args = ap.parse_args()
+    try:
+        import ray
+    except ImportError:
+        print("ray is not installed in this environment; see the module docstring", file=sys.stderr)
+        return 2
+
+    ray.init(include_dashboard=False, log_to_driver=False)
+
+    @ray.remote
+    def noop() -> None:
+        return None
+
+    try:
+        ray.get([noop.remote() for _ in range(2000)])  # warm-up: workers started, functions exported
+        t0 = time.perf_counter()
+        refs = [noop.remote() for _ in range(args.tasks)]
+        ray.get(refs)
+        tps = args.tasks / (time.perf_counter() - t0)
+        xs = []
+        for _ in range(args.latency_samples):
+            t = time.perf_counter()
+            ray.get(noop.remote())
+            xs.append(time.perf_counter() - t)
+    finally:
+        ray.shutdown()
+    print(f"ray {ray.__version__} baseline: local cluster, no-op remote functions")
+    print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} tasks")
+    print(f"  latency submit->result (n={len(xs)}): p50 {pct(xs, 50) * 1e3:.2f} ms  p90 {pct(xs, 90) * 1e3:.2f} ms  "
+          f"p99 {pct(xs, 99) * 1e3:.2f} ms  mean {statistics.mean(xs) * 1e3:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
