@@ -190,7 +190,7 @@ class DuckDBStore:
     now; ``journal`` exposes the journal (its ``flush_count`` counts fsyncs).
     """
 
-    def __init__(self, path: Path, *, checkpoint_interval_s: float = 0.2, checkpoint_max_records: int = 5000) -> None:
+    def __init__(self, path: Path, *, checkpoint_interval_s: float = 1.0, checkpoint_max_records: int = 5000) -> None:
         if checkpoint_interval_s <= 0 or checkpoint_max_records <= 0:
             raise ValueError("checkpoint_interval_s and checkpoint_max_records must be positive")
         self.path = Path(path)
