@@ -3,14 +3,6 @@
 ``Runtime.execute(cmds)`` makes the ``Save`` records durable through the store, and only when they
 are on disk runs the other commands (sends, closes, notifications) in order. It never awaits the
 write itself, so a WebSocket reader keeps reading while a group commit is in flight.
-
-The one exception: task assignments go out at once, while their records are being written, so a
-worker runs the task during the fsync instead of after it (about 0.3 ms of a 1.5 ms
-submit→result round trip here). That is safe because nothing a worker does with an assignment
-is acknowledged before the assignment is durable: its result is appended to the journal after
-the assignment's record, so the result's ack (and any ``?wait`` answer) waits for both. A crash
-in between loses an attempt the worker may still run; the state machine fences it when the worker
-re-registers (``CoordinatorState._fence_stale``), so the attempt number is never reused.
 """
 
 from __future__ import annotations
@@ -18,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,13 +63,15 @@ class Runtime:
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""
         self._waiters: dict[str, list[_Waiter]] = defaultdict(list)
+        # Tasks whose outcome is set in memory but whose Notify waits for the records to be durable:
+        # a ?wait request arriving in between waits for that Notify too.
+        self._undurable: Counter[str] = Counter()
         self.stats: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------- commands
 
     def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
-        """Persist the Save records, then run the rest; the future completes after both.
-        Assignments are sent at once, before the records are durable (see the module doc)."""
+        """Persist the Save records, then run the rest; the future completes after both."""
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest = [c for c in cmds if not isinstance(c, Save)]
         loop = asyncio.get_running_loop()
@@ -87,12 +81,15 @@ class Runtime:
             done.set_result(None)
             return done
         durable = self.store.append(records)
-        if any(_is_assignment(c) for c in rest):
-            self._run([c for c in rest if _is_assignment(c)])
-            rest = [c for c in rest if not _is_assignment(c)]
         finished: asyncio.Future[None] = loop.create_future()
+        notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
+        self._undurable.update(notified)
 
         def after(f: asyncio.Future[None]) -> None:
+            self._undurable.subtract(notified)
+            for tid in notified:
+                if self._undurable[tid] <= 0:
+                    del self._undurable[tid]
             if f.cancelled() or f.exception() is not None:
                 exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
                 log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
@@ -124,11 +121,13 @@ class Runtime:
                 raise TypeError(f"unhandled command {c!r}")
 
     async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
-        """Wait until every one of these tasks is in a terminal state (or ``timeout`` elapses).
+        """Wait until every one of these tasks is in a terminal state that is on disk (or ``timeout``
+        elapses): an outcome set in memory whose records are still being written is waited for.
 
         One future for the whole call, awaited directly: the waiting request resumes one loop
         iteration after the Notify (``asyncio.wait`` over a future per task took three)."""
-        open_ids = {tid for tid in task_ids if (t := self.state.tasks.get(tid)) is not None and t.outcome is None}
+        open_ids = {tid for tid in task_ids
+                    if (t := self.state.tasks.get(tid)) is not None and (t.outcome is None or tid in self._undurable)}
         if not open_ids:
             return
         w = _Waiter(open_ids, asyncio.get_running_loop().create_future())
@@ -199,10 +198,6 @@ class _Waiter:
         self.remaining.discard(task_id)
         if not self.remaining and not self.fut.done():
             self.fut.set_result(None)
-
-
-def _is_assignment(c: Command) -> bool:
-    return isinstance(c, Send) and isinstance(c.msg, m.AssignTasks)
 
 
 def _coalesce(records: list[Record]) -> list[Record]:

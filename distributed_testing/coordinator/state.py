@@ -3,12 +3,7 @@
 Every public method takes ``now`` and returns a list of commands for the transport to execute:
 :class:`Save` records first (the transport makes them durable), then :class:`Send` /
 :class:`CloseWorker` / :class:`Notify`. The transport executes sends only after the saves of the
-same call are on disk, so nothing a peer is told can be lost by a crash, with one exception: task
-assignments go out while their records are written (a worker runs the task during the fsync). A
-crash in that window loses an attempt a worker may still hold; when that worker registers again it
-announces the attempt, and :meth:`CoordinatorState._fence_stale` makes the task's next attempt
-number higher than it, so a stale result can never pass for a later attempt's (the attempt number
-is what fences results).
+same call are on disk, so nothing a peer is told can be lost by a crash.
 
 Queues: one priority heap per requirement key (see :mod:`.placement`), ordered by
 (-priority, submission sequence): higher priority first, FIFO within a priority. Dispatch takes the
@@ -115,9 +110,6 @@ class Task:
     key: ReqKey = ((), (), 0.0, 0)
     batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
-    # Highest attempt number a worker announced that this coordinator never made durable (sent just
-    # before a crash): the next attempt is numbered above it. In memory only (see _fence_stale).
-    stale_attempt: int = 0
     gang: Gang | None = None  # multi-node training tasks only
 
     def __post_init__(self) -> None:
@@ -133,9 +125,6 @@ class Task:
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
-
-    def next_attempt(self) -> None:
-        self.attempt = max(self.attempt, self.stale_attempt) + 1
 
     def row(self) -> TaskRow:
         return TaskRow(
@@ -186,7 +175,6 @@ class CoordinatorState:
         self._seq = 0
         self.counts: dict[str, int] = defaultdict(int)  # tasks per state, kept by _transition
         self._unsent: set[tuple[str, int]] = set()  # attempts restored as "assigned": maybe never sent
-        self._stale: dict[str, int] = {}  # task id -> attempt a worker holds of a task we do not know
         self._gangs_pending: dict[str, Task] = {}  # gang tasks ready to dispatch (not in _queues)
         self._gangs_active: dict[str, Task] = {}  # gang tasks assigned or running
         self._ports = PortPool(*self.policy.gang_port_range)
@@ -213,8 +201,7 @@ class CoordinatorState:
                 continue
             self._seq += 1
             t = Task(spec=s, spec_dict=specs.spec_to_dict(s), task_id=s.task_id, type=specs.spec_type(s),
-                     digest=d, seq=self._seq, submitted_at=now, updated_at=now, submitted_by=submitted_by,
-                     stale_attempt=self._stale.pop(s.task_id, 0))
+                     digest=d, seq=self._seq, submitted_at=now, updated_at=now, submitted_by=submitted_by)
             t.history.append({"at": now, "from": None, "to": "pending", "cause": "submitted", "attempt": 0})
             self.tasks[t.task_id] = t
             self.counts["pending"] += 1
@@ -273,7 +260,6 @@ class CoordinatorState:
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
                    first_seen=first, last_seen=now, address=reg.address or reg.name)
         self.workers[reg.worker_id] = w
-        self._fence_stale([*reg.running, *reg.finished])
         cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
                                 {r.task_id: r.attempt for r in reg.finished}, now)
         cmds.append(Save(w.row()))
@@ -305,19 +291,6 @@ class CoordinatorState:
             if known is None or known.attempt != attempt or not mine or known.state not in ACTIVE:
                 cmds.append(Send(w.worker_id, m.Cancel(m.TaskRef(task_id, attempt), "superseded or unknown attempt")))
         return cmds
-
-    def _fence_stale(self, refs: Iterable[m.TaskRef]) -> None:
-        """A registering worker's running and finished attempts that this coordinator never
-        numbered: assignments sent just before a crash, ahead of their records (see the module
-        doc). The task's next attempt is numbered above each, so the worker's stale result (stored,
-        acknowledged, never the outcome) cannot match a later attempt; a task we do not know yet
-        (its submission was lost too) gets the floor when it is submitted again."""
-        for r in refs:
-            t = self.tasks.get(r.task_id)
-            if t is None:
-                self._stale[r.task_id] = max(self._stale.get(r.task_id, 0), r.attempt)
-            elif r.attempt > t.attempt:
-                t.stale_attempt = max(t.stale_attempt, r.attempt)
 
     def _reconcile_member(self, t: Task, w: Worker, announced: dict[str, int], now: float) -> None:
         """A gang member re-registered: it keeps its slot if it still runs the attempt. If it does
@@ -483,7 +456,7 @@ class CoordinatorState:
                 continue
             slot = t.task_id if len(group) == 1 else f"batch-{t.task_id}"
             for member in group:
-                member.next_attempt()
+                member.attempt += 1
                 member.worker_id, member.slot = w.worker_id, slot
                 self._transition(member, "assigned", f"dispatched to {w.worker_id}"
                                  + (f" in {slot} of {len(group)}" if len(group) > 1 else ""), now)
@@ -554,7 +527,7 @@ class CoordinatorState:
         port = self._ports.take(addresses[0])
         if port is None:
             return None  # every port of the range is in use on that address; wait for a gang to end
-        t.next_attempt()
+        t.attempt += 1
         g.place([w.worker_id for w in chosen], addresses, port, all("cuda" in w.capabilities for w in chosen), now)
         t.worker_id, t.slot = chosen[0].worker_id, t.task_id
         for w in chosen:

@@ -67,7 +67,6 @@ def register(
     memory_gb: float = 8.0,
     slots: int = 1,
     running: tuple[tuple[str, int], ...] = (),
-    finished: tuple[tuple[str, int], ...] = (),
 ) -> m.Register:
     return m.Register(
         worker_id=worker_id,
@@ -79,7 +78,6 @@ def register(
         max_concurrent=slots,
         memory_gb=memory_gb,
         running=[m.TaskRef(t, a) for t, a in running],
-        finished=[m.TaskRef(t, a) for t, a in finished],
     )
 
 
@@ -516,53 +514,6 @@ def test_register_without_the_task_and_no_retries_errors(sim: Sim) -> None:
 def test_register_announcing_unknown_attempt_gets_cancel(sim: Sim) -> None:
     cmds = sim.register(register("w1", running=(("ghost", 3),)))
     assert [msg.task for _, msg in sent(cmds, m.Cancel)] == [m.TaskRef("ghost", 3)]
-
-
-# An assignment goes out while its records are being written (runtime.py), so a coordinator crash
-# can lose an attempt that a worker holds. The restarted coordinator must never number a later
-# attempt the same, or the stale result would pass for the new attempt's.
-
-
-def test_a_task_lost_in_a_crash_and_submitted_again_never_reuses_the_workers_attempt(sim: Sim) -> None:
-    sim.register(register("w1"))
-    before_submit = sim.snapshot()  # the crash loses everything after this point
-    sim.submit(spec("t1", name="old-body"))
-    assert sim.task("t1").state == "assigned" and sim.task("t1").attempt == 1
-
-    fresh = Sim(POLICY)
-    fresh.state.restore(before_submit, T0 + 5)
-    fresh.submit(spec("t1", name="new-body"), now=T0 + 6)  # the client retries, with another body
-    # w1 comes back holding the old body's result of t1 attempt 1, not yet acknowledged
-    cmds = fresh.register(register("w1", finished=(("t1", 1),)), now=T0 + 7)
-    assert assigned(cmds) == [("w1", "t1", 2)]
-    stale = fresh.results("w1", result("t1", 1, output={"body": "old"}), now=T0 + 8)
-    assert sent(stale, m.ResultAck) == [("w1", m.ResultAck([m.TaskRef("t1", 1)]))]  # stored, acknowledged
-    t = fresh.task("t1")
-    assert (t.state, t.attempt, t.outcome) == ("assigned", 2, None)  # but never the outcome
-    fresh.results("w1", result("t1", 2, output={"body": "new"}), now=T0 + 9)
-    assert t.outcome is not None and (t.outcome["attempt"], t.state) == (2, "succeeded")
-    assert_history_explains(fresh.state)
-
-
-def test_a_retry_lost_in_a_crash_is_numbered_past_on_the_next_dispatch(sim: Sim) -> None:
-    sim.submit(spec("t1", max_retries=3))
-    sim.register(register("w1"))
-    sim.started("w1", "t1", 1)
-    durable = sim.snapshot()  # attempt 1 on w1 is on disk; what follows is lost in the crash
-    sim.register(register("w2"), now=T0 + 1)
-    sim.disconnect("w1", T0 + 1)
-    sim.tick(T0 + 1 + GRACE)
-    assert assigned(sim.tick(T0 + 1 + GRACE + BACKOFF)) == [("w2", "t1", 2)]
-
-    fresh = Sim(POLICY)
-    fresh.state.restore(durable, T0 + 20)
-    back = fresh.register(register("w2", running=(("t1", 2),)), now=T0 + 21)  # runs the lost attempt 2
-    assert [msg.task for _, msg in sent(back, m.Cancel)] == [m.TaskRef("t1", 2)]
-    fresh.register(register("w1"), now=T0 + 22)  # w1 came back without attempt 1: requeued
-    assert assigned(fresh.tick(T0 + 22 + BACKOFF)) == [("w1", "t1", 3)]
-    stale = fresh.results("w2", result("t1", 2), now=T0 + 30)
-    assert sent(stale, m.ResultAck) and fresh.task("t1").outcome is None
-    assert_history_explains(fresh.state)
 
 
 def test_new_session_closes_the_old_one(sim: Sim) -> None:
