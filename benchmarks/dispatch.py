@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from latency_stats import summary_ms
 
 from distributed_testing import aio
 
@@ -131,11 +131,6 @@ def settle(procs: list[subprocess.Popen[bytes]], quiet_s: float = 1.0, timeout: 
     return time.monotonic() - t0
 
 
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
@@ -199,8 +194,7 @@ def main() -> int:
               + f"; total {sum(per_task.values()):.0f}")
         print(f"  cluster idle {settled:.1f} s after the throughput phase; latency measured after that")
         for mode, xs in lat.items():
-            print(f"  latency submit->result, {mode} (n={len(xs)}): p50 {pct(xs, 50) * 1e3:.2f} ms  "
-                  f"p90 {pct(xs, 90) * 1e3:.2f} ms  p99 {pct(xs, 99) * 1e3:.2f} ms  mean {statistics.mean(xs) * 1e3:.2f} ms")
+            print(f"  latency submit->result, {mode} (n={len(xs)}): {summary_ms(xs)}")
         return 0
     finally:
         for p in procs:

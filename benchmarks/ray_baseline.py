@@ -18,14 +18,10 @@ Ray is not a dependency of this project: run it from its own environment, e.g.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+from latency_stats import summary_ms
 
 
 def main() -> int:
@@ -60,8 +56,7 @@ def main() -> int:
         ray.shutdown()
     print(f"ray {ray.__version__} baseline: local cluster, no-op remote functions")
     print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} tasks")
-    print(f"  latency submit->result (n={len(xs)}): p50 {pct(xs, 50) * 1e3:.2f} ms  p90 {pct(xs, 90) * 1e3:.2f} ms  "
-          f"p99 {pct(xs, 99) * 1e3:.2f} ms  mean {statistics.mean(xs) * 1e3:.2f} ms")
+    print(f"  latency submit->result (n={len(xs)}): {summary_ms(xs)}")
     return 0
 
 
