@@ -3,6 +3,15 @@
 ``Runtime.execute(cmds)`` makes the ``Save`` records durable through the store, and only when they
 are on disk runs the other commands (sends, closes, notifications) in order. It never awaits the
 write itself, so a WebSocket reader keeps reading while a group commit is in flight.
+
+One exception, so a worker runs a task during the coordinator's fsync instead of after it: an
+assignment goes out at once as *provisional* (numbered per session) when nothing else for that
+session is waiting, and a ``confirm`` follows once its records are durable. The worker reports
+nothing about a provisional attempt before the confirm and abandons it if the session ends
+first, so an attempt lost in a crash leaves no result, and attempt numbers are never reused in
+anything a worker reports. Messages to one session keep their order: an assignment never
+overtakes a command of an earlier event (a ``cancel`` of the same task's previous attempt, say)
+or an earlier command of its own event.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from ..config import CoordinatorConfig
@@ -31,7 +41,7 @@ from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class Session:
     """One worker's live WebSocket: its channel and an ordered outbound queue."""
 
@@ -42,6 +52,8 @@ class Session:
     outbox: asyncio.Queue[m.Message | None] = field(default_factory=asyncio.Queue)
     closing: str | None = None
     token_exp: float | None = None
+    deferred: int = 0  # commands for this session waiting for their event's records to be durable
+    provisional: int = 0  # provisional assignments sent on this session so far (see Runtime.execute)
 
     def send(self, msg: m.Message) -> None:
         self.outbox.put_nowait(msg)
@@ -73,7 +85,7 @@ class Runtime:
     def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
         """Persist the Save records, then run the rest; the future completes after both."""
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
-        rest = [c for c in cmds if not isinstance(c, Save)]
+        rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         loop = asyncio.get_running_loop()
         if not records:
             self._run(rest)
@@ -84,22 +96,51 @@ class Runtime:
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
+        rest, confirms = self._send_provisional(rest)
+        waiting = [s for c in rest if isinstance(c, Send | CloseWorker) and (s := self.sessions.get(c.worker_id))]
+        for s in waiting:
+            s.deferred += 1
 
         def after(f: asyncio.Future[None]) -> None:
             self._undurable.subtract(notified)
             for tid in notified:
                 if self._undurable[tid] <= 0:
                     del self._undurable[tid]
+            for s in waiting:
+                s.deferred -= 1
             if f.cancelled() or f.exception() is not None:
                 exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
                 log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
                 finished.set_exception(exc or RuntimeError("store append cancelled"))
                 return
+            for s, upto in confirms.items():
+                if self.sessions.get(s.worker_id) is s and not s.closing:
+                    s.send(m.Confirm(upto))
             self._run(rest)
             finished.set_result(None)
 
         durable.add_done_callback(after)
         return finished
+
+    def _send_provisional(self, cmds: Sequence[Command]) -> tuple[list[Command], dict[Session, int]]:
+        """Send at once, as provisional, each assignment whose session has nothing waiting, and
+        return the other commands with the provisional number to confirm per session. An
+        assignment stays in line behind any earlier command for the same worker."""
+        later: list[Command] = []
+        confirms: dict[Session, int] = {}
+        blocked: set[str] = set()
+        for c in cmds:
+            if isinstance(c, Send) and isinstance(c.msg, m.AssignTasks) and c.worker_id not in blocked:
+                s = self.sessions.get(c.worker_id)
+                if s is not None and s.deferred == 0 and not s.closing:
+                    s.provisional += 1
+                    s.send(msgspec.structs.replace(c.msg, provisional=s.provisional))
+                    confirms[s] = s.provisional
+                    continue
+            if isinstance(c, Send | CloseWorker):
+                blocked.add(c.worker_id)
+            later.append(c)
+        return later, confirms
 
     def _run(self, cmds: Sequence[Command]) -> None:
         for c in cmds:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,11 +262,13 @@ class CoordinatorState:
                    first_seen=first, last_seen=now, address=reg.address or reg.name)
         self.workers[reg.worker_id] = w
         cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
-                                {r.task_id: r.attempt for r in reg.finished}, now)
+                                {r.task_id: r.attempt for r in reg.finished}, now,
+                                {(r.task_id, r.attempt) for r in reg.abandoned})
         cmds.append(Save(w.row()))
         return cmds + self.dispatch(now)
 
-    def _reconcile(self, w: Worker, announced: dict[str, int], finished: dict[str, int], now: float) -> list[Command]:
+    def _reconcile(self, w: Worker, announced: dict[str, int], finished: dict[str, int], now: float,
+                   abandoned: AbstractSet[tuple[str, int]] = frozenset()) -> list[Command]:
         """Keep tasks the worker still runs or has finished (their results follow the
         registration); requeue ours it no longer has; cancel the rest."""
         cmds: list[Command] = []
@@ -275,6 +278,11 @@ class CoordinatorState:
                     w.view.running.add(t.slot or t.task_id)
                 elif finished.get(t.task_id) == t.attempt:
                     self._free_slot(t)  # done there; the re-sent result makes the outcome
+                elif (t.task_id, t.attempt) in abandoned:
+                    # sent provisionally; the session ended before the confirm, so the worker
+                    # stopped it without reporting anything: it costs no retry
+                    cmds += self._requeue(t, "assignment abandoned: its session ended before it was confirmed",
+                                          now, count=False)
                 elif (t.task_id, t.attempt) in self._unsent and t.state == "assigned":
                     # dispatched just before a coordinator crash and never heard of: the assign
                     # message may never have left, so the attempt costs no retry

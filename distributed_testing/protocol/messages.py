@@ -53,6 +53,9 @@ class Register(_Msg, frozen=True, tag="register"):
     # Attempts that finished here but whose results are not acknowledged yet: they are re-sent
     # right after ``registered``, so the coordinator keeps these tasks instead of requeueing them.
     finished: list[TaskRef] = []
+    # Provisional attempts stopped because the last session ended before their ``confirm``: the
+    # coordinator requeues them without spending a retry (they never reported anything).
+    abandoned: list[TaskRef] = []
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
@@ -103,10 +106,23 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class AssignTasks(_Msg, frozen=True, tag="assign"):
     """C→W: one task or a batch. A batch of benchmark tasks that share a model may be run in
-    one child process that loads the model once."""
+    one child process that loads the model once.
+
+    ``provisional`` > 0: sent while the coordinator's record of these attempts was still being
+    written. The worker runs them at once but reports nothing about them (no ``started``, no
+    result) until a ``confirm`` with ``upto >= provisional`` arrives on the same session, and
+    abandons them (kills them, drops their results) if the session ends first: whatever the
+    coordinator never made durable leaves no trace."""
 
     tasks: list[TaskAssignment]
     batch_id: str | None = None
+    provisional: int = 0
+
+
+class Confirm(_Msg, frozen=True, tag="confirm"):
+    """C→W: every provisional assignment of this session numbered up to ``upto`` is on disk."""
+
+    upto: int
 
 
 class TaskStarted(_Msg, frozen=True, tag="started"):
@@ -182,7 +198,7 @@ class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
     token: str
 
 
-Message = Register | Registered | Heartbeat | AssignTasks | TaskStarted | TaskProgress | Results | ResultAck | Cancel | ErrorMsg | Drain | Goodbye | AuthRenew
+Message = Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck | Cancel | ErrorMsg | Drain | Goodbye | AuthRenew
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls

@@ -88,6 +88,12 @@ class WorkerAgent:
         self._flush_scheduled = False
         self._unacked_sent: set[tuple[str, int]] = set()  # the last results message, until acked
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
+        # Provisional attempts (see AssignTasks.provisional), by (task id, attempt): their number,
+        # their results and their ``started`` announcements, held until a ``confirm`` covers them.
+        self._unconfirmed: dict[tuple[str, int], int] = {}
+        self._held: dict[tuple[str, int], m.TaskResult] = {}
+        self._quiet_started: set[tuple[str, int]] = set()
+        self._abandoned: list[m.TaskRef] = []  # told to the coordinator in the next ``register``
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
         self._stop = asyncio.Event()
@@ -269,6 +275,7 @@ class WorkerAgent:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
+            self._abandon_unconfirmed()
             tasks = (beats, renew, stopper, reader, writer)
             for t in tasks:
                 t.cancel()
@@ -282,7 +289,8 @@ class WorkerAgent:
                           max_concurrent=self.config.max_concurrent_tasks,
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
-                          address=address, interface=self.interface, finished=self.outbox.unacked_refs())
+                          address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
+                          abandoned=list(self._abandoned))
 
     def _rendezvous_address(self, ws: ClientConnection) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -329,6 +337,7 @@ class WorkerAgent:
         log.info("registered with coordinator as %s (session %s)", msg.worker_id, msg.session_id)
         self.registered.set()
         self.sessions += 1
+        self._abandoned = []  # the coordinator has heard of them
         if self.draining:
             self._beat_now.set()  # a new session starts as ready: say at once that we are not
         self._end_hold()
@@ -342,6 +351,15 @@ class WorkerAgent:
         assert isinstance(msg, m.AssignTasks)
         fresh = [a for a in msg.tasks
                  if a.task_id not in self.running or self.running[a.task_id].assignment.attempt < a.attempt]
+        for a in fresh:
+            old = self.running.pop(a.task_id, None)
+            if old is not None:  # the coordinator gave up on that attempt: stop it, report nothing
+                log.warning("task %s: attempt %d supersedes attempt %d still running here; stopping that one",
+                            a.task_id, a.attempt, old.assignment.attempt)
+                if not any(r.task is old.task for r in self.running.values()):  # a batch runs on
+                    old.task.cancel()
+            if msg.provisional:
+                self._unconfirmed[(a.task_id, a.attempt)] = msg.provisional
         ex = self.executors.get(fresh[0].type) if fresh else None
         if msg.batch_id and len(fresh) > 1 and hasattr(ex, "run_batch") and len({a.type for a in fresh}) == 1:
             batch = asyncio.create_task(self._execute_batch(fresh), name=f"batch-{msg.batch_id}")
@@ -350,6 +368,40 @@ class WorkerAgent:
             return
         for a in fresh:
             self.running[a.task_id] = Running(a, asyncio.create_task(self._execute(a), name=f"task-{a.task_id}"))
+
+    async def _on_confirm(self, msg: m.Message) -> None:
+        """Provisional assignments up to ``upto`` are on the coordinator's disk: report them now."""
+        assert isinstance(msg, m.Confirm)
+        for key, n in list(self._unconfirmed.items()):
+            if n > msg.upto:
+                continue
+            del self._unconfirmed[key]
+            if key in self._quiet_started:
+                self._quiet_started.discard(key)
+                r = self.running.get(key[0])
+                if r is not None and r.assignment.attempt == key[1]:
+                    self._announce_started(m.TaskRef(*key))
+            held = self._held.pop(key, None)
+            if held is not None:
+                await self._emit(held)
+
+    def _abandon_unconfirmed(self) -> None:
+        """The session ended before these provisional assignments were confirmed: the coordinator
+        may have lost them in a crash, so they are stopped and their results dropped (if it did
+        not, it finds them missing when this worker registers again and requeues them)."""
+        if not self._unconfirmed:
+            return
+        log.warning("session ended before %d provisional assignment(s) were confirmed; abandoning them: %s",
+                    len(self._unconfirmed), ", ".join(f"{t}#{a}" for t, a in self._unconfirmed))
+        for task_id, attempt in self._unconfirmed:
+            self._abandoned.append(m.TaskRef(task_id, attempt))
+            r = self.running.get(task_id)
+            if r is not None and r.assignment.attempt == attempt:
+                del self.running[task_id]  # so the cancelled run reports nothing
+                r.task.cancel()
+        self._unconfirmed.clear()
+        self._held.clear()
+        self._quiet_started.clear()
 
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
@@ -423,14 +475,22 @@ class WorkerAgent:
                            error=f"stopped because {', '.join(cancelled)} in the same batch was cancelled")
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
-        self.running.pop(a.task_id, None)
-        self.outbox.running_finished([m.TaskRef(a.task_id, a.attempt)])
+        r = self.running.get(a.task_id)
+        if r is not None and r.assignment.attempt == a.attempt:
+            del self.running[a.task_id]
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
+        if (a.task_id, a.attempt) in self._unconfirmed:
+            self._held[(a.task_id, a.attempt)] = result  # reported when confirmed
+            return
+        await self._emit(result)
+
+    async def _emit(self, result: m.TaskResult) -> None:
         # Written to the outbox (no fsync of its own: see outbox_duckdb) and sent at once; the
         # coordinator acks only after its own fsync, and an unacked result is re-sent after a
         # reconnect.
+        self.outbox.running_finished([m.TaskRef(result.task_id, result.attempt)])
         self._result_buf.append(result)
         self._schedule_flush()
         await self.outbox.add(result)
@@ -448,6 +508,9 @@ class WorkerAgent:
             self._send(m.TaskProgress(ref, fraction, message))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
+        if (ref.task_id, ref.attempt) in self._unconfirmed:
+            self._quiet_started.add((ref.task_id, ref.attempt))  # announced when confirmed
+            return
         self._started_buf.append(ref)
         self._schedule_flush()
 
@@ -584,6 +647,7 @@ _HANDLERS: dict[type[Any], Callable[[WorkerAgent, m.Message], Awaitable[None]]] 
     m.Registered: WorkerAgent._on_registered,
     m.AssignTasks: WorkerAgent._on_assign,
     m.ResultAck: WorkerAgent._on_ack,
+    m.Confirm: WorkerAgent._on_confirm,
     m.Cancel: WorkerAgent._on_cancel,
     m.Drain: WorkerAgent._on_drain,
     m.ErrorMsg: WorkerAgent._on_error,

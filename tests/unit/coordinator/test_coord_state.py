@@ -511,6 +511,16 @@ def test_register_without_the_task_and_no_retries_errors(sim: Sim) -> None:
     assert sim.task("t1").state == "error"
 
 
+def test_an_abandoned_provisional_assignment_is_requeued_without_spending_a_retry(sim: Sim) -> None:
+    sim.submit(spec("t1", max_retries=0))
+    sim.register(register("w1"))
+    reg = msgspec.structs.replace(register("w1"), abandoned=[m.TaskRef("t1", 1)])
+    cmds = sim.register(reg, now=T0 + 1)  # the session ended before the confirm reached w1
+    t = sim.task("t1")
+    assert (t.retries_used, t.attempt) == (0, 2) and assigned(cmds) == [("w1", "t1", 2)]
+    assert any("abandoned" in h["cause"] for h in t.history)
+
+
 def test_register_announcing_unknown_attempt_gets_cancel(sim: Sim) -> None:
     cmds = sim.register(register("w1", running=(("ghost", 3),)))
     assert [msg.task for _, msg in sent(cmds, m.Cancel)] == [m.TaskRef("ghost", 3)]

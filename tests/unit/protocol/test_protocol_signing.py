@@ -90,6 +90,7 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         max_concurrent=ints,
         memory_gb=finite,
         running=ref_lists,
+        abandoned=ref_lists,
     ),
     m.Registered: st.builds(
         m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite
@@ -103,7 +104,9 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         free_slots=ints,
         reason=opt_text,
     ),
-    m.AssignTasks: st.builds(m.AssignTasks, tasks=st.lists(assignments, max_size=3), batch_id=opt_text),
+    m.AssignTasks: st.builds(m.AssignTasks, tasks=st.lists(assignments, max_size=3), batch_id=opt_text,
+                             provisional=st.integers(min_value=0, max_value=2**40)),
+    m.Confirm: st.builds(m.Confirm, upto=st.integers(min_value=0, max_value=2**40)),
     m.TaskStarted: st.builds(m.TaskStarted, tasks=ref_lists, at=finite),
     m.TaskProgress: st.builds(m.TaskProgress, task=task_refs, fraction=finite, message=text),
     m.Results: st.builds(m.Results, results=st.lists(task_results, max_size=3)),

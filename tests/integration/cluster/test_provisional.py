@@ -1,0 +1,66 @@
+"""Provisional assignments (sent before the coordinator's record is durable): the worker runs them
+at once, reports nothing about them until the coordinator confirms, and abandons them when the
+session ends first. And a newer attempt of a task stops the older one still running.
+
+A real WorkerAgent against a hand-driven coordinator endpoint (``hand_support``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hand_support import hand_session
+
+from distributed_testing.protocol import messages as m
+from distributed_testing.testing import wait_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+SLEEP = {"name": "sleep", "parameters": {"seconds": 30}}
+
+
+async def test_a_provisional_result_is_sent_only_after_the_confirm(tmp_path: Path) -> None:
+    async with hand_session(tmp_path) as (coord, agent):
+        await coord.assign("a", provisional=1)
+        await wait_for(lambda: ("a", 1) in agent._held, what="a to finish")
+        await asyncio.sleep(0.2)
+        assert coord.received.empty() and agent.outbox.unacked_refs() == []  # nothing reported, nothing kept
+        await coord.assign("b", provisional=2)
+        await wait_for(lambda: ("b", 1) in agent._held, what="b to finish")
+        await coord.send(m.Confirm(1))
+        assert await coord.results() == ["a"]  # confirms only what it covers
+        await coord.send(m.Confirm(2))
+        assert await coord.results() == ["b"]
+
+
+async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_path: Path) -> None:
+    async with hand_session(tmp_path) as (coord, agent):
+        await coord.assign("done", provisional=1)
+        await coord.assign("long", provisional=2, config=SLEEP)
+        await wait_for(lambda: ("done", 1) in agent._held and "long" in agent.running, what="both to start")
+        pool = agent.executors["custom"].pool  # type: ignore[attr-defined]
+        child_pids = set(pool.pids)
+        await coord.drop()  # the coordinator may have lost both in a crash
+        await wait_for(lambda: len(coord.registers) == 2, what="the worker to register again")
+        again = coord.registers[-1]
+        assert again.running == [] and again.finished == []  # neither is announced as kept
+        assert again.abandoned == [m.TaskRef("done", 1), m.TaskRef("long", 1)]  # requeued at no retry cost
+        assert agent.running == {} and agent.outbox.unacked_refs() == []
+        await asyncio.sleep(0.3)
+        assert coord.received.empty()  # and no result of either is ever sent
+        await wait_for(lambda: child_pids - set(pool.pids), what="the sleeping child to be killed")
+
+
+async def test_a_newer_attempt_stops_the_older_one(tmp_path: Path) -> None:
+    async with hand_session(tmp_path) as (coord, agent):
+        await coord.assign("t", attempt=1, config=SLEEP)
+        await wait_for(lambda: "t" in agent.running, what="attempt 1 to start")
+        pool = agent.executors["custom"].pool  # type: ignore[attr-defined]
+        child_pids = set(pool.pids)
+        await coord.assign("t", attempt=2)
+        msg = await asyncio.wait_for(coord.received.get(), 10)
+        assert isinstance(msg, m.Results) and [(r.task_id, r.attempt) for r in msg.results] == [("t", 2)]
+        await wait_for(lambda: child_pids - set(pool.pids), what="attempt 1's child to be killed")
+        assert agent.running == {}
+        await asyncio.sleep(0.3)
+        assert coord.received.empty()  # attempt 1 reports nothing

@@ -1,0 +1,124 @@
+"""``Runtime.execute`` with a store whose writes the test completes by hand: what goes to a worker
+before its event's records are durable (a provisional assignment, confirmed afterwards) and what
+waits, in which order; and ``?wait`` answers only with outcomes that are on disk."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from distributed_testing.config import CoordinatorConfig
+from distributed_testing.coordinator.runtime import Runtime, Session
+from distributed_testing.coordinator.state import Command, Save, Send
+from distributed_testing.coordinator.store.base import MetaRow, Record
+from distributed_testing.coordinator.store.memory import MemoryStore
+from distributed_testing.protocol import messages as m
+from distributed_testing.protocol.signing import Channel
+from distributed_testing.tasks.spec import parse_tasks
+
+
+class GatedStore(MemoryStore):
+    """A MemoryStore whose appends complete only when the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gated = False
+        self.held: list[asyncio.Future[None]] = []
+
+    def append(self, records: list[Record]) -> asyncio.Future[None]:
+        if not self.gated:
+            return super().append(records)
+        super().append(records)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.held.append(fut)
+        return fut
+
+    def release(self) -> None:
+        for fut in self.held:
+            fut.set_result(None)
+        self.held.clear()
+
+
+@pytest.mark.asyncio
+async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> None:
+    store = GatedStore()
+    await store.open()
+    rt = Runtime(CoordinatorConfig(), store, clock=lambda: 100.0)
+    reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
+                     capabilities=["cpu"], tags=[], max_concurrent=1)
+    await rt.execute(rt.state.register(reg, "s1", 100.0))
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    await rt.execute(cmds)
+
+    store.gated = True
+    result = m.Results([m.TaskResult("t1", 1, "succeeded", 100.0, 100.5)])
+    written = rt.execute(rt.state.results("w", result, 100.5))
+    assert rt.state.tasks["t1"].outcome is not None  # set in memory, not yet on disk
+    waiting = asyncio.ensure_future(rt.wait_terminal(["t1"], 10.0))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done(), "?wait answered before the outcome was durable"
+
+    store.release()
+    await asyncio.wait_for(waiting, 5)
+    await written
+    await asyncio.wait_for(rt.wait_terminal(["t1"], 10.0), 1)  # durable now: answers at once
+    assert not rt._undurable and not rt._waiters
+
+
+async def runtime_with_worker() -> tuple[Runtime, GatedStore, Session]:
+    store = GatedStore()
+    await store.open()
+    rt = Runtime(CoordinatorConfig(), store, clock=lambda: 100.0)
+    session = Session(session_id="s1", worker_id="w", key_id="k", channel=Channel(b"k" * 32))
+    rt.sessions["w"] = session
+    reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
+                     capabilities=["cpu"], tags=[], max_concurrent=4)
+    await rt.execute(rt.state.register(reg, "s1", 100.0))
+    return rt, store, session
+
+
+def sent(session: Session) -> list[m.Message]:
+    out = []
+    while not session.outbox.empty():
+        msg = session.outbox.get_nowait()
+        assert msg is not None
+        out.append(msg)
+    return out
+
+
+def assign(task_id: str, attempt: int = 1) -> m.AssignTasks:
+    return m.AssignTasks([m.TaskAssignment(task_id=task_id, attempt=attempt, type="custom", config={"name": "noop"})])
+
+
+@pytest.mark.asyncio
+async def test_an_assignment_leaves_before_its_record_is_durable_and_is_confirmed_after() -> None:
+    rt, store, session = await runtime_with_worker()
+    store.gated = True
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    done = rt.execute(cmds)
+    first = sent(session)
+    assert [type(x) for x in first] == [m.AssignTasks] and first[0].provisional == 1  # type: ignore[union-attr]
+    store.release()
+    await done
+    assert sent(session) == [m.Confirm(1)]
+
+
+@pytest.mark.asyncio
+async def test_an_assignment_never_overtakes_an_earlier_command_for_the_same_worker() -> None:
+    rt, store, session = await runtime_with_worker()
+    store.gated = True
+    cancel = m.Cancel(m.TaskRef("t", 1), "superseded")
+    same_event: list[Command] = [Save(MetaRow("a", "1")), Send("w", cancel), Send("w", assign("t", 2))]
+    earlier: list[Command] = [Save(MetaRow("b", "1")), Send("w", m.Cancel(m.TaskRef("u", 1), "gone"))]
+    later: list[Command] = [Save(MetaRow("c", "1")), Send("w", assign("v"))]
+    futs = [rt.execute(same_event), rt.execute(earlier), rt.execute(later)]
+    assert sent(session) == []  # each waits behind a command that waits for the disk
+    store.release()
+    await asyncio.gather(*futs)
+    assert sent(session) == [cancel, assign("t", 2), m.Cancel(m.TaskRef("u", 1), "gone"), assign("v")]
+    assert session.deferred == 0
+    store.gated = False
+    await rt.execute([Save(MetaRow("d", "1")), Send("w", assign("x"))])  # nothing waits now
+    assert sent(session) == [m.AssignTasks(assign("x").tasks, provisional=1), m.Confirm(1)]
