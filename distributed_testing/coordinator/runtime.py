@@ -111,6 +111,8 @@ class Runtime:
             if f.cancelled() or f.exception() is not None:
                 exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
                 log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
+                for s in confirms:  # their provisional assignments may never be durable: abandon them
+                    s.close("the coordinator could not persist an assignment")
                 finished.set_exception(exc or RuntimeError("store append cancelled"))
                 return
             for s, upto in confirms.items():

@@ -291,6 +291,13 @@ class CoordinatorState:
                     cmds += self._lose(t, "worker restarted without this task", now)
                 self._unsent.discard((t.task_id, t.attempt))
         for t in list(self._gangs_active.values()):
+            if (t.task_id, t.attempt) in abandoned and w.worker_id in t.gang.members:  # type: ignore[union-attr]
+                # the member stopped it unconfirmed: end the attempt now (the other ranks wait on
+                # it), at no retry cost
+                cmds += self._end_gang(t, now, status="error", culprit=w.worker_id, retry=True, count=False,
+                                       cause=f"node assignment abandoned by {w.worker_id}: its session ended "
+                                             "before it was confirmed")
+                continue
             self._reconcile_member(t, w, announced, now)
         for task_id, attempt in announced.items():
             known = self.tasks.get(task_id)

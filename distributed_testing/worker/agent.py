@@ -508,6 +508,9 @@ class WorkerAgent:
             self._send(m.TaskProgress(ref, fraction, message))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
+        r = self.running.get(ref.task_id)
+        if r is None or r.assignment.attempt != ref.attempt:
+            return  # stopped meanwhile (abandoned or superseded): it never started, as far as anyone knows
         if (ref.task_id, ref.attempt) in self._unconfirmed:
             self._quiet_started.add((ref.task_id, ref.attempt))  # announced when confirmed
             return

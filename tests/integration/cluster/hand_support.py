@@ -33,6 +33,7 @@ class HandCoordinator:
 
     received: asyncio.Queue[m.Message] = field(default_factory=asyncio.Queue)
     registers: list[m.Register] = field(default_factory=list)
+    started: list[m.TaskRef] = field(default_factory=list)
     ws: web.WebSocketResponse | None = None
     channel: Channel | None = None
 
@@ -48,7 +49,9 @@ class HandCoordinator:
                 self.registers.append(msg)
                 await self.send(m.Registered(worker_id=msg.worker_id, session_id=session_id,
                                              heartbeat_interval_s=60.0, server_time=time.time()))
-            elif not isinstance(msg, m.Heartbeat | m.TaskStarted):
+            elif isinstance(msg, m.TaskStarted):
+                self.started += msg.tasks
+            elif not isinstance(msg, m.Heartbeat):
                 await self.received.put(msg)
         return ws
 
@@ -77,7 +80,8 @@ class HandCoordinator:
 
 
 @contextlib.asynccontextmanager
-async def hand_session(tmp_path: Path) -> AsyncIterator[tuple[HandCoordinator, WorkerAgent]]:
+async def hand_session(tmp_path: Path, executors: dict[str, Any] | None = None
+                       ) -> AsyncIterator[tuple[HandCoordinator, WorkerAgent]]:
     coord = HandCoordinator()
     app = web.Application()
     app.router.add_get("/ws/worker", coord.endpoint)
@@ -88,7 +92,7 @@ async def hand_session(tmp_path: Path) -> AsyncIterator[tuple[HandCoordinator, W
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     config = WorkerConfig(coordinator_url=url, api_key=KEY, name="w", worker_id="w", max_concurrent_tasks=4,
                           heartbeat_interval_s=60.0, reconnect_interval_s=0.1, test_root=tmp_path)
-    agent = WorkerAgent(config, default_executors(4, cache_dir=tmp_path / "cache"), MemoryOutbox(), {}, ["cpu"],
+    agent = WorkerAgent(config, executors or default_executors(4, cache_dir=tmp_path / "cache"), MemoryOutbox(), {}, ["cpu"],
                         Credentials(url, api_key=KEY))
     run = asyncio.create_task(agent.run())
     try:

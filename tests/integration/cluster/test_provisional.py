@@ -14,6 +14,7 @@ from hand_support import hand_session
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
+from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 SLEEP = {"name": "sleep", "parameters": {"seconds": 30}}
@@ -49,6 +50,37 @@ async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_p
         await asyncio.sleep(0.3)
         assert coord.received.empty()  # and no result of either is ever sent
         await wait_for(lambda: child_pids - set(pool.pids), what="the sleeping child to be killed")
+
+
+class SlowToStop:
+    """An executor whose task takes 0.2 s to stop once cancelled (as a benchmark child being
+    reaped, or training ranks settling), longer than the worker's 25 ms ``started`` delay."""
+
+    task_type = "custom"
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.sleep(0.2))
+            raise
+        return ExecOutcome("succeeded")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_abandoned_task_is_never_announced_as_started(tmp_path: Path) -> None:
+    async with hand_session(tmp_path, {"custom": SlowToStop()}) as (coord, agent):
+        await coord.assign("x", provisional=1)
+        await wait_for(lambda: "x" in agent.running, what="x to start")
+        await coord.drop()  # before the 25 ms started delay, and before any confirm
+        await wait_for(lambda: len(coord.registers) == 2, what="the worker to register again")
+        await asyncio.sleep(0.4)  # the cancelled run has finished stopping
+        assert coord.started == [] and coord.registers[-1].abandoned == [m.TaskRef("x", 1)]
 
 
 async def test_a_newer_attempt_stops_the_older_one(tmp_path: Path) -> None:

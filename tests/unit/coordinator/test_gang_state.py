@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -465,6 +466,19 @@ def test_hand_back_by_a_member_requeues_without_using_a_retry(sim: Sim) -> None:
     t = sim.task("g")
     assert t.retries_used == 0 and t.state == "assigned" and t.attempt == 2
     assert t.gang.members == ["w1", "w3"]  # placed again at once, without the draining worker
+
+
+def test_a_member_that_abandoned_its_provisional_assignment_ends_the_attempt_at_no_retry_cost(sim: Sim) -> None:
+    sim.register(register("w1"))
+    sim.register(register("w2"))
+    sim.submit(training("g", max_retries=0))
+    sim.disconnect("w2", T0 + 1)  # its session ended before the assignment's confirm reached it
+    back = msgspec.structs.replace(register("w2"), abandoned=[m.TaskRef("g", 1)])
+    cmds = sim.register(back, now=T0 + 2)
+    assert ("w1", m.Cancel(m.TaskRef("g", 1), "gang attempt 1 ended: node assignment abandoned by w2: its "
+                            "session ended before it was confirmed")) in sent(cmds, m.Cancel)
+    t = sim.task("g")
+    assert t.retries_used == 0 and t.state == "assigned" and t.attempt == 2  # not the 10 s grace, no retry
 
 
 # ------------------------------------------------------------------- restart
