@@ -11,7 +11,7 @@ nothing about a provisional attempt before the confirm and abandons it if the se
 first, so an attempt lost in a crash leaves no result, and attempt numbers are never reused in
 anything a worker reports. Messages to one session keep their order: an assignment never
 overtakes a command of an earlier event (a ``cancel`` of the same task's previous attempt, say)
-or an earlier command of its own event.
+or an earlier command of its own event, except a ``result_ack`` (see ``_orders``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 from aiohttp import web
@@ -97,7 +97,7 @@ class Runtime:
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
         rest, confirms = self._send_provisional(rest)
-        waiting = [s for c in rest if isinstance(c, Send | CloseWorker) and (s := self.sessions.get(c.worker_id))]
+        waiting = [s for c in rest if _orders(c) and (s := self.sessions.get(c.worker_id))]
         for s in waiting:
             s.deferred += 1
 
@@ -139,7 +139,7 @@ class Runtime:
                     s.send(msgspec.structs.replace(c.msg, provisional=s.provisional))
                     confirms[s] = s.provisional
                     continue
-            if isinstance(c, Send | CloseWorker):
+            if _orders(c):
                 blocked.add(c.worker_id)
             later.append(c)
         return later, confirms
@@ -228,6 +228,13 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def _orders(c: Command) -> TypeGuard[Send | CloseWorker]:
+    """Whether a later assignment to the same worker must not overtake ``c``. A ``result_ack`` may
+    be overtaken (it only ends the worker's short result hold sooner or later), so a busy worker,
+    whose results are always being acknowledged, still gets provisional assignments."""
+    return isinstance(c, CloseWorker) or (isinstance(c, Send) and not isinstance(c.msg, m.ResultAck))
 
 
 @dataclass(eq=False)

@@ -122,3 +122,17 @@ async def test_an_assignment_never_overtakes_an_earlier_command_for_the_same_wor
     store.gated = False
     await rt.execute([Save(MetaRow("d", "1")), Send("w", assign("x"))])  # nothing waits now
     assert sent(session) == [m.AssignTasks(assign("x").tasks, provisional=1), m.Confirm(1)]
+
+
+@pytest.mark.asyncio
+async def test_an_assignment_may_overtake_a_result_ack() -> None:
+    """A busy worker always has an ack on its way; it still gets provisional assignments."""
+    rt, store, session = await runtime_with_worker()
+    store.gated = True
+    ack = m.ResultAck([m.TaskRef("done", 1)])
+    futs = [rt.execute([Save(MetaRow("a", "1")), Send("w", ack)]),
+            rt.execute([Save(MetaRow("b", "1")), Send("w", ack), Send("w", assign("next"))])]
+    assert sent(session) == [m.AssignTasks(assign("next").tasks, provisional=1)]
+    store.release()
+    await asyncio.gather(*futs)
+    assert sent(session) == [ack, m.Confirm(1), ack]
