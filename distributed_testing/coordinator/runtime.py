@@ -102,10 +102,7 @@ class Runtime:
             s.deferred += 1
 
         def after(f: asyncio.Future[None]) -> None:
-            self._undurable.subtract(notified)
-            for tid in notified:
-                if self._undurable[tid] <= 0:
-                    del self._undurable[tid]
+            self._undurable -= Counter(notified)  # drops the ids that reach zero
             for s in waiting:
                 s.deferred -= 1
             if f.cancelled() or f.exception() is not None:

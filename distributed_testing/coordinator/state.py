@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +267,7 @@ class CoordinatorState:
         return cmds + self.dispatch(now)
 
     def _reconcile(self, w: Worker, announced: dict[str, int], finished: dict[str, int], now: float,
-                   abandoned: AbstractSet[tuple[str, int]] = frozenset()) -> list[Command]:
+                   abandoned: set[tuple[str, int]]) -> list[Command]:
         """Keep tasks the worker still runs or has finished (their results follow the
         registration); requeue ours it no longer has; cancel the rest."""
         cmds: list[Command] = []
@@ -291,7 +290,8 @@ class CoordinatorState:
                     cmds += self._lose(t, "worker restarted without this task", now)
                 self._unsent.discard((t.task_id, t.attempt))
         for t in list(self._gangs_active.values()):
-            if (t.task_id, t.attempt) in abandoned and w.worker_id in t.gang.members:  # type: ignore[union-attr]
+            assert t.gang is not None
+            if (t.task_id, t.attempt) in abandoned and w.worker_id in t.gang.members:
                 # the member stopped it unconfirmed: end the attempt now (the other ranks wait on
                 # it), at no retry cost
                 cmds += self._end_gang(t, now, status="error", culprit=w.worker_id, retry=True, count=False,

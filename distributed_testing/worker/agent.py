@@ -369,6 +369,11 @@ class WorkerAgent:
         for a in fresh:
             self.running[a.task_id] = Running(a, asyncio.create_task(self._execute(a), name=f"task-{a.task_id}"))
 
+    def _running(self, task_id: str, attempt: int) -> Running | None:
+        """What runs here for this attempt (None when this task runs another attempt, or none)."""
+        r = self.running.get(task_id)
+        return r if r is not None and r.assignment.attempt == attempt else None
+
     async def _on_confirm(self, msg: m.Message) -> None:
         """Provisional assignments up to ``upto`` are on the coordinator's disk: report them now."""
         assert isinstance(msg, m.Confirm)
@@ -378,9 +383,7 @@ class WorkerAgent:
             del self._unconfirmed[key]
             if key in self._quiet_started:
                 self._quiet_started.discard(key)
-                r = self.running.get(key[0])
-                if r is not None and r.assignment.attempt == key[1]:
-                    self._announce_started(m.TaskRef(*key))
+                self._announce_started(m.TaskRef(*key))
             held = self._held.pop(key, None)
             if held is not None:
                 await self._emit(held)
@@ -395,8 +398,7 @@ class WorkerAgent:
                     len(self._unconfirmed), ", ".join(f"{t}#{a}" for t, a in self._unconfirmed))
         for task_id, attempt in self._unconfirmed:
             self._abandoned.append(m.TaskRef(task_id, attempt))
-            r = self.running.get(task_id)
-            if r is not None and r.assignment.attempt == attempt:
+            if (r := self._running(task_id, attempt)) is not None:
                 del self.running[task_id]  # so the cancelled run reports nothing
                 r.task.cancel()
         self._unconfirmed.clear()
@@ -414,8 +416,7 @@ class WorkerAgent:
 
     async def _on_cancel(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Cancel)
-        r = self.running.get(msg.task.task_id)
-        if r is not None and r.assignment.attempt == msg.task.attempt:
+        if (r := self._running(msg.task.task_id, msg.task.attempt)) is not None:
             r.cancel_reason = msg.reason
             r.task.cancel()
 
@@ -475,8 +476,7 @@ class WorkerAgent:
                            error=f"stopped because {', '.join(cancelled)} in the same batch was cancelled")
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
-        r = self.running.get(a.task_id)
-        if r is not None and r.assignment.attempt == a.attempt:
+        if self._running(a.task_id, a.attempt) is not None:
             del self.running[a.task_id]
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
@@ -503,13 +503,11 @@ class WorkerAgent:
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
         """An executor's progress report (called on the loop) as a ``progress`` message."""
-        r = self.running.get(ref.task_id)
-        if r is not None and r.assignment.attempt == ref.attempt and self.registered.is_set():
+        if self._running(ref.task_id, ref.attempt) is not None and self.registered.is_set():
             self._send(m.TaskProgress(ref, fraction, message))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
-        r = self.running.get(ref.task_id)
-        if r is None or r.assignment.attempt != ref.attempt:
+        if self._running(ref.task_id, ref.attempt) is None:
             return  # stopped meanwhile (abandoned or superseded): it never started, as far as anyone knows
         if (ref.task_id, ref.attempt) in self._unconfirmed:
             self._quiet_started.add((ref.task_id, ref.attempt))  # announced when confirmed
