@@ -183,7 +183,7 @@ async def get_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     t = rt.state.get(request.match_info["task_id"])
     wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
-    if wait > 0 and t.outcome is None:
+    if wait > 0:  # returns at once for an outcome already on disk
         await rt.wait_terminal([t.task_id], wait)
     view = task_view(rt, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
