@@ -40,14 +40,21 @@ class GatedStore(MemoryStore):
         self.held.clear()
 
 
-@pytest.mark.asyncio
-async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> None:
+async def runtime_with_worker() -> tuple[Runtime, GatedStore, Session]:
     store = GatedStore()
     await store.open()
     rt = Runtime(CoordinatorConfig(), store, clock=lambda: 100.0)
+    session = Session(session_id="s1", worker_id="w", key_id="k", channel=Channel(b"k" * 32))
+    rt.sessions["w"] = session
     reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
-                     capabilities=["cpu"], tags=[], max_concurrent=1)
+                     capabilities=["cpu"], tags=[], max_concurrent=4)
     await rt.execute(rt.state.register(reg, "s1", 100.0))
+    return rt, store, session
+
+
+@pytest.mark.asyncio
+async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> None:
+    rt, store, _ = await runtime_with_worker()
     _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
     await rt.execute(cmds)
 
@@ -65,18 +72,6 @@ async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> Non
     await written
     await asyncio.wait_for(rt.wait_terminal(["t1"], 10.0), 1)  # durable now: answers at once
     assert not rt._undurable and not rt._waiters
-
-
-async def runtime_with_worker() -> tuple[Runtime, GatedStore, Session]:
-    store = GatedStore()
-    await store.open()
-    rt = Runtime(CoordinatorConfig(), store, clock=lambda: 100.0)
-    session = Session(session_id="s1", worker_id="w", key_id="k", channel=Channel(b"k" * 32))
-    rt.sessions["w"] = session
-    reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
-                     capabilities=["cpu"], tags=[], max_concurrent=4)
-    await rt.execute(rt.state.register(reg, "s1", 100.0))
-    return rt, store, session
 
 
 def sent(session: Session) -> list[m.Message]:
