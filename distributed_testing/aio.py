@@ -20,6 +20,7 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CHOICES = ("auto", "uvloop", "asyncio")
+HELP = "DT_EVENT_LOOP=asyncio|uvloop picks the event loop (default: uvloop when installed)."  # --help epilog
 
 
 def loop_choice() -> str:
@@ -49,4 +50,4 @@ def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
     return asyncio.run(main)
 
 
-__all__ = ["run", "loop_choice", "CHOICES"]
+__all__ = ["run", "loop_choice", "CHOICES", "HELP"]

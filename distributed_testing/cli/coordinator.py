@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-coordinator", description="Run the distributed_testing coordinator.",
-                                epilog="DT_EVENT_LOOP=asyncio|uvloop picks the event loop (default: uvloop when installed).")
+                                epilog=aio.HELP)
     p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
     p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-worker", description="Run a distributed_testing worker.",
-                                epilog="DT_EVENT_LOOP=asyncio|uvloop picks the event loop (default: uvloop when installed).")
+                                epilog=aio.HELP)
     p.add_argument("--coordinator", help=f"coordinator http(s) URL (default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
     auth = p.add_argument_group("authentication (one of)")
     auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY)")
