@@ -291,9 +291,10 @@ class CoordinatorState:
                 self._unsent.discard((t.task_id, t.attempt))
         for t in list(self._gangs_active.values()):
             assert t.gang is not None
-            if (t.task_id, t.attempt) in abandoned and w.worker_id in t.gang.members:
+            if (t.task_id, t.attempt) in abandoned and w.worker_id in t.gang.members and w.worker_id not in t.gang.held:
                 # the member stopped it unconfirmed: end the attempt now (the other ranks wait on
-                # it), at no retry cost
+                # it), at no retry cost. A member whose result is held here finished it: its
+                # result, sent before the confirm, stands (we still hold it, so we did not crash)
                 cmds += self._end_gang(t, now, status="error", culprit=w.worker_id, retry=True, count=False,
                                        cause=f"node assignment abandoned by {w.worker_id}: its session ended "
                                              "before it was confirmed")

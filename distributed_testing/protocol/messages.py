@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 2  # 2: provisional assignments, confirm, register.abandoned
+PROTOCOL_VERSION = 3  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -109,10 +109,11 @@ class AssignTasks(_Msg, frozen=True, tag="assign"):
     one child process that loads the model once.
 
     ``provisional`` > 0: sent while the coordinator's record of these attempts was still being
-    written. The worker runs them at once but reports nothing about them (no ``started``, no
-    result) until a ``confirm`` with ``upto >= provisional`` arrives on the same session, and
+    written. The worker runs them at once and sends their results at once (the coordinator
+    journals a result after its assignment), but sends no ``started`` and keeps no result for a
+    re-send until a ``confirm`` with ``upto >= provisional`` arrives on the same session; it
     abandons them (kills them, drops their results) if the session ends first: whatever the
-    coordinator never made durable leaves no trace."""
+    coordinator never made durable is never reported again."""
 
     tasks: list[TaskAssignment]
     batch_id: str | None = None

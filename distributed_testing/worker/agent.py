@@ -89,9 +89,10 @@ class WorkerAgent:
         self._unacked_sent: set[tuple[str, int]] = set()  # the last results message, until acked
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
         # Provisional attempts (see AssignTasks.provisional), by (task id, attempt): their number,
-        # their results and their ``started`` announcements, held until a ``confirm`` covers them.
+        # their ``started`` announcements (held until a ``confirm`` covers them) and their results
+        # (sent at once, but kept out of the outbox until confirmed, so never re-sent unconfirmed).
         self._unconfirmed: dict[tuple[str, int], int] = {}
-        self._held: dict[tuple[str, int], m.TaskResult] = {}
+        self._unlogged: dict[tuple[str, int], m.TaskResult] = {}
         self._quiet_started: set[tuple[str, int]] = set()
         self._abandoned: list[m.TaskRef] = []  # told to the coordinator in the next ``register``
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
@@ -375,7 +376,8 @@ class WorkerAgent:
         return r if r is not None and r.assignment.attempt == attempt else None
 
     async def _on_confirm(self, msg: m.Message) -> None:
-        """Provisional assignments up to ``upto`` are on the coordinator's disk: report them now."""
+        """Provisional assignments up to ``upto`` are on the coordinator's disk: announce the ones
+        still running, and keep the results already sent in the outbox until acknowledged."""
         assert isinstance(msg, m.Confirm)
         for key, n in list(self._unconfirmed.items()):
             if n > msg.upto:
@@ -384,14 +386,15 @@ class WorkerAgent:
             if key in self._quiet_started:
                 self._quiet_started.discard(key)
                 self._announce_started(m.TaskRef(*key))
-            held = self._held.pop(key, None)
-            if held is not None:
-                await self._emit(held)
+            sent = self._unlogged.pop(key, None)
+            if sent is not None:
+                await self.outbox.add(sent)
 
     def _abandon_unconfirmed(self) -> None:
         """The session ended before these provisional assignments were confirmed: the coordinator
-        may have lost them in a crash, so they are stopped and their results dropped (if it did
-        not, it finds them missing when this worker registers again and requeues them)."""
+        may have lost them in a crash, so they are stopped and their results dropped, never sent
+        again (if it did not lose them, it either has the result already or finds the attempt
+        missing when this worker registers again and requeues it)."""
         if not self._unconfirmed:
             return
         log.warning("session ended before %d provisional assignment(s) were confirmed; abandoning them: %s",
@@ -401,8 +404,9 @@ class WorkerAgent:
             if (r := self._running(task_id, attempt)) is not None:
                 del self.running[task_id]  # so the cancelled run reports nothing
                 r.task.cancel()
+        self._result_buf = [r for r in self._result_buf if (r.task_id, r.attempt) not in self._unlogged]
         self._unconfirmed.clear()
-        self._held.clear()
+        self._unlogged.clear()
         self._quiet_started.clear()
 
     async def _on_ack(self, msg: m.Message) -> None:
@@ -482,7 +486,11 @@ class WorkerAgent:
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
         if (a.task_id, a.attempt) in self._unconfirmed:
-            self._held[(a.task_id, a.attempt)] = result  # reported when confirmed
+            # Sent now: the coordinator journals it after the assignment, so it is durable only
+            # once the assignment is. Into the outbox (re-sent after a reconnect) once confirmed.
+            self._unlogged[(a.task_id, a.attempt)] = result
+            self._result_buf.append(result)
+            self._schedule_flush()
             return
         await self._emit(result)
 

@@ -1,6 +1,7 @@
 """Provisional assignments (sent before the coordinator's record is durable): the worker runs them
-at once, reports nothing about them until the coordinator confirms, and abandons them when the
-session ends first. And a newer attempt of a task stops the older one still running.
+at once and sends their results at once, but announces them as started, and keeps their results
+for a re-send, only once the coordinator confirms; it abandons them when the session ends first.
+And a newer attempt of a task stops the older one still running.
 
 A real WorkerAgent against a hand-driven coordinator endpoint (``hand_support``)."""
 
@@ -20,25 +21,27 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 SLEEP = {"name": "sleep", "parameters": {"seconds": 30}}
 
 
-async def test_a_provisional_result_is_sent_only_after_the_confirm(tmp_path: Path) -> None:
+async def test_a_provisional_result_is_sent_at_once_and_kept_only_once_confirmed(tmp_path: Path) -> None:
     async with hand_session(tmp_path) as (coord, agent):
         await coord.assign("a", provisional=1)
-        await wait_for(lambda: ("a", 1) in agent._held, what="a to finish")
-        await asyncio.sleep(0.2)
-        assert coord.received.empty() and agent.outbox.unacked_refs() == []  # nothing reported, nothing kept
+        assert await coord.results() == ["a"]  # the coordinator journals it after the assignment
+        assert agent.outbox.unacked_refs() == []  # but it is not kept for a re-send: maybe never durable
         await coord.assign("b", provisional=2)
-        await wait_for(lambda: ("b", 1) in agent._held, what="b to finish")
-        await coord.send(m.Confirm(1))
-        assert await coord.results() == ["a"]  # confirms only what it covers
-        await coord.send(m.Confirm(2))
         assert await coord.results() == ["b"]
+        await coord.send(m.Confirm(1))
+        await wait_for(lambda: agent.outbox.unacked_refs() == [m.TaskRef("a", 1)], what="a to be kept")
+        await coord.send(m.Confirm(2))
+        await wait_for(lambda: len(agent.outbox.unacked_refs()) == 2, what="b to be kept")
+        await coord.ack("a", "b")
+        await wait_for(lambda: agent.outbox.unacked_refs() == [], what="the acks")
 
 
 async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_path: Path) -> None:
     async with hand_session(tmp_path) as (coord, agent):
         await coord.assign("done", provisional=1)
+        assert await coord.results() == ["done"]
         await coord.assign("long", provisional=2, config=SLEEP)
-        await wait_for(lambda: ("done", 1) in agent._held and "long" in agent.running, what="both to start")
+        await wait_for(lambda: "long" in agent.running, what="long to start")
         pool = agent.executors["custom"].pool  # type: ignore[attr-defined]
         child_pids = set(pool.pids)
         await coord.drop()  # the coordinator may have lost both in a crash
@@ -48,7 +51,7 @@ async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_p
         assert again.abandoned == [m.TaskRef("done", 1), m.TaskRef("long", 1)]  # requeued at no retry cost
         assert agent.running == {} and agent.outbox.unacked_refs() == []
         await asyncio.sleep(0.3)
-        assert coord.received.empty()  # and no result of either is ever sent
+        assert coord.received.empty()  # and "done"'s result is not sent again, nor any of "long"
         await wait_for(lambda: child_pids - set(pool.pids), what="the sleeping child to be killed")
 
 

@@ -521,6 +521,17 @@ def test_an_abandoned_provisional_assignment_is_requeued_without_spending_a_retr
     assert any("abandoned" in h["cause"] for h in t.history)
 
 
+def test_an_abandoned_attempt_whose_result_arrived_keeps_its_outcome(sim: Sim) -> None:
+    """The worker sent the result before the confirm, then lost its session: the result stands."""
+    sim.submit(spec("t1"))
+    sim.register(register("w1"))
+    sim.results("w1", m.Results([m.TaskResult("t1", 1, "succeeded", T0, T0 + 1)]), now=T0 + 1)
+    reg = msgspec.structs.replace(register("w1"), abandoned=[m.TaskRef("t1", 1)])
+    assert assigned(sim.register(reg, now=T0 + 2)) == []
+    t = sim.task("t1")
+    assert (t.state, t.attempt, t.retries_used) == ("succeeded", 1, 0)
+
+
 def test_register_announcing_unknown_attempt_gets_cancel(sim: Sim) -> None:
     cmds = sim.register(register("w1", running=(("ghost", 3),)))
     assert [msg.task for _, msg in sent(cmds, m.Cancel)] == [m.TaskRef("ghost", 3)]

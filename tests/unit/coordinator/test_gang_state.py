@@ -481,6 +481,22 @@ def test_a_member_that_abandoned_its_provisional_assignment_ends_the_attempt_at_
     assert t.retries_used == 0 and t.state == "assigned" and t.attempt == 2  # not the 10 s grace, no retry
 
 
+def test_a_member_whose_result_arrived_before_its_session_ended_keeps_it(sim: Sim) -> None:
+    """A worker sends a provisional attempt's result at once and, if its session ends before the
+    confirm, still lists the attempt as abandoned; the coordinator holds that result (so it did
+    not crash), and the result stands."""
+    sim.register(register("w1"))
+    sim.register(register("w2"))
+    sim.submit(training("g", max_retries=0))
+    sim.results("w2", node_result("g", 1, 1))
+    sim.disconnect("w2", T0 + 1)
+    back = msgspec.structs.replace(register("w2"), abandoned=[m.TaskRef("g", 1)])
+    assert sent(sim.register(back, now=T0 + 2), m.Cancel) == []
+    sim.results("w1", node_result("g", 1, 0), now=T0 + 3)
+    t = sim.task("g")
+    assert t.state == "succeeded" and t.attempt == 1
+
+
 # ------------------------------------------------------------------- restart
 
 
