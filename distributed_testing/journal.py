@@ -11,7 +11,10 @@ Durability contract: the future returned by :meth:`Journal.append` completes onl
 records' bytes were written and fsync'd; an ``append(..., sync=False)`` (for an owner with
 another durable copy, such as the worker's outbox) completes once they are written, which
 survives a crash of the process, and a flush holding only such records skips the fsync (the next
-synced flush or rotation covers them). One owned writer task takes everything queued since its
+synced flush or rotation covers them). An ``append(..., linger_s=L)`` does not start a flush of
+its own for up to ``L`` seconds: any other append, a rotation or ``close`` flushes it sooner, so an
+owner that needs records durable only together with later ones (a submission answered only with
+its outcome) pays one fsync for both when the later ones come within ``L``. One owned writer task takes everything queued since its
 last flush, writes it and fsyncs it in one call, then resolves all of those futures (group commit:
 while one fsync runs, new appends queue for the next). A small flush (``inline_max_frames``) runs
 on the event loop; a bigger one, a rotation, or any flush while frames keep queuing behind the
@@ -115,6 +118,7 @@ class Journal(Generic[R]):
         self._waiters: list[asyncio.Future[None]] = []
         self._rotations: list[asyncio.Future[int]] = []
         self._wake = asyncio.Event()
+        self._linger: asyncio.TimerHandle | None = None  # wakes the writer for lingering appends
         self._writer: asyncio.Task[None] | None = None
         self._fd: int | None = None
         self._seq = 0
@@ -187,9 +191,10 @@ class Journal(Generic[R]):
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: list[R], *, sync: bool = True) -> asyncio.Future[None]:
+    def append(self, records: list[R], *, sync: bool = True, linger_s: float = 0.0) -> asyncio.Future[None]:
         """Queue ``records``; the returned future completes once they are written and fsync'd
-        (with ``sync=False``: once written; see the module doc).
+        (with ``sync=False``: once written; see the module doc). With ``linger_s`` > 0 the flush
+        that takes them starts within ``linger_s`` rather than at once (see the module doc).
 
         Call from the event loop thread (plain function, not a coroutine). Records are encoded
         here, so later mutation of their contents does not change what is written. An empty list
@@ -215,7 +220,10 @@ class Journal(Generic[R]):
         self._frames.extend(frames)
         self._waiters.append(fut)
         self._sync = self._sync or sync
-        self._wake.set()
+        if linger_s <= 0:
+            self._wake.set()
+        elif self._linger is None and not self._wake.is_set():
+            self._linger = asyncio.get_running_loop().call_later(linger_s, self._wake.set)
         return fut
 
     def _check_decodes(self, rec: object, payload: bytes) -> None:
@@ -249,8 +257,9 @@ class Journal(Generic[R]):
     async def _run(self) -> None:
         """The single writer: flush queued frames (and rotate when asked) until closed."""
         while True:
-            if not (self._frames or self._waiters or self._rotations):
-                if self._closing:
+            idle = not (self._frames or self._waiters or self._rotations)
+            if idle or not self._wake.is_set():  # nothing queued, or only lingering appends
+                if idle and self._closing:
                     return
                 self._wake.clear()
                 await self._wake.wait()
@@ -270,6 +279,9 @@ class Journal(Generic[R]):
         self._fail_pending(StoreError(f"journal {self.directory} writer stopped{reason}"))
 
     async def _flush_once(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         frames, self._frames = self._frames, []
         waiters, self._waiters = self._waiters, []
         rotations, self._rotations = self._rotations, []

@@ -28,6 +28,11 @@ from .store.base import ResultQuery, ResultRow
 
 log = logging.getLogger(__name__)
 MAX_WAIT_S = 300.0
+# A ``?wait`` submission is answered only with its outcome, so its records need not be durable
+# before the outcome's: they wait up to this long to share one fsync with the result of a task
+# that finishes that fast (a task that takes longer costs nothing more). Measured with
+# benchmarks/dispatch.py: see docs/architecture.md, "Measured".
+WAIT_SUBMIT_LINGER_S = 0.002
 INT64_MAX = 2**63 - 1
 DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
 MAX_DRAIN_DEADLINE_S = 86400.0
@@ -162,7 +167,7 @@ async def submit_tasks(request: web.Request) -> web.Response:
     wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
     parsed = specs.parse_task_json(await request.read())
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
-    await rt.execute(cmds)
+    await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
     status = 201 if any(a["created"] for a in accepted) else 200
     if wait > 0:
         await rt.wait_terminal([a["task_id"] for a in accepted], wait)

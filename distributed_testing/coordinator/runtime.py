@@ -6,10 +6,11 @@ write itself, so a WebSocket reader keeps reading while a group commit is in fli
 
 One exception, so a worker runs a task during the coordinator's fsync instead of after it: an
 assignment goes out at once as *provisional* (numbered per session) when nothing else for that
-session is waiting, and a ``confirm`` follows once its records are durable. The worker reports
-nothing about a provisional attempt before the confirm and abandons it if the session ends
-first, so an attempt lost in a crash leaves no result, and attempt numbers are never reused in
-anything a worker reports. Messages to one session keep their order: an assignment never
+session is waiting, and a ``confirm`` follows once its records are durable. The worker may send
+a provisional attempt's result before the confirm (it is journalled after the assignment, so it
+cannot be durable first) but keeps it for a re-send only once confirmed, and abandons the attempt
+if the session ends first, so an attempt lost in a crash leaves no result, and attempt numbers
+are never reused in anything a worker reports. Messages to one session keep their order: an assignment never
 overtakes a command of an earlier event (a ``cancel`` of the same task's previous attempt, say)
 or an earlier command of its own event, except a ``result_ack`` (see ``_orders``).
 """
@@ -82,8 +83,13 @@ class Runtime:
 
     # ------------------------------------------------------------- commands
 
-    def execute(self, cmds: list[Command]) -> asyncio.Future[None]:
-        """Persist the Save records, then run the rest; the future completes after both."""
+    def execute(self, cmds: list[Command], linger_s: float = 0.0) -> asyncio.Future[None]:
+        """Persist the Save records, then run the rest; the future completes after both.
+
+        ``linger_s``: the caller needs the records durable only together with later ones (a
+        ``?wait`` submission, answered only with its outcome), so their write may wait up to
+        that long for the next records (a fast task's result) and share one fsync with them. Only
+        when nothing else waits for them (every assignment went out provisionally)."""
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         loop = asyncio.get_running_loop()
@@ -92,11 +98,11 @@ class Runtime:
             done: asyncio.Future[None] = loop.create_future()
             done.set_result(None)
             return done
-        durable = self.store.append(records)
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
         rest, confirms = self._send_provisional(rest)
+        durable = self.store.append(records, linger_s=0.0 if rest else linger_s)
         waiting = [s for c in rest if _orders(c) and (s := self.sessions.get(c.worker_id))]
         for s in waiting:
             s.deferred += 1
@@ -112,11 +118,11 @@ class Runtime:
                     s.close("the coordinator could not persist an assignment")
                 finished.set_exception(exc or RuntimeError("store append cancelled"))
                 return
+            finished.set_result(None)  # first, so a request waiting on it answers before the sends go out
             for s, upto in confirms.items():
                 if self.sessions.get(s.worker_id) is s and not s.closing:
                     s.send(m.Confirm(upto))
             self._run(rest)
-            finished.set_result(None)
 
         durable.add_done_callback(after)
         return finished

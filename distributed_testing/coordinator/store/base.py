@@ -113,7 +113,7 @@ class Store(Protocol):
     async def open(self) -> Snapshot:
         """Open (creating and migrating the schema when needed) and load the snapshot."""
 
-    def append(self, records: list[Record]) -> asyncio.Future[None]:
+    def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
         """Queue records for durable write; the future completes once they are on disk."""
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:

@@ -368,13 +368,14 @@ class DuckDBStore:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: list[Record]) -> asyncio.Future[None]:
-        """Journal ``records``; the future completes once they are fsync'd (see the module doc)."""
+    def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
+        """Journal ``records``; the future completes once they are fsync'd (see the module doc),
+        within ``linger_s`` of now unless other records come sooner (``Journal.append``)."""
         if self._state != "open":
             raise StoreError(f"store {self.path} is not open")
         if self._checkpointer is not None and self._checkpointer.done():
             raise StoreError(f"store {self.path}: the checkpointer stopped; see the log")
-        fut = self._journal.append(records)
+        fut = self._journal.append(records, linger_s=linger_s)
         self._unapplied.extend(records)
         self._appended += len(records)
         for rec in records:

@@ -128,7 +128,7 @@ class MemoryStore:
             meta=dict(self._meta),
         )
 
-    def append(self, records: list[Record]) -> asyncio.Future[None]:
+    def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
         if not self._open:
             raise StoreError("memory store is not open")
         copies = [self._copy(r) for r in records]

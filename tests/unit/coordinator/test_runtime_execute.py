@@ -25,8 +25,10 @@ class GatedStore(MemoryStore):
         super().__init__()
         self.gated = False
         self.held: list[asyncio.Future[None]] = []
+        self.lingers: list[float] = []  # each append's linger_s
 
-    def append(self, records: list[Record]) -> asyncio.Future[None]:
+    def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
+        self.lingers.append(linger_s)
         if not self.gated:
             return super().append(records)
         super().append(records)
@@ -131,3 +133,20 @@ async def test_an_assignment_may_overtake_a_result_ack() -> None:
     store.release()
     await asyncio.gather(*futs)
     assert sent(session) == [ack, m.Confirm(1), ack]
+
+
+@pytest.mark.asyncio
+async def test_records_linger_only_when_nothing_waits_for_them() -> None:
+    """A ?wait submission's records may wait for its result's (one fsync for both), but not when
+    a command for the worker waits behind them: that command would wait too."""
+    rt, store, session = await runtime_with_worker()
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    await rt.execute(cmds, linger_s=0.002)
+    assert store.lingers[-1] == 0.002  # the assignment went out provisionally: nothing waits
+    store.gated = True
+    blocked = rt.execute([Save(MetaRow("a", "1")), Send("w", m.Cancel(m.TaskRef("u", 1), "gone"))])
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t2", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    behind = rt.execute(cmds, linger_s=0.002)
+    assert store.lingers[-1] == 0.0  # its assignment waits behind the cancel, so it is written at once
+    store.release()
+    await asyncio.gather(blocked, behind)

@@ -108,6 +108,22 @@ async def test_unsynced_appends_are_written_without_an_fsync_until_a_synced_one(
 
 
 @pytest.mark.asyncio
+async def test_a_lingering_append_shares_the_next_appends_fsync(tmp_path: Path, synced: list[int]) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        lingering = j.append([Put("a", 1)], linger_s=30.0)
+        await asyncio.sleep(0.05)
+        assert not lingering.done() and synced == []  # no flush of its own yet
+        await j.append([Put("b", 2)])  # an ordinary append flushes both, with one fsync
+        assert lingering.done() and len(synced) == 1
+        late = j.append([Put("c", 3)], linger_s=0.05)
+        await asyncio.wait_for(late, 5)  # alone, it is flushed once its linger is over
+        assert len(synced) == 2
+        unflushed = j.append([Put("d", 4)], linger_s=30.0)
+    assert unflushed.done()  # close flushes it
+    assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1), Put("b", 2), Put("c", 3), Put("d", 4)]
+
+
+@pytest.mark.asyncio
 async def test_empty_append_is_a_barrier(tmp_path: Path) -> None:
     async with Journal(tmp_path, Rec, name="j") as j:
         first = j.append([Put("a", 1)])
