@@ -131,6 +131,63 @@ def settle(procs: list[subprocess.Popen[bytes]], quiet_s: float = 1.0, timeout: 
     return time.monotonic() - t0
 
 
+class Cluster:
+    """A coordinator and ``workers`` worker processes started from the launchers in ``root``
+    (this checkout by default), on loopback, with DuckDB stores in ``tmp``."""
+
+    def __init__(self, tmp: Path, *, workers: int, slots: int, db: str = "duckdb", worker_outbox: str = "duckdb",
+                 root: Path = ROOT) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            self._start(tmp, workers, slots, db, worker_outbox, root)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, tmp: Path, workers: int, slots: int, db: str, worker_outbox: str, root: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        db_url = str(tmp / "c.duckdb") if db == "duckdb" else "memory://"
+        c = subprocess.Popen([sys.executable, str(root / "run_coordinator.py"), "--port", "0", "--port-file", str(tmp / "port"),
+                              "--db-path", db_url, "--admin-key-file", str(tmp / "admin.key"), "--log-level", "WARNING"],
+                             env=env, stdout=open(tmp / "coordinator.log", "wb"), stderr=subprocess.STDOUT, cwd=root)
+        self.procs.append(c)
+        self.base = f"http://127.0.0.1:{_wait_file(tmp / 'port', c)}"
+        self.admin = _wait_file(tmp / "admin.key", c)
+        for i, key in enumerate(asyncio.run(self._make_keys(workers))):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, str(root / "run_worker_example.py"), "--coordinator", self.base, "--api-key", key,
+                 "--worker-id", f"bench-{i}", "--max-concurrent-tasks", str(slots), "--log-level", "WARNING",
+                 *(["--db-path", str(tmp / f"w{i}.duckdb")] if worker_outbox == "duckdb" else [])],
+                env=env, stdout=open(tmp / f"w{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=root))
+        asyncio.run(asyncio.wait_for(self._ready(workers), 120))
+
+    async def _make_keys(self, n: int) -> list[str]:
+        async with aiohttp.ClientSession() as http:
+            keys = []
+            for _ in range(n):
+                async with http.post(f"{self.base}/api/v1/keys", json={"role": "worker"},
+                                     headers={"Authorization": f"Bearer {self.admin}"}) as r:
+                    keys.append((await r.json())["key"])
+            return keys
+
+    async def _ready(self, n: int) -> None:
+        async with aiohttp.ClientSession() as http:
+            while True:
+                async with http.get(f"{self.base}/api/v1/workers", headers={"Authorization": f"Bearer {self.admin}"}) as r:
+                    if sum(w["state"] == "ready" for w in (await r.json())["workers"]) >= n:
+                        return
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
@@ -143,41 +200,10 @@ def main() -> int:
     ap.add_argument("--worker-outbox", choices=["duckdb", "memory"], default="duckdb", help="worker --db-path or none")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dt-dispatch-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cluster: Cluster | None = None
     try:
-        db = str(tmp / "c.duckdb") if args.db == "duckdb" else "memory://"
-        c = subprocess.Popen([sys.executable, str(ROOT / "run_coordinator.py"), "--port", "0", "--port-file", str(tmp / "port"),
-                              "--db-path", db, "--admin-key-file", str(tmp / "admin.key"), "--log-level", "WARNING"],
-                             env=env, stdout=open(tmp / "coordinator.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(c)
-        base = f"http://127.0.0.1:{_wait_file(tmp / 'port', c)}"
-        admin = _wait_file(tmp / "admin.key", c)
-
-        async def make_keys() -> list[str]:
-            async with aiohttp.ClientSession() as http:
-                keys = []
-                for _ in range(args.workers):
-                    async with http.post(f"{base}/api/v1/keys", json={"role": "worker"}, headers={"Authorization": f"Bearer {admin}"}) as r:
-                        keys.append((await r.json())["key"])
-                return keys
-
-        for i, key in enumerate(asyncio.run(make_keys())):
-            procs.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "run_worker_example.py"), "--coordinator", base, "--api-key", key,
-                 "--worker-id", f"bench-{i}", "--max-concurrent-tasks", str(args.slots), "--log-level", "WARNING",
-                 *(["--db-path", str(tmp / f"w{i}.duckdb")] if args.worker_outbox == "duckdb" else [])],
-                env=env, stdout=open(tmp / f"w{i}.log", "wb"), stderr=subprocess.STDOUT))
-
-        async def ready() -> None:
-            async with aiohttp.ClientSession() as http:
-                while True:
-                    async with http.get(f"{base}/api/v1/workers", headers={"Authorization": f"Bearer {admin}"}) as r:
-                        if sum(w["state"] == "ready" for w in (await r.json())["workers"]) >= args.workers:
-                            return
-                    await asyncio.sleep(0.1)
-
-        asyncio.run(asyncio.wait_for(ready(), 120))
+        cluster = Cluster(tmp, workers=args.workers, slots=args.slots, db=args.db, worker_outbox=args.worker_outbox)
+        procs, base, admin = cluster.procs, cluster.base, cluster.admin
         aio.run(throughput(base, admin, 2000, args.chunk, args.clients))  # warm-up
         cpu0, me0 = cpu_seconds(procs), time.process_time()
         tps = aio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
@@ -197,13 +223,8 @@ def main() -> int:
             print(f"  latency submit->result, {mode} (n={len(xs)}): {summary_ms(xs)}")
         return 0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

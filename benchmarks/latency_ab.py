@@ -1,0 +1,76 @@
+"""Paired serial latency: this checkout against another (``--against DIR``, e.g. a ``git worktree``
+of the commit before a change), one cluster each, samples alternating between them.
+
+This VM's speed drifts by up to 2x within minutes, so two runs of ``dispatch.py`` one after the
+other cannot show a 5 % change; alternating samples puts both sides on the same machine at the
+same moment. Prints each side's p50/p90 of ``POST /api/v1/tasks?wait=`` (submit -> result, one
+no-op task at a time, idle cluster) and the median of the paired differences.
+
+Run: ``git worktree add /tmp/before HEAD~1 && python benchmarks/latency_ab.py --against /tmp/before``
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from dispatch import ROOT, Cluster, settle, throughput
+from latency_stats import summary_ms
+
+from distributed_testing import aio
+
+
+async def alternate(clusters: list[Cluster], samples: int) -> list[list[float]]:
+    doc = {"type": "custom", "config": {"name": "noop"}}
+    out: list[list[float]] = [[] for _ in clusters]
+    async with aiohttp.ClientSession() as http:
+        for _ in range(samples):
+            for c, xs in zip(clusters, out, strict=True):
+                t0 = time.perf_counter()
+                async with http.post(f"{c.base}/api/v1/tasks?wait=10", json=doc,
+                                     headers={"Authorization": f"Bearer {c.admin}"}) as r:
+                    body = (await r.json())["tasks"][0]
+                xs.append(time.perf_counter() - t0)
+                assert body["state"] == "succeeded", body
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", type=Path, required=True, help="another checkout of this repository")
+    ap.add_argument("--samples", type=int, default=1500, help="per side, after 10 %% more as warm-up")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    if not (args.against / "run_coordinator.py").is_file():
+        ap.error(f"--against {args.against}: no run_coordinator.py there")
+    roots = [ROOT, args.against.resolve()]
+    tmps = [Path(tempfile.mkdtemp(prefix="dt-ab-")) for _ in roots]
+    clusters: list[Cluster] = []
+    try:
+        for root, tmp in zip(roots, tmps, strict=True):
+            clusters.append(Cluster(tmp, workers=args.workers, slots=64, root=root))
+            aio.run(throughput(clusters[-1].base, clusters[-1].admin, 2000, 500, 2))  # warm-up
+        settle([p for c in clusters for p in c.procs])
+        warm = args.samples // 10
+        res = [xs[warm:] for xs in aio.run(alternate(clusters, args.samples + warm))]
+        for root, xs in zip(roots, res, strict=True):
+            print(f"{root}: {summary_ms(xs)}")
+        diffs = [a - b for a, b in zip(res[0], res[1], strict=True)]
+        print(f"paired difference (this - against): median {statistics.median(diffs) * 1e3:+.3f} ms, "
+              f"this side faster in {sum(d < 0 for d in diffs) / len(diffs):.0%} of {len(diffs)} pairs")
+        return 0
+    finally:
+        for c in clusters:
+            c.stop()
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
