@@ -98,11 +98,12 @@ class Runtime:
             done: asyncio.Future[None] = loop.create_future()
             done.set_result(None)
             return done
+        rest, provisional = self._plan_provisional(rest)
+        durable = self.store.append(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
-        rest, confirms = self._send_provisional(rest)
-        durable = self.store.append(records, linger_s=0.0 if rest else linger_s)
+        confirms = self._send_provisional(provisional)
         waiting = [s for c in rest if _orders(c) and (s := self.sessions.get(c.worker_id))]
         for s in waiting:
             s.deferred += 1
@@ -116,9 +117,11 @@ class Runtime:
                 log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
                 for s in confirms:  # their provisional assignments may never be durable: abandon them
                     s.close("the coordinator could not persist an assignment")
-                finished.set_exception(exc or RuntimeError("store append cancelled"))
+                if not finished.done():  # its caller may have been cancelled
+                    finished.set_exception(exc or RuntimeError("store append cancelled"))
                 return
-            finished.set_result(None)  # first, so a request waiting on it answers before the sends go out
+            if not finished.done():  # first, so a request waiting on it answers before the sends go out
+                finished.set_result(None)
             for s, upto in confirms.items():
                 if self.sessions.get(s.worker_id) is s and not s.closing:
                     s.send(m.Confirm(upto))
@@ -127,25 +130,32 @@ class Runtime:
         durable.add_done_callback(after)
         return finished
 
-    def _send_provisional(self, cmds: Sequence[Command]) -> tuple[list[Command], dict[Session, int]]:
-        """Send at once, as provisional, each assignment whose session has nothing waiting, and
-        return the other commands with the provisional number to confirm per session. An
-        assignment stays in line behind any earlier command for the same worker."""
+    def _plan_provisional(self, cmds: Sequence[Command]) -> tuple[list[Command], list[tuple[Session, m.AssignTasks]]]:
+        """Split off each assignment that may go out at once, as provisional: its session has
+        nothing waiting, and no earlier command for the same worker stays behind. Sends nothing."""
         later: list[Command] = []
-        confirms: dict[Session, int] = {}
+        now: list[tuple[Session, m.AssignTasks]] = []
         blocked: set[str] = set()
         for c in cmds:
             if isinstance(c, Send) and isinstance(c.msg, m.AssignTasks) and c.worker_id not in blocked:
                 s = self.sessions.get(c.worker_id)
                 if s is not None and s.deferred == 0 and not s.closing:
-                    s.provisional += 1
-                    s.send(msgspec.structs.replace(c.msg, provisional=s.provisional))
-                    confirms[s] = s.provisional
+                    now.append((s, c.msg))
                     continue
             if _orders(c):
                 blocked.add(c.worker_id)
             later.append(c)
-        return later, confirms
+        return later, now
+
+    @staticmethod
+    def _send_provisional(assignments: list[tuple[Session, m.AssignTasks]]) -> dict[Session, int]:
+        """Send these numbered as provisional; return the number to confirm per session."""
+        confirms: dict[Session, int] = {}
+        for s, msg in assignments:
+            s.provisional += 1
+            s.send(msgspec.structs.replace(msg, provisional=s.provisional))
+            confirms[s] = s.provisional
+        return confirms
 
     def _run(self, cmds: Sequence[Command]) -> None:
         for c in cmds:

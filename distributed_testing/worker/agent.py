@@ -205,7 +205,8 @@ class WorkerAgent:
     async def _await_acks(self, budget_s: float) -> None:
         loop = asyncio.get_running_loop()
         until = loop.time() + budget_s
-        while unacked := await self.outbox.unacked():
+        # results sent before their confirm are not in the outbox yet, but are waited for all the same
+        while (unacked := [*await self.outbox.unacked(), *self._unlogged.values()]):
             if (left := until - loop.time()) <= 0:
                 log.warning("%d result(s) not acknowledged before the drain deadline; %s", len(unacked),
                             "they stay in the outbox" if self.config.db_path else "they are lost (no --db-path)")
@@ -411,6 +412,11 @@ class WorkerAgent:
 
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
+        for r in msg.tasks:  # durable, so its assignment is too: settled, whatever became of the confirm
+            key = (r.task_id, r.attempt)
+            if self._unlogged.pop(key, None) is not None:
+                self._unconfirmed.pop(key, None)
+                self._quiet_started.discard(key)
         self.outbox.ack(msg.tasks)
         self._acked.set()
         if self._unacked_sent:

@@ -15,6 +15,7 @@ from hand_support import hand_session
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
+from distributed_testing.worker import agent as agent_mod
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -99,3 +100,53 @@ async def test_a_newer_attempt_stops_the_older_one(tmp_path: Path) -> None:
         assert agent.running == {}
         await asyncio.sleep(0.3)
         assert coord.received.empty()  # attempt 1 reports nothing
+
+
+class Gated:
+    """An instant executor; a task whose config names a gate waits until the test opens it."""
+
+    task_type = "custom"
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        if gate := ctx.config.get("gate"):
+            await self.gates.setdefault(gate, asyncio.Event()).wait()
+        return ExecOutcome("succeeded")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_ack_settles_a_result_sent_before_its_confirm(tmp_path: Path) -> None:
+    """An ack means the result, and so its assignment, is durable: a confirm coming after it must
+    not put the acknowledged result back in the outbox (to be re-sent forever)."""
+    async with hand_session(tmp_path, {"custom": Gated()}) as (coord, agent):
+        await coord.assign("a", provisional=1)
+        assert await coord.results() == ["a"]
+        await coord.ack("a")
+        await wait_for(lambda: not agent._unlogged, what="the ack")
+        await coord.send(m.Confirm(1))
+        await asyncio.sleep(0.2)
+        assert agent.outbox.unacked_refs() == [] and agent._unconfirmed == {}
+
+
+async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_mod, "RESULT_HOLD_S", 2.0)  # b's result is held behind a's unacked one
+    ex = Gated()
+    async with hand_session(tmp_path, {"custom": ex}) as (coord, agent):
+        await coord.assign("a", provisional=1)
+        assert await coord.results() == ["a"]
+        ex.gates["b"] = asyncio.Event()
+        await coord.assign("b", provisional=2, config={"name": "noop", "gate": "b"})
+        await wait_for(lambda: "b" in agent.running, what="b to start")
+        ex.gates["b"].set()
+        assert await asyncio.wait_for(agent.drain("test", 5.0), 20) == []  # waits for b's result to go out
+        got = []
+        while not coord.received.empty():
+            got.append(coord.received.get_nowait())
+        assert any(isinstance(x, m.Results) and [r.task_id for r in x.results] == ["b"] for x in got), got

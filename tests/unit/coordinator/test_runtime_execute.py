@@ -10,9 +10,10 @@ import pytest
 
 from distributed_testing.config import CoordinatorConfig
 from distributed_testing.coordinator.runtime import Runtime, Session
-from distributed_testing.coordinator.state import Command, Save, Send
+from distributed_testing.coordinator.state import Command, Notify, Save, Send
 from distributed_testing.coordinator.store.base import MetaRow, Record
 from distributed_testing.coordinator.store.memory import MemoryStore
+from distributed_testing.errors import StoreError
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel
 from distributed_testing.tasks.spec import parse_tasks
@@ -26,8 +27,11 @@ class GatedStore(MemoryStore):
         self.gated = False
         self.held: list[asyncio.Future[None]] = []
         self.lingers: list[float] = []  # each append's linger_s
+        self.broken = False  # appends raise, as a failed journal's do
 
     def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
+        if self.broken:
+            raise StoreError("journal failed")
         self.lingers.append(linger_s)
         if not self.gated:
             return super().append(records)
@@ -150,3 +154,39 @@ async def test_records_linger_only_when_nothing_waits_for_them() -> None:
     assert store.lingers[-1] == 0.0  # its assignment waits behind the cancel, so it is written at once
     store.release()
     await asyncio.gather(blocked, behind)
+
+
+async def _awaiting(fut: asyncio.Future[None]) -> None:
+    await fut
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_caller_still_gets_the_confirm_and_the_sends_out() -> None:
+    """An HTTP handler awaiting execute() may be cancelled (shutdown, a client gone): the worker
+    must still get its confirm, and the event's other commands must still run."""
+    rt, store, session = await runtime_with_worker()
+    store.gated = True
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    caller = asyncio.ensure_future(_awaiting(rt.execute(cmds)))
+    cancel = m.Cancel(m.TaskRef("u", 1), "gone")
+    other = asyncio.ensure_future(_awaiting(rt.execute([Save(MetaRow("x", "1")), Send("w", cancel)])))
+    await asyncio.sleep(0)
+    caller.cancel()
+    other.cancel()
+    await asyncio.sleep(0)
+    store.release()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert sent(session)[1:] == [m.Confirm(1), cancel]  # after the provisional assignment
+
+
+@pytest.mark.asyncio
+async def test_an_append_that_raises_sends_nothing() -> None:
+    rt, store, session = await runtime_with_worker()
+    store.broken = True
+    _, cmds = rt.state.submit(parse_tasks({"task_id": "t1", "type": "custom", "config": {"name": "noop"}}), 100.0)
+    with pytest.raises(StoreError):
+        rt.execute(cmds)
+    with pytest.raises(StoreError):
+        rt.execute([Save(MetaRow("a", "1")), Notify(("t1",))])
+    assert sent(session) == [] and session.provisional == 0 and not rt._undurable
