@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -71,18 +72,26 @@ async def throughput(base: str, key: str, n: int, chunk: int, clients: int) -> f
         return (len(docs) * chunk) / (time.perf_counter() - t0)
 
 
+NOOP = {"type": "custom", "config": {"name": "noop"}}
+
+
+async def submit_waiting(http: aiohttp.ClientSession, base: str, key: str) -> dict[str, Any]:
+    """One no-op task through ``POST /api/v1/tasks?wait=``: its state and outcome."""
+    async with http.post(f"{base}/api/v1/tasks?wait=10", json=NOOP, headers={"Authorization": f"Bearer {key}"}) as r:
+        task: dict[str, Any] = (await r.json())["tasks"][0]
+    return task
+
+
 async def latency(base: str, key: str, samples: int, one_request: bool) -> list[float]:
     h = {"Authorization": f"Bearer {key}"}
-    doc = {"type": "custom", "config": {"name": "noop"}}
     out: list[float] = []
     async with aiohttp.ClientSession() as http:
         for _ in range(samples):
             t0 = time.perf_counter()
             if one_request:
-                async with http.post(f"{base}/api/v1/tasks?wait=10", json=doc, headers=h) as r:
-                    body = (await r.json())["tasks"][0]
+                body = await submit_waiting(http, base, key)
             else:
-                async with http.post(f"{base}/api/v1/tasks", json=doc, headers=h) as r:
+                async with http.post(f"{base}/api/v1/tasks", json=NOOP, headers=h) as r:
                     task_id = (await r.json())["tasks"][0]["task_id"]
                 async with http.get(f"{base}/api/v1/tasks/{task_id}?wait=10&result=0", headers=h) as r:
                     body = await r.json()

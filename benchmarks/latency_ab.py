@@ -20,22 +20,19 @@ import time
 from pathlib import Path
 
 import aiohttp
-from dispatch import ROOT, Cluster, settle, throughput
+from dispatch import ROOT, Cluster, settle, submit_waiting, throughput
 from latency_stats import summary_ms
 
 from distributed_testing import aio
 
 
 async def alternate(clusters: list[Cluster], samples: int) -> list[list[float]]:
-    doc = {"type": "custom", "config": {"name": "noop"}}
     out: list[list[float]] = [[] for _ in clusters]
     async with aiohttp.ClientSession() as http:
         for _ in range(samples):
             for c, xs in zip(clusters, out, strict=True):
                 t0 = time.perf_counter()
-                async with http.post(f"{c.base}/api/v1/tasks?wait=10", json=doc,
-                                     headers={"Authorization": f"Bearer {c.admin}"}) as r:
-                    body = (await r.json())["tasks"][0]
+                body = await submit_waiting(http, c.base, c.admin)
                 xs.append(time.perf_counter() - t0)
                 assert body["state"] == "succeeded", body
     return out

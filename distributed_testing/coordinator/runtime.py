@@ -10,9 +10,10 @@ session is waiting, and a ``confirm`` follows once its records are durable. The 
 a provisional attempt's result before the confirm (it is journalled after the assignment, so it
 cannot be durable first) but keeps it for a re-send only once confirmed, and abandons the attempt
 if the session ends first, so an attempt lost in a crash leaves no result, and attempt numbers
-are never reused in anything a worker reports. Messages to one session keep their order: an assignment never
-overtakes a command of an earlier event (a ``cancel`` of the same task's previous attempt, say)
-or an earlier command of its own event, except a ``result_ack`` (see ``_orders``).
+are never reused in anything a worker reports. Messages to one session keep their order: an
+assignment never overtakes a command of an earlier event (a ``cancel`` of the same task's
+previous attempt, say) or an earlier command of its own event, except a ``result_ack`` (see
+``_orders``).
 """
 
 from __future__ import annotations

@@ -412,7 +412,7 @@ class WorkerAgent:
 
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
-        for r in msg.tasks:  # durable, so its assignment is too: settled, whatever became of the confirm
+        for r in msg.tasks if self._unlogged else ():  # durable, so its assignment is too: settled
             key = (r.task_id, r.attempt)
             if self._unlogged.pop(key, None) is not None:
                 self._unconfirmed.pop(key, None)
@@ -491,22 +491,16 @@ class WorkerAgent:
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
-        if (a.task_id, a.attempt) in self._unconfirmed:
-            # Sent now: the coordinator journals it after the assignment, so it is durable only
-            # once the assignment is. Into the outbox (re-sent after a reconnect) once confirmed.
-            self._unlogged[(a.task_id, a.attempt)] = result
-            self._result_buf.append(result)
-            self._schedule_flush()
-            return
-        await self._emit(result)
-
-    async def _emit(self, result: m.TaskResult) -> None:
-        # Written to the outbox (no fsync of its own: see outbox_duckdb) and sent at once; the
-        # coordinator acks only after its own fsync, and an unacked result is re-sent after a
-        # reconnect.
-        self.outbox.running_finished([m.TaskRef(result.task_id, result.attempt)])
+        # Sent at once. Written to the outbox too (no fsync of its own: see outbox_duckdb), so an
+        # unacked result is re-sent after a reconnect; the coordinator acks only after its fsync.
         self._result_buf.append(result)
         self._schedule_flush()
+        if (a.task_id, a.attempt) in self._unconfirmed:
+            # The coordinator journals it after the assignment, so it is durable only once the
+            # assignment is: into the outbox only once confirmed (never re-sent unconfirmed).
+            self._unlogged[(a.task_id, a.attempt)] = result
+            return
+        self.outbox.running_finished([m.TaskRef(a.task_id, a.attempt)])
         await self.outbox.add(result)
 
     def _context(self, a: m.TaskAssignment) -> TaskContext:
