@@ -116,7 +116,8 @@ class Journal(Generic[R]):
         self._sync = False  # a queued frame was appended with sync=True: the next flush fsyncs
         self._frames: list[bytes] = []
         self._waiters: list[asyncio.Future[None]] = []
-        self._rotations: list[asyncio.Future[int]] = []
+        # (future, frames queued, waiters queued) at each rotate() call: what the closing segment holds
+        self._rotations: list[tuple[asyncio.Future[int], int, int]] = []
         self._wake = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None  # wakes the writer for lingering appends
         self._writer: asyncio.Task[None] | None = None
@@ -242,7 +243,7 @@ class Journal(Generic[R]):
         """
         self._check_usable()
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._rotations.append(fut)
+        self._rotations.append((fut, len(self._frames), len(self._waiters)))
         self._wake.set()
         return await fut
 
@@ -282,10 +283,14 @@ class Journal(Generic[R]):
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        frames, self._frames = self._frames, []
-        waiters, self._waiters = self._waiters, []
-        rotations, self._rotations = self._rotations, []
-        sync, self._sync = self._sync or bool(rotations), False
+        if self._rotations:
+            frames, waiters, rotations = self._take_rotation()
+            sync = True
+        else:
+            frames, self._frames = self._frames, []
+            waiters, self._waiters = self._waiters, []
+            rotations = []
+            sync, self._sync = self._sync, False
         try:
             if not sync:  # a plain write: no reason to leave the loop
                 closed = self._write_sync(frames, False, fsync=False)
@@ -323,9 +328,26 @@ class Journal(Generic[R]):
         for r in rotations:
             _resolve(r, closed)
 
+    def _take_rotation(self) -> tuple[list[bytes], list[asyncio.Future[None]], list[asyncio.Future[int]]]:
+        """Dequeue what the next rotation closes: the frames and waiters queued before the first
+        pending ``rotate()`` call, and every rotation requested at that same point. Frames appended
+        after that call stay queued for the new segment: an owner that took its in-memory copy of
+        the closing segment's records when it called ``rotate()`` (a checkpoint) must not find
+        later records in it."""
+        _, n_frames, n_waiters = self._rotations[0]
+        frames, self._frames = self._frames[:n_frames], self._frames[n_frames:]
+        waiters, self._waiters = self._waiters[:n_waiters], self._waiters[n_waiters:]
+        rotations = [fut for fut, f, w in self._rotations if (f, w) == (n_frames, n_waiters)]
+        self._rotations = [(fut, f - n_frames, w - n_waiters) for fut, f, w in self._rotations
+                           if (f, w) != (n_frames, n_waiters)]
+        # The sync flag is not kept per frame: frames left queued are fsync'd if any queued frame asked.
+        self._sync = self._sync and bool(self._waiters)
+        return frames, waiters, rotations
+
     def _fail_pending(self, err: StoreError) -> None:
         waiters, self._waiters = self._waiters, []
-        rotations, self._rotations = self._rotations, []
+        rotations = [fut for fut, _, _ in self._rotations]
+        self._rotations = []
         self._frames = []
         _fail_all(waiters, err)
         _fail_all(rotations, err)

@@ -190,6 +190,29 @@ async def test_checkpoint_triggers_on_record_count_and_drops_segments(tmp_path: 
 
 
 @pytest.mark.asyncio
+async def test_a_record_appended_while_a_checkpoint_rotates_survives_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "c.duckdb"
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    try:
+        await store.append([task("t0")])
+        await store.checkpoint()  # from now on a checkpoint applies its records from memory
+        await store.append([task("t1")])
+        checkpoint = asyncio.ensure_future(store.checkpoint())
+        await asyncio.sleep(0)  # the checkpoint took its records and asked the journal to rotate
+        await store.append([task("t2")])
+        await checkpoint
+        crashed = tmp_path / "crashed"
+        shutil.copytree(path.parent, crashed)  # the files as a crash right now would leave them
+    finally:
+        await store.close()
+    again = DuckDBStore(crashed / path.name, **SLOW)
+    snap = await again.open()
+    await again.close()
+    assert sorted(t.task_id for t in snap.tasks) == ["t0", "t1", "t2"]
+
+
+@pytest.mark.asyncio
 async def test_interval_checkpoint_runs_by_itself(tmp_path: Path) -> None:
     store = DuckDBStore(tmp_path / "c.duckdb", checkpoint_interval_s=0.02)
     await store.open()

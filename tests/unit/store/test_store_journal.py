@@ -182,6 +182,26 @@ async def test_rotate_read_and_drop_segments(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_appends_after_a_rotate_call_go_to_the_new_segment(tmp_path: Path) -> None:
+    # An owner takes its in-memory copy of the closing segment when it calls rotate() (a
+    # checkpoint): a record appended before the writer gets to the rotation must not land in it.
+    async with Journal(tmp_path, Rec, name="j") as j:
+        j.append([Put("a", 1)])
+        first = asyncio.ensure_future(j.rotate())
+        second = asyncio.ensure_future(j.rotate())  # asked at the same point: shares the rotation
+        await asyncio.sleep(0)  # both rotate() calls have queued; the writer has not run yet
+        late = j.append([Put("b", 2)], sync=False)
+        third = asyncio.ensure_future(j.rotate())
+        await asyncio.sleep(0)
+        j.append([Put("c", 3)])
+        assert (await first, await second, await third) == (1, 1, 2)
+        await late
+        assert list(j.read_segments(1)) == [Put("a", 1)]
+        assert list(j.read_segments(2, after=1)) == [Put("b", 2)]
+    assert j.replay() == [Put("a", 1), Put("b", 2), Put("c", 3)]
+
+
+@pytest.mark.asyncio
 async def test_min_seq_and_after(tmp_path: Path) -> None:
     j: Journal[Rec] = Journal(tmp_path, Rec, name="j")
     await j.start(min_seq=7)
