@@ -377,11 +377,14 @@ class WorkerAgent:
         return r if r is not None and r.assignment.attempt == attempt else None
 
     async def _on_confirm(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.Confirm)
+        await self._confirm(msg.upto)
+
+    async def _confirm(self, upto: int) -> None:
         """Provisional assignments up to ``upto`` are on the coordinator's disk: announce the ones
         still running, and keep the results already sent in the outbox until acknowledged."""
-        assert isinstance(msg, m.Confirm)
         for key, n in list(self._unconfirmed.items()):
-            if n > msg.upto:
+            if n > upto:
                 continue
             del self._unconfirmed[key]
             if key in self._quiet_started:
@@ -417,6 +420,8 @@ class WorkerAgent:
             if self._unlogged.pop(key, None) is not None:
                 self._unconfirmed.pop(key, None)
                 self._quiet_started.discard(key)
+        if msg.confirm_upto:  # after the settling above: an acked result needs no outbox entry
+            await self._confirm(msg.confirm_upto)
         self.outbox.ack(msg.tasks)
         self._acked.set()
         if self._unacked_sent:

@@ -241,6 +241,49 @@ async def test_truncated_last_record_is_a_torn_tail(tmp_path: Path, caplog: pyte
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("chunk", [journal_mod.PREALLOCATE_BYTES, 100, 0])
+async def test_the_active_segment_is_preallocated_and_trimmed_when_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, chunk: int
+) -> None:
+    # A copy of the active segment is what a crash leaves: the frames, then the preallocated zeros,
+    # which end the segment quietly. Closed segments hold their frames and nothing more. Records
+    # bigger than a chunk (100 bytes) make the journal reserve more as it goes; 0 never reserves.
+    monkeypatch.setattr(journal_mod, "PREALLOCATE_BYTES", chunk)
+    records = [Put(f"k{i}", i, {"pad": i} if i % 2 else {f"x{j}": j for j in range(20)}) for i in range(12)]
+    async with Journal(tmp_path / "j", Rec, name="j") as j:
+        for rec in records[:6]:
+            await j.append([rec])
+        closed = await j.rotate()
+        await j.append(records[6:])
+        (tmp_path / "crash").mkdir()
+        for seg in _segment_files(tmp_path / "j"):
+            (tmp_path / "crash" / seg.name).write_bytes(seg.read_bytes())
+    active = tmp_path / "crash" / f"j-{closed + 1:08d}.log"
+    assert active.stat().st_size >= (chunk or 0)
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+        assert Journal(tmp_path / "crash", Rec, name="j").replay() == records
+        assert Journal(tmp_path / "j", Rec, name="j").replay() == records
+    assert caplog.text == ""
+    sizes = [seg.stat().st_size for seg in _segment_files(tmp_path / "j")]
+    encoded = [len(msgspec.msgpack.encode(r)) + 8 for r in records]
+    assert sizes == [sum(encoded[:6]), sum(encoded[6:])]
+
+
+@pytest.mark.asyncio
+async def test_a_file_system_without_preallocation_gets_plain_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(fd: int, offset: int, length: int) -> None:
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(journal_mod.os, "posix_fallocate", refuse)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        for i in range(3):
+            await j.append([Put(f"k{i}", i)])
+    assert j.replay() == [Put(f"k{i}", i) for i in range(3)]
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("tail", [b"\x05\x00\x00", b"\x00" * 64])
 async def test_short_header_or_zero_fill_is_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
     await _write(tmp_path, 3)
