@@ -191,10 +191,15 @@ def _reject(rt: Runtime, s: Session, code: str, detail: str) -> int:
 
 
 async def _writer(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> None:
-    while True:
-        msg = await s.outbox.get()
-        if msg is None:
-            break
+    q = s.outbox
+    taken: list[m.Message | None] = []  # dequeued while looking for an ack to carry a confirm
+    while (msg := taken.pop() if taken else await q.get()) is not None:
+        if isinstance(msg, m.Confirm) and not q.empty():
+            nxt = q.get_nowait()
+            if isinstance(nxt, m.ResultAck) and not nxt.confirm_upto:  # both due at once: one frame
+                msg = msgspec.structs.replace(nxt, confirm_upto=msg.upto)
+            else:
+                taken.append(nxt)
         if ws.closed:
             continue
         try:

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 3  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm
+PROTOCOL_VERSION = 4  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+# 4: result_ack.confirm_upto
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -159,9 +160,12 @@ class Results(_Msg, frozen=True, tag="results"):
 
 
 class ResultAck(_Msg, frozen=True, tag="result_ack"):
-    """C→W: these results are on disk at the coordinator; the worker may forget them."""
+    """C→W: these results are on disk at the coordinator; the worker may forget them. With
+    ``confirm_upto`` > 0 it is also a ``confirm`` of that number, sent as one frame when both
+    are due at once (their attempts' results are settled by the ack before the confirm applies)."""
 
     tasks: list[TaskRef]
+    confirm_upto: int = 0
 
 
 class Cancel(_Msg, frozen=True, tag="cancel"):

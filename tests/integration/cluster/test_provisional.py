@@ -150,3 +150,25 @@ async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, mo
         while not coord.received.empty():
             got.append(coord.received.get_nowait())
         assert any(isinstance(x, m.Results) and [r.task_id for r in x.results] == ["b"] for x in got), got
+
+
+async def test_an_ack_carrying_a_confirm_settles_its_results_and_confirms_the_rest(tmp_path: Path) -> None:
+    """The coordinator sends a confirm due at the same moment as an ack inside the ack. The acked
+    result is durable, so it never needs an outbox entry; the other assignments it confirms do."""
+    ex = Gated()
+    async with hand_session(tmp_path, {"custom": ex}) as (coord, agent):
+        kept: list[str] = []
+        add = agent.outbox.add
+        agent.outbox.add = lambda r: (kept.append(r.task_id), add(r))[1]  # type: ignore[method-assign]
+        ex.gates["b"] = asyncio.Event()
+        await coord.assign("a", provisional=1)
+        assert await coord.results() == ["a"]
+        await coord.assign("b", provisional=2, config={"name": "noop", "gate": "b"})
+        await wait_for(lambda: "b" in agent.running, what="b to start")
+        await coord.send(m.ResultAck([m.TaskRef("a", 1)], confirm_upto=2))
+        await wait_for(lambda: not agent._unconfirmed, what="the confirm")
+        assert kept == [] and agent.outbox.unacked_refs() == []
+        ex.gates["b"].set()
+        assert await coord.results() == ["b"]
+        await wait_for(lambda: agent.outbox.unacked_refs() == [m.TaskRef("b", 1)], what="b to be kept")
+        assert kept == ["b"]
