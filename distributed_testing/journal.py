@@ -136,6 +136,7 @@ class Journal(Generic[R]):
         self._offset = 0  # bytes of frames in the active segment
         self._allocated = 0  # bytes preallocated in it
         self._can_preallocate = True  # false once the file system (or a full disk) refused
+        self._unsynced = False  # the active segment holds bytes written without an fsync since
         self._seq = 0
         self._failure: BaseException | None = None
         self._closing = False
@@ -385,6 +386,9 @@ class Journal(Generic[R]):
                 data = data[written:]
             if fsync:
                 _fsync_data(fd)
+            self._unsynced = not fsync
+        elif rotate and self._unsynced:  # the closed segment is durable when rotate() returns
+            _fsync_data(fd)
         if not rotate:
             return self._seq
         closed = self._seq
@@ -424,6 +428,7 @@ class Journal(Generic[R]):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self._segment_path(seq), flags, 0o644)
         self._offset = self._allocated = 0
+        self._unsynced = False
         self._can_preallocate = PREALLOCATE_BYTES > 0
         try:
             if self._can_preallocate:

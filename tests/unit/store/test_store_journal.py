@@ -108,6 +108,18 @@ async def test_unsynced_appends_are_written_without_an_fsync_until_a_synced_one(
 
 
 @pytest.mark.asyncio
+async def test_a_rotation_after_unsynced_appends_makes_them_durable(tmp_path: Path, synced: list[int]) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1)], sync=False)
+        assert synced == []
+        assert await j.rotate() == 1
+        assert len(synced) == 1
+        assert list(j.read_segments(1)) == [Put("a", 1)]
+        await j.rotate()
+        assert len(synced) == 1  # nothing new to make durable
+
+
+@pytest.mark.asyncio
 async def test_a_lingering_append_shares_the_next_appends_fsync(tmp_path: Path, synced: list[int]) -> None:
     async with Journal(tmp_path, Rec, name="j") as j:
         lingering = j.append([Put("a", 1)], linger_s=30.0)
