@@ -49,7 +49,7 @@ class Channel:
     def seal(self, msg: Message, now: float) -> bytes:
         self.send_seq += 1
         payload = encode_envelope(self.send_seq, now, msg)
-        return hmac.new(self.key, payload, hashlib.sha256).digest() + payload
+        return hmac.digest(self.key, payload, hashlib.sha256) + payload
 
     def open(self, frame: bytes, now: float) -> Message:
         """Verify and decode one received frame; raises a ProtocolError subclass (and counts
@@ -66,7 +66,7 @@ class Channel:
         if len(frame) <= TAG_SIZE:
             raise DecodeError(f"frame of {len(frame)} bytes is too short to carry a signature")
         tag, payload = frame[:TAG_SIZE], frame[TAG_SIZE:]
-        expected = hmac.new(self.key, payload, hashlib.sha256).digest()
+        expected = hmac.digest(self.key, payload, hashlib.sha256)
         if not hmac.compare_digest(tag, expected):
             raise SignatureError("HMAC signature does not match the frame")
         env = decode_envelope(payload)
