@@ -1,7 +1,7 @@
-"""Throughput of noop tasks through CustomExecutor's pool (a harness, not a test: no assertions
-on timing). Belongs in benchmarks/; kept here until the lead moves it.
+"""Throughput of noop tasks through CustomExecutor's pool of child processes, one at a time and
+all at once: the cost of a custom task's round trip to its child, without the coordinator.
 
-    .venv/bin/python tests/integration/executors/bench_pool_noop.py --tasks 2000 --pool-size 2
+    .venv/bin/python benchmarks/pool_noop.py --tasks 2000 --pool-size 2
 """
 
 from __future__ import annotations

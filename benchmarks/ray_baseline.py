@@ -13,13 +13,20 @@ Ray keeps nothing on disk and signs nothing, so it does less work per task than 
 Ray is not a dependency of this project: run it from its own environment, e.g.
 ``python -m venv /tmp/rayvenv && /tmp/rayvenv/bin/pip install ray`` then
 ``/tmp/rayvenv/bin/python benchmarks/ray_baseline.py``.
+
+``--serve`` is for ``vs_ray.py``, which interleaves Ray's phases with ours: after the warm-up it
+prints ``ready`` and then answers each line on stdin, ``latency N`` (N serial samples) or
+``throughput N`` (N tasks at once), with one JSON line (a list of seconds, or tasks/s).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from latency_stats import summary_ms
 
@@ -28,6 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=20000)
     ap.add_argument("--latency-samples", type=int, default=1000)
+    ap.add_argument("--serve", action="store_true", help="answer phase requests on stdin (see vs_ray.py)")
     args = ap.parse_args()
     try:
         import ray
@@ -41,22 +49,38 @@ def main() -> int:
     def noop() -> None:
         return None
 
-    try:
-        ray.get([noop.remote() for _ in range(2000)])  # warm-up: workers started, functions exported
+    def throughput(n: int) -> float:
         t0 = time.perf_counter()
-        refs = [noop.remote() for _ in range(args.tasks)]
-        ray.get(refs)
-        tps = args.tasks / (time.perf_counter() - t0)
+        ray.get([noop.remote() for _ in range(n)])
+        return n / (time.perf_counter() - t0)
+
+    def latency(n: int) -> list[float]:
         xs = []
-        for _ in range(args.latency_samples):
+        for _ in range(n):
             t = time.perf_counter()
             ray.get(noop.remote())
             xs.append(time.perf_counter() - t)
+        return xs
+
+    try:
+        ray.get([noop.remote() for _ in range(2000)])  # warm-up: workers started, functions exported
+        if args.serve:
+            return serve({"latency": latency, "throughput": throughput})
+        tps = throughput(args.tasks)
+        xs = latency(args.latency_samples)
     finally:
         ray.shutdown()
     print(f"ray {ray.__version__} baseline: local cluster, no-op remote functions")
     print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} tasks")
     print(f"  latency submit->result (n={len(xs)}): {summary_ms(xs)}")
+    return 0
+
+
+def serve(phases: dict[str, Callable[[int], Any]]) -> int:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name, n = line.split()
+        print(json.dumps(phases[name](int(n))), flush=True)
     return 0
 
 

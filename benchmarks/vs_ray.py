@@ -1,0 +1,153 @@
+"""Ray and this project on the same workload, interleaved, so both meet the same machine.
+
+This VM's speed drifts by up to 2x within minutes (CPU steal, disk latency), so figures from
+``dispatch.py`` and ``ray_baseline.py`` run one after the other compare only loosely. This script
+keeps a cluster of each up at once (ours: a coordinator and ``--workers`` worker processes as in
+``dispatch.py``; Ray: ``ray_baseline.py --serve`` in Ray's own environment) and alternates:
+
+* latency: blocks of ``--block`` serial no-op tasks, ours then Ray's, until each side has
+  ``--samples``; ours through ``POST /api/v1/tasks?wait=`` with aiohttp's client (as
+  ``dispatch.py``), and, in the same rounds, with Python's synchronous ``http.client`` on one
+  keep-alive connection (a CI script's client; it costs the client less CPU per request);
+* throughput: ``--tasks`` no-op tasks each, ours then Ray's, ``--rounds`` times.
+
+Prints each side's figures and ours relative to Ray's. Ray does less per task (no signing, nothing
+on disk): see ``ray_baseline.py``.
+
+Run: ``python benchmarks/vs_ray.py --ray-python /tmp/rayvenv/bin/python``
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from dispatch import NOOP, ROOT, Cluster, settle, submit_waiting, throughput
+from latency_stats import pct, summary_ms
+
+from distributed_testing import aio
+
+
+class RayServer:
+    """``ray_baseline.py --serve`` in Ray's interpreter, answering one phase per request."""
+
+    def __init__(self, python: str) -> None:
+        self.proc = subprocess.Popen([python, str(ROOT / "benchmarks" / "ray_baseline.py"), "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"ray_baseline.py --serve did not start (exit {self.proc.poll()})")
+
+    def run(self, phase: str, n: int) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{phase} {n}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class SyncClient:
+    """``POST /api/v1/tasks?wait=`` over one keep-alive ``http.client`` connection."""
+
+    def __init__(self, base: str, key: str) -> None:
+        u = urlsplit(base)
+        self.conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port)
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self.body = json.dumps(NOOP).encode()
+
+    def submit_waiting(self) -> dict[str, Any]:
+        self.conn.request("POST", "/api/v1/tasks?wait=10", body=self.body, headers=self.headers)
+        resp = self.conn.getresponse()
+        task: dict[str, Any] = json.loads(resp.read())["tasks"][0]
+        return task
+
+
+async def ours_block(http: aiohttp.ClientSession, sync: SyncClient, c: Cluster, n: int) -> tuple[list[float], list[float]]:
+    """``n`` serial tasks through each client, alternating sample by sample."""
+    a, s = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        body = await submit_waiting(http, c.base, c.admin)
+        t1 = time.perf_counter()
+        assert body["state"] == "succeeded", body
+        body = sync.submit_waiting()
+        s.append(time.perf_counter() - t1)
+        a.append(t1 - t0)
+        assert body["state"] == "succeeded", body
+    return a, s
+
+
+async def latency(c: Cluster, ray: RayServer, samples: int, block: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"ours (aiohttp client)": [], "ours (http.client)": [], "ray": []}
+    sync = SyncClient(c.base, c.admin)
+    async with aiohttp.ClientSession() as http:
+        await ours_block(http, sync, c, 100)  # warm-up
+        ray.run("latency", 100)
+        while len(out["ray"]) < samples:
+            a, s = await ours_block(http, sync, c, block)
+            out["ours (aiohttp client)"] += a
+            out["ours (http.client)"] += s
+            out["ray"] += ray.run("latency", block)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ray-python", required=True, help="a Python with ray installed (see ray_baseline.py)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=1000, help="serial tasks per side")
+    ap.add_argument("--block", type=int, default=50, help="serial tasks per side per turn")
+    ap.add_argument("--tasks", type=int, default=20000, help="tasks per throughput round")
+    ap.add_argument("--rounds", type=int, default=2, help="throughput rounds per side")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dt-vs-ray-"))
+    cluster: Cluster | None = None
+    ray: RayServer | None = None
+    try:
+        cluster = Cluster(tmp, workers=args.workers, slots=64)
+        aio.run(throughput(cluster.base, cluster.admin, 2000, 500, 2))  # warm-up
+        ray = RayServer(args.ray_python)
+        tput: dict[str, list[float]] = {"ours": [], "ray": []}
+        for _ in range(args.rounds):
+            tput["ours"].append(aio.run(throughput(cluster.base, cluster.admin, args.tasks, 500, 2)))
+            settle(cluster.procs)
+            tput["ray"].append(ray.run("throughput", args.tasks))
+        settle(cluster.procs)
+        lat = aio.run(latency(cluster, ray, args.samples, args.block))
+        print(f"interleaved: {args.workers} worker processes, no-op tasks; ours signs and persists (DuckDB), Ray does neither")
+        for side, xs in tput.items():
+            print(f"  throughput {side:4s}: " + " / ".join(f"{x:,.0f}" for x in xs) + " tasks/s")
+        print(f"  throughput ours/ray: {statistics.mean(tput['ours']) / statistics.mean(tput['ray']):.2f}x")
+        for side, xs in lat.items():
+            print(f"  latency {side:22s} (n={len(xs)}): {summary_ms(xs)}")
+        for side in ("ours (aiohttp client)", "ours (http.client)"):
+            print(f"  p50 {side} / ray: {pct(lat[side], 50) / pct(lat['ray'], 50):.2f}")
+        return 0
+    finally:
+        if ray is not None:
+            ray.stop()
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
