@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import websockets
-from websockets.asyncio.client import ClientConnection, connect
+from multidict import CIMultiDictProxy
 
 from ..config import WorkerConfig
 from ..errors import ExecutionError, ProtocolError
@@ -38,6 +37,8 @@ from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-DT-Session"
+OPEN_TIMEOUT_S = 10.0  # proxy, TCP connect and WebSocket handshake together
+MAX_FRAME_BYTES = 32 * 1024 * 1024
 # A task still running after this long is announced with ``started``; shorter ones are announced
 # only by their result, which saves a message and a durable write per short task.
 STARTED_DELAY_S = 0.025
@@ -58,6 +59,33 @@ RESULT_HOLD_S = 0.005
 
 class SessionRejected(Exception):
     """The coordinator refused us in a way retrying cannot fix (bad credentials, wrong role)."""
+
+
+class _HandshakeProbe:
+    """The handshake's HTTP response, as seen by a ``TraceConfig`` hook: its headers (the
+    coordinator's session id) and, for a refusal, the start of its body (the reason).
+
+    aiohttp's ClientWebSocketResponse exposes neither. A trace hook is public API (the other way,
+    the private ``ws._response``, could change in any release), and it sees the response before
+    ``ws_connect`` closes a refused one, so the reason survives. The session it is attached to
+    makes no other request and connects one attempt at a time, so what it holds after
+    ``ws_connect`` is that attempt's response (``reset()`` before each)."""
+
+    def __init__(self) -> None:
+        self.config = aiohttp.TraceConfig()
+        self.config.on_request_end.append(self._on_request_end)
+        self.headers: CIMultiDictProxy[str] | None = None
+        self.body = b""
+
+    def reset(self) -> None:
+        self.headers, self.body = None, b""
+
+    async def _on_request_end(self, _session: aiohttp.ClientSession, _ctx: Any,
+                              params: aiohttp.TraceRequestEndParams) -> None:
+        self.headers = params.response.headers
+        if params.response.status != 101:  # a 101's body is the WebSocket stream: never read it here
+            with contextlib.suppress(aiohttp.ClientError):  # the status alone still says enough
+                self.body = await params.response.content.read(300)
 
 
 @dataclass
@@ -97,6 +125,9 @@ class WorkerAgent:
         self._abandoned: list[m.TaskRef] = []  # told to the coordinator in the next ``register``
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
+        self._http: aiohttp.ClientSession | None = None  # for the WebSocket only, one per run()
+        self._handshake = _HandshakeProbe()
+        self._pong = asyncio.Event()  # set by the reader at each pong (see _keepalive)
         self._stop = asyncio.Event()
         self.monitor = ResourceMonitor(Limits(
             max_cpu_percent=config.max_cpu_percent, max_memory_percent=config.max_memory_percent,
@@ -121,17 +152,30 @@ class WorkerAgent:
         await self._recovery_report()
         backoff = Backoff(base_s=self.config.reconnect_interval_s, factor=2.0, max_s=max(30.0, self.config.reconnect_interval_s))
         try:
-            while not self._stop.is_set():
-                try:
-                    await retry_async(self._connect_once, backoff=backoff, attempts=self.config.reconnect_attempts,
-                                      retry_on=(OSError, websockets.ConnectionClosed, websockets.InvalidHandshake,
-                                                asyncio.TimeoutError, ProtocolError), what="connection to coordinator",
-                                      sleep=self._backoff_sleep)
-                except RetriesExhausted:
-                    log.error("giving up after %d reconnect attempts", self.config.reconnect_attempts)
-                    raise
+            async with self._client_session() as self._http:
+                while not self._stop.is_set():
+                    try:
+                        await retry_async(self._connect_once, backoff=backoff, attempts=self.config.reconnect_attempts,
+                                          retry_on=(OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError),
+                                          what="connection to coordinator", sleep=self._backoff_sleep)
+                    except RetriesExhausted:
+                        log.error("giving up after %d reconnect attempts", self.config.reconnect_attempts)
+                        raise
         finally:
+            self._http = None
             await self._shutdown_tasks()
+
+    def _client_session(self) -> aiohttp.ClientSession:
+        """The HTTP client the coordinator WebSocket is opened with. It connects directly, as the
+        worker's token requests do: no proxy variables, and no ``~/.netrc`` (with ``trust_env``,
+        a matching netrc entry makes aiohttp refuse our Authorization header). Every connection
+        carries one WebSocket session and is closed with it, so nothing is pooled
+        (``force_close``), and the coordinator's name is resolved at every connect (no DNS cache),
+        so a coordinator that moved is found at the next reconnect. No total timeout: the
+        handshake has its own (``OPEN_TIMEOUT_S``) and a session lasts as long as it lasts."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, use_dns_cache=False),
+            timeout=aiohttp.ClientTimeout(total=None), trace_configs=[self._handshake.config])
 
     async def _backoff_sleep(self, delay: float) -> None:
         """The reconnect backoff's wait; ``stop()`` ends it at once (a worker told to stop while
@@ -237,19 +281,21 @@ class WorkerAgent:
     async def _connect_once(self) -> None:
         if self._stop.is_set():
             return  # stopped during the backoff: no further attempt
+        assert self._http is not None, "only run() connects"
         cred = await self.credentials.current()
+        self._handshake.reset()
         try:
-            ws = await connect(self.config.ws_url, additional_headers={"Authorization": f"Bearer {cred}"},
-                               max_size=32 * 1024 * 1024, open_timeout=10, compression=None, ping_interval=self.config.heartbeat_interval_s,
-                               ping_timeout=max(10.0, self.config.heartbeat_interval_s * 2))
-        except websockets.InvalidStatus as exc:
-            status = exc.response.status_code
-            if status in (401, 403):
-                raise SessionRejected(f"coordinator refused credentials: HTTP {status} "
-                                      f"{exc.response.body.decode(errors='replace')[:300]}") from exc
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                # No compression (compress=0, the default); keepalive pings are ours (_keepalive).
+                ws = await self._http.ws_connect(self.config.ws_url, headers={"Authorization": f"Bearer {cred}"},
+                                                 max_msg_size=MAX_FRAME_BYTES, autoping=False)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (401, 403):
+                raise SessionRejected(f"coordinator refused credentials: HTTP {exc.status} "
+                                      f"{self._handshake.body.decode(errors='replace')}".rstrip()) from exc
             raise
         async with ws:
-            session_id = ws.response.headers.get(SESSION_HEADER) if ws.response else None
+            session_id = self._handshake.headers.get(SESSION_HEADER) if self._handshake.headers is not None else None
             if not session_id:
                 raise ProtocolError("coordinator did not send a session id header")
             self._channel = Channel(derive_session_key(cred, session_id))
@@ -257,32 +303,34 @@ class WorkerAgent:
             sessions_before = self.sessions
             try:
                 await self._serve(ws)
-            except (OSError, websockets.ConnectionClosed, ProtocolError) as exc:
+            except (OSError, aiohttp.ClientError, ProtocolError) as exc:
                 if self.sessions == sessions_before:
                     raise  # never registered: counts as a failed attempt
                 # an established session that dropped: reconnect with a fresh attempt count
                 log.warning("session with coordinator lost: %s; reconnecting", exc)
 
-    async def _serve(self, ws: ClientConnection) -> None:
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._send(self._register_msg(self._rendezvous_address(ws)))
         writer = asyncio.create_task(self._writer(ws), name="worker-writer")
         beats = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
         renew = asyncio.create_task(self._renew_tokens(), name="worker-token-renewal")
         stopper = asyncio.create_task(self._stop.wait(), name="worker-stop-wait")
+        keepalive = asyncio.create_task(self._keepalive(ws), name="worker-keepalive")
         reader = asyncio.create_task(self._reader(ws), name="worker-reader")
+        ending = (reader, writer, keepalive)
         try:
-            done, _ = await asyncio.wait({reader, writer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({*ending, stopper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not stopper and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
             self._abandon_unconfirmed()
-            tasks = (beats, renew, stopper, reader, writer)
+            tasks = (beats, renew, stopper, *ending)
             for t in tasks:
                 t.cancel()
             for t, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
-                if isinstance(outcome, Exception) and t not in (reader, writer):  # those two re-raised above
+                if isinstance(outcome, Exception) and t not in ending:  # those re-raised above
                     log.error("%s stopped: %s", t.get_name(), outcome)
 
     def _register_msg(self, address: str = "") -> m.Register:
@@ -294,7 +342,7 @@ class WorkerAgent:
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
                           abandoned=list(self._abandoned))
 
-    def _rendezvous_address(self, ws: ClientConnection) -> str:
+    def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
         else this connection's local address; in that case the NIC holding that address becomes
         ``self.interface`` (what gloo/NCCL bind, so they never pick another NIC by hostname)."""
@@ -304,7 +352,7 @@ class WorkerAgent:
             except PreflightError as exc:  # checked at start; the NIC went away since
                 log.error("--interface %s: %s; reporting no rendezvous address", self.config.interface, exc)
                 return ""
-        local = ws.local_address
+        local = ws.get_extra_info("sockname")
         address = str(local[0]).split("%")[0] if local else ""
         self.interface = interface_of(address) if address else None
         if address and self.interface is None:
@@ -314,12 +362,10 @@ class WorkerAgent:
 
     # ----------------------------------------------------------------- reading
 
-    async def _reader(self, ws: ClientConnection) -> None:
+    async def _reader(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         assert self._channel is not None
         violations = 0
-        async for frame in ws:
-            if isinstance(frame, str):
-                frame = frame.encode()
+        while (frame := await self._next_frame(ws)) is not None:
             try:
                 msg = self._channel.open(frame, self.clock())
             except ProtocolError as exc:
@@ -333,6 +379,34 @@ class WorkerAgent:
             if handler is None:
                 raise ProtocolError(f"unexpected {type(msg).__name__} from coordinator")
             await handler(self, msg)
+
+    async def _next_frame(self, ws: aiohttp.ClientWebSocketResponse) -> bytes | None:
+        """The next data frame (a text frame as its UTF-8 bytes), or None once the session was
+        closed cleanly (the coordinator's close frame with code 1000 or 1001, or a close from this
+        side). Answers pings and notes pongs (autoping is off: see ``_keepalive``). A connection
+        that ended without a clean close, or one aiohttp found broken (a bad or oversized frame),
+        raises ConnectionError: a lost session, or before registration a failed connect."""
+        while True:
+            frame = await ws.receive()
+            kind = frame.type
+            if kind is aiohttp.WSMsgType.BINARY:
+                return frame.data  # type: ignore[no-any-return]
+            if kind is aiohttp.WSMsgType.PING:
+                await ws.pong(frame.data)
+            elif kind is aiohttp.WSMsgType.PONG:
+                self._pong.set()
+            elif kind is aiohttp.WSMsgType.TEXT:
+                return frame.data.encode()  # type: ignore[no-any-return]
+            elif kind is aiohttp.WSMsgType.CLOSE and frame.data in (aiohttp.WSCloseCode.OK, aiohttp.WSCloseCode.GOING_AWAY):
+                log.info("coordinator closed the session%s", f": {frame.extra}" if frame.extra else "")
+                return None
+            elif kind is aiohttp.WSMsgType.CLOSING:  # closed from this side
+                return None
+            elif kind is aiohttp.WSMsgType.ERROR:
+                raise ConnectionError(f"WebSocket to coordinator failed: {frame.data}") from frame.data
+            else:  # CLOSE with an error code; CLOSED: the connection ended without a close frame
+                raise ConnectionError(f"connection to coordinator closed abnormally (close code {ws.close_code}"
+                                      f"{f': {frame.extra}' if frame.extra else ''})")
 
     async def _on_registered(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Registered)
@@ -603,13 +677,31 @@ class WorkerAgent:
     def _send(self, msg: m.Message) -> None:
         self._sendq.put_nowait(msg)
 
-    async def _writer(self, ws: ClientConnection) -> None:
+    async def _writer(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         assert self._channel is not None
         q = self._sendq
         while True:
             msg = await q.get()
-            await ws.send(self._channel.seal(msg, self.clock()))
+            await ws.send_bytes(self._channel.seal(msg, self.clock()))
             q.task_done()
+
+    async def _keepalive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """A ping every ``heartbeat_interval_s``; no pong within ``max(10, 2 × interval)`` s ends the
+        session (a dead coordinator or path). aiohttp's ``heartbeat=`` is not used: its pong
+        timeout is half the interval (0.5 s at the default 1 s) and cannot be set, so a
+        coordinator busy for half a second would cost a reconnect and every provisional
+        assignment with it."""
+        interval = self.config.heartbeat_interval_s
+        timeout = max(10.0, 2 * interval)
+        while True:
+            await asyncio.sleep(interval)
+            self._pong.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await ws.ping()  # waits while the send buffer is full, as a dead path leaves it
+                    await self._pong.wait()
+            except TimeoutError:
+                raise ConnectionError(f"no pong from the coordinator within {timeout:g}s") from None
 
     async def _heartbeats(self) -> None:
         """A heartbeat every ``heartbeat_interval_s``, and one at once when the state changes
