@@ -5,9 +5,11 @@ Signing is always on and results are persisted (DuckDB store with its journal). 
 * throughput: submit ``--tasks`` no-op tasks in lists of ``--chunk`` from ``--clients`` concurrent
   submitters; tasks/s from the first submit to the last terminal state;
 * latency: ``--latency-samples`` tasks one at a time, once the cluster is idle again (the
-  throughput phase's checkpoints done); submit → result visible to the client, two
-  ways: ``POST /api/v1/tasks?wait=`` (one request that answers with the outcome), and a plain
-  ``POST`` followed by the long-poll ``GET /api/v1/tasks/{id}?wait=``; p50/p90/p99 of each.
+  throughput phase's checkpoints done); submit → result visible to the client, three
+  ways: ``POST /api/v1/tasks?wait=`` (one request that answers with the outcome), the same
+  through Python's synchronous ``http.client`` on a keep-alive connection (a CI script's client,
+  which spends less CPU per request than aiohttp's), and a plain ``POST`` followed by the
+  long-poll ``GET /api/v1/tasks/{id}?wait=``; p50/p90/p99 of each.
 
 Run: ``python benchmarks/dispatch.py --workers 2 --tasks 20000``
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import psutil
@@ -80,6 +85,33 @@ async def submit_waiting(http: aiohttp.ClientSession, base: str, key: str) -> di
     async with http.post(f"{base}/api/v1/tasks?wait=10", json=NOOP, headers={"Authorization": f"Bearer {key}"}) as r:
         task: dict[str, Any] = (await r.json())["tasks"][0]
     return task
+
+
+class SyncClient:
+    """``POST /api/v1/tasks?wait=`` over one keep-alive ``http.client`` connection."""
+
+    def __init__(self, base: str, key: str) -> None:
+        u = urlsplit(base)
+        self.conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port)
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self.body = json.dumps(NOOP).encode()
+
+    def submit_waiting(self) -> dict[str, Any]:
+        self.conn.request("POST", "/api/v1/tasks?wait=10", body=self.body, headers=self.headers)
+        task: dict[str, Any] = json.loads(self.conn.getresponse().read())["tasks"][0]
+        return task
+
+
+def sync_latency(base: str, key: str, samples: int) -> list[float]:
+    client = SyncClient(base, key)
+    out = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        body = client.submit_waiting()
+        out.append(time.perf_counter() - t0)
+        assert body["state"] == "succeeded", body
+    client.conn.close()
+    return out
 
 
 async def latency(base: str, key: str, samples: int, one_request: bool) -> list[float]:
@@ -220,6 +252,7 @@ def main() -> int:
         settled = settle(procs)
         lat = {mode: aio.run(latency(base, admin, args.latency_samples, mode == "POST ?wait"))
                for mode in ("POST ?wait", "POST + GET ?wait")}
+        lat["POST ?wait, http.client"] = sync_latency(base, admin, args.latency_samples)
         print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, "
               f"worker outbox={args.worker_outbox}, signing on, event loop {aio.loop_choice()} (client too)")
         print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")

@@ -20,7 +20,6 @@ Run: ``python benchmarks/vs_ray.py --ray-python /tmp/rayvenv/bin/python``
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import shutil
 import statistics
@@ -30,10 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
-from dispatch import NOOP, ROOT, Cluster, settle, submit_waiting, throughput
+from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughput
 from latency_stats import pct, summary_ms
 
 from distributed_testing import aio
@@ -62,22 +60,6 @@ class RayServer:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-class SyncClient:
-    """``POST /api/v1/tasks?wait=`` over one keep-alive ``http.client`` connection."""
-
-    def __init__(self, base: str, key: str) -> None:
-        u = urlsplit(base)
-        self.conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        self.body = json.dumps(NOOP).encode()
-
-    def submit_waiting(self) -> dict[str, Any]:
-        self.conn.request("POST", "/api/v1/tasks?wait=10", body=self.body, headers=self.headers)
-        resp = self.conn.getresponse()
-        task: dict[str, Any] = json.loads(resp.read())["tasks"][0]
-        return task
 
 
 async def ours_block(http: aiohttp.ClientSession, sync: SyncClient, c: Cluster, n: int) -> tuple[list[float], list[float]]:
