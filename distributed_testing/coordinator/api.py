@@ -8,10 +8,9 @@ route, wrong method, body over the size limit) get the same JSON shape.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -40,12 +39,11 @@ PRINCIPAL = web.RequestKey("principal", sa.Principal)
 AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
 
 
-def _dumps(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
-
-
-# Strict JSON out, whatever workers reported: NaN and infinities become null, bytes base64.
-json_response = functools.partial(web.json_response, dumps=_dumps)
+def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    """``data`` as a JSON response, encoded once to bytes. Strict JSON whatever workers reported:
+    NaN and infinities become null, bytes base64 (msgspec's rules)."""
+    return web.Response(body=msgspec.json.encode(data), status=status, headers=headers,
+                        content_type="application/json", charset="utf-8")
 _STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
 
 
