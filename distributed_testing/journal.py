@@ -39,6 +39,7 @@ replays what reached the disk).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -59,10 +60,10 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 _HEADER = struct.Struct("<II")
-_ZERO_HEADER = bytes(_HEADER.size)
 _MAX_PAYLOAD = 2**32 - 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 _fsync_data = getattr(os, "fdatasync", os.fsync)
+_posix_fallocate = getattr(os, "posix_fallocate", None)  # not on macOS: segments just grow there
 # A flush of at most this many records is written and fsync'd on the event loop itself: one
 # fdatasync (~0.15 ms here) costs less than the two thread hand-offs around it. Measured with
 # `python benchmarks/store.py` (seq, one appender): append->durable p50 0.24 ms inline, 0.38 ms
@@ -387,8 +388,9 @@ class Journal(Generic[R]):
             if fsync:
                 _fsync_data(fd)
             self._unsynced = not fsync
-        elif rotate and self._unsynced:  # the closed segment is durable when rotate() returns
+        elif fsync and self._unsynced:  # a barrier or a rotation: what came before is durable after it
             _fsync_data(fd)
+            self._unsynced = False
         if not rotate:
             return self._seq
         closed = self._seq
@@ -406,7 +408,9 @@ class Journal(Generic[R]):
         the file system cannot (or the disk is too full for a whole chunk), writes just append."""
         want = self._offset + max(need, PREALLOCATE_BYTES)
         try:
-            os.posix_fallocate(fd, self._allocated, want - self._allocated)
+            if _posix_fallocate is None:
+                raise OSError(errno.ENOTSUP, "no posix_fallocate on this platform")
+            _posix_fallocate(fd, self._allocated, want - self._allocated)
         except OSError as exc:
             log.debug("journal %s: no preallocation (%s); appending instead", self.directory, exc)
             self._can_preallocate = False
@@ -414,9 +418,10 @@ class Journal(Generic[R]):
         self._allocated = want
 
     def _trim(self, fd: int) -> None:
-        """Cut the unused preallocated space off a segment being closed. A crash before this
-        leaves zeros after the last frame, which readers take as the end."""
-        if self._allocated > self._offset:
+        """Cut the unused preallocated space off a segment being closed (also what a
+        preallocation that failed partway left). A crash before this leaves zeros after the last
+        frame, which readers take as the end."""
+        if os.fstat(fd).st_size > self._offset:
             os.ftruncate(fd, self._offset)
 
     # ------------------------------------------------------------------ segments (blocking)
@@ -488,8 +493,11 @@ class Journal(Generic[R]):
         size = len(data)
         off = 0
         while off < size:
-            if data[off : off + _HEADER.size] == _ZERO_HEADER:
-                return  # the unused preallocated end of a segment (never a frame: payloads are not empty)
+            if not data[off : off + _HEADER.size].strip(b"\0"):  # a zero header, or the start of one
+                if data[off:].strip(b"\0"):
+                    log.warning("journal %s: zero-filled gap at offset %d before more data; ignoring the last %d "
+                                "bytes (torn or corrupt tail)", path, off, size - off)
+                return  # else the unused preallocated end (never a frame: payloads are not empty)
             problem = self._frame_problem(data, off)
             if problem is not None:
                 log.warning(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 import msgspec
@@ -279,6 +280,57 @@ async def test_the_active_segment_is_preallocated_and_trimmed_when_closed(
     sizes = [seg.stat().st_size for seg in _segment_files(tmp_path / "j")]
     encoded = [len(msgspec.msgpack.encode(r)) + 8 for r in records]
     assert sizes == [sum(encoded[:6]), sum(encoded[6:])]
+
+
+@pytest.mark.asyncio
+async def test_a_platform_without_posix_fallocate_gets_plain_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_mod, "_posix_fallocate", None)  # as on macOS
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1)])
+        assert (tmp_path / "j-00000001.log").stat().st_size == len(msgspec.msgpack.encode(Put("a", 1))) + 8
+    assert j.replay() == [Put("a", 1)]
+
+
+@pytest.mark.asyncio
+async def test_a_preallocation_that_fails_partway_is_trimmed_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def half_then_full(fd: int, offset: int, length: int) -> None:
+        os.ftruncate(fd, offset + length // 2)  # what a disk running full can leave
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal_mod, "_posix_fallocate", half_then_full)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1)])
+    (seg,) = _segment_files(tmp_path)
+    assert seg.stat().st_size == len(msgspec.msgpack.encode(Put("a", 1))) + 8
+    assert j.replay() == [Put("a", 1)]
+
+
+@pytest.mark.asyncio
+async def test_a_barrier_after_unsynced_appends_makes_them_durable(tmp_path: Path, synced: list[int]) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        await j.append([Put("a", 1)], sync=False)
+        assert synced == []
+        await j.append([])
+        assert len(synced) == 1
+
+
+@pytest.mark.asyncio
+async def test_zeros_end_a_segment_quietly_unless_data_follows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _write(tmp_path, 2)
+    (seg,) = _segment_files(tmp_path)
+    frames = seg.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+        for tail in (b"\0" * 3, b"\0" * 4096):  # the preallocated end, however short
+            seg.write_bytes(frames + tail)
+            assert Journal(tmp_path, Rec, name="j").replay() == [Put("k0", 0), Put("k1", 1)]
+        assert caplog.text == ""
+        seg.write_bytes(frames + b"\0" * 4096 + frames)  # a lost page before data: not a clean end
+        assert Journal(tmp_path, Rec, name="j").replay() == [Put("k0", 0), Put("k1", 1)]
+    assert "zero-filled gap" in caplog.text
 
 
 @pytest.mark.asyncio
