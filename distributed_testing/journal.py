@@ -18,11 +18,12 @@ survives a crash of the process, and a flush holding only such records skips the
 synced flush or rotation covers them). An ``append(..., linger_s=L)`` does not start a flush of
 its own for up to ``L`` seconds: any other append, a rotation or ``close`` flushes it sooner, so an
 owner that needs records durable only together with later ones (a submission answered only with
-its outcome) pays one fsync for both when the later ones come within ``L``. One owned writer task takes everything queued since its
-last flush, writes it and fsyncs it in one call, then resolves all of those futures (group commit:
-while one fsync runs, new appends queue for the next). A small flush (``inline_max_frames``) runs
-on the event loop; a bigger one, a rotation, or any flush while frames keep queuing behind the
-last one (sustained load) runs in ``asyncio.to_thread``.
+its outcome) pays one fsync for both when the later ones come within ``L``. One owned writer
+task takes everything queued since its last flush, writes it and fsyncs it in one call, then
+resolves all of those futures (group commit: while one fsync runs, new appends queue for the
+next). A small flush (``inline_max_frames``) runs on the event loop; a bigger one, a rotation, or
+any flush while frames keep queuing behind the last one (sustained load) runs in
+``asyncio.to_thread``.
 
 Crash behaviour: a crash can leave a torn frame at the end of the segment being written. Readers
 stop at the first short or crc-failing frame of a segment, log a warning naming the file and
@@ -493,11 +494,8 @@ class Journal(Generic[R]):
         size = len(data)
         off = 0
         while off < size:
-            if not data[off : off + _HEADER.size].strip(b"\0"):  # a zero header, or the start of one
-                if data[off:].strip(b"\0"):
-                    log.warning("journal %s: zero-filled gap at offset %d before more data; ignoring the last %d "
-                                "bytes (torn or corrupt tail)", path, off, size - off)
-                return  # else the unused preallocated end (never a frame: payloads are not empty)
+            if not data[off : off + _HEADER.size].strip(b"\0") and not data[off:].strip(b"\0"):
+                return  # the unused preallocated end (never a frame: payloads are not empty)
             problem = self._frame_problem(data, off)
             if problem is not None:
                 log.warning(
@@ -524,7 +522,7 @@ class Journal(Generic[R]):
         length, crc = _HEADER.unpack_from(data, off)
         start = off + _HEADER.size
         if length == 0:
-            return "zero-length frame"
+            return "zero-length frame (a zero-filled gap before more data)"
         if start + length > len(data):
             return f"short frame ({len(data) - start} of {length} payload bytes)"
         if zlib.crc32(data[start : start + length]) != crc:

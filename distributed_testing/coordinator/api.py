@@ -44,6 +44,8 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
     NaN and infinities become null, bytes base64 (msgspec's rules)."""
     return web.Response(body=msgspec.json.encode(data), status=status, headers=headers,
                         content_type="application/json", charset="utf-8")
+
+
 _STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
 
 

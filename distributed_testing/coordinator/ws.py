@@ -2,9 +2,9 @@
 
 One reader per connection dispatches by message type through ``HANDLERS``; one writer drains the
 session's outbound queue, signing each frame as it goes (a ``confirm`` directly followed by a
-``result_ack`` goes out as one ``result_ack`` carrying ``confirm_upto``). A rejected frame is answered with an
-``error`` message and counted; ``max_violations`` rejections close the connection. Nothing a
-peer sends can crash the coordinator or touch another worker's session.
+``result_ack`` goes out as one ``result_ack`` carrying ``confirm_upto``). A rejected frame is
+answered with an ``error`` message and counted; ``max_violations`` rejections close the
+connection. Nothing a peer sends can crash the coordinator or touch another worker's session.
 """
 
 from __future__ import annotations
