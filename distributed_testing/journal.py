@@ -21,9 +21,10 @@ owner that needs records durable only together with later ones (a submission ans
 its outcome) pays one fsync for both when the later ones come within ``L``. One owned writer
 task takes everything queued since its last flush, writes it and fsyncs it in one call, then
 resolves all of those futures (group commit: while one fsync runs, new appends queue for the
-next). A small flush (``inline_max_frames``) runs on the event loop; a bigger one, a rotation, or
-any flush while frames keep queuing behind the last one (sustained load) runs in
-``asyncio.to_thread``.
+next). A small flush (``inline_max_frames``) runs on the event loop; a bigger one, a rotation, any
+flush while frames keep queuing behind the last one (sustained load), or one that must first
+reserve more space (``posix_fallocate``, which some file systems such as NFS emulate by writing
+zeros) runs in ``asyncio.to_thread``.
 
 Crash behaviour: a crash can leave a torn frame at the end of the segment being written. Readers
 stop at the first short or crc-failing frame of a segment, log a warning naming the file and
@@ -243,8 +244,13 @@ class Journal(Generic[R]):
         self._sync = self._sync or sync
         if linger_s <= 0:
             self._wake.set()
-        elif self._linger is None and not self._wake.is_set():
-            self._linger = asyncio.get_running_loop().call_later(linger_s, self._wake.set)
+        elif not self._wake.is_set():
+            loop = asyncio.get_running_loop()
+            due = loop.time() + linger_s
+            if self._linger is None or due < self._linger.when():  # the earliest deadline wins
+                if self._linger is not None:
+                    self._linger.cancel()
+                self._linger = loop.call_at(due, self._wake.set)
         return fut
 
     def _check_decodes(self, rec: object, payload: bytes) -> None:
@@ -312,20 +318,22 @@ class Journal(Generic[R]):
             rotations = []
             sync, self._sync = self._sync, False
         try:
-            if not sync:  # a plain write: no reason to leave the loop
-                closed = self._write_sync(frames, False, fsync=False)
-            elif rotations or self._backlog or len(frames) > self.inline_max_frames:
+            if sync and (rotations or self._backlog or len(frames) > self.inline_max_frames):
                 closed = await asyncio.to_thread(self._write_sync, frames, bool(rotations))
             else:
-                # Let the callbacks already scheduled run first (a send the appender scheduled goes
-                # out ahead of the fsync), and let appends they make join this flush.
-                # Not after a rotate() call: what was appended after it belongs in the next segment.
-                await asyncio.sleep(0)
-                if not self._rotations:
-                    frames += self._frames
-                    waiters += self._waiters
-                    self._frames, self._waiters, self._sync = [], [], False
-                closed = self._write_sync(frames, False)
+                if sync:
+                    # Let the callbacks already scheduled run first (a send the appender scheduled goes
+                    # out ahead of the fsync), and let appends they make join this flush.
+                    # Not after a rotate() call: what was appended after it belongs in the next segment.
+                    await asyncio.sleep(0)
+                    if not self._rotations:
+                        frames += self._frames
+                        waiters += self._waiters
+                        self._frames, self._waiters, self._sync = [], [], False
+                if self._preallocates(frames):  # posix_fallocate can take long (emulated on NFS): not on the loop
+                    closed = await asyncio.to_thread(self._write_sync, frames, False, fsync=sync)
+                else:
+                    closed = self._write_sync(frames, False, fsync=sync)
         except asyncio.CancelledError:
             err = StoreError(f"journal {self.directory} writer cancelled during a flush")
             _fail_all(waiters, err)
@@ -403,6 +411,10 @@ class Journal(Generic[R]):
         self._seq = closed + 1
         self._fd = self._open_segment(self._seq)
         return closed
+
+    def _preallocates(self, frames: list[bytes]) -> bool:
+        """Whether writing ``frames`` now would first reserve more space in the segment."""
+        return self._can_preallocate and self._offset + sum(map(len, frames)) > self._allocated
 
     def _preallocate(self, fd: int, need: int) -> None:
         """Reserve room for at least ``need`` more bytes after the frames written so far. Where

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from pathlib import Path
 
 import msgspec
@@ -134,6 +135,41 @@ async def test_a_lingering_append_shares_the_next_appends_fsync(tmp_path: Path, 
         unflushed = j.append([Put("d", 4)], linger_s=30.0)
     assert unflushed.done()  # close flushes it
     assert Journal(tmp_path, Rec, name="j").replay() == [Put("a", 1), Put("b", 2), Put("c", 3), Put("d", 4)]
+
+
+@pytest.mark.asyncio
+async def test_a_shorter_linger_brings_the_flush_forward(tmp_path: Path, synced: list[int]) -> None:
+    async with Journal(tmp_path, Rec, name="j") as j:
+        patient = j.append([Put("a", 1)], linger_s=30.0)
+        hurried = j.append([Put("b", 2)], linger_s=0.05)
+        await asyncio.wait_for(asyncio.gather(patient, hurried), 5)  # not 30 s: the earlier deadline wins
+        assert len(synced) == 1
+
+
+@pytest.mark.asyncio
+async def test_reserving_segment_space_happens_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """posix_fallocate may write the whole chunk (glibc's emulation, on NFS say): a flush that
+    needs more space runs in a thread, one that fits runs on the loop."""
+    monkeypatch.setattr(journal_mod, "PREALLOCATE_BYTES", 64)
+    loop_thread = threading.get_ident()
+    threads: list[bool] = []
+    real = journal_mod._posix_fallocate
+
+    def recording(fd: int, offset: int, length: int) -> None:
+        threads.append(threading.get_ident() == loop_thread)
+        real(fd, offset, length)
+
+    monkeypatch.setattr(journal_mod, "_posix_fallocate", recording)
+    async with Journal(tmp_path, Rec, name="j") as j:
+        opened = len(threads)  # the segment's first chunk, reserved when it was opened
+        for i in range(3):
+            await j.append([Put("k" * 40, i)])  # each record outgrows the 64-byte chunk
+        await j.append([Put("x", 9)], sync=False)
+        await j.append([Put("y" * 80, 10)], sync=False)
+    assert len(threads) > opened + 3 and not any(threads[opened:])
+    assert Journal(tmp_path, Rec, name="j").replay()[-1] == Put("y" * 80, 10)
 
 
 @pytest.mark.asyncio
