@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from dispatch import ROOT, Cluster, settle, submit_waiting, throughput
+from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughput
 from latency_stats import summary_ms
 
 from distributed_testing import aio
@@ -38,11 +38,28 @@ async def alternate(clusters: list[Cluster], samples: int) -> list[list[float]]:
     return out
 
 
+def alternate_sync(clusters: list[Cluster], samples: int) -> list[list[float]]:
+    """As ``alternate``, through one keep-alive ``http.client`` connection per cluster."""
+    clients = [SyncClient(c.base, c.admin) for c in clusters]
+    out: list[list[float]] = [[] for _ in clusters]
+    for _ in range(samples):
+        for client, xs in zip(clients, out, strict=True):
+            t0 = time.perf_counter()
+            body = client.submit_waiting()
+            xs.append(time.perf_counter() - t0)
+            assert body["state"] == "succeeded", body
+    for client in clients:
+        client.conn.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", type=Path, required=True, help="another checkout of this repository")
     ap.add_argument("--samples", type=int, default=1500, help="per side, after 10 %% more as warm-up")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--client", choices=("aiohttp", "http.client"), default="aiohttp",
+                    help="the client timing the requests (default: aiohttp's, as dispatch.py's first latency line)")
     args = ap.parse_args()
     if not (args.against / "run_coordinator.py").is_file():
         ap.error(f"--against {args.against}: no run_coordinator.py there")
@@ -55,7 +72,11 @@ def main() -> int:
             aio.run(throughput(clusters[-1].base, clusters[-1].admin, 2000, 500, 2))  # warm-up
         settle([p for c in clusters for p in c.procs])
         warm = args.samples // 10
-        res = [xs[warm:] for xs in aio.run(alternate(clusters, args.samples + warm))]
+        if args.client == "aiohttp":
+            raw = aio.run(alternate(clusters, args.samples + warm))
+        else:
+            raw = alternate_sync(clusters, args.samples + warm)
+        res = [xs[warm:] for xs in raw]
         for root, xs in zip(roots, res, strict=True):
             print(f"{root}: {summary_ms(xs)}")
         diffs = [a - b for a, b in zip(res[0], res[1], strict=True)]

@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import web
 
 from .config import CoordinatorConfig, WorkerConfig
+from .coordinator.fast_http import FastSite
 from .coordinator.runtime import RUNTIME, Runtime
 from .coordinator.server import create_app
 from .coordinator.store.base import Store
@@ -114,7 +115,7 @@ class Cluster:
 async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(create_app(config, store), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = FastSite(runner, "127.0.0.1", 0)
     await site.start()
     port = int(runner.addresses[0][1])
     return runner, f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from .. import aio
 from ..config import CoordinatorConfig, environ, positive
+from ..coordinator.fast_http import FastSite
 from ..coordinator.server import create_app
 from ..errors import ConfigError
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
@@ -83,7 +84,7 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
     runner = web.AppRunner(create_app(config), access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+        site = FastSite(runner, config.host, config.port, reuse_address=True)
         await site.start()
         port = int(runner.addresses[0][1])
         log.info("coordinator listening on http://%s:%d", config.host, port)

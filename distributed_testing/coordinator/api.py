@@ -49,6 +49,24 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 _STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
 
 
+def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """A domain error as (status, JSON body, extra headers); ``where`` names the request in the log
+    when the error is unexpected (500)."""
+    status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
+    if status == 500:
+        log.error("unexpected domain error on %s", where, exc_info=exc)
+    return status, _error_body(exc), {"WWW-Authenticate": "Bearer"} if status == 401 else None
+
+
+def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
+    """The principal behind an ``Authorization`` header value, if it holds ``perm`` (or any
+    valid credential for ``AUTHENTICATED``); AuthError or PermissionDenied otherwise."""
+    principal = rt.authenticate(sa.parse_authorization_header(authorization))
+    if perm != AUTHENTICATED:
+        roles.require(principal.role, roles.Permission(perm))
+    return principal
+
+
 def _error_body(exc: DTError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, ValidationError):
@@ -61,19 +79,11 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
     try:
         perm = PERMISSIONS.get((request.method, request.match_info.route.resource.canonical if request.match_info.route.resource else ""))
         if perm is not None:
-            rt = request.app[RUNTIME]
-            cred = sa.parse_authorization_header(request.headers.get("Authorization", ""))
-            principal = rt.authenticate(cred)
-            if perm != AUTHENTICATED:
-                roles.require(principal.role, roles.Permission(perm))
-            request[PRINCIPAL] = principal
+            request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
         return await handler(request)
     except DTError as exc:
-        status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
-        if status == 500:
-            log.exception("unexpected domain error on %s %s", request.method, request.path)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return json_response(_error_body(exc), status=status, headers=headers)
+        status, body, headers = error_parts(exc, f"{request.method} {request.path}")
+        return json_response(body, status=status, headers=headers)
     except web.HTTPException as exc:  # aiohttp's own: unknown route, wrong method, body too large
         if exc.status < 400:
             raise
@@ -163,10 +173,16 @@ async def submit_tasks(request: web.Request) -> web.Response:
     """Accept a task or a list of them. With ``?wait=S`` the answer waits up to S seconds for every
     one of them to finish and carries each one's final ``state`` and ``outcome`` (submit and
     result in one round trip); the tasks are accepted whether or not they finish in time."""
-    rt = _rt(request)
     wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
-    parsed = specs.parse_task_json(await request.read())
-    accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=request[PRINCIPAL].key_id)
+    status, body = await submit(_rt(request), request[PRINCIPAL], await request.read(), wait)
+    return json_response(body, status=status)
+
+
+async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) -> tuple[int, dict[str, Any]]:
+    """``POST /api/v1/tasks`` after authorization, whichever HTTP layer took it (``fast_http``
+    or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
+    parsed = specs.parse_task_json(raw)
+    accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=principal.key_id)
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
     status = 201 if any(a["created"] for a in accepted) else 200
     if wait > 0:
@@ -174,7 +190,7 @@ async def submit_tasks(request: web.Request) -> web.Response:
         for a in accepted:
             t = rt.state.tasks[a["task_id"]]
             a["state"], a["outcome"] = t.state, t.outcome
-    return json_response({"tasks": accepted}, status=status)
+    return status, {"tasks": accepted}
 
 
 def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
@@ -297,7 +313,13 @@ async def task_schema(request: web.Request) -> web.Response:
 
 
 def _float_param(request: web.Request, name: str, default: float, lo: float, hi: float) -> float:
-    raw = request.query.get(name)
+    return float_param(request.query, name, default, lo, hi)
+
+
+def float_param(query: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
+    """Query parameter ``name`` as a number in [lo, hi] (``default`` when absent); ValidationError
+    naming it otherwise."""
+    raw = query.get(name)
     if raw is None:
         return default
     try:

@@ -1,0 +1,309 @@
+"""A lean HTTP/1.1 front for the hottest route, ``POST /api/v1/tasks``; aiohttp serves the rest.
+
+Every accepted connection starts with :class:`FastProtocol`. It answers a request itself only when
+the request is exactly what CI clients send: ``POST /api/v1/tasks`` (any query) over HTTP/1.1 with
+a ``Content-Length`` body within the app's size limit, no ``Transfer-Encoding``, ``Expect`` or
+``Upgrade``, and headers it can read without doubt. Anything else (another route, a WebSocket
+handshake, a chunked body, a body over the limit, odd framing) hands the connection, with every
+byte read so far, to aiohttp's own protocol, which keeps it from then on. Requests on one
+connection are answered one at a time and in order, so a hand-over never overtakes an answer.
+
+The route's logic is shared with the aiohttp handler (``api.authorize``, ``api.submit``,
+``api.error_parts``), so both give the same status, body and error shape.
+
+Why: aiohttp spends about 150 µs of CPU on each request before and after its handler (measured:
+a bare aiohttp app answering a POST, 150-157 µs of server CPU a request over a keep-alive
+``http.client`` connection; a minimal asyncio protocol, 57 µs), and a serial ``?wait`` submission
+pays that on its critical path. See docs/architecture.md, "Measured".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import cast
+from urllib.parse import parse_qsl
+
+import msgspec
+from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
+
+from ..errors import DTError
+from . import api
+from .runtime import RUNTIME, Runtime
+from .server import CONFIG
+
+log = logging.getLogger(__name__)
+
+ROUTE = b"/api/v1/tasks"
+PERMISSION = "tasks:submit"
+MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
+KEEPALIVE_S = 75.0  # aiohttp's default: an idle keep-alive connection is closed after this
+_HEAD_END = b"\r\n\r\n"
+_CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters other than TAB
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+class _Date:
+    """The ``Date`` header value, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def __call__(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._value = now, formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_date = _Date()
+
+
+class _Request:
+    __slots__ = ("query", "authorization", "body", "close")
+
+    def __init__(self, query: dict[str, str], authorization: str, body: bytes, close: bool) -> None:
+        self.query = query
+        self.authorization = authorization
+        self.body = body
+        self.close = close
+
+
+def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None | bool:
+    """The request at the start of ``buf``: ``(request, bytes it spans)`` when this layer takes it
+    and it is complete; ``None`` when more bytes are needed to tell; ``False`` when aiohttp must
+    take the connection (another route, a framing this layer does not do, anything doubtful)."""
+    end = buf.find(_HEAD_END, 0, MAX_HEAD + len(_HEAD_END))
+    if end < 0:
+        return None if len(buf) < MAX_HEAD + len(_HEAD_END) else False
+    head = bytes(buf[:end]).decode("latin-1")
+    lines = head.split("\r\n")
+    if any(_CTL.search(line) for line in lines):
+        return False  # a bare CR or LF, NUL or another control character: aiohttp's parser decides
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or parts[0] != "POST" or parts[2] != "HTTP/1.1":
+        return False
+    path, _, query = parts[1].partition("?")
+    if path.encode() != ROUTE or "#" in query:
+        return False
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or not _TOKEN.issuperset(name.encode("latin-1")):
+            return False  # obs-fold, a bare line or a bad name: let aiohttp judge it
+        key = name.lower()
+        if key in headers and key in ("content-length", "authorization", "connection", "content-type"):
+            return False  # repeated framing or credentials: not ours to choose between
+        headers[key] = value.strip(" \t")
+    if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
+        return False
+    connection = headers.get("connection", "keep-alive").lower()
+    if connection not in ("keep-alive", "close"):
+        return False
+    length_raw = headers.get("content-length", "")
+    if not length_raw.isdigit() or not length_raw.isascii() or int(length_raw) > max_body:
+        return False  # missing, malformed or over the limit: aiohttp answers (411/400/413)
+    length = int(length_raw)
+    start = end + len(_HEAD_END)
+    if len(buf) < start + length:
+        return None
+    try:
+        params = parse_qsl(query, keep_blank_values=True, strict_parsing=False, errors="strict")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    first: dict[str, str] = {}
+    for k, v in params:
+        first.setdefault(k, v)  # as aiohttp's request.query.get: the first value
+    req = _Request(first, headers.get("authorization", ""), bytes(buf[start : start + length]), connection == "close")
+    return req, start + length
+
+
+class FastProtocol(asyncio.Protocol):
+    """One connection: answers ``POST /api/v1/tasks`` itself, hands anything else to aiohttp."""
+
+    def __init__(self, site: FastSite) -> None:
+        self._site = site
+        self._app = site.app
+        self._max_body = site.max_body
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._busy: asyncio.Task[None] | None = None
+        self._closing = False
+        self._paused = False
+        self._idle: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+        self._site.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._busy is None:
+            self._next()
+        elif len(self._buf) > self._max_body + 2 * MAX_HEAD and not self._paused:
+            self._paused = True  # a client pipelining far ahead of our answers
+            if self._transport is not None:
+                self._transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        return self._busy is not None  # keep the socket open for the answer in progress
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._site.connections.discard(self)
+        self._transport = None
+        if self._idle is not None:
+            self._idle.cancel()
+        # A request in progress runs to its end, as aiohttp's handlers do: the tasks were accepted.
+
+    # ------------------------------------------------------------ requests
+
+    def _next(self) -> None:
+        """Start the next buffered request, if any, or hand the connection over."""
+        if self._transport is None or self._busy is not None or self._closing:
+            return
+        if not self._buf:
+            self._idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_close)
+            return
+        parsed = parse_request(self._buf, self._max_body)
+        if parsed is None:
+            return
+        if parsed is False:
+            self._hand_over()
+            return
+        assert not isinstance(parsed, bool)
+        req, used = parsed
+        del self._buf[:used]
+        self._busy = asyncio.get_running_loop().create_task(self._answer(req))
+
+    async def _answer(self, req: _Request) -> None:
+        rt: Runtime = self._app[RUNTIME]
+        try:
+            principal = api.authorize(rt, req.authorization, PERMISSION)
+            wait = api.float_param(req.query, "wait", 0.0, 0.0, api.MAX_WAIT_S)
+            status, body = await api.submit(rt, principal, req.body, wait)
+            headers: dict[str, str] | None = None
+        except DTError as exc:
+            status, body, headers = api.error_parts(exc, "POST /api/v1/tasks")
+        except Exception:  # noqa: BLE001 - answered as aiohttp would (500), and logged
+            log.exception("error handling POST /api/v1/tasks")
+            status, body, headers = 500, {"error": "InternalServerError", "message": "internal error"}, None
+            req.close = True
+        self._write(status, msgspec.json.encode(body), headers, req.close)
+        self._busy = None
+        if req.close:
+            self._closing = True
+            if self._transport is not None:
+                self._transport.close()
+            return
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        self._next()
+
+    def _write(self, status: int, body: bytes, headers: dict[str, str] | None, close: bool) -> None:
+        t = self._transport
+        if t is None or t.is_closing():
+            return  # the client went away; its tasks stay accepted
+        out = bytearray(b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()))
+        out += b"Content-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n" % len(body)
+        out += b"Date: " + _date() + b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n"
+        for k, v in (headers or {}).items():
+            out += f"{k}: {v}\r\n".encode("latin-1")
+        if close:
+            out += b"Connection: close\r\n"
+        out += b"\r\n"
+        out += body
+        t.write(bytes(out))
+
+    def _hand_over(self) -> None:
+        """Give the connection, and what was read from it so far, to aiohttp for good."""
+        t = self._transport
+        assert t is not None and self._busy is None
+        self._site.connections.discard(self)
+        handler = self._site.aiohttp_protocol()
+        data, self._buf = bytes(self._buf), bytearray()
+        self._transport = None
+        t.set_protocol(handler)
+        handler.connection_made(t)
+        if data:
+            handler.data_received(data)
+        if self._paused:
+            t.resume_reading()
+
+    def _idle_close(self) -> None:
+        self._idle = None
+        if self._busy is None and not self._buf and self._transport is not None:
+            self._transport.close()
+
+    # ------------------------------------------------------------ shutdown
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def shutdown(self) -> asyncio.Task[None] | None:
+        """Stop taking requests: close now if idle; otherwise after the answer in progress, whose
+        task is returned."""
+        self._closing = True
+        if self._busy is None and self._transport is not None:
+            self._transport.close()
+        return self._busy
+
+
+class FastSite(web.BaseSite):
+    """A TCP site whose connections start with :class:`FastProtocol` (``web.TCPSite``'s role)."""
+
+    def __init__(self, runner: web.AppRunner, host: str | None, port: int, *, reuse_address: bool | None = None) -> None:
+        super().__init__(runner)
+        self._app_runner = runner
+        self._host_name = host
+        self._port_number = port
+        self._reuse_address = reuse_address
+        self.connections: set[FastProtocol] = set()
+        self.max_body = 0
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host_name or '0.0.0.0'}:{self._port_number}"
+
+    @property
+    def app(self) -> web.Application:
+        return self._app_runner.app
+
+    def aiohttp_protocol(self) -> asyncio.Protocol:
+        server = self._app_runner.server
+        assert server is not None, "the runner is not set up"
+        return server()
+
+    async def start(self) -> None:
+        await super().start()
+        self.max_body = self.app[CONFIG].max_frame_bytes  # the app's client_max_size
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FastProtocol(self), self._host_name, self._port_number, reuse_address=self._reuse_address)
+
+    async def stop(self) -> None:
+        await super().stop()  # no new connections
+        busy = [t for c in list(self.connections) if (t := c.shutdown()) is not None]
+        if busy:
+            _, pending = await asyncio.wait(busy, timeout=getattr(self._app_runner, "_shutdown_timeout", 60.0))
+            for task in pending:
+                task.cancel()
+        for c in list(self.connections):
+            c.close()
