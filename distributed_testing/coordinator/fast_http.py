@@ -138,6 +138,7 @@ class FastProtocol(asyncio.Protocol):
         self._busy: asyncio.Task[None] | None = None
         self._closing = False
         self._paused = False
+        self._eof = False  # the client half-closed: close once the answer in progress is out
         self._idle: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -163,7 +164,8 @@ class FastProtocol(asyncio.Protocol):
                 self._transport.pause_reading()
 
     def eof_received(self) -> bool:
-        return self._busy is not None  # keep the socket open for the answer in progress
+        self._eof = True
+        return self._busy is not None  # keep the socket open for the answer in progress, then close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
@@ -207,7 +209,7 @@ class FastProtocol(asyncio.Protocol):
             req.close = True
         self._write(status, msgspec.json.encode(body), headers, req.close)
         self._busy = None
-        if req.close:
+        if req.close or self._eof:
             self._closing = True
             if self._transport is not None:
                 self._transport.close()

@@ -198,3 +198,16 @@ async def test_connection_close_and_oversized_bodies(tmp_path: Path) -> None:
         data = await asyncio.wait_for(reader.read(), 10)  # returns at EOF: the server closed
         writer.close()
         assert data.startswith(b"HTTP/1.1 201 Created\r\n") and b"\r\nConnection: close\r\n" in data
+
+
+@pytest.mark.asyncio
+async def test_a_half_closed_connection_gets_its_answer_then_eof(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path) as cluster:
+        host, port = cluster.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_fast(b'{"type": "custom", "config": {"name": "noop"}}', f"Bearer {cluster.admin_key}",
+                           "/api/v1/tasks?wait=10"))
+        writer.write_eof()  # as `curl` or a script that sends and shuts its side down
+        data = await asyncio.wait_for(reader.read(), 10)  # returns at EOF: the server closed after answering
+        writer.close()
+        assert data.startswith(b"HTTP/1.1 201 Created\r\n") and b'"state":"succeeded"' in data
