@@ -1,12 +1,18 @@
 """A lean HTTP/1.1 front for the hottest route, ``POST /api/v1/tasks``; aiohttp serves the rest.
 
 Every accepted connection starts with :class:`FastProtocol`. It answers a request itself only when
-the request is exactly what CI clients send: ``POST /api/v1/tasks`` (any query) over HTTP/1.1 with
-a ``Content-Length`` body within the app's size limit, no ``Transfer-Encoding``, ``Expect`` or
-``Upgrade``, and headers it can read without doubt. Anything else (another route, a WebSocket
-handshake, a chunked body, a body over the limit, odd framing) hands the connection, with every
-byte read so far, to aiohttp's own protocol, which keeps it from then on. Requests on one
-connection are answered one at a time and in order, so a hand-over never overtakes an answer.
+the request is exactly what CI clients send: ``POST /api/v1/tasks`` (any printable ASCII query)
+over HTTP/1.1 with a ``Host``, a ``Content-Length`` body within the app's size limit, no
+``Transfer-Encoding``, ``Content-Encoding``, ``Expect`` or ``Upgrade``, no repeated header and no
+control character in its head. Anything else (another route, a WebSocket handshake, a chunked or
+compressed body, a body over the limit, odd framing) hands the connection, with every byte read so
+far, to aiohttp's own protocol, which keeps it from then on and judges the request with its strict
+parser. Requests on one connection are answered one at a time and in order, so a hand-over never
+overtakes an answer. A client that sends far ahead without reading the answers is stopped by flow
+control (reading pauses once the buffer passes the body limit; answering pauses while the
+transport's write buffer is full), and a connection with nothing answered or started for
+``KEEPALIVE_S`` is closed, stalled requests included. A handler that raises gets aiohttp's plain
+500 and the connection is closed.
 
 The route's logic is shared with the aiohttp handler (``api.authorize``, ``api.submit``,
 ``api.error_parts``), so both give the same status, body and error shape.
@@ -44,7 +50,8 @@ log = logging.getLogger(__name__)
 ROUTE = b"/api/v1/tasks"
 PERMISSION = "tasks:submit"
 MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
-KEEPALIVE_S = 75.0  # aiohttp's default: an idle keep-alive connection is closed after this
+MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
+KEEPALIVE_S = 3630.0  # an idle connection is closed after this long (aiohttp 3.14's default)
 _HEAD_END = b"\r\n\r\n"
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters other than TAB
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -89,8 +96,10 @@ def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None 
     if any(_CTL.search(line) for line in lines):
         return False  # a bare CR or LF, NUL or another control character: aiohttp's parser decides
     parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[0] != "POST" or parts[2] != "HTTP/1.1":
+    if len(parts) != 3 or parts[0] != "POST" or parts[2] != "HTTP/1.1" or len(lines) > MAX_HEADERS + 1:
         return False
+    if not parts[1].isascii() or not parts[1].isprintable():
+        return False  # a TAB or a byte >= 0x80 in the target: aiohttp's strict parser refuses it
     path, _, query = parts[1].partition("?")
     if path.encode() != ROUTE or "#" in query:
         return False
@@ -100,16 +109,18 @@ def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None 
         if not sep or not name or not _TOKEN.issuperset(name.encode("latin-1")):
             return False  # obs-fold, a bare line or a bad name: let aiohttp judge it
         key = name.lower()
-        if key in headers and key in ("content-length", "authorization", "connection", "content-type"):
-            return False  # repeated framing or credentials: not ours to choose between
+        if key in headers:
+            return False  # a repeated header (framing, credentials, Host...): aiohttp decides
         headers[key] = value.strip(" \t")
-    if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
+    if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers or "host" not in headers:
         return False
+    if headers.get("content-encoding", "identity").lower() != "identity":
+        return False  # aiohttp decompresses (or refuses) encoded bodies
     connection = headers.get("connection", "keep-alive").lower()
     if connection not in ("keep-alive", "close"):
         return False
     length_raw = headers.get("content-length", "")
-    if not length_raw.isdigit() or not length_raw.isascii() or int(length_raw) > max_body:
+    if not (length_raw.isascii() and length_raw.isdigit()) or len(length_raw) > 18 or int(length_raw) > max_body:
         return False  # missing, malformed or over the limit: aiohttp answers (411/400/413)
     length = int(length_raw)
     start = end + len(_HEAD_END)
@@ -139,6 +150,7 @@ class FastProtocol(asyncio.Protocol):
         self._closing = False
         self._paused = False
         self._eof = False  # the client half-closed: close once the answer in progress is out
+        self._write_paused = False  # the transport's buffer is full: answer nothing more until it drains
         self._idle: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -150,18 +162,22 @@ class FastProtocol(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as aiohttp: dead peers are noticed
+        self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-        if self._busy is None:
-            self._next()
-        elif len(self._buf) > self._max_body + 2 * MAX_HEAD and not self._paused:
-            self._paused = True  # a client pipelining far ahead of our answers
-            if self._transport is not None:
-                self._transport.pause_reading()
+        if len(self._buf) > self._max_body + 2 * MAX_HEAD and not self._paused and self._transport is not None:
+            self._paused = True  # a client pipelining far ahead of our answers, or not reading them
+            self._transport.pause_reading()
+        self._next()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._next()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -177,54 +193,63 @@ class FastProtocol(asyncio.Protocol):
     # ------------------------------------------------------------ requests
 
     def _next(self) -> None:
-        """Start the next buffered request, if any, or hand the connection over."""
-        if self._transport is None or self._busy is not None or self._closing:
+        """Start the next buffered request, or hand the connection over; resume reading once the
+        buffer has room again."""
+        if self._transport is None or self._busy is not None or self._closing or self._write_paused:
             return
-        if not self._buf:
-            self._idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_close)
-            return
-        parsed = parse_request(self._buf, self._max_body)
-        if parsed is None:
-            return
+        parsed = parse_request(self._buf, self._max_body) if self._buf else None
         if parsed is False:
             self._hand_over()
+            return
+        if parsed is None:  # nothing, or part of a request: wait for more, not for ever
+            if self._paused and len(self._buf) <= self._max_body + 2 * MAX_HEAD:
+                self._paused = False
+                self._transport.resume_reading()
+            self._arm_idle()
             return
         assert not isinstance(parsed, bool)
         req, used = parsed
         del self._buf[:used]
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         self._busy = asyncio.get_running_loop().create_task(self._answer(req))
+
+    def _arm_idle(self) -> None:
+        if self._idle is None:
+            self._idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_close)
 
     async def _answer(self, req: _Request) -> None:
         rt: Runtime = self._app[RUNTIME]
         try:
-            principal = api.authorize(rt, req.authorization, PERMISSION)
-            wait = api.float_param(req.query, "wait", 0.0, 0.0, api.MAX_WAIT_S)
-            status, body = await api.submit(rt, principal, req.body, wait)
-            headers: dict[str, str] | None = None
-        except DTError as exc:
-            status, body, headers = api.error_parts(exc, "POST /api/v1/tasks")
-        except Exception:  # noqa: BLE001 - answered as aiohttp would (500), and logged
+            try:
+                principal = api.authorize(rt, req.authorization, PERMISSION)
+                wait = api.float_param(req.query, "wait", 0.0, 0.0, api.MAX_WAIT_S)
+                status, body = await api.submit(rt, principal, req.body, wait)
+                headers: dict[str, str] | None = None
+            except DTError as exc:
+                status, body, headers = api.error_parts(exc, "POST /api/v1/tasks")
+            self._write(status, msgspec.json.encode(body), "application/json; charset=utf-8", headers, req.close)
+        except Exception:  # noqa: BLE001 - aiohttp's answer to a handler that raised: a plain 500
             log.exception("error handling POST /api/v1/tasks")
-            status, body, headers = 500, {"error": "InternalServerError", "message": "internal error"}, None
+            self._write(500, b"500 Internal Server Error\n\nServer got itself in trouble", "text/plain; charset=utf-8",
+                        None, True)
             req.close = True
-        self._write(status, msgspec.json.encode(body), headers, req.close)
-        self._busy = None
+        finally:
+            self._busy = None
         if req.close or self._eof:
             self._closing = True
             if self._transport is not None:
                 self._transport.close()
             return
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
         self._next()
 
-    def _write(self, status: int, body: bytes, headers: dict[str, str] | None, close: bool) -> None:
+    def _write(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None, close: bool) -> None:
         t = self._transport
         if t is None or t.is_closing():
             return  # the client went away; its tasks stay accepted
         out = bytearray(b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()))
-        out += b"Content-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n" % len(body)
+        out += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type.encode(), len(body))
         out += b"Date: " + _date() + b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n"
         for k, v in (headers or {}).items():
             out += f"{k}: {v}\r\n".encode("latin-1")
@@ -250,8 +275,9 @@ class FastProtocol(asyncio.Protocol):
             t.resume_reading()
 
     def _idle_close(self) -> None:
+        """Nothing answered or started for ``KEEPALIVE_S``: close (idle, or a request that stalled)."""
         self._idle = None
-        if self._busy is None and not self._buf and self._transport is not None:
+        if self._busy is None and self._transport is not None:
             self._transport.close()
 
     # ------------------------------------------------------------ shutdown

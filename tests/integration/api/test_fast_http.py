@@ -5,12 +5,14 @@ not a byte lost, over real sockets. The request parser is checked on its own fir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from distributed_testing.coordinator import fast_http
 from distributed_testing.coordinator.fast_http import FastProtocol, parse_request
 from distributed_testing.testing import Cluster, run_cluster
 
@@ -70,6 +72,12 @@ def test_an_incomplete_request_waits_for_more(cut: int) -> None:
         _head("POST /api/v1/tasks HTTP/1.1", "X: a\nContent-Length: 5", "Content-Length: 0"),
         _head("POST /api/v1/tasks HTTP/1.1", "Content-Length: 0", "X: \x00"),
         _head("POST /api/v1/tasks?a=%ff HTTP/1.1", "Content-Length: 0"),
+        _head("POST /api/v1/tasks?wait=\t1 HTTP/1.1", "Host: x", "Content-Length: 0"),
+        _head("POST /api/v1/tasks HTTP/1.1", "Host: x", "Host: y", "Content-Length: 0"),
+        _head("POST /api/v1/tasks HTTP/1.1", "Content-Length: 0"),  # no Host
+        _head("POST /api/v1/tasks HTTP/1.1", "Host: x", "Content-Length: 2", "Content-Encoding: gzip"),
+        _head("POST /api/v1/tasks HTTP/1.1", "Host: x", "Content-Length: " + "0" * 4400 + "5"),
+        _head("POST /api/v1/tasks HTTP/1.1", "Host: x", "Content-Length: 0", *(f"X-{i}: y" for i in range(101))),
         bytearray(b"POST /api/v1/tasks HTTP/1.1\r\nX: " + b"y" * 9000),  # a head beyond the limit
     ],
     ids=lambda b: bytes(b[:60]).decode("latin-1").replace("\r\n", " | "),
@@ -211,3 +219,60 @@ async def test_a_half_closed_connection_gets_its_answer_then_eof(tmp_path: Path)
         data = await asyncio.wait_for(reader.read(), 10)  # returns at EOF: the server closed after answering
         writer.close()
         assert data.startswith(b"HTTP/1.1 201 Created\r\n") and b'"state":"succeeded"' in data
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_never_reads_cannot_grow_the_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipelined requests from a client that reads no answer: the coordinator stops reading
+    instead of buffering them (its read buffer stays near the app's body limit)."""
+    largest = [0]
+    real = FastProtocol.data_received
+
+    def watching(self: FastProtocol, data: bytes) -> None:
+        real(self, data)
+        largest[0] = max(largest[0], len(self._buf))
+
+    monkeypatch.setattr(FastProtocol, "data_received", watching)
+    async with run_cluster(tmp_path, max_frame_bytes=4096) as cluster:
+        host, port = cluster.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        one = _fast(b"{}", "Bearer dtk_nope_nope")  # a cheap 401 each
+        chunk = one * 2000
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(3):
+                while True:
+                    writer.write(chunk)
+                    await writer.drain()  # blocks once the coordinator stops reading
+        writer.transport.abort()
+        assert 0 < largest[0] < 4096 + 2 * 8190 + 2**20  # the limit plus at most one socket read
+
+
+@pytest.mark.asyncio
+async def test_silent_and_stalled_connections_are_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_http, "KEEPALIVE_S", 0.3)
+    async with run_cluster(tmp_path) as cluster:
+        host, port = cluster.base_url.removeprefix("http://").split(":")
+        silent = await asyncio.open_connection(host, int(port))
+        stalled = await asyncio.open_connection(host, int(port))
+        stalled[1].write(b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Len")
+        for reader, writer in (silent, stalled):
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # EOF: the server closed it
+            writer.close()
+
+
+@pytest.mark.asyncio
+async def test_a_handler_that_raises_gets_aiohttps_plain_500_and_the_connection_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fast_http.api, "submit", broken)
+    async with run_cluster(tmp_path) as cluster:
+        host, port = cluster.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(_fast(b"{}", f"Bearer {cluster.admin_key}"))
+        data = await asyncio.wait_for(reader.read(), 10)  # EOF after the answer
+        writer.close()
+        assert data.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+        assert b"Content-Type: text/plain; charset=utf-8\r\n" in data and b"Connection: close\r\n" in data
