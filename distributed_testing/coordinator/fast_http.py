@@ -264,6 +264,9 @@ class FastProtocol(asyncio.Protocol):
         t = self._transport
         assert t is not None and self._busy is None
         self._site.connections.discard(self)
+        if self._idle is not None:  # aiohttp keeps its own keep-alive timer from here on
+            self._idle.cancel()
+            self._idle = None
         handler = self._site.aiohttp_protocol()
         data, self._buf = bytes(self._buf), bytearray()
         self._transport = None
