@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import re
@@ -330,10 +331,9 @@ class Journal(Generic[R]):
                         frames += self._frames
                         waiters += self._waiters
                         self._frames, self._waiters, self._sync = [], [], False
-                if self._preallocates(frames):  # posix_fallocate can take long (emulated on NFS): not on the loop
-                    closed = await asyncio.to_thread(self._write_sync, frames, False, fsync=sync)
-                else:
-                    closed = self._write_sync(frames, False, fsync=sync)
+                write = functools.partial(self._write_sync, frames, False, fsync=sync)
+                # posix_fallocate can take long (glibc writes zeros on NFS): not on the loop
+                closed = await asyncio.to_thread(write) if self._needs_space(sum(map(len, frames))) else write()
         except asyncio.CancelledError:
             err = StoreError(f"journal {self.directory} writer cancelled during a flush")
             _fail_all(waiters, err)
@@ -388,7 +388,7 @@ class Journal(Generic[R]):
             raise OSError(f"journal {self.directory}: no active segment")
         if frames:
             data = memoryview(b"".join(frames))
-            if self._can_preallocate and self._offset + len(data) > self._allocated:
+            if self._needs_space(len(data)):
                 self._preallocate(fd, len(data))
             while data:
                 written = os.pwrite(fd, data, self._offset)
@@ -412,9 +412,9 @@ class Journal(Generic[R]):
         self._fd = self._open_segment(self._seq)
         return closed
 
-    def _preallocates(self, frames: list[bytes]) -> bool:
-        """Whether writing ``frames`` now would first reserve more space in the segment."""
-        return self._can_preallocate and self._offset + sum(map(len, frames)) > self._allocated
+    def _needs_space(self, size: int) -> bool:
+        """Whether writing ``size`` more bytes must first reserve more space in the segment."""
+        return self._can_preallocate and self._offset + size > self._allocated
 
     def _preallocate(self, fd: int, need: int) -> None:
         """Reserve room for at least ``need`` more bytes after the frames written so far. Where

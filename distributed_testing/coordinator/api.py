@@ -173,7 +173,7 @@ async def submit_tasks(request: web.Request) -> web.Response:
     """Accept a task or a list of them. With ``?wait=S`` the answer waits up to S seconds for every
     one of them to finish and carries each one's final ``state`` and ``outcome`` (submit and
     result in one round trip); the tasks are accepted whether or not they finish in time."""
-    wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
+    wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
     status, body = await submit(_rt(request), request[PRINCIPAL], await request.read(), wait)
     return json_response(body, status=status)
 
@@ -203,7 +203,7 @@ def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
 async def get_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     t = rt.state.get(request.match_info["task_id"])
-    wait = _float_param(request, "wait", 0.0, 0.0, MAX_WAIT_S)
+    wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
     if wait > 0:  # returns at once for an outcome already on disk
         await rt.wait_terminal([t.task_id], wait)
     view = task_view(rt, t)
@@ -217,7 +217,7 @@ async def get_task(request: web.Request) -> web.Response:
 async def list_tasks(request: web.Request) -> web.Response:
     rt = _rt(request)
     q = request.query
-    limit = int(_float_param(request, "limit", 100, 1, 10000))
+    limit = int(float_param(request.query, "limit", 100, 1, 10000))
     items = [t for t in rt.state.tasks.values()
              if (not q.get("state") or t.state == q["state"]) and (not q.get("type") or t.type == q["type"])
              and (not q.get("worker_id") or t.worker_id == q["worker_id"])]
@@ -310,10 +310,6 @@ def _check_int64(query: ResultQuery) -> None:
 
 async def task_schema(request: web.Request) -> web.Response:
     return json_response(specs.task_json_schema())
-
-
-def _float_param(request: web.Request, name: str, default: float, lo: float, hi: float) -> float:
-    return float_param(request.query, name, default, lo, hi)
 
 
 def float_param(query: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:

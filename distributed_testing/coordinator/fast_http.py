@@ -47,8 +47,8 @@ from .server import CONFIG
 
 log = logging.getLogger(__name__)
 
-ROUTE = b"/api/v1/tasks"
-PERMISSION = "tasks:submit"
+ROUTE = "/api/v1/tasks"
+PERMISSION = api.PERMISSIONS[("POST", ROUTE)]  # as the route table says for aiohttp's handler
 MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
 KEEPALIVE_S = 3630.0  # an idle connection is closed after this long (aiohttp 3.14's default)
@@ -101,7 +101,7 @@ def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None 
     if not parts[1].isascii() or not parts[1].isprintable():
         return False  # a TAB or a byte >= 0x80 in the target: aiohttp's strict parser refuses it
     path, _, query = parts[1].partition("?")
-    if path.encode() != ROUTE or "#" in query:
+    if path != ROUTE or "#" in query:
         return False
     headers: dict[str, str] = {}
     for line in lines[1:]:
