@@ -12,12 +12,15 @@ Run: ``git worktree add /tmp/before HEAD~1 && python benchmarks/latency_ab.py --
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughput
@@ -25,32 +28,38 @@ from latency_stats import summary_ms
 
 from distributed_testing import aio
 
-
-async def alternate(clusters: list[Cluster], samples: int) -> list[list[float]]:
-    out: list[list[float]] = [[] for _ in clusters]
-    async with aiohttp.ClientSession() as http:
-        for _ in range(samples):
-            for c, xs in zip(clusters, out, strict=True):
-                t0 = time.perf_counter()
-                body = await submit_waiting(http, c.base, c.admin)
-                xs.append(time.perf_counter() - t0)
-                assert body["state"] == "succeeded", body
-    return out
+Submit = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def alternate_sync(clusters: list[Cluster], samples: int) -> list[list[float]]:
-    """As ``alternate``, through one keep-alive ``http.client`` connection per cluster."""
-    clients = [SyncClient(c.base, c.admin) for c in clusters]
-    out: list[list[float]] = [[] for _ in clusters]
+async def alternate(submits: list[Submit], samples: int) -> list[list[float]]:
+    """``samples`` rounds of one serial task per side, timing each."""
+    out: list[list[float]] = [[] for _ in submits]
     for _ in range(samples):
-        for client, xs in zip(clients, out, strict=True):
+        for submit, xs in zip(submits, out, strict=True):
             t0 = time.perf_counter()
-            body = client.submit_waiting()
+            body = await submit()
             xs.append(time.perf_counter() - t0)
             assert body["state"] == "succeeded", body
-    for client in clients:
-        client.conn.close()
     return out
+
+
+async def timed(clusters: list[Cluster], samples: int, client: str) -> list[list[float]]:
+    """Through one aiohttp session, or one keep-alive ``http.client`` connection per cluster."""
+    if client == "aiohttp":
+        async with aiohttp.ClientSession() as http:
+            return await alternate([functools.partial(submit_waiting, http, c.base, c.admin) for c in clusters], samples)
+    syncs = [SyncClient(c.base, c.admin) for c in clusters]
+
+    def blocking(s: SyncClient) -> Submit:
+        async def submit() -> dict[str, Any]:
+            return s.submit_waiting()  # blocks the loop, which has nothing else to do
+        return submit
+
+    try:
+        return await alternate([blocking(s) for s in syncs], samples)
+    finally:
+        for s in syncs:
+            s.conn.close()
 
 
 def main() -> int:
@@ -72,11 +81,7 @@ def main() -> int:
             aio.run(throughput(clusters[-1].base, clusters[-1].admin, 2000, 500, 2))  # warm-up
         settle([p for c in clusters for p in c.procs])
         warm = args.samples // 10
-        if args.client == "aiohttp":
-            raw = aio.run(alternate(clusters, args.samples + warm))
-        else:
-            raw = alternate_sync(clusters, args.samples + warm)
-        res = [xs[warm:] for xs in raw]
+        res = [xs[warm:] for xs in aio.run(timed(clusters, args.samples + warm, args.client))]
         for root, xs in zip(roots, res, strict=True):
             print(f"{root}: {summary_ms(xs)}")
         diffs = [a - b for a, b in zip(res[0], res[1], strict=True)]
