@@ -16,7 +16,7 @@
     ├── NotFound                 no such task / key / worker                    (HTTP 404)
     ├── Conflict                 same id, different body                        (HTTP 409)
     ├── IllegalTransition        task state machine asked to do the impossible
-    ├── StoreError               persistence failed
+    ├── StoreError               persistence failed; fatal to the coordinator      (HTTP 503)
     └── ExecutionError           an executor could not run a task (infrastructure, not the
                                  user's test failing: that is a result, not an exception)
 

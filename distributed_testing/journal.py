@@ -164,7 +164,10 @@ class Journal(Generic[R]):
             raise StoreError(f"journal {self.directory} already started")
         if self._closing:
             raise StoreError(f"journal {self.directory} is closed")
-        await asyncio.to_thread(self._start_sync, min_seq)
+        try:
+            await asyncio.to_thread(self._start_sync, min_seq)
+        except OSError as exc:  # an unwritable or full directory: name it
+            raise StoreError(f"journal {self.directory}: cannot start: {exc}") from exc
         self._writer = asyncio.get_running_loop().create_task(self._run(), name=f"journal-writer:{self.name}")
         self._writer.add_done_callback(self._writer_done)
 
@@ -204,6 +207,19 @@ class Journal(Generic[R]):
         if empty and self._failure is None:
             self._segment_path(self._seq).unlink()
             fsync_dir(self.directory)
+
+    async def watch(self) -> None:
+        """Wait while the journal works; return once it was closed, raise ``StoreError`` (the
+        cause chained) as soon as its writer stopped any other way: a failed write or fsync, or a
+        crash. Cancelling the wait leaves the writer alone."""
+        if self._writer is None:
+            raise StoreError(f"journal {self.directory} is not started")
+        await asyncio.wait([self._writer])
+        failure = self._failure
+        if failure is not None and not isinstance(failure, asyncio.CancelledError):
+            raise StoreError(f"journal {self.directory} failed: {failure}") from failure
+        if not self._closing:
+            raise StoreError(f"journal {self.directory}: the writer stopped{f' ({failure!r})' if failure else ''}")
 
     async def __aenter__(self) -> Journal[R]:
         await self.start()

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from ..errors import AuthError, Conflict, DTError, NotFound, PermissionDenied, ValidationError
+from ..errors import AuthError, Conflict, DTError, NotFound, PermissionDenied, StoreError, ValidationError
 from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, tokens
@@ -46,7 +46,9 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
                         content_type="application/json", charset="utf-8")
 
 
-_STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409}
+# StoreError: the write failed and the coordinator is stopping (coordinator/supervisor.py)
+_STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409,
+           StoreError: 503}
 
 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:

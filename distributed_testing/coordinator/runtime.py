@@ -14,11 +14,17 @@ are never reused in anything a worker reports. Messages to one session keep thei
 assignment never overtakes a command of an earlier event (a ``cancel`` of the same task's
 previous attempt, say) or an earlier command of its own event, except a ``result_ack`` (see
 ``_orders``).
+
+A write the store could not make is fatal (see ``supervisor``): the records' state is already in
+memory, so the coordinator stops and its restart replays the journal. The future of the request
+that made it fails (no success answer for something not on disk), and no command of that event
+is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import Counter, defaultdict
@@ -30,7 +36,7 @@ import msgspec
 from aiohttp import web
 
 from ..config import CoordinatorConfig
-from ..errors import NotFound
+from ..errors import NotFound, StoreError
 from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
@@ -39,6 +45,7 @@ from ..security import tokens
 from ..security.roles import Role
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
+from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +88,31 @@ class Runtime:
         # a ?wait request arriving in between waits for that Notify too.
         self._undurable: Counter[str] = Counter()
         self.stats: dict[str, int] = defaultdict(int)
+        self._supervisor: Supervisor | None = None
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """Created on first use, inside the running loop."""
+        if self._supervisor is None:
+            self._supervisor = Supervisor()
+        return self._supervisor
+
+    def persist(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
+        """``store.append``, where a failure, now or when the write completes, is fatal (see the
+        module doc). The future fails too, so a caller that awaits it answers with an error."""
+        try:
+            durable = self.store.append(records, linger_s=linger_s)
+        except Exception as exc:  # the state already holds what these records say: memory and disk differ
+            self.supervisor.fail(f"persisting {len(records)} records failed", exc)
+            raise
+        durable.add_done_callback(functools.partial(self._check_written, len(records)))
+        return durable
+
+    def _check_written(self, n: int, f: asyncio.Future[None]) -> None:
+        if f.cancelled():
+            self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
+        elif (exc := f.exception()) is not None:
+            self.supervisor.fail(f"persisting {n} records failed", exc)
 
     # ------------------------------------------------------------- commands
 
@@ -100,7 +132,7 @@ class Runtime:
             done.set_result(None)
             return done
         rest, provisional = self._plan_provisional(rest)
-        durable = self.store.append(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
+        durable = self.persist(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
@@ -113,13 +145,13 @@ class Runtime:
             self._undurable -= Counter(notified)  # drops the ids that reach zero
             for s in waiting:
                 s.deferred -= 1
-            if f.cancelled() or f.exception() is not None:
-                exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
-                log.error("persisting %d records failed: %s; not sending %d commands", len(records), exc, len(rest))
+            if f.cancelled() or f.exception() is not None:  # fatal: persist() reported it
+                exc = f.exception() if not f.cancelled() else None
                 for s in confirms:  # their provisional assignments may never be durable: abandon them
                     s.close("the coordinator could not persist an assignment")
                 if not finished.done():  # its caller may have been cancelled
-                    finished.set_exception(exc or RuntimeError("store append cancelled"))
+                    finished.set_exception(exc or StoreError("the store cancelled the write"))
+                    finished.exception()  # reported by the supervisor; an awaiting caller still gets it
                 return
             if not finished.done():  # first, so a request waiting on it answers before the sends go out
                 finished.set_result(None)
@@ -203,6 +235,17 @@ class Runtime:
                     if not lst:
                         del self._waiters[tid]
 
+    def shutdown(self, reason: str) -> None:
+        """Close every worker session and answer every ``?wait`` request now (with the state as
+        it is), so the HTTP server's shutdown does not wait for them."""
+        for s in list(self.sessions.values()):
+            s.close(reason)
+        waiters = {id(w): w for ws in self._waiters.values() for w in ws}
+        self._waiters.clear()
+        for w in waiters.values():
+            if not w.fut.done():
+                w.fut.set_result(None)
+
     # ------------------------------------------------------------- security
 
     def lookup_key(self, key_id: str) -> sk.KeyRecord | None:
@@ -213,7 +256,7 @@ class Runtime:
 
     async def save_key(self, rec: sk.KeyRecord) -> None:
         self.keys[rec.key_id] = rec
-        await self.store.append([key_row(rec)])
+        await self.persist([key_row(rec)])
 
     async def revoke_key(self, key_id: str) -> sk.KeyRecord:
         rec = self.keys.get(key_id)
@@ -231,7 +274,7 @@ class Runtime:
             self.jwt_secret = bytes.fromhex(meta["jwt_secret"])
             return
         self.jwt_secret = tokens.generate_secret()
-        await self.store.append([MetaRow("jwt_secret", self.jwt_secret.hex())])
+        await self.persist([MetaRow("jwt_secret", self.jwt_secret.hex())])
 
     def tick(self) -> None:
         self.execute(self.state.tick(self.clock()))

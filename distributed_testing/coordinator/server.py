@@ -4,18 +4,22 @@ The app owns its background work through ``cleanup_ctx``: the store (opened, res
 state machine, closed with a final checkpoint) and the ticker that drives time-based transitions
 (retry backoff, worker TTL and grace). On the first start with an empty store it creates an admin
 key and writes it to ``admin_key_file`` (mode 0600); there are no built-in credentials.
+
+Every background task runs under the runtime's ``Supervisor``: the ticker, and a watch on the
+store's own background work. One that dies, like a write the store could not make, is fatal
+(``supervisor``); so is a failed final checkpoint at shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from ..config import CoordinatorConfig
+from ..errors import StoreError
 from ..security import bootstrap
 from .api import add_routes, error_middleware
 from .runtime import RUNTIME, Runtime, key_record
@@ -35,7 +39,14 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     add_routes(app)
     app.router.add_get("/ws/worker", worker_endpoint)
     app.cleanup_ctx.append(_runtime_ctx)
+    app.on_shutdown.append(_close_sessions)
     return app
+
+
+async def _close_sessions(app: web.Application) -> None:
+    """Before the HTTP server waits for its handlers: end the ones that would wait longest."""
+    if RUNTIME in app:
+        app[RUNTIME].shutdown("coordinator shutting down")
 
 
 async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -48,23 +59,25 @@ async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
     rt = Runtime(config, store)
     app[RUNTIME] = rt
     snap = await store.open()
-    rt.keys = {k.key_id: key_record(k) for k in snap.keys}
-    rt.state.restore(snap, rt.clock())
-    await rt.ensure_secret(snap.meta)
-    if not rt.keys:
-        await _bootstrap_admin(rt)
-    log.info("coordinator state: %d tasks, %d workers known, %d keys", len(rt.state.tasks),
-             len(rt.state.workers), len(rt.keys))
-    ticker = asyncio.create_task(_tick_loop(rt), name="coordinator-ticker")
     try:
+        rt.keys = {k.key_id: key_record(k) for k in snap.keys}
+        rt.state.restore(snap, rt.clock())
+        await rt.ensure_secret(snap.meta)
+        if not rt.keys:
+            await _bootstrap_admin(rt)
+        log.info("coordinator state: %d tasks, %d workers known, %d keys", len(rt.state.tasks),
+                 len(rt.state.workers), len(rt.keys))
+        rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
+        rt.supervisor.spawn(store.watch(), "store-watch")
         yield
     finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
+        await rt.supervisor.stop()
         for s in list(rt.sessions.values()):
             s.close("coordinator shutting down")
-        await store.close()
+        try:
+            await store.close()
+        except StoreError as exc:  # the records stay in the journal; the next start applies them
+            rt.supervisor.fail("closing the store failed", exc)
 
 
 async def _bootstrap_admin(rt: Runtime) -> None:

@@ -10,6 +10,7 @@ connection. Nothing a peer sends can crash the coordinator or touch another work
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import msgspec
 from aiohttp import WSMsgType, web
 
-from ..errors import AuthError, DTError, PermissionDenied, ProtocolError
+from ..errors import AuthError, DTError, PermissionDenied, ProtocolError, StoreError
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..security import auth as sa
@@ -111,7 +112,8 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
         await writer
         if session.worker_id and rt.sessions.get(session.worker_id) is session:
             del rt.sessions[session.worker_id]
-            rt.execute(rt.state.disconnect(session.worker_id, session_id, rt.clock()))
+            with contextlib.suppress(StoreError):  # fatal, and already reported by rt.persist
+                rt.execute(rt.state.disconnect(session.worker_id, session_id, rt.clock()))
         await ws.close()
     return ws
 
@@ -178,6 +180,9 @@ def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
     except AuthError as exc:
         s.send(m.ErrorMsg("auth", str(exc), fatal=True))
         s.close(str(exc))
+        return 0
+    except StoreError as exc:  # fatal (rt.persist reported it): the worker keeps its results for the restart
+        s.close(f"the coordinator could not persist: {exc}")
         return 0
     except (DTError, KeyError) as exc:
         log.warning("worker %s message rejected: %s", s.worker_id, exc)

@@ -119,5 +119,10 @@ class Store(Protocol):
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
         """Results matching every given filter, newest first. Sees every completed append."""
 
+    async def watch(self) -> None:
+        """Run while the store is open; raise ``StoreError`` if its background work (a writer, a
+        checkpointer) stops while open, after which it can write nothing more. Return once closed.
+        The coordinator runs this supervised: its failure stops the process."""
+
     async def close(self) -> None:
         """Flush what was appended and release files. Idempotent."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -57,6 +58,16 @@ _result_decode = msgspec.msgpack.Decoder(ResultRow).decode
 def _copy_result(row: ResultRow) -> ResultRow:
     """A deep copy, so later changes to the caller's dicts do not show in pending results."""
     return _result_decode(_msgpack_encode(row))
+
+
+def lock_holder(exc: BaseException) -> str | None:
+    """For DuckDB's "could not set lock" error (another process has the file open): a one-line
+    reason naming the holder's PID when DuckDB gives it; None for any other error."""
+    text = str(exc)
+    if not isinstance(exc, duckdb.IOException) or "Could not set lock" not in text:
+        return None
+    pid = re.search(r"\(PID (\d+)\)", text)
+    return f"it is locked by another process{f' (PID {pid.group(1)})' if pid else ''}"
 
 
 # ---------------------------------------------------------------------------- table mapping
@@ -263,7 +274,7 @@ class DuckDBStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk upserts: more threads only contend
         except (OSError, duckdb.Error) as exc:
-            raise StoreError(f"cannot open DuckDB file {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open DuckDB file {self.path}: {lock_holder(exc) or exc}") from exc
         self._ensure_schema_sync(self._con)
         try:
             row = self._con.execute("SELECT applied_segment FROM checkpoint_state").fetchone()
@@ -448,20 +459,33 @@ class DuckDBStore:
             self._ckpt_wake.clear()
             if self._state != "open" or self._applied >= self._appended:
                 continue
-            try:
-                await self.checkpoint()
-                delay = self.checkpoint_interval_s
-            except StoreError:
-                delay = min(delay * 2, 5.0)
-                log.exception(
-                    "checkpoint of %s failed; records stay in the journal, retrying in %.1fs", self.path, delay
-                )
+            # A failed checkpoint ends the loop: DuckDB may have invalidated the database, and
+            # the records are safe in the journal, which the next open applies (see ``watch``).
+            await self.checkpoint()
 
     def _checkpointer_done(self, task: asyncio.Task[None]) -> None:
-        # StoreErrors are retried inside the loop; anything else is a bug: say so, and refuse
-        # further appends (above) rather than let the journal grow unapplied.
+        # Further appends are refused (above) rather than let the journal grow unapplied; the
+        # owner learns of it through watch() (the coordinator stops and logs the traceback).
         if not task.cancelled() and task.exception() is not None:
-            log.error("checkpointer of %s crashed", self.path, exc_info=task.exception())
+            log.error("checkpointer of %s stopped: %s; appends are refused", self.path, task.exception())
+
+    async def watch(self) -> None:
+        """Raise ``StoreError`` once the journal's writer or the checkpointer stops while the
+        store is open (a failed write, fsync or checkpoint); return once the store is closed."""
+        if self._checkpointer is None:
+            raise StoreError(f"store {self.path} is not open")
+        checkpointer = self._checkpointer
+        journal = asyncio.get_running_loop().create_task(self._journal.watch(), name=f"journal-watch:{self.path.name}")
+        try:
+            await asyncio.wait([journal, checkpointer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not journal.done():
+                journal.cancel()
+        if journal.done() and not journal.cancelled():
+            journal.result()  # raises the journal's failure, if any
+        if checkpointer.done() and self._state == "open":
+            exc = None if checkpointer.cancelled() else checkpointer.exception()
+            raise StoreError(f"store {self.path}: the checkpointer stopped: {exc!r}") from exc
 
     # ------------------------------------------------------------------ reading
 

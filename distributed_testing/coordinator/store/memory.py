@@ -166,5 +166,9 @@ class MemoryStore:
             raise StoreError("memory store is not open")
         return filter_results(list(self._results.values()), query)
 
+    async def watch(self) -> None:
+        """Nothing runs in the background here: wait until cancelled."""
+        await asyncio.get_running_loop().create_future()
+
     async def close(self) -> None:
         self._open = False
