@@ -1,23 +1,35 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE.
+
+Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
+use, the database locked by another coordinator or not openable), with one line on stderr and
+nothing created; 3 (``EXIT_FATAL``) when it stopped itself after a fatal failure while running (a
+write the store could not make, a background task that died; see ``coordinator/supervisor.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import errno
 import logging
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from .. import aio
 from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.fast_http import FastSite
+from ..coordinator.runtime import RUNTIME
 from ..coordinator.server import create_app
-from ..errors import ConfigError
+from ..coordinator.supervisor import EXIT_FATAL
+from ..errors import ConfigError, StoreError
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
@@ -79,22 +91,69 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
         raise ConfigError(f"{source}: expected LOW-HIGH such as 29500-29999, got {raw!r}") from exc
 
 
-async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
-    """Run until SIGINT/SIGTERM; write the bound port to ``port_file`` once listening."""
+async def serve(config: CoordinatorConfig, port_file: Path | None) -> int:
+    """Run until SIGINT/SIGTERM (0) or a fatal failure (``EXIT_FATAL``); write the bound port to
+    ``port_file`` once listening. Raises ``ConfigError`` or ``StoreError`` if it cannot start."""
+    check_listen(config.host, config.port)  # before the store and the admin key file are created
     runner = web.AppRunner(create_app(config), access_log=None)
-    await runner.setup()
     try:
+        await runner.setup()
         site = FastSite(runner, config.host, config.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # taken since check_listen
+            raise ConfigError(_listen_error(config.host, config.port, exc)) from exc
         port = int(runner.addresses[0][1])
         log.info("coordinator listening on http://%s:%d", config.host, port)
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")
             tmp.write_text(f"{port}\n")
             tmp.replace(port_file)
-        await wait_for_signal()
+        supervisor = runner.app[RUNTIME].supervisor
+        await _until_signal_or(supervisor.failed)
     finally:
         await runner.cleanup()
+    failure = supervisor.failure
+    if failure is not None:
+        log.error("coordinator stopped after a fatal failure (exit status %d): %s", EXIT_FATAL, failure)
+        return EXIT_FATAL
+    return 0
+
+
+async def _until_signal_or(failed: asyncio.Future[Any]) -> None:
+    signal = asyncio.ensure_future(wait_for_signal())
+    try:
+        await asyncio.wait([signal, failed], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signal.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await signal
+
+
+def check_listen(host: str, port: int) -> None:
+    """``ConfigError`` if ``host:port`` cannot be bound (in use, address not local) for every
+    address ``host`` resolves to, binding the way the server will (``SO_REUSEADDR``). Port 0
+    always can."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r}: cannot resolve it: {exc.strerror}") from exc
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(addr)
+            except OSError as exc:
+                raise ConfigError(_listen_error(host, port, exc)) from exc
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> str:
+    hint = " (is another coordinator running? choose another --port)" if exc.errno == errno.EADDRINUSE else ""
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}"
 
 
 def _env_port(env: Mapping[str, str]) -> int:
@@ -111,12 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_from_args(ns, environ())
         loop = aio.loop_choice()
-    except ConfigError as exc:
-        print(f"dt-coordinator: {exc}", file=sys.stderr)
+        tune_gc()
+        return aio.run(serve(config, ns.port_file), loop)
+    except (ConfigError, StoreError) as exc:  # serve raises these only while starting
+        print(f"dt-coordinator: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    tune_gc()
-    aio.run(serve(config, ns.port_file), loop)
-    return 0
 
 
 if __name__ == "__main__":

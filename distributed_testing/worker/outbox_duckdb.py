@@ -32,7 +32,8 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from ..errors import StoreError
+from ..coordinator.store.duckdb import lock_holder
+from ..errors import ConfigError, StoreError
 from ..journal import Journal
 from ..protocol import messages as m
 from .bench_cache import CacheEntry
@@ -118,7 +119,14 @@ class DuckDBOutbox:
         self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="outbox-checkpoint")
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
+        try:
+            con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
+        except duckdb.IOException as exc:
+            locked = lock_holder(exc)
+            if locked is None:
+                raise StoreError(f"cannot open the worker database {self.path}: {exc}") from exc
+            raise ConfigError(f"--db-path {self.path}: {locked}; is another worker using it? Give each worker "
+                              "its own --db-path") from exc
         con.execute(_DDL)
         con.execute(_RUNNING_DDL)
         return con
