@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-coordinator", description="Run the distributed_testing coordinator.",
-                                epilog=aio.HELP)
+                                epilog=f"{aio.HELP} Exit status: 0 stopped by SIGTERM/SIGINT; 2 could not start "
+                                       f"(one line on stderr); {EXIT_FATAL} stopped after a fatal failure such as "
+                                       "a failed write (see docs/operations.md).")
     p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
     p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
@@ -95,6 +98,8 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> int:
     """Run until SIGINT/SIGTERM (0) or a fatal failure (``EXIT_FATAL``); write the bound port to
     ``port_file`` once listening. Raises ``ConfigError`` or ``StoreError`` if it cannot start."""
     check_listen(config.host, config.port)  # before the store and the admin key file are created
+    for path, source in state_files(config):
+        check_writable(path, source)
     runner = web.AppRunner(create_app(config), access_log=None)
     try:
         await runner.setup()
@@ -149,6 +154,29 @@ def check_listen(host: str, port: int) -> None:
                 s.bind(addr)
             except OSError as exc:
                 raise ConfigError(_listen_error(host, port, exc)) from exc
+
+
+def state_files(config: CoordinatorConfig) -> list[tuple[Path, str]]:
+    """The files a start may create, each with the flag that names it: the DuckDB file (unless
+    the store is in memory) and the admin key file."""
+    files = [(config.admin_key_path, "--admin-key-file")]
+    scheme, sep, rest = config.db_path.partition("://")
+    if not sep or scheme.lower() == "duckdb":
+        files.insert(0, (Path(rest if sep else config.db_path), "--db-path"))
+    return files
+
+
+def check_writable(path: Path, source: str) -> None:
+    """``ConfigError`` naming ``source`` unless the directory that holds (or will hold) ``path``
+    can be written: its nearest existing ancestor must be a directory this process may write in.
+    Creates nothing."""
+    where = path.absolute().parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise ConfigError(f"{source} {path}: {where} is not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{source} {path}: cannot write in {where} (read-only or no permission)")
 
 
 def _listen_error(host: str, port: int, exc: OSError) -> str:

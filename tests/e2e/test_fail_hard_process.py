@@ -150,6 +150,33 @@ def test_a_port_in_use_ends_the_start_with_one_line_and_creates_nothing(tmp_path
     assert not state.exists(), list(state.rglob("*"))  # no database, journal or admin.key
 
 
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A read-only file system (root can write anywhere else): a tmpfs mounted ``ro``."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({done.stderr.strip()})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("where", ["--db-path", "--admin-key-file"])
+def test_an_unwritable_state_directory_ends_the_start_with_one_line_and_creates_nothing(
+        tmp_path: Path, read_only_dir: Path, where: str) -> None:
+    db = read_only_dir / "state" / "c.duckdb" if where == "--db-path" else tmp_path / "state" / "c.duckdb"
+    key = read_only_dir / "admin.key" if where == "--admin-key-file" else tmp_path / "admin.key"
+    done = run_coordinator(["--port", "0", "--db-path", str(db), "--admin-key-file", str(key)])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert line.startswith(f"dt-coordinator: {where} ") and "cannot write in" in line, line
+    assert not db.parent.exists() and not key.exists()
+
+
 def test_a_second_coordinator_on_the_same_database_is_refused(tmp_path: Path, procs: Procs) -> None:
     db = tmp_path / "c.duckdb"
     first, _ = start_coordinator_process(procs, db)
