@@ -26,7 +26,10 @@ def local_state_paths(config: WorkerConfig) -> list[Path]:
 
 
 def reset_local_state(config: WorkerConfig) -> list[Path]:
-    """Delete the worker's local state; returns what existed and was deleted (blocking I/O)."""
+    """Delete the worker's local state; returns what existed and was deleted (blocking I/O).
+    Refuses (``ConfigError``) while another process holds the database: it would delete a
+    running worker's state from under it."""
+    _check_not_in_use(config.db_path)
     deleted = []
     for p in local_state_paths(config):
         if p.is_dir():
@@ -38,3 +41,19 @@ def reset_local_state(config: WorkerConfig) -> list[Path]:
         deleted.append(p)
     log.warning("--reset-state: deleted %s", ", ".join(map(str, deleted)) if deleted else "nothing (no local state found)")
     return deleted
+
+
+def _check_not_in_use(db: Path | None) -> None:
+    if db is None or not db.exists():
+        return
+    import duckdb
+
+    from ..coordinator.store.duckdb import lock_holder
+
+    try:
+        duckdb.connect(str(db)).close()
+    except duckdb.Error as exc:
+        locked = lock_holder(exc)
+        if locked is None:
+            return  # not a DuckDB file we can open: deleting it is what was asked
+        raise ConfigError(f"--reset-state: --db-path {db}: {locked}; stop that worker first") from exc

@@ -203,3 +203,11 @@ def test_a_second_worker_on_the_same_db_path_is_refused(tmp_path: Path, procs: P
     line = assert_one_line(done.stderr)
     assert line.startswith(f"dt-worker: --db-path {wdb}: it is locked by another process (PID {first.pid})"), line
     assert "w2" not in admin.workers()
+    # --reset-state would delete the running worker's outbox from under it: refused as well
+    done = subprocess.run([sys.executable, "run_worker_example.py", "--log-level", "WARNING", "--coordinator", url,
+                           "--api-key", key, "--worker-id", "w2", "--db-path", str(wdb), "--reset-state"], cwd=ROOT,
+                          env={**os.environ, **worker_env(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert line.startswith(f"dt-worker: --reset-state: --db-path {wdb}: it is locked by another process"), line
+    assert wdb.exists() and first.poll() is None
