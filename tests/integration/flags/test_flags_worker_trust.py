@@ -92,7 +92,12 @@ class Tiny(torch.nn.Module):
         return self.linear(x)
 
 
-def make():
+def make(dump=None):
+    if dump:  # what the benchmark child's environment holds
+        import json
+        import os
+        with open(dump, "w") as f:
+            json.dump(dict(os.environ), f)
     return Tiny()
 """
 
@@ -106,12 +111,16 @@ async def test_allow_model_modules_runs_a_user_model_from_an_allowed_module_only
     (package / "zoo.py").write_text(ZOO)
     (tmp_path / "modules" / "dt_trust_modelsx.py").write_text(ZOO)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "modules"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("DT_API_KEY", "dtk_not_for_children")
+    dump = tmp_path / "bench-env.json"
     async with run_cluster(tmp_path, workers=0) as c:
         await start_cli_worker(c, await cli(c, "--worker-id", "zoo", "--allow-model-modules", "dt_trust_models"))
-        (tid,) = await c.submit({"type": "benchmark", "config": {"model": "dt_trust_models.zoo:make", **FAST_BENCH}})
+        (tid,) = await c.submit({"type": "benchmark", "config": {
+            "model": "dt_trust_models.zoo:make", "model_config": {"dump": str(dump)}, **FAST_BENCH}})
         task = await c.wait(tid, 90)
         assert task["state"] == "succeeded", task["outcome"]
         assert task["worker_id"] == "zoo"
+        assert "DT_API_KEY" not in json.loads(dump.read_text())  # nor in the benchmark child
         # a prefix matches on dotted boundaries only
         status, body = await c.request("POST", "/api/v1/tasks",
                                        json={"type": "benchmark", "config": {"model": "dt_trust_modelsx:make"}})
