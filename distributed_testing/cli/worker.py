@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated module prefixes whose 'module:callable' models benchmark and "
                             "training tasks may import, e.g. mypkg.models (default: none; env DT_ALLOW_MODEL_MODULES)")
     trust.add_argument("--allow-test-options", metavar="OPTIONS",
-                       help="comma-separated guarded pytest options test_args may use, e.g. --junitxml,--debug "
-                            "(default: none; env DT_ALLOW_TEST_OPTIONS)")
+                       help="comma-separated guarded pytest options test_args may use, dashes optional, e.g. "
+                            "junitxml,debug or =--junitxml,-p (default: none; env DT_ALLOW_TEST_OPTIONS)")
     add_log_flag(p)
     return p
 

@@ -91,6 +91,14 @@ def _dashed(name: str) -> str:
     return f"-{name}" if len(name) == 1 else f"--{name}"
 
 
+def bad_test_file(test_file: str) -> str | None:
+    """Why ``test_file`` cannot be handed to pytest as its first argument (None: it can): one
+    starting with '-' or '@' would be read as an option or an argument file."""
+    if test_file.startswith(("-", "@")):
+        return f"test_file {test_file!r} starts with {test_file[0]!r}: pytest would read it as an option or a file of arguments"
+    return None
+
+
 def path_error(root: Path | None, arg: str, what: str) -> str | None:
     """Why test path ``arg`` (``path`` or ``path::node``) is refused under ``root`` (None: allowed).
     With ``root`` None (the coordinator, which does not know the root) only lexical checks run."""

@@ -34,7 +34,7 @@ from ..training.config import TASK_KIND as TRAINING_KIND
 from ..training.config import parse_config as parse_training_config
 from ..training.errors import InvalidTrainingConfig
 from . import usercode
-from .pytest_args import path_error, refused_test_args
+from .pytest_args import bad_test_file, path_error, refused_test_args
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
@@ -257,7 +257,7 @@ def _check_user_code(spec: TaskSpec, prefix: str) -> None:
         if bad is not None:
             errors.append({"field": _path(prefix, ["config", "model"]), "error": bad})
     elif isinstance(spec, TestTask):
-        bad = path_error(None, spec.config.test_file, "test_file")
+        bad = bad_test_file(spec.config.test_file) or path_error(None, spec.config.test_file, "test_file")
         if bad is not None:
             errors.append({"field": _path(prefix, ["config", "test_file"]), "error": bad})
         errors += [{"field": _path(prefix, ["config", "test_args"]), "error": e}

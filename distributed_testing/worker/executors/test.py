@@ -20,7 +20,7 @@ from typing import Any
 
 from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
-from distributed_testing.tasks.pytest_args import refused_test_args
+from distributed_testing.tasks.pytest_args import bad_test_file, refused_test_args
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
@@ -135,6 +135,8 @@ class TestExecutor:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
         spec = parse_test_config(ctx.config)
         root = ctx.test_root.resolve()
+        if (bad := bad_test_file(spec.test_file)) is not None:
+            raise ExecutionError(bad)
         target = resolve_test_path(root, spec.test_file)
         refused = refused_test_args(spec.test_args, ctx.allow_test_options, root)
         if refused:

@@ -97,12 +97,13 @@ def test_submit_refuses_what_no_worker_runs() -> None:
         {"type": "test", "config": {"test_file": "../t.py"}},
         {"type": "test", "config": {"test_file": "t.py", "test_args": ["@f", "-Z", "../../x"]}},
         {"type": "benchmark", "config": {"model": "a/b:make"}},
+        {"type": "test", "config": {"test_file": "-pevil"}},
     ]
     with pytest.raises(ValidationError) as info:
         specs.parse_tasks(bad)
     fields = [e["field"] for e in info.value.errors]
     assert fields == ["[0].config.test_file", "[1].config.test_args", "[1].config.test_args",
-                      "[1].config.test_args", "[2].config.model"]
+                      "[1].config.test_args", "[2].config.model", "[3].config.test_file"]
     # the worker decides on guarded options and absolute paths (it knows its root and permissions)
     ok = {"type": "test", "config": {"test_file": "/srv/t.py", "test_args": ["--debug=x", "--batch-size", "4"]}}
     assert len(specs.parse_tasks(ok)) == 1
