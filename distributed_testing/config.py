@@ -88,6 +88,10 @@ class WorkerConfig:
     reset_state: bool = False  # delete the local outbox, its journal and the cache dir at start
     # --interface: NIC whose address is reported for multi-node rendezvous and that gloo/NCCL bind
     interface: str | None = None
+    # what a submitter may make this worker run (docs/security.md): module prefixes of
+    # ``module:callable`` models, and guarded pytest options test tasks may pass
+    allow_model_modules: tuple[str, ...] = ()
+    allow_test_options: tuple[str, ...] = ()
 
     @property
     def ws_url(self) -> str:
@@ -131,6 +135,17 @@ def read_token_file(path: Path) -> str:
     if not token:
         raise ConfigError(f"--token-file: {path} is empty")
     return token
+
+
+def read_key_file(path: Path, source: str) -> str:
+    """The API key in ``path`` (surrounding whitespace stripped); ConfigError naming ``source``."""
+    try:
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read {path}: {exc.strerror}") from exc
+    if not key:
+        raise ConfigError(f"{source}: {path} is empty")
+    return key
 
 
 def environ() -> Mapping[str, str]:

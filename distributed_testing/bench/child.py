@@ -4,12 +4,14 @@ Started by the worker (with its own ``CUDA_VISIBLE_DEVICES``) as::
 
     python -m distributed_testing.bench.child [--threads N] [--interop-threads N]
                                               [--mixed-precision] [--device D]
-                                              [--hf-cache-dir DIR]
+                                              [--hf-cache-dir DIR] [--allow-model-modules P,...]
 
 ``--threads`` defaults to ``$DT_BENCH_THREADS`` (unset: torch's default, all cores) and sets
 ``torch.set_num_threads``; ``--interop-threads`` (``$DT_BENCH_INTEROP_THREADS``) sets
 ``torch.set_num_interop_threads`` once at start, before any parallel work. ``--mixed-precision``
 makes autocast the default (see RunnerDefaults), ``--device`` the default device.
+``--allow-model-modules`` lists the module prefixes ``module:callable`` models may be imported
+from (default: none, so only registry and built-in models build).
 
 Requests (one JSON object per line)::
 
@@ -49,6 +51,7 @@ from distributed_testing.bench.config import BACKENDS, RunnerDefaults
 from distributed_testing.bench.env import collect_environment
 from distributed_testing.bench.runner import ModelCache, run_benchmark_batch
 from distributed_testing.errors import ConfigError, DTError, ExecutionError
+from distributed_testing.tasks.usercode import parse_module_prefixes
 
 logger = logging.getLogger("distributed_testing.bench.child")
 
@@ -81,6 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch tasks")
     parser.add_argument("--device", default="cpu", help="device for tasks that name none")
     parser.add_argument("--hf-cache-dir", default=None, help="Hugging Face hub cache directory")
+    parser.add_argument("--allow-model-modules", default="",
+                        help="comma-separated module prefixes a 'module:callable' model may come from (default: none)")
     args = parser.parse_args(argv)
     for flag in ("threads", "interop_threads"):
         value = getattr(args, flag)
@@ -178,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.interop_threads is not None:
             torch.set_num_interop_threads(args.interop_threads)
         defaults = RunnerDefaults(
-            autocast=args.mixed_precision, device=args.device, threads=args.threads, hf_cache_dir=args.hf_cache_dir
+            autocast=args.mixed_precision, device=args.device, threads=args.threads, hf_cache_dir=args.hf_cache_dir,
+            allow_model_modules=parse_module_prefixes(args.allow_model_modules, "--allow-model-modules"),
         )
     except (ConfigError, ExecutionError) as exc:
         logger.error("%s", exc)

@@ -88,12 +88,16 @@ class RunnerDefaults:
     ``device``: used when a task names no device. ``threads``: torch intra-op threads applied
     before each run (None keeps torch's current setting). ``hf_cache_dir``: the Hugging Face
     hub cache to look for pretrained checkpoints in (None: huggingface_hub's default).
+    ``allow_model_modules``: module prefixes a ``module:callable`` model may come from (the
+    worker's ``--allow-model-modules``; the benchmark child always sets it). None: any module, for
+    in-process library use only.
     """
 
     autocast: bool = False
     device: str = "cpu"
     threads: int | None = None
     hf_cache_dir: str | None = None
+    allow_model_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:

@@ -12,7 +12,9 @@ Names (aliases in brackets):
   one float tensor of shape ``(batch, *input_shape)``; ``input_shape`` comes from the config or
   from an ``input_shape`` attribute of the returned module (a 3-dim shape counts as an image,
   ``(channels, height, width)``). Its weights are whatever the callable made
-  (``weights: "user-defined"``).
+  (``weights: "user-defined"``). The module must be one the worker's operator allows
+  (``ModelRequest.allow_model_modules``, from ``--allow-model-modules``); it is checked before
+  anything is imported.
 
 ``tiny: true`` builds a few-layer, narrow variant of the same architecture (random weights);
 ``model_config`` overrides single architecture fields (unknown fields are rejected).
@@ -31,6 +33,7 @@ from torch import nn
 from distributed_testing.bench.hf_models import HF_ENTRIES, HFEntry, build_hf_model
 from distributed_testing.bench.models_base import BuiltModel, ModelInputs, ModelRequest
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks import usercode
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ def known_models() -> list[str]:
 
 
 def is_user_model(name: str) -> bool:
-    return ":" in name and name not in _HF_BY_NAME
+    return usercode.is_user_model(name) and name not in _HF_BY_NAME
 
 
 def canonical_name(name: str) -> str:
@@ -162,7 +165,9 @@ def _build_builtin(name: str, request: ModelRequest) -> BuiltModel:
     )
 
 
-def _import_callable(name: str) -> Callable[..., Any]:
+def _import_callable(name: str, allowed: tuple[str, ...] | None) -> Callable[..., Any]:
+    if allowed is not None and (reason := usercode.refusal(name, allowed)) is not None:
+        raise ExecutionError(reason)
     module_name, _, attr_path = name.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
@@ -184,7 +189,7 @@ def _build_user_model(name: str, request: ModelRequest) -> BuiltModel:
         raise ExecutionError(
             f"user model {name}: weights are whatever the callable builds; weights: pretrained does not apply"
         )
-    factory = _import_callable(name)
+    factory = _import_callable(name, request.allow_model_modules)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(request.seed)
         module = factory(**request.model_config)

@@ -23,6 +23,7 @@ class ModelRequest:
     image_size: int = 224
     input_shape: tuple[int, ...] | None = None
     hf_cache_dir: str | None = None
+    allow_model_modules: tuple[str, ...] | None = None  # None: any module (in-process use only)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ def _model_request(cfg: BenchConfig, defaults: RunnerDefaults) -> ModelRequest:
         image_size=cfg.image_size,
         input_shape=cfg.input_shape,
         hf_cache_dir=defaults.hf_cache_dir,
+        allow_model_modules=defaults.allow_model_modules,
     )
 
 

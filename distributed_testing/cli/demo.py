@@ -139,7 +139,10 @@ def run(state: Path) -> int:
         print(f"coordinator up at {api.base_url} (state in {state}/, admin key in {state}/admin.key)")
         for i, tags in ((1, "cpu,transformers"), (2, "cpu")):
             key = api.post("/api/v1/keys", {"role": "worker", "name": f"demo-worker-{i}"})["key"]
-            demo.spawn(["run_worker_example.py", "--coordinator", api.base_url, "--api-key", key,
+            key_file = state / f"worker-{i}.key"  # not --api-key: ps shows a command line to every user
+            key_file.touch(mode=0o600)
+            key_file.write_text(key + "\n")
+            demo.spawn(["run_worker_example.py", "--coordinator", api.base_url, "--api-key-file", str(key_file),
                         "--name", f"demo-worker-{i}", "--worker-id", f"demo-worker-{i}", "--tags", tags,
                         "--test-root", str(state / "tests"), "--db-path", str(state / f"worker-{i}.duckdb"),
                         "--max-concurrent-tasks", "2", "--heartbeat-interval", "2"], f"worker-{i}.log")

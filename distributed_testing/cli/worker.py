@@ -1,8 +1,10 @@
 """``dt-worker`` / ``run_worker_example.py``: run a worker.
 
-Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_WORKER_NAME,
-DT_DB_PATH and DT_INTERFACE stand in for --coordinator, --api-key, --name, --db-path and
---interface (flags win).
+Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_API_KEY_FILE,
+DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_ALLOW_MODEL_MODULES and DT_ALLOW_TEST_OPTIONS stand
+in for --coordinator, --api-key, --api-key-file, --name, --db-path, --interface,
+--allow-model-modules and --allow-test-options (flags win). Once the configuration is read, the
+credential variables are removed from the process environment, so no task child inherits them.
 """
 
 from __future__ import annotations
@@ -20,9 +22,20 @@ from pathlib import Path
 import psutil
 
 from .. import aio
-from ..config import DEFAULT_COORDINATOR_URL, WorkerConfig, env_pick, environ, normalize_url, positive
+from ..childenv import scrub_environ
+from ..config import (
+    DEFAULT_COORDINATOR_URL,
+    WorkerConfig,
+    env_pick,
+    environ,
+    normalize_url,
+    positive,
+    read_key_file,
+)
 from ..errors import ConfigError
 from ..retry import RetriesExhausted
+from ..tasks.pytest_args import parse_test_options
+from ..tasks.usercode import parse_module_prefixes
 from ..training.errors import PreflightError
 from ..training.preflight import interface_address
 from ..worker.agent import SessionRejected, WorkerAgent
@@ -37,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=aio.HELP)
     p.add_argument("--coordinator", help=f"coordinator http(s) URL (default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
     auth = p.add_argument_group("authentication (one of)")
-    auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY)")
+    auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY); on the command line "
+                                        "every local user can read it in ps: prefer --api-key-file or DT_API_KEY")
+    auth.add_argument("--api-key-file", type=Path, help="file holding the API key (env DT_API_KEY_FILE)")
     auth.add_argument("--token", help="JWT for a worker key; renewed before it expires")
     auth.add_argument("--token-file", type=Path, help="file holding a JWT; re-read at each reconnect")
     p.add_argument("--name", help="friendly name (default: hostname; env DT_WORKER_NAME)")
@@ -77,15 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--interface", metavar="NAME",
                        help="network interface other workers reach this one on, and that gloo/NCCL bind "
                             "(default: the one that routes to the coordinator; env DT_INTERFACE)")
+    trust = p.add_argument_group("what task submitters may run here (see docs/security.md)")
+    trust.add_argument("--allow-model-modules", metavar="PREFIXES",
+                       help="comma-separated module prefixes whose 'module:callable' models benchmark and "
+                            "training tasks may import, e.g. mypkg.models (default: none; env DT_ALLOW_MODEL_MODULES)")
+    trust.add_argument("--allow-test-options", metavar="OPTIONS",
+                       help="comma-separated guarded pytest options test_args may use, dashes optional, e.g. "
+                            "junitxml,debug or =--junitxml,-p (default: none; env DT_ALLOW_TEST_OPTIONS)")
     add_log_flag(p)
     return p
 
 
 def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerConfig:
     url, url_src = env_pick(ns.coordinator, env, "DT_COORDINATOR_URL", DEFAULT_COORDINATOR_URL)
-    api_key, _ = env_pick(ns.api_key, env, "DT_API_KEY")
-    if ns.token or ns.token_file:
-        api_key = ns.api_key  # an explicit token beats a key from the environment
+    api_key = _api_key(ns, env)
     name, _ = env_pick(ns.name, env, "DT_WORKER_NAME")
     db, _ = env_pick(str(ns.db_path) if ns.db_path else None, env, "DT_DB_PATH")
     if ns.reconnect_attempts < 1:
@@ -124,9 +144,38 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         cache_models=ns.cache_models, mixed_precision=ns.mixed_precision, optimize_for=ns.optimize_for,
         cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
-        interface=_interface(ns, env),
+        interface=_interface(ns, env), allow_model_modules=_allow_model_modules(ns, env),
+        allow_test_options=_allow_test_options(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _api_key(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """--api-key, --api-key-file, DT_API_KEY, DT_API_KEY_FILE: the first one given. An explicit
+    --token or --token-file beats a key from the environment."""
+    if ns.api_key and ns.api_key_file:
+        raise ConfigError("--api-key and --api-key-file: give one (the file keeps the key out of ps)")
+    if ns.api_key or ns.api_key_file:
+        return ns.api_key or read_key_file(ns.api_key_file, "--api-key-file")
+    if ns.token or ns.token_file:
+        return None
+    if env.get("DT_API_KEY"):
+        return env["DT_API_KEY"]
+    if env.get("DT_API_KEY_FILE"):
+        return read_key_file(Path(env["DT_API_KEY_FILE"]), "DT_API_KEY_FILE")
+    return None
+
+
+def _allow_model_modules(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, ...]:
+    """--allow-model-modules or DT_ALLOW_MODEL_MODULES, validated (default: none)."""
+    modules, src = env_pick(ns.allow_model_modules, env, "DT_ALLOW_MODEL_MODULES", "")
+    return parse_module_prefixes(modules or "", "--allow-model-modules" if src == "flag" else src)
+
+
+def _allow_test_options(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, ...]:
+    """--allow-test-options or DT_ALLOW_TEST_OPTIONS, validated (default: none)."""
+    options, src = env_pick(ns.allow_test_options, env, "DT_ALLOW_TEST_OPTIONS", "")
+    return parse_test_options(options or "", "--allow-test-options" if src == "flag" else src)
 
 
 def _interface(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -237,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        scrub_environ(os.environ, [s for s in (config.api_key, config.token) if s])
         loop = aio.loop_choice()
         tune_gc()
         return aio.run(run_worker(config), loop)

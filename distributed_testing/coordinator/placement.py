@@ -3,7 +3,8 @@
 A worker is eligible for a task when it has every requested hardware kind among its *detected*
 capabilities, every requested tag, at least ``min_memory_gb`` of memory, and, when the worker
 reports the memory it offers to new tasks (``--memory-buffer``), at least the task's
-``max_memory_mb`` of it. Among eligible
+``max_memory_mb`` of it, and, for a task whose ``model`` is ``package.module:callable``, allows
+that module (``--allow-model-modules``, reported at registration). Among eligible
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
 
@@ -18,16 +19,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..tasks.spec import Requirements
+from ..tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
 
-ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int]
+# (hardware, tags, min memory GB, max_memory_mb, user model module or "")
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str]
+NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "")
 
 
-def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None) -> ReqKey:
+def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None,
+                    model_module: str | None = None) -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
     ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend);
-    ``max_memory_mb`` is the task's memory limit (0: none)."""
+    ``max_memory_mb`` is the task's memory limit (0: none); ``model_module`` the module a user
+    model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
-    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0)
+    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "")
 
 
 def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
@@ -55,6 +61,7 @@ class WorkerView:
     running: set[str] = field(default_factory=set)
     accepting: bool = True
     available_memory_mb: float | None = None  # offered to new tasks, from heartbeats; None: not reported
+    model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
 
     @property
     def free_slots(self) -> int:
@@ -63,13 +70,15 @@ class WorkerView:
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
-    hardware, tags, min_mem, max_mem_mb = key
+    hardware, tags, min_mem, max_mem_mb, module = key
     missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
     missing += [f"tag {t}" for t in tags if t not in w.tags]
     if min_mem and w.memory_gb < min_mem:
         missing.append(f"{min_mem:g} GB memory (has {w.memory_gb:.1f})")
     if max_mem_mb and w.available_memory_mb is not None and w.available_memory_mb < max_mem_mb:
         missing.append(f"{max_mem_mb} MB memory for the task (offers {w.available_memory_mb:.0f} MB after its memory buffer)")
+    if module and not module_allowed(module, w.model_modules):
+        missing.append(f"permission to import model module {module} (worker flag {ALLOW_MODEL_MODULES_FLAG})")
     return missing
 
 
@@ -95,12 +104,22 @@ def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> list[Wo
 
 def describe(key: ReqKey) -> str:
     """The requirements of ``key`` in words, for pending reasons ("" when there are none)."""
-    hardware, tags, min_mem, max_mem_mb = key
+    hardware, tags, min_mem, max_mem_mb, module = key
     parts = [f"hardware {'+'.join(hardware)}"] if hardware else []
     parts += [f"tags {'+'.join(tags)}"] if tags else []
     parts += [f"{min_mem:g} GB memory"] if min_mem else []
     parts += [f"{max_mem_mb} MB for the task"] if max_mem_mb else []
+    parts += [f"model module {module} allowed"] if module else []
     return ", ".join(parts)
+
+
+def model_module_refusal(model: str, module: str, workers: Iterable[WorkerView]) -> str | None:
+    """Why a task importing ``module`` (for user model ``model``) is refused at submit: no
+    connected worker allows it (None when one does)."""
+    if any(module_allowed(module, w.model_modules) for w in workers):
+        return None
+    return (f"model {model!r}: no connected worker allows module {module!r}; a worker's operator allows it "
+            f"with the worker flag {ALLOW_MODEL_MODULES_FLAG} {module} (or DT_ALLOW_MODEL_MODULES)")
 
 
 def gang_pending_reason(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> str:

@@ -29,17 +29,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, ValidationError
 from ..protocol import messages as m
 from ..retry import Backoff
 from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
+from ..tasks.usercode import model_module
 from .gang import Baselines, Gang, PortPool, attempt_row, gang_nodes, success_row
 from .placement import (
+    NO_REQUIREMENTS,
     ReqKey,
     WorkerView,
     gang_pending_reason,
     implied_hardware,
+    model_module_refusal,
     pending_reason,
     pick_gang,
     pick_worker,
@@ -107,14 +110,14 @@ class Task:
     history: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     submitted_by: str | None = None
-    key: ReqKey = ((), (), 0.0, 0)
+    key: ReqKey = NO_REQUIREMENTS
     batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
     gang: Gang | None = None  # multi-node training tasks only
 
     def __post_init__(self) -> None:
         self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config),
-                                   self.spec.max_memory_mb)
+                                   self.spec.max_memory_mb, model_module(self.type, self.spec.config))
         nodes = gang_nodes(self.type, self.spec.config)
         if nodes:
             self.gang = Gang(nodes)
@@ -192,6 +195,7 @@ class CoordinatorState:
             old = self.tasks.get(s.task_id or "")
             if old is not None and old.digest != d:
                 raise Conflict(f"task {s.task_id} already exists with a different body")
+        self._refuse_unrunnable(prepared)
         accepted: list[dict[str, Any]] = []
         cmds: list[Command] = []
         for s, d in zip(prepared, digests, strict=True):
@@ -209,6 +213,23 @@ class CoordinatorState:
             cmds.append(Save(t.row()))
             accepted.append({"task_id": t.task_id, "created": True, "state": "pending"})
         return accepted, cmds + self.dispatch(now)
+
+    def _refuse_unrunnable(self, prepared: list[specs.TaskSpec]) -> None:
+        """Raise ValidationError when a new task's user model imports a module that no connected
+        worker allows (placement would never find it a worker); resubmissions are not checked."""
+        connected = [w.view for w in self.workers.values() if w.connected]
+        errors: list[dict[str, str]] = []
+        for i, s in enumerate(prepared):
+            config = specs.config_dict(s)
+            module = model_module(specs.spec_type(s), config)
+            if module is None or s.task_id in self.tasks:
+                continue
+            reason = model_module_refusal(config["model"], module, connected)
+            if reason is not None:
+                errors.append({"field": f"[{i}].config.model" if len(prepared) > 1 else "config.model",
+                               "error": reason})
+        if errors:
+            raise ValidationError(errors)
 
     def cancel(self, task_id: str, now: float, cause: str = "cancelled by request") -> list[Command]:
         t = self.get(task_id)
@@ -255,7 +276,7 @@ class CoordinatorState:
         if w is not None and w.connected and w.session_id != session_id and w.session_id:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
         view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
-                          reg.memory_gb, reg.max_concurrent)
+                          reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules))
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
                    first_seen=first, last_seen=now, address=reg.address or reg.name)

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 4  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
-# 4: result_ack.confirm_upto
+PROTOCOL_VERSION = 5  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+# 4: result_ack.confirm_upto; 5: register.model_modules
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -57,6 +57,9 @@ class Register(_Msg, frozen=True, tag="register"):
     # Provisional attempts stopped because the last session ended before their ``confirm``: the
     # coordinator requeues them without spending a retry (they never reported anything).
     abandoned: list[TaskRef] = []
+    # ``--allow-model-modules``: module prefixes whose ``module:callable`` models this worker runs;
+    # the coordinator places no task with another user model here.
+    model_modules: list[str] = []
 
 
 class Registered(_Msg, frozen=True, tag="registered"):

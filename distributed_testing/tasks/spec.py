@@ -33,6 +33,8 @@ from ..errors import ValidationError
 from ..training.config import TASK_KIND as TRAINING_KIND
 from ..training.config import parse_config as parse_training_config
 from ..training.errors import InvalidTrainingConfig
+from . import usercode
+from .pytest_args import bad_test_file, path_error, refused_test_args
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
@@ -240,7 +242,28 @@ def _parse_one(item: Any, prefix: str) -> TaskSpec:
             errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
             raise ValidationError(errors) from exc
     _check_free_form(spec, prefix)
+    _check_user_code(spec, prefix)
     return spec
+
+
+def _check_user_code(spec: TaskSpec, prefix: str) -> None:
+    """Raise ValidationError for what no worker would run: a malformed ``module:callable`` model
+    name, ``test_args`` with an '@' file, an unknown short option, or a path climbing out of the
+    test root with '..' (the worker checks the rest against its own root and permissions)."""
+    errors: list[dict[str, str]] = []
+    if isinstance(spec, BenchmarkTask):
+        name = spec.config.get("model")
+        bad = usercode.model_name_error(name) if isinstance(name, str) and usercode.is_user_model(name) else None
+        if bad is not None:
+            errors.append({"field": _path(prefix, ["config", "model"]), "error": bad})
+    elif isinstance(spec, TestTask):
+        bad = bad_test_file(spec.config.test_file) or path_error(None, spec.config.test_file, "test_file")
+        if bad is not None:
+            errors.append({"field": _path(prefix, ["config", "test_file"]), "error": bad})
+        errors += [{"field": _path(prefix, ["config", "test_args"]), "error": e}
+                   for e in refused_test_args(spec.config.test_args)]
+    if errors:
+        raise ValidationError(errors)
 
 
 def _check_free_form(spec: TaskSpec, prefix: str) -> None:
@@ -305,6 +328,7 @@ def parse_task_json(body: bytes) -> list[TaskSpec]:
             if isinstance(s, BenchmarkTask):
                 _check_benchmark_config(s.config)
             _check_free_form(s, f"[{i}]" if isinstance(decoded, list) else "")
+            _check_user_code(s, f"[{i}]" if isinstance(decoded, list) else "")
         if items and len({s.task_id for s in items if s.task_id is not None}) == sum(s.task_id is not None for s in items):
             return items
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError):

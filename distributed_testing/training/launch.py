@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import distributed_testing
+from distributed_testing.childenv import child_environ
 from distributed_testing.training.config import ResolvedTrainingConfig, parse_config, resolve
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
@@ -101,12 +102,15 @@ def launch(
     extra_env: Mapping[str, str] | None = None,
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
+    allow_model_modules: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run this node's ranks of a training task; see the module doc for the contract.
 
     ``result_path`` is where global rank 0 writes the result (on node 0); its directory also gets
     this node's launcher log. ``cuda_device_count`` is this node's count, ``all_cuda`` whether
-    every node of the job has CUDA. ``extra_env`` is added to the ranks' environment.
+    every node of the job has CUDA. ``extra_env`` is added to the ranks' environment, which holds
+    none of the worker's credentials. ``allow_model_modules`` (the worker's
+    ``--allow-model-modules``) is handed to each rank, which refuses any other user model.
     """
     started = time.monotonic()
     config = resolve(parse_config(task_config), cuda_device_count=cuda_device_count, all_cuda=all_cuda)
@@ -116,7 +120,7 @@ def launch(
     local_addr = _local_address(assignment)
     _preflight(assignment, local_addr, preflight_timeout_s)
     files = _LaunchFiles.for_node(Path(result_path), assignment.node_rank)
-    command = build_command(config, assignment, files, timeout_s=timeout_s)
+    command = build_command(config, assignment, files, timeout_s=timeout_s, allow_model_modules=allow_model_modules)
     env = _child_env(extra_env)
     logger.info(
         "node %d/%d launching %d rank(s), master %s:%d, log %s",
@@ -168,7 +172,8 @@ class _LaunchFiles:
 
 
 def build_command(
-    config: ResolvedTrainingConfig, assignment: NodeAssignment, files: _LaunchFiles, *, timeout_s: float
+    config: ResolvedTrainingConfig, assignment: NodeAssignment, files: _LaunchFiles, *, timeout_s: float,
+    allow_model_modules: tuple[str, ...] = (),
 ) -> list[str]:
     """The agent command: torch.distributed.run under the parent-death shim."""
     rendezvous_s = int(max(10, min(timeout_s, MAX_RENDEZVOUS_S)))
@@ -179,6 +184,7 @@ def build_command(
         str(files.result),
         "--collective-timeout-s",
         str(timeout_s),
+        f"--allow-model-modules={','.join(allow_model_modules)}",
     ]
     if files.progress is not None:
         worker_args += ["--progress-path", str(files.progress)]
@@ -223,7 +229,7 @@ def _preflight(assignment: NodeAssignment, local_addr: str, timeout_s: float) ->
 
 
 def _child_env(extra_env: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_environ()  # the worker's environment without its credentials
     package_root = str(Path(distributed_testing.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -7,7 +7,9 @@ draw from torch's global RNG; the rank seeds it, so every rank builds identical 
 
 The task's ``model`` names a built-in source (``mlp``, ``cnn``, ``transformer``) or a factory as
 ``"package.module:callable"`` (how sources from other packages, e.g. a benchmark model registry,
-plug in). A factory path imports code on the worker, so it is only as trusted as task submitters.
+plug in). A factory path imports code on the worker, so a worker runs one only from a module its
+operator allows (``--allow-model-modules``): the worker checks before it launches, and each rank
+checks again (:func:`check_model_allowed`) before anything is imported.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.usercode import refusal
 
 MakeBatch = Callable[[int], tuple[Tensor, Tensor]]
 ModelSource = Callable[[], tuple[nn.Module, MakeBatch]]
@@ -94,13 +97,25 @@ def transformer(
 BUILTIN_SOURCES: dict[str, ModelSource] = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 
 
-def load_model_source(name: str) -> ModelSource:
-    """Return the source a task's ``model`` names; raises ExecutionError when it cannot be loaded."""
+def check_model_allowed(name: str, allowed: tuple[str, ...]) -> None:
+    """Raise ExecutionError when ``name`` is a factory path from a module outside ``allowed``."""
+    if name in BUILTIN_SOURCES:
+        return
+    reason = refusal(name, allowed)
+    if reason is not None:
+        raise ExecutionError(reason)
+
+
+def load_model_source(name: str, allowed: tuple[str, ...] | None = None) -> ModelSource:
+    """Return the source a task's ``model`` names; raises ExecutionError when it cannot be loaded,
+    or (with ``allowed``, the module prefixes a factory may come from) when it is not allowed."""
     if name in BUILTIN_SOURCES:
         return BUILTIN_SOURCES[name]
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
         raise ExecutionError(f"model {name!r} is not a built-in model nor 'package.module:factory'")
+    if allowed is not None:
+        check_model_allowed(name, allowed)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -39,7 +39,7 @@ from distributed_testing.training.config import ResolvedTrainingConfig
 from distributed_testing.training.deathsig import set_parent_death_signal
 from distributed_testing.training.loop import LoopResult, StepRunner, build_runner, run_loop
 from distributed_testing.training.metrics import build_result
-from distributed_testing.training.models import load_model_source
+from distributed_testing.training.models import check_model_allowed, load_model_source
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--progress-path", type=Path, default=None, help="rank 0 writes progress here")
     parser.add_argument("--interface", default=None, help="network interface for gloo/NCCL sockets")
     parser.add_argument("--collective-timeout-s", type=float, default=600.0)
+    parser.add_argument("--allow-model-modules", default="",
+                        help="comma-separated module prefixes a 'module:callable' model may come from (default: none)")
     return parser.parse_args(argv)
 
 
@@ -237,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     bind_interface(args.interface, os.environ)
     config = ResolvedTrainingConfig.from_dict(json.loads(args.config_json))
+    check_model_allowed(config.model, tuple(p for p in args.allow_model_modules.split(",") if p))
     run_rank(
         config,
         env,

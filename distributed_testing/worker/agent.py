@@ -340,7 +340,7 @@ class WorkerAgent:
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
-                          abandoned=list(self._abandoned))
+                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules))
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -586,6 +586,8 @@ class WorkerAgent:
         return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
                            timeout_s=a.timeout_s or self.config.task_timeout_s, max_memory_mb=a.max_memory_mb,
                            test_root=self.config.test_root, cache=a.cache, gang=a.gang, interface=self.interface,
+                           allow_model_modules=self.config.allow_model_modules,
+                           allow_test_options=self.config.allow_test_options,
                            progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)))
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:

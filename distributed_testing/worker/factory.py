@@ -46,12 +46,12 @@ async def open_storage(config: WorkerConfig) -> tuple[Outbox, ResultCache]:
 def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
     return BenchmarkOptions(cache_models=config.cache_models, mixed_precision=config.mixed_precision,
                             optimize_for=config.optimize_for, cuda_streams=config.cuda_streams,
-                            threads=config.bench_threads)
+                            threads=config.bench_threads, allow_model_modules=config.allow_model_modules)
 
 
 def training_options(config: WorkerConfig, hardware: dict[str, Any]) -> TrainingOptions:
     return TrainingOptions(run_dir=cache_dir_for(config) / "training", cuda_device_count=cuda_device_count(hardware),
-                           interface=config.interface)
+                           interface=config.interface, allow_model_modules=config.allow_model_modules)
 
 
 def cuda_device_count(hardware: dict[str, Any]) -> int:
@@ -63,10 +63,11 @@ def cuda_device_count(hardware: dict[str, Any]) -> int:
 def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
                          cache: ResultCache) -> dict[str, Executor]:
     """``executors`` with the benchmark executor replaced by one that uses ``cache``; the training
-    executor is kept, bound to ``config.interface``."""
+    executor is kept, bound to ``config.interface`` and ``config.allow_model_modules``."""
     current = executors.get(BenchmarkRouter.task_type)
     if isinstance(current, BenchmarkRouter):
-        training = TrainingExecutor(replace(current.training.options, interface=config.interface))
+        training = TrainingExecutor(replace(current.training.options, interface=config.interface,
+                                            allow_model_modules=config.allow_model_modules))
     else:
         training = TrainingExecutor(training_options(config, {}))
     benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache)

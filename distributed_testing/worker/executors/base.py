@@ -42,6 +42,10 @@ class TaskContext:
     cache: bool = False
     gang: GangAssignment | None = None  # this node's part of a multi-node training task
     interface: str | None = None  # the NIC this worker reported: training ranks bind it
+    # what the worker's operator lets submitters run (docs/security.md): --allow-model-modules
+    # prefixes and the guarded pytest options of --allow-test-options
+    allow_model_modules: tuple[str, ...] = ()
+    allow_test_options: tuple[str, ...] = ()
 
 
 @dataclass

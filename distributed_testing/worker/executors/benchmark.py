@@ -25,12 +25,12 @@ import asyncio
 import itertools
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from ...childenv import child_environ
 from ...errors import StoreError
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
 from .base import ExecOutcome, OutcomeStatus, TaskContext
@@ -58,6 +58,7 @@ class BenchmarkOptions:
     cuda_streams: int | None = None
     threads: int | None = None
     cuda_visible_devices: str | None = None
+    allow_model_modules: tuple[str, ...] = ()  # --allow-model-modules, enforced again in the child
 
 
 class BenchmarkExecutor:
@@ -113,12 +114,13 @@ class BenchmarkExecutor:
         return {"mixed_precision": self.options.mixed_precision}
 
     async def _spawn(self) -> asyncio.subprocess.Process:
-        args = [sys.executable, "-m", "distributed_testing.bench.child"]
+        args = [sys.executable, "-m", "distributed_testing.bench.child",
+                f"--allow-model-modules={','.join(self.options.allow_model_modules)}"]
         if self.options.threads is not None:
             args += ["--threads", str(self.options.threads)]
         if self.options.mixed_precision:
             args.append("--mixed-precision")
-        env = dict(os.environ)
+        env = child_environ()
         if self.options.cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.options.cuda_visible_devices
         return await asyncio.create_subprocess_exec(

@@ -26,6 +26,7 @@ from typing import Literal
 import msgspec
 
 import distributed_testing
+from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
 from distributed_testing.worker.executors.pool_child import (
     HEADER,
@@ -146,7 +147,7 @@ class HandlerPool:
 
     @staticmethod
     def _child_env(pythonpath: Sequence[Path]) -> dict[str, str]:
-        env = dict(os.environ)  # children inherit the worker's environment, as any child does
+        env = child_environ()  # the worker's environment without its credentials
         parts = [_PACKAGE_PARENT, *(str(p) for p in pythonpath)]
         if env.get("PYTHONPATH"):
             parts.append(env["PYTHONPATH"])

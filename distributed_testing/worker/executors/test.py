@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -19,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.pytest_args import bad_test_file, refused_test_args
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
@@ -101,7 +102,9 @@ class TestExecutor:
     """Runs pytest in a child process per task; see the module docstring for the config.
 
     ``extra_env`` is merged over the inherited environment of every pytest child (for example
-    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``). ``memory_poll_interval_s`` is how often the process
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), from which the worker's credentials are removed
+    (:mod:`distributed_testing.childenv`). ``test_args`` are checked first
+    (:mod:`distributed_testing.tasks.pytest_args`). ``memory_poll_interval_s`` is how often the process
     tree's RSS is sampled when ``ctx.max_memory_mb`` is set.
     """
 
@@ -115,7 +118,7 @@ class TestExecutor:
         memory_poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> None:
-        self._env = {**os.environ, **(extra_env or {})} if extra_env else None
+        self._env = child_environ(extra_env)  # without the worker's credentials
         self._poll_s = memory_poll_interval_s
         self._tail_bytes = tail_bytes
         self._running: set[int] = set()
@@ -132,7 +135,12 @@ class TestExecutor:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
         spec = parse_test_config(ctx.config)
         root = ctx.test_root.resolve()
+        if (bad := bad_test_file(spec.test_file)) is not None:
+            raise ExecutionError(bad)
         target = resolve_test_path(root, spec.test_file)
+        refused = refused_test_args(spec.test_args, ctx.allow_test_options, root)
+        if refused:
+            raise ExecutionError("; ".join(refused))
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.work_dir) as tmp:

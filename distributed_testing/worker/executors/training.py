@@ -59,6 +59,7 @@ from typing import Any
 
 from distributed_testing.errors import ExecutionError
 from distributed_testing.protocol.messages import GangAssignment
+from distributed_testing.tasks.usercode import is_user_model, refusal
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
     LaunchCancelled,
@@ -102,6 +103,7 @@ class TrainingOptions:
     cuda_device_count: int = 0
     interface: str | None = None  # --interface: NIC for the pre-flight, gloo and NCCL
     preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S
+    allow_model_modules: tuple[str, ...] = ()  # --allow-model-modules, checked again inside each rank
 
 
 class TrainingExecutor:
@@ -158,7 +160,7 @@ class TrainingExecutor:
             launch, ctx.config, assignment, run_path / "result.json",
             cuda_device_count=self.options.cuda_device_count, all_cuda=all_cuda,
             timeout_s=ctx.timeout_s or NO_TIMEOUT_S, preflight_timeout_s=self.options.preflight_timeout_s,
-            cancel=cancel, progress=_Forward.wrap(ctx.progress))
+            cancel=cancel, progress=_Forward.wrap(ctx.progress), allow_model_modules=self.options.allow_model_modules)
         logger.info("training task %s attempt %d: node %d/%d, master %s:%d, files in %s", ctx.task_id, ctx.attempt,
                     assignment.node_rank, assignment.nnodes, assignment.master_addr, assignment.master_port, run_path)
         if self._threads is None:
@@ -219,6 +221,7 @@ class BenchmarkRouter:
         await self.training.close()
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
+        check_model_allowed(ctx)
         if is_training(ctx.config):
             return await self.training.run(ctx)
         async with self.training.exclusive:
@@ -226,11 +229,23 @@ class BenchmarkRouter:
 
     async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
         """Batches are inference benchmarks sharing a model (the coordinator never batches training)."""
+        for ctx in ctxs:
+            check_model_allowed(ctx)
         if any(is_training(c.config) for c in ctxs):
             return [await self.run(c) for c in ctxs]
         async with self.training.exclusive:
             outcomes: list[ExecOutcome] = await self.benchmark.run_batch(ctxs)  # type: ignore[attr-defined]
             return outcomes
+
+
+def check_model_allowed(ctx: TaskContext) -> None:
+    """Raise ExecutionError before anything starts when the task's ``module:callable`` model
+    imports a module the worker's ``--allow-model-modules`` does not allow."""
+    name = ctx.config.get("model") if isinstance(ctx.config, dict) else None
+    if isinstance(name, str) and is_user_model(name):
+        reason = refusal(name, ctx.allow_model_modules)
+        if reason is not None:
+            raise ExecutionError(reason)
 
 
 def is_training(config: dict[str, Any]) -> bool:

@@ -52,7 +52,7 @@ def test_two_requests_reuse_the_loaded_model(tmp_path: Path) -> None:
         {"id": 6, "configs": "not a list"},
         {"id": 7, "configs": [user]},
     ]
-    responses, stderr = _run_child(requests, tmp_path, "--threads", "1")
+    responses, stderr = _run_child(requests, tmp_path, "--threads", "1", "--allow-model-modules", "bench_chatty_model")
     assert [r["id"] for r in responses] == [1, None, "two", 3, 4, 5, 6, 7]
     first, second = responses[0]["results"], responses[2]["results"]
     assert first[0]["cached"] is False and first[0]["model_load_count"] == 1

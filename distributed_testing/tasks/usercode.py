@@ -1,0 +1,77 @@
+"""What a submitter may make a worker run: the pure rules the coordinator and the worker share.
+
+Two kinds of submitter-controlled code reach a worker:
+
+* **User models** (``"model": "package.module:callable"`` of benchmark and training tasks) import
+  a module on the worker. That is off unless the worker's operator allows the module by prefix
+  (``--allow-model-modules mypkg.models``): a prefix allows itself and its submodules on dotted
+  boundaries (``mypkg.models`` allows ``mypkg.models`` and ``mypkg.models.sub``, never
+  ``mypkg.modelsX``). Built-in and registry model names contain no colon and need no permission.
+* **pytest arguments** (``test_args``): see :mod:`.pytest_args`.
+
+Pure: no I/O, no environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from ..errors import ConfigError
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+ALLOW_MODEL_MODULES_FLAG = "--allow-model-modules"
+
+
+def is_user_model(name: str) -> bool:
+    """A ``module:callable`` model name (registry and built-in names never hold a colon)."""
+    return ":" in name
+
+
+def model_name_error(name: str) -> str | None:
+    """Why ``name`` is not a well-formed ``package.module:callable`` (None when it is)."""
+    module, _, attr = name.partition(":")
+    if not _DOTTED.fullmatch(module):
+        return f"model {name!r}: {module!r} is not a dotted module name such as 'mypkg.models'"
+    if not _DOTTED.fullmatch(attr):
+        return f"model {name!r}: {attr!r} is not an attribute path such as 'make' or 'Factory.build'"
+    return None
+
+
+def model_module(task_type: str, config: object) -> str | None:
+    """The module a task's ``model`` would import on a worker, or None when it names a built-in
+    or registry model (or the task has no model)."""
+    if task_type != "benchmark" or not isinstance(config, Mapping):
+        return None
+    name = config.get("model")
+    if not isinstance(name, str) or not is_user_model(name):
+        return None
+    return name.partition(":")[0]
+
+
+def module_allowed(module: str, prefixes: Iterable[str]) -> bool:
+    """True when some prefix is ``module`` itself or a dotted parent of it."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def refusal(name: str, prefixes: Iterable[str]) -> str | None:
+    """Why a worker allowing ``prefixes`` refuses to import user model ``name`` (None: allowed)."""
+    bad = model_name_error(name)
+    if bad is not None:
+        return bad
+    module = name.partition(":")[0]
+    if module_allowed(module, prefixes):
+        return None
+    allowed = ", ".join(sorted(prefixes)) or "none"
+    return (f"model {name!r}: this worker does not allow importing module {module!r} (allowed module prefixes: "
+            f"{allowed}); its operator can allow it with {ALLOW_MODEL_MODULES_FLAG} {module}")
+
+
+def parse_module_prefixes(text: str, source: str) -> tuple[str, ...]:
+    """A comma-separated list of dotted module prefixes; ConfigError naming ``source`` otherwise."""
+    items = [p.strip() for p in text.split(",") if p.strip()]
+    for item in items:
+        if not _DOTTED.fullmatch(item):
+            raise ConfigError(f"{source}: {item!r} is not a dotted module name such as mypkg.models")
+    return tuple(dict.fromkeys(items))
+
