@@ -7,6 +7,7 @@ and nothing planted shows in ``/api/v1/results``."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from distributed_testing.cli import dt
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel, derive_session_key
 from distributed_testing.testing import Cluster, next_message, raw_worker, run_cluster, wait_for
@@ -161,3 +163,32 @@ async def test_the_binding_survives_a_coordinator_restart(tmp_path: Path) -> Non
         assert c.runtime.stats["refused_register"] == 1
         async with raw_worker(c.base_url, victim_key, "victim") as (_, again):
             assert again.worker_id == "victim"
+
+
+async def test_an_admin_releases_a_disconnected_worker_id_for_a_new_key(tmp_path: Path) -> None:
+    """Key rotation: the worker id stays bound to the old key (revoked or not) until an admin
+    releases it (never while connected); then the new key takes it and the old one is refused."""
+    async with run_cluster(tmp_path, workers=0, worker_ttl_s=TTL) as c:
+        old_key, new_key = await c.create_key("worker"), await c.create_key("worker")
+        release = "/api/v1/workers/victim/release"
+        async with raw_worker(c.base_url, old_key, "victim"):
+            status, body = await c.request("POST", release)
+            assert status == 409 and "connected" in body["message"], body
+        await wait_for(lambda: not c.runtime.state.workers["victim"].connected, what="the worker to disconnect")
+        status, body = await c.request("POST", release, key=await c.create_key("submitter"))
+        assert status == 403 and "workers:manage" in body["message"], body
+        status, body = await c.request("POST", "/api/v1/workers/nobody/release")
+        assert status == 404, body
+        status, body = await c.request("POST", release, json={"force": True})
+        assert status == 400 and body["errors"][0]["field"] == "(body)", body
+        async with register_as(c.base_url, new_key, "victim") as reply:
+            assert isinstance(reply, m.ErrorMsg) and reply.code == "worker_id_taken"
+        argv = ["--coordinator", c.base_url, "--api-key", c.admin_key, "workers", "release", "victim"]
+        assert await asyncio.to_thread(dt.main, argv) == 0
+        assert c.runtime.state.workers["victim"].key_id == ""
+        async with raw_worker(c.base_url, new_key, "victim") as (_, reply):
+            assert reply.worker_id == "victim"
+        async with register_as(c.base_url, old_key, "victim") as reply:
+            assert isinstance(reply, m.ErrorMsg) and reply.code == "worker_id_taken"
+        assert c.runtime.stats["refused_register"] == 2
+        assert await asyncio.to_thread(dt.main, [*argv[:-1], "nobody"]) == 2  # unknown worker: dt says so
