@@ -192,3 +192,55 @@ async def test_an_admin_releases_a_disconnected_worker_id_for_a_new_key(tmp_path
             assert isinstance(reply, m.ErrorMsg) and reply.code == "worker_id_taken"
         assert c.runtime.stats["refused_register"] == 2
         assert await asyncio.to_thread(dt.main, [*argv[:-1], "nobody"]) == 2  # unknown worker: dt says so
+
+
+async def test_a_real_workers_refused_result_is_settled_in_its_outbox(tmp_path: Path) -> None:
+    """A result the coordinator will never take (its task is unknown there: say the coordinator
+    lost its state) is acknowledged when the worker re-sends it at registration, so its outbox
+    forgets it instead of re-sending it at every reconnect."""
+    async with run_cluster(tmp_path, workers=1) as c:
+        agent = c.agents[0]
+        now = time.time()
+        await agent.outbox.add(m.TaskResult("ghost", 3, "succeeded", now - 1, now))
+        assert [r.task_id for r in await agent.outbox.unacked()] == ["ghost"]
+        sessions = agent.sessions
+        c.runtime.sessions["w0"].close("test: reconnect")  # the worker re-sends its outbox on registering
+        await wait_for(lambda: agent.sessions > sessions and not agent.outbox.unacked_refs(),
+                       what="the refused result to be settled")
+        assert c.runtime.stats["refused_result"] == 1
+        assert await result_rows(c, "ghost") == []
+        (tid,) = await c.submit({"type": "custom", "config": {"name": "noop"}})
+        assert (await c.wait(tid))["state"] == "succeeded"  # the session carries on
+
+
+async def test_a_non_member_cannot_report_for_a_gang_attempt(tmp_path: Path) -> None:
+    """Before, a non-member's result for a running gang attempt was stored under that attempt,
+    and (the first row per attempt is kept) stood in for the gang's own combined row."""
+    training = {"task_id": "ddp", "type": "benchmark", "requirements": {"tags": ["gang"]},
+                "config": {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
+    async with run_cluster(tmp_path, workers=0, worker_ttl_s=TTL) as c:
+        keys = [await c.create_key("worker") for _ in range(3)]
+        async with (raw_worker(c.base_url, keys[0], "ga", autoping=False, tags=["gang"]) as (ga, _),
+                    raw_worker(c.base_url, keys[1], "gb", autoping=False, tags=["gang"]) as (gb, _),
+                    raw_worker(c.base_url, keys[2], "mallory", autoping=False) as (mallory, _)):
+            await c.submit(training)
+            (a0,) = (await next_message(ga, m.AssignTasks)).tasks
+            (a1,) = (await next_message(gb, m.AssignTasks)).tasks
+            await send(mallory, results(("ddp", 1, "succeeded"), planted=True))
+            await refused_reply(mallory, m.TaskRef("ddp", 1))
+            await send(mallory, m.TaskStarted([m.TaskRef("ddp", 1)], time.time()))
+            err = await next_message(mallory, m.ErrorMsg)
+            assert err.code == "started_refused"
+            await send(mallory, m.TaskProgress(m.TaskRef("ddp", 1), 0.5))
+            err = await next_message(mallory, m.ErrorMsg)
+            assert err.code == "progress_refused"
+            assert (c.runtime.stats["refused_result"], c.runtime.stats["refused_started"],
+                    c.runtime.stats["refused_progress"]) == (1, 1, 1)
+            assert c.runtime.state.tasks["ddp"].state == "assigned" and await result_rows(c, "ddp") == []
+            for ws, a in ((gb, a1), (ga, a0)):
+                await send(ws, results(("ddp", a.attempt, "succeeded"), node_rank=a.gang.node_rank if a.gang else -1))
+            out = await c.wait("ddp")
+            assert out["state"] == "succeeded" and out["outcome"]["members"] == ["ga", "gb"]
+            assert await result_rows(c, "ddp") == [(1, "ga", "succeeded")]
+            status, body = await c.request("GET", "/api/v1/results", params={"task_id": "ddp"})
+            assert "planted" not in body["results"][0]["output"]
