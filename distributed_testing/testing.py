@@ -148,7 +148,8 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 
 @contextlib.asynccontextmanager
 async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
-                     tags: Sequence[str] = ()) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
+                     tags: Sequence[str] = (), max_concurrent: int = 1,
+                     ) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
     """A hand-driven worker: real handshake and signed ``register``, then no application message
     at all (no heartbeats). With ``autoping`` a background reader answers the coordinator's
     WebSocket pings (and discards everything else); without it the test reads, and nothing
@@ -168,7 +169,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
         assert session_ids and session_ids[0], "no session id header at the handshake"
         ch = Channel(derive_session_key(credential, session_ids[0]))
         reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
-                         capabilities=["cpu"], tags=list(tags), max_concurrent=1)
+                         capabilities=["cpu"], tags=list(tags), max_concurrent=max_concurrent)
         await ws.send_bytes(ch.seal(reg, time.time()))
         msg = await ws.receive(timeout=10)
         assert msg.type == aiohttp.WSMsgType.BINARY, msg
