@@ -69,6 +69,7 @@ class Cluster:
     agents: list[WorkerAgent] = field(default_factory=list)
     agent_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tmp: Path = Path(".")
+    worker_keys: dict[str, str] = field(default_factory=dict)  # worker id -> its key, kept across restarts
 
     async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
                       params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -93,12 +94,17 @@ class Cluster:
         return dict(body)
 
     async def add_worker(self, **overrides: Any) -> WorkerAgent:
-        key = await self.create_key("worker")
+        """A worker agent with its own worker key; one added again with the same ``worker_id`` (a
+        restarted worker) gets the same key, as a worker id belongs to the key that registered it."""
         idx = len(self.agents)
+        worker_id = overrides.get("worker_id", f"w{idx}")
+        key = self.worker_keys.get(worker_id) or await self.create_key("worker")
         config = WorkerConfig(coordinator_url=self.base_url, api_key=key, name=f"w{idx}", worker_id=f"w{idx}",
                               heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
         hardware = overrides.pop("hardware", None)
         config = replace(config, **overrides)
+        if config.api_key:
+            self.worker_keys.setdefault(config.worker_id, config.api_key)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
         outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
