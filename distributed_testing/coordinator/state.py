@@ -396,7 +396,7 @@ class CoordinatorState:
             raise NotFound(f"no worker {worker_id!r}")
         if w.connected:
             raise Conflict(f"worker {worker_id} is connected; drain or stop it before releasing its id")
-        w.key_id, w.last_seen = "", max(w.last_seen, now)
+        w.key_id = ""
         return [Save(w.row())]
 
     # --------------------------------------------------------------- results
