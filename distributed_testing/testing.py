@@ -69,6 +69,7 @@ class Cluster:
     agents: list[WorkerAgent] = field(default_factory=list)
     agent_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tmp: Path = Path(".")
+    worker_keys: dict[str, str] = field(default_factory=dict)  # worker id -> its key, kept across restarts
 
     async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
                       params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -93,12 +94,17 @@ class Cluster:
         return dict(body)
 
     async def add_worker(self, **overrides: Any) -> WorkerAgent:
-        key = await self.create_key("worker")
+        """A worker agent with its own worker key; one added again with the same ``worker_id`` (a
+        restarted worker) gets the same key, as a worker id belongs to the key that registered it."""
         idx = len(self.agents)
+        worker_id = overrides.get("worker_id", f"w{idx}")
+        key = self.worker_keys.get(worker_id) or await self.create_key("worker")
         config = WorkerConfig(coordinator_url=self.base_url, api_key=key, name=f"w{idx}", worker_id=f"w{idx}",
                               heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
         hardware = overrides.pop("hardware", None)
         config = replace(config, **overrides)
+        if config.api_key:
+            self.worker_keys.setdefault(config.worker_id, config.api_key)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
         outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
@@ -148,7 +154,8 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 
 @contextlib.asynccontextmanager
 async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
-                     tags: Sequence[str] = ()) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
+                     tags: Sequence[str] = (), max_concurrent: int = 1,
+                     ) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
     """A hand-driven worker: real handshake and signed ``register``, then no application message
     at all (no heartbeats). With ``autoping`` a background reader answers the coordinator's
     WebSocket pings (and discards everything else); without it the test reads, and nothing
@@ -168,7 +175,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
         assert session_ids and session_ids[0], "no session id header at the handshake"
         ch = Channel(derive_session_key(credential, session_ids[0]))
         reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
-                         capabilities=["cpu"], tags=list(tags), max_concurrent=1)
+                         capabilities=["cpu"], tags=list(tags), max_concurrent=max_concurrent)
         await ws.send_bytes(ch.seal(reg, time.time()))
         msg = await ws.receive(timeout=10)
         assert msg.type == aiohttp.WSMsgType.BINARY, msg

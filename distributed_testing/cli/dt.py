@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("task_id")
     cn = sub.add_parser("cancel", help="cancel a pending or running task")
     cn.add_argument("task_id")
-    wk = sub.add_parser("workers", help="list workers (or: workers drain WORKER_ID)")
+    wk = sub.add_parser("workers", help="list workers (or: workers drain|release WORKER_ID)")
     wsub = wk.add_subparsers(dest="workers_cmd")
     wsub.add_parser("list", help="list workers (the default)")
     wd = wsub.add_parser("drain", help="ask a worker to finish or hand back its tasks and leave (admin)")
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     wd.add_argument("--deadline", type=float, metavar="S",
                     help="seconds its running tasks may finish before they are handed back (default 30)")
     wd.add_argument("--reason", metavar="TEXT", help="shown as the worker's state reason and in the task history")
+    wr = wsub.add_parser("release", help="free a disconnected worker's id from the key it is bound to, so a worker "
+                                         "with another key may take it (admin)")
+    wr.add_argument("worker_id")
     rs = sub.add_parser("results", help="list results")
     rs.add_argument("--format", choices=["table", "json", "csv"], default="table")
     for f in ("task-id", "worker-id", "status", "model", "precision", "hardware"):
@@ -148,6 +151,10 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
 def cmd_workers(api: ApiClient, ns: argparse.Namespace) -> int:
     if ns.workers_cmd == "drain":
         return cmd_drain(api, ns)
+    if ns.workers_cmd == "release":
+        api.post(f"/api/v1/workers/{urllib.parse.quote(ns.worker_id, safe='')}/release", None)
+        print(f"{ns.worker_id}: released; the next worker key to register it takes it")
+        return EXIT_OK
     rows = [{**w, "capabilities": ",".join(w["capabilities"]), "tags": ",".join(w["tags"]), "running": len(w["running"])}
             for w in api.get("/api/v1/workers")["workers"]]
     print_table(rows, ["worker_id", "name", "state", "reason", "capabilities", "tags", "running", "max_concurrent"])

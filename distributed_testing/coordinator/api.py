@@ -279,6 +279,19 @@ async def drain_worker(request: web.Request) -> web.Response:
                          status=202)
 
 
+async def release_worker(request: web.Request) -> web.Response:
+    """Free a disconnected worker's id from the key it is bound to (that key was revoked or
+    replaced): the next worker key to register the id takes it. No body. 200; 404 unknown
+    worker, 409 while it is connected."""
+    rt = _rt(request)
+    worker_id = request.match_info["worker_id"]
+    if (await _json_body(request)) not in (None, {}):
+        raise ValidationError([{"field": "(body)", "error": "takes no body (or an empty object)"}])
+    await rt.execute(rt.state.release_worker(worker_id, rt.clock()))
+    log.warning("worker id %s released from its key by %s", worker_id, request[PRINCIPAL].name)
+    return json_response({"worker_id": worker_id, "released": True})
+
+
 def result_view(r: ResultRow) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(r)
     out.pop("rec", None)
@@ -342,6 +355,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),
     ("GET", "/api/v1/workers", list_workers, "workers:read"),
     ("POST", "/api/v1/workers/{worker_id}/drain", drain_worker, "workers:manage"),
+    ("POST", "/api/v1/workers/{worker_id}/release", release_worker, "workers:manage"),
     ("GET", "/api/v1/results", list_results, "results:read"),
     ("GET", "/api/v1/schema/task", task_schema, "schema:read"),
 ]

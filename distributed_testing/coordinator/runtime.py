@@ -43,7 +43,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import tokens
 from ..security.roles import Role
-from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Save, Send
+from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
 from .supervisor import Supervisor
 
@@ -206,8 +206,21 @@ class Runtime:
                 for tid in c.task_ids:
                     for w in self._waiters.pop(tid, []):
                         w.done_one(tid)
+            elif isinstance(c, Refused):
+                self._refused(c)
             else:
                 raise TypeError(f"unhandled command {c!r}")
+
+    def _refused(self, c: Refused) -> None:
+        """A worker reported on an attempt it was never given: log, count, and tell it (the
+        ``result_ack`` the state machine sent settles a refused result in its outbox)."""
+        self.stats[f"refused_{c.what}"] += 1
+        log.warning("worker %s: refused %s for task %s attempt %d: %s", c.worker_id, c.what, c.task.task_id,
+                    c.task.attempt, c.reason)
+        s = self.sessions.get(c.worker_id)
+        if s is not None:
+            s.send(m.ErrorMsg(f"{c.what}_refused", f"{c.what} for task {c.task.task_id!r} attempt {c.task.attempt} "
+                              f"refused: {c.reason}; not stored"))
 
     async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
         """Wait until every one of these tasks is in a terminal state that is on disk (or ``timeout``

@@ -36,6 +36,7 @@ from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
 from ..tasks.usercode import model_module
 from .gang import Baselines, Gang, PortPool, attempt_row, gang_nodes, success_row
+from .identity import check_owner, held
 from .placement import (
     NO_REQUIREMENTS,
     ReqKey,
@@ -75,7 +76,18 @@ class Notify:
     task_ids: tuple[str, ...]
 
 
-Command = Save | Send | CloseWorker | Notify
+@dataclass(frozen=True)
+class Refused:
+    """A worker spoke for something it does not hold (``what``: result, started, progress); the
+    transport logs it, counts it and tells the worker. Nothing of it was stored."""
+
+    worker_id: str
+    what: str
+    task: m.TaskRef
+    reason: str
+
+
+Command = Save | Send | CloseWorker | Notify | Refused
 
 
 BATCH_FIELDS = ("model", "backend", "precision", "device", "mode", "tiny")
@@ -153,6 +165,7 @@ class Worker:
     disconnected_at: float | None = None
     load: dict[str, float] = field(default_factory=dict)
     address: str = ""  # where other workers reach it (gang rendezvous); Register.address
+    key_id: str = ""  # the key this worker id is bound to ("": none yet, or released by an admin)
 
     @property
     def worker_id(self) -> str:
@@ -163,7 +176,7 @@ class Worker:
             worker_id=self.worker_id, name=self.name, hardware=self.hardware,
             capabilities=sorted(self.view.capabilities), tags=sorted(self.view.tags),
             first_seen=self.first_seen, last_seen=self.last_seen,
-            state=self.health if self.connected else "disconnected",
+            state=self.health if self.connected else "disconnected", key_id=self.key_id or None,
         )
 
 
@@ -270,16 +283,21 @@ class CoordinatorState:
 
     # --------------------------------------------------------------- workers
 
-    def register(self, reg: m.Register, session_id: str, now: float) -> list[Command]:
-        cmds: list[Command] = []
+    def register(self, reg: m.Register, session_id: str, now: float, *, key_id: str) -> list[Command]:
+        """A session of key ``key_id`` registers ``reg.worker_id``. Raises ``PermissionDenied``,
+        before changing anything, when that id is bound to another key (see :mod:`.identity`);
+        otherwise binds an unbound id to ``key_id``, replaces an older session of the id and
+        reconciles the tasks it announces."""
         w = self.workers.get(reg.worker_id)
+        check_owner(reg.worker_id, w.key_id if w is not None else "", key_id)
+        cmds: list[Command] = []
         if w is not None and w.connected and w.session_id != session_id and w.session_id:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
         view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
                           reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules))
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
-                   first_seen=first, last_seen=now, address=reg.address or reg.name)
+                   first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id)
         self.workers[reg.worker_id] = w
         cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
                                 {r.task_id: r.attempt for r in reg.finished}, now,
@@ -390,36 +408,74 @@ class CoordinatorState:
         w.health, w.health_reason = "draining", reason
         return [Save(w.row()), Send(worker_id, m.Drain(reason, deadline_s))]
 
+    def release_worker(self, worker_id: str, now: float) -> list[Command]:
+        """An admin frees ``worker_id`` from its key (its key was revoked or replaced): the next
+        key to register the id takes it. NotFound for an unknown worker, Conflict while it is
+        connected (its session would keep speaking for the id under the old key)."""
+        w = self.workers.get(worker_id)
+        if w is None:
+            raise NotFound(f"no worker {worker_id!r}")
+        if w.connected:
+            raise Conflict(f"worker {worker_id} is connected; drain or stop it before releasing its id")
+        w.key_id = ""
+        return [Save(w.row())]
+
     # --------------------------------------------------------------- results
 
+    def _refusal(self, t: Task | None, worker_id: str, attempt: int) -> str | None:
+        """Why ``worker_id`` may not report on ``attempt`` of ``t`` (None: it was given that
+        attempt, current or superseded)."""
+        if t is None:
+            return "no such task"
+        if (attempt == t.attempt and t.worker_id == worker_id) or held(t.history, worker_id, attempt):
+            return None
+        if attempt == t.attempt and t.state in ACTIVE:
+            return f"attempt {attempt} is assigned to another worker"
+        return f"attempt {attempt} was never assigned to this worker (the task is at attempt {t.attempt})"
+
     def started(self, worker_id: str, msg: m.TaskStarted, now: float) -> list[Command]:
-        saves: list[Command] = []
+        cmds: list[Command] = []
         for ref in msg.tasks:
             t = self.tasks.get(ref.task_id)
-            if t is None or t.attempt != ref.attempt or t.state != "assigned":
-                continue
-            if (worker_id in t.gang.members) if t.gang is not None else t.worker_id == worker_id:
+            why = self._refusal(t, worker_id, ref.attempt)
+            if why is not None:
+                cmds.append(Refused(worker_id, "started", ref, why))
+            elif t is not None and t.attempt == ref.attempt and t.state == "assigned" and (
+                    (worker_id in t.gang.members) if t.gang is not None else t.worker_id == worker_id):
                 self._transition(t, "running", f"started on {worker_id}", now)
-                saves.append(Save(t.row()))
-        return saves
+                cmds.append(Save(t.row()))
+        return cmds
+
+    def progress(self, worker_id: str, msg: m.TaskProgress, now: float) -> list[Command]:
+        """Progress is only logged; a report on an attempt the worker was never given is refused."""
+        why = self._refusal(self.tasks.get(msg.task.task_id), worker_id, msg.task.attempt)
+        return [] if why is None else [Refused(worker_id, "progress", msg.task, why)]
 
     def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:
+        """Results of ``worker_id``. Only an attempt it was given is stored: the current one makes
+        the outcome, a superseded one is kept as history. Any other is refused: acknowledged (so
+        the worker's outbox settles it) but neither stored nor the outcome."""
         cmds: list[Command] = []
         notify: list[str] = []
         acked: list[m.TaskRef] = []
         for r in msg.results:
             t = self.tasks.get(r.task_id)
-            if t is not None and t.gang is not None:
+            why = self._refusal(t, worker_id, r.attempt)
+            if why is not None or t is None:
+                acked.append(m.TaskRef(r.task_id, r.attempt))
+                cmds.append(Refused(worker_id, "result", m.TaskRef(r.task_id, r.attempt), why or "no such task"))
+                continue
+            if t.gang is not None:
                 cmds += self._gang_result(t, worker_id, r, now, acked)
                 continue
             acked.append(m.TaskRef(r.task_id, r.attempt))
-            if t is not None and t.attempt == r.attempt and t.worker_id == worker_id:
+            if t.attempt == r.attempt and t.worker_id == worker_id:
                 self._free_slot(t)
             cmds.append(Save(ResultRow(
                 task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status,
                 started_at=r.started_at, finished_at=r.finished_at, received_at=now,
-                output=r.output, error=r.error, task_type=t.type if t else "")))
-            if t is None or t.attempt != r.attempt or t.state not in ACTIVE or t.worker_id != worker_id:
+                output=r.output, error=r.error, task_type=t.type)))
+            if t.attempt != r.attempt or t.state not in ACTIVE or t.worker_id != worker_id:
                 continue  # superseded attempt: stored and acknowledged, never the outcome
             if r.status == "error" and r.output.get("retryable") and t.retries_used < t.spec.max_retries:
                 cmds += self._requeue(t, f"infrastructure error on {worker_id}: {r.error}", now, count=True)
@@ -590,8 +646,8 @@ class CoordinatorState:
         return g.protecting
 
     def _gang_result(self, t: Task, worker_id: str, r: m.TaskResult, now: float, acked: list[m.TaskRef]) -> list[Command]:
-        """A member's result. Held without an ack until the attempt's row is saved; a result of a
-        superseded attempt or a non-member is stored and acknowledged (appended to ``acked``)."""
+        """A member's result. Held without an ack until the attempt's row is saved; a result of an
+        attempt the worker held but that is over is stored and acknowledged (appended to ``acked``)."""
         g = t.gang
         assert g is not None
         if t.state not in ACTIVE or r.attempt != t.attempt or worker_id not in g.members:
@@ -789,7 +845,7 @@ class CoordinatorState:
                               float(wr.hardware.get("memory_gb", 0.0)), 0)
             self.workers[wr.worker_id] = Worker(view=view, name=wr.name, hardware=wr.hardware, session_id=None,
                                                 first_seen=wr.first_seen, last_seen=wr.last_seen,
-                                                connected=False, disconnected_at=now)
+                                                connected=False, disconnected_at=now, key_id=wr.key_id or "")
 
     # ------------------------------------------------------------------ views
 

@@ -5,6 +5,11 @@ session's outbound queue, signing each frame as it goes (a ``confirm`` directly 
 ``result_ack`` goes out as one ``result_ack`` carrying ``confirm_upto``). A rejected frame is
 answered with an ``error`` message and counted; ``max_violations`` rejections close the
 connection. Nothing a peer sends can crash the coordinator or touch another worker's session.
+
+A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker id bound to another
+key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
+owner's session stays open; a result, ``started`` or ``progress`` about an attempt the worker was
+never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ def _started(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Comman
 def _progress(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
     assert isinstance(msg, m.TaskProgress)
     log.debug("progress %s %.0f%% %s", msg.task.task_id, msg.fraction * 100, msg.message)
-    return []
+    return rt.state.progress(s.worker_id, msg, now)
 
 
 def _results(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
@@ -141,13 +146,20 @@ async def _await_register(rt: Runtime, ws: web.WebSocketResponse, s: Session) ->
 
 async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Register) -> None:
     now = rt.clock()
+    try:  # first: a refused id must not close the session that owns it
+        cmds = rt.state.register(reg, s.session_id, now, key_id=s.key_id)
+    except PermissionDenied as exc:
+        rt.stats["refused_register"] += 1
+        log.warning("refused register of worker id %r by key %s: %s", reg.worker_id, s.key_id, exc)
+        s.send(m.ErrorMsg("worker_id_taken", str(exc), fatal=True))
+        return
     s.worker_id = reg.worker_id
     old = rt.sessions.get(reg.worker_id)
     if old is not None:
         old.close("replaced by a new session")
     rt.sessions[reg.worker_id] = s
     s.send(m.Registered(reg.worker_id, s.session_id, rt.config.heartbeat_interval_s, now))
-    rt.execute(rt.state.register(reg, s.session_id, now))
+    rt.execute(cmds)
     log.info("worker %s (%s) registered: %s tags=%s", reg.worker_id, reg.name, reg.capabilities, reg.tags)
     violations = 0
     async for raw in ws:

@@ -63,7 +63,7 @@ def test_an_assignment_lost_in_a_coordinator_crash_costs_no_retry() -> None:
     reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
                      capabilities=["cpu"], tags=[], max_concurrent=2)
     before = CoordinatorState()
-    before.register(reg, "s1", 100.0)
+    before.register(reg, "s1", 100.0, key_id="k")
     docs = [{"task_id": tid, "type": "custom", "config": {"name": "noop"}} for tid in ("sent", "unsent")]
     before.submit(specs.parse_task_json(json.dumps(docs).encode()), 100.0)
     assert {t.state for t in before.tasks.values()} == {"assigned"}
@@ -72,7 +72,7 @@ def test_an_assignment_lost_in_a_coordinator_crash_costs_no_retry() -> None:
 
     after = CoordinatorState()  # the restarted coordinator; the worker comes back without either task
     after.restore(snap, 101.0)
-    after.register(reg, "s2", 102.0)
+    after.register(reg, "s2", 102.0, key_id="k")
     unsent, sent = after.tasks["unsent"], after.tasks["sent"]
     assert (unsent.retries_used, unsent.state, unsent.attempt) == (0, "assigned", 2)  # dispatched again
     assert any(h["cause"] == "assignment lost in a coordinator restart" for h in unsent.history)

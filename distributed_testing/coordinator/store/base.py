@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class _Rec(msgspec.Struct, frozen=True, tag_field="rec"):
@@ -64,6 +64,7 @@ class WorkerRow(_Rec, frozen=True, tag="worker"):
     first_seen: float
     last_seen: float
     state: str
+    key_id: str | None = None  # the key this worker id is bound to (None: not bound; schema version 2)
 
 
 class KeyRow(_Rec, frozen=True, tag="key"):

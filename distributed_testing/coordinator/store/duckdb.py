@@ -46,8 +46,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
+
+def _bind_workers_to_keys(con: duckdb.DuckDBPyConnection) -> None:
+    """1 -> 2: ``workers.key_id``, the key a worker id is bound to. Existing rows stay unbound
+    (NULL): the next key to register each id takes it."""
+    con.execute("ALTER TABLE workers ADD COLUMN key_id VARCHAR")
+
+
 # Upgrades from schema version N to N + 1, run in one transaction with the version bump.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys}
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode

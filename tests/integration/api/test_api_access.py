@@ -22,7 +22,7 @@ from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel, derive_session_key
 from distributed_testing.security.keys import KEY_PREFIX
 from distributed_testing.tasks.spec import task_json_schema
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -168,6 +168,18 @@ def worker_draining(c: Cluster, call: Call) -> bool:
     return w.health == "draining" and not w.view.accepting
 
 
+async def setup_release(c: Cluster) -> Call:
+    wid = f"gone-{uuid.uuid4().hex[:8]}"  # registered with its own key, then disconnected
+    async with raw_worker(c.base_url, await c.create_key("worker"), wid):
+        pass
+    await wait_for(lambda: not c.runtime.state.workers[wid].connected, what=f"{wid} to disconnect")
+    return Call(f"/api/v1/workers/{wid}/release", ctx={"worker_id": wid})
+
+
+def worker_released(c: Cluster, call: Call) -> bool:
+    return c.runtime.state.workers[call.ctx["worker_id"]].key_id == ""
+
+
 CASES = [
     Route("GET", "/healthz", None, 200, fixed("/healthz"), check_body=check_health),
     Route("POST", "/api/v1/auth/token", frozenset(ROLES), 200, fixed("/api/v1/auth/token"), check_body=check_token),
@@ -223,6 +235,14 @@ CASES = [
         202,
         setup_drain,
         took_effect=worker_draining,
+    ),
+    Route(
+        "POST",
+        "/api/v1/workers/{worker_id}/release",
+        frozenset({"admin"}),
+        200,
+        setup_release,
+        took_effect=worker_released,
     ),
     Route("GET", "/api/v1/results", READERS, 200, fixed("/api/v1/results")),
     Route("GET", "/api/v1/schema/task", frozenset(ROLES), 200, fixed("/api/v1/schema/task"), check_body=check_schema),
@@ -296,6 +316,7 @@ async def test_route_access(cluster: Cluster, route: Route, caller: str) -> None
         ("DELETE", "/api/v1/keys/nokey123"),
         pytest.param("POST", "/api/v1/tasks/no-such-task/cancel"),
         ("POST", "/api/v1/workers/no-such-worker/drain"),
+        ("POST", "/api/v1/workers/no-such-worker/release"),
     ],
 )
 async def test_unknown_ids_are_404_for_allowed_callers(cluster: Cluster, method: str, path: str) -> None:

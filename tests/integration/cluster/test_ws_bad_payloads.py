@@ -46,7 +46,7 @@ async def test_each_is_malformed_and_the_store_keeps_working(tmp_path: Path) -> 
                 reply = await next_message(ws)
                 assert isinstance(reply, m.ErrorMsg) and (reply.code, reply.fatal) == ("malformed", False), reply
             await ws.send_bytes(ch.seal(m.Results([m.TaskResult("ok", 1, "succeeded", 0.0, 1.0)]), time.time()))
-            reply = await next_message(ws)
+            reply = await next_message(ws, m.ResultAck)  # settled (refused: there is no task "ok")
             assert reply == m.ResultAck([m.TaskRef("ok", 1)])  # the session still works
         await c.runtime.store.checkpoint()
         ids = await c.submit({"type": "custom", "config": {"name": "noop"}})

@@ -18,7 +18,7 @@ import pytest
 from flags_support import StartWorker, worker_config, workers_by_id
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
 from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -246,7 +246,15 @@ async def test_db_path_results_of_a_crashed_run_are_resent_after_restart(
     crashed = await asyncio.create_subprocess_exec(sys.executable, "-c", CRASHING_WORKER, str(db), "from-crashed-run")
     assert await asyncio.wait_for(crashed.wait(), 60) == 0
     async with run_cluster(tmp_path, workers=0) as c:
-        await start_cli_worker(c, await cli(c, "--worker-id", "durable", "--db-path", str(db)))
+        # before the crash the coordinator had given attempt 1 to "durable" (a session of the same key):
+        # a result is taken only from the worker that was given its attempt
+        key = await c.create_key("worker")
+        await c.submit(noop_task(task_id="from-crashed-run", tags=["durable"]))
+        async with raw_worker(c.base_url, key, "durable", tags=["durable"]):
+            await wait_for(lambda: c.runtime.state.tasks["from-crashed-run"].worker_id == "durable",
+                           what="attempt 1 given to durable")
+        await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", key, "--worker-id", "durable",
+                                   "--db-path", str(db)])
         rows = await resent_results(c, "from-crashed-run")
         assert [(r["worker_id"], r["status"], r["output"]) for r in rows] == [("durable", "succeeded", {"note": "kept"})]
         await stop_worker(c, "durable")
@@ -362,8 +370,12 @@ async def test_token_file_is_read_at_start_and_again_at_each_reconnect(
         assert (s1.key_id, s1.token_exp) == (first["key_id"], first["expires_at"])
 
         second = await issue(c, await c.create_key("worker"))
-        token_file.write_text(second["token"])  # rotated by an external tool
+        token_file.write_text(second["token"])  # rotated by an external tool, to another key
         s1.close("test: force a reconnect")
+        # the id "filed" is bound to the first key until an admin releases it (the worker retries meanwhile)
+        await wait_for(lambda: not c.runtime.state.workers["filed"].connected, what="the disconnect")
+        status, body = await c.request("POST", "/api/v1/workers/filed/release")
+        assert status == 200, body
         await wait_for(lambda: c.runtime.sessions.get("filed") not in (None, s1), timeout=20,
                        what="the worker to reconnect")
         assert c.runtime.sessions["filed"].key_id == second["key_id"]

@@ -24,7 +24,7 @@ from flags_support import ROOT, Procs, StartWorker, free_port, worker_config, wo
 
 from distributed_testing.errors import ConfigError
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
 from distributed_testing.worker.limits import gpu_unavailable_reason
 from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
 
@@ -266,15 +266,28 @@ async def results_for(c: Cluster, task_id: str) -> list[dict[str, Any]]:
 async def test_recover_reports_tasks_a_crash_interrupted_and_without_it_they_are_only_logged(
         tmp_path: Path, start_cli_worker: StartWorker, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="distributed_testing.worker.agent")
-    await crashed_outbox(tmp_path / "rec.duckdb", ("ghost", 3))
-    await crashed_outbox(tmp_path / "plain.duckdb", ("phantom", 2))
+    await crashed_outbox(tmp_path / "rec.duckdb", ("ghost", 1))
+    await crashed_outbox(tmp_path / "plain.duckdb", ("phantom", 1))
     async with run_cluster(tmp_path, workers=0) as c:
-        await start_cli_worker(c, await cli(c, "--worker-id", "rec", "--db-path", str(tmp_path / "rec.duckdb"), "--recover"))
+        # before the crash the coordinator gave these attempts to "rec" and "plain" (sessions of the
+        # same keys): a result is taken only from the worker that was given its attempt
+        keys = {w: await c.create_key("worker") for w in ("rec", "plain")}
+        await c.submit([{"task_id": t, "type": "custom", "config": {"name": "noop"}, "requirements": {"tags": [w]}}
+                        for t, w in (("ghost", "rec"), ("done-rec", "rec"), ("phantom", "plain"),
+                                     ("done-plain", "plain"))])
+        async with (raw_worker(c.base_url, keys["rec"], "rec", tags=["rec"], max_concurrent=2),
+                    raw_worker(c.base_url, keys["plain"], "plain", tags=["plain"], max_concurrent=2)):
+            await wait_for(lambda: all(t.state == "assigned" for t in c.runtime.state.tasks.values()),
+                           what="every attempt given before the crash")
+        start = ["--coordinator", c.base_url, "--api-key"]
+        await start_cli_worker(c, [*start, keys["rec"], "--worker-id", "rec", "--db-path", str(tmp_path / "rec.duckdb"),
+                                   "--recover"])
         await wait_for(lambda: "recovery:" in caplog.text, what="the recovery report")
         assert ("recovery: 1 unacknowledged result(s) to re-send; 1 task(s) interrupted by a worker crash "
-                "(reported as errors): ghost (attempt 3)") in caplog.text
-        await start_cli_worker(c, await cli(c, "--worker-id", "plain", "--db-path", str(tmp_path / "plain.duckdb")))
-        assert "1 task(s) were running when this worker last died: phantom (attempt 2); not reported" in caplog.text
+                "(reported as errors): ghost (attempt 1)") in caplog.text
+        await start_cli_worker(c, [*start, keys["plain"], "--worker-id", "plain", "--db-path",
+                                   str(tmp_path / "plain.duckdb")])
+        assert "1 task(s) were running when this worker last died: phantom (attempt 1); not reported" in caplog.text
 
         async def reported() -> bool:
             return all([await results_for(c, t) for t in ("ghost", "done-rec", "done-plain")])
@@ -285,7 +298,7 @@ async def test_recover_reports_tasks_a_crash_interrupted_and_without_it_they_are
             await asyncio.sleep(0.05)
         [ghost] = await results_for(c, "ghost")
         assert (ghost["status"], ghost["attempt"], ghost["error"], ghost["output"]) == (
-            "error", 3, "interrupted by a worker crash", {"retryable": True})
+            "error", 1, "interrupted by a worker crash", {"retryable": True})
         assert await results_for(c, "phantom") == []
 
     for name in ("rec", "plain"):  # the records were consumed: a second start reports nothing

@@ -49,7 +49,11 @@ async def test_token_file_is_re_read_at_reconnect_even_after_a_renewal(
         await wait_for(lambda: (s1.token_exp or 0) > first["expires_at"], timeout=10, what="a renewal")
 
         second = await issue(c, await c.create_key("worker"))
-        token_file.write_text(second["token"])  # rotated by an external tool
+        token_file.write_text(second["token"])  # rotated by an external tool, to another key
         s1.close("test: force a reconnect")
+        # the id "filed" is bound to the first key until an admin releases it (the worker retries meanwhile)
+        await wait_for(lambda: not c.runtime.state.workers["filed"].connected, what="the disconnect")
+        status, body = await c.request("POST", "/api/v1/workers/filed/release")
+        assert status == 200, body
         await wait_for(lambda: c.runtime.sessions.get("filed") not in (None, s1), timeout=10, what="a reconnect")
         assert c.runtime.sessions["filed"].key_id == second["key_id"]

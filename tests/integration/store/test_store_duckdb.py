@@ -350,3 +350,30 @@ async def test_a_crashed_checkpointer_stops_appends(tmp_path: Path, monkeypatch:
     again = DuckDBStore(path)
     assert [t.task_id for t in (await again.open()).tasks] == ["t1"]
     await again.close()
+
+
+@pytest.mark.asyncio
+async def test_a_schema_1_file_is_migrated_and_its_workers_stay_unbound(tmp_path: Path) -> None:
+    """Schema 2 added ``workers.key_id`` (the key a worker id is bound to): a file written by
+    schema 1 is upgraded in place, its worker rows unbound, and new rows keep their binding."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path)
+    await store.open()
+    await store.close()
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE workers DROP COLUMN key_id")
+    con.execute("INSERT INTO workers VALUES ('old', 'box', '{}', '[]', '[]', 1.0, 2.0, 'disconnected')")
+    con.execute("UPDATE schema_version SET version = 1")
+    con.close()
+    store = DuckDBStore(path, **SLOW)
+    snap = await store.open()
+    assert [(w.worker_id, w.key_id) for w in snap.workers] == [("old", None)]
+    await store.append([WorkerRow("new", "box", {}, [], [], 1.0, 2.0, "ready", key_id="k1")])
+    await store.close()
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    con.close()
+    again = DuckDBStore(path, **SLOW)
+    snap = await again.open()
+    await again.close()
+    assert [(w.worker_id, w.key_id) for w in snap.workers] == [("new", "k1"), ("old", None)]

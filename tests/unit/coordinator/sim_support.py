@@ -49,10 +49,12 @@ class Sim:
         accepted, cmds = self.state.submit(list(items), now)
         return accepted, self.run(cmds)
 
-    def register(self, reg: m.Register, now: float = T0) -> list[Command]:
+    def register(self, reg: m.Register, now: float = T0, key_id: str | None = None) -> list[Command]:
+        """A session of ``key_id`` (default: the worker's own key, ``key-<worker id>``) registers."""
         self._n += 1
         self.sessions[reg.worker_id] = f"s{self._n}"
-        return self.run(self.state.register(reg, self.sessions[reg.worker_id], now))
+        key = key_id or f"key-{reg.worker_id}"
+        return self.run(self.state.register(reg, self.sessions[reg.worker_id], now, key_id=key))
 
     def disconnect(self, worker_id: str, now: float) -> list[Command]:
         return self.run(self.state.disconnect(worker_id, self.sessions[worker_id], now))

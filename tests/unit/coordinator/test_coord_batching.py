@@ -12,7 +12,7 @@ def bench(task_id: str, model: str = "mlp", **cfg: object) -> dict[str, object]:
 
 def worker(s: CoordinatorState, slots: int = 1) -> None:
     s.register(m.Register(worker_id="w", name="w", protocol_version=1, hardware={}, capabilities=["cpu"],
-                          tags=[], max_concurrent=slots), "sess", 0.0)
+                          tags=[], max_concurrent=slots), "sess", 0.0, key_id="k")
 
 
 def assigns(cmds: list[object]) -> list[m.AssignTasks]:

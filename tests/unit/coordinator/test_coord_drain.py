@@ -16,7 +16,7 @@ T0 = 1_000.0
 def register(state: CoordinatorState, worker_id: str, slots: int = 2) -> None:
     reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
                      capabilities=["cpu"], tags=[], max_concurrent=slots)
-    state.register(reg, f"session-{worker_id}", T0)
+    state.register(reg, f"session-{worker_id}", T0, key_id=f"key-{worker_id}")
 
 
 def submit(state: CoordinatorState, task_id: str, now: float) -> list[object]:

@@ -439,7 +439,8 @@ def test_result_from_a_worker_not_running_the_task_is_ignored(sim: Sim) -> None:
     sim.register(register("w1"))
     sim.register(register("intruder"))
     cmds = sim.results("intruder", result("t1", 1, "succeeded"))
-    assert sent(cmds, m.ResultAck)
+    assert sent(cmds, m.ResultAck)  # settled on the intruder's side, but refused: nothing stored
+    assert saved(cmds, ResultRow) == []
     assert sim.task("t1").state == "assigned" and sim.task("t1").outcome is None
 
 
@@ -642,10 +643,10 @@ def test_restore_from_saved_rows_gives_back_the_same_tasks(sim: Sim) -> None:
     assert fresh.submit([spec("done", priority=5)], T0 + 10)[0][0]["created"] is False
 
     # Pending tasks are queued again; the active ones wait for w1 (still within grace).
-    cmds = fresh.register(register("w9", slots=4), "s-new", T0 + 11)
+    cmds = fresh.register(register("w9", slots=4), "s-new", T0 + 11, key_id="key-w9")
     assert [a[1] for a in assigned(cmds)] == ["queued-1"]
     # w1 comes back announcing what it still runs: nothing is dispatched twice.
-    cmds = fresh.register(register("w1", slots=2, running=(("running", 1), ("queued-2", 1))), "s-w1", T0 + 12)
+    cmds = fresh.register(register("w1", slots=2, running=(("running", 1), ("queued-2", 1))), "s-w1", T0 + 12, key_id="key-w1")
     assert assigned(cmds) == [] and sent(cmds, m.Cancel) == []
     assert fresh.tick(T0 + 12 + GRACE * 2) == []
     assert fresh.get("running").state == "assigned" and fresh.get("running").attempt == 1
@@ -668,7 +669,7 @@ def test_restore_requeues_active_tasks_whose_worker_never_returns(sim: Sim) -> N
     sim.started("w1", "t1", 1)
     fresh = CoordinatorState(POLICY)
     fresh.restore(sim.snapshot(), T0 + 10)
-    fresh.register(register("w2"), "s2", T0 + 10)
+    fresh.register(register("w2"), "s2", T0 + 10, key_id="key-w2")
     assert fresh.tick(T0 + 10 + GRACE - 0.1) == []
     fresh.tick(T0 + 10 + GRACE)
     assert assigned(fresh.tick(T0 + 10 + GRACE + BACKOFF)) == [("w2", "t1", 2)]
@@ -709,7 +710,7 @@ def test_restart_keeps_a_task_that_finished_while_the_coordinator_was_down(sim: 
     fresh = CoordinatorState(POLICY)
     fresh.restore(sim.snapshot(), T0 + 10)
     reg = msgspec.structs.replace(register("w1", slots=1), finished=[m.TaskRef("t1", 1)])
-    cmds = fresh.register(reg, "s2", T0 + 10)
+    cmds = fresh.register(reg, "s2", T0 + 10, key_id="key-w1")
     t = fresh.get("t1")
     assert (t.state, t.attempt, t.retries_used) == ("running", 1, 0)
     assert [(s.worker_id, a.task_id) for s in cmds if isinstance(s, Send) and isinstance(s.msg, m.AssignTasks)

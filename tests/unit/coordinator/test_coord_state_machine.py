@@ -8,6 +8,9 @@ interleaves submissions, cancels, heartbeats and the passage of time. After ever
 * no pending, runnable task is left waiting while an eligible worker has a free slot;
 * a task's current attempt runs on at most one worker; terminal tasks stay terminal;
 * every task's history is a legal chain of transitions, each with a cause.
+
+A forging worker reports results for attempts it was never given (another worker's, a stale or
+future attempt, a task not submitted yet): each is refused, acknowledged and never stored.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from distributed_testing.coordinator.placement import pick_worker, unmet
-from distributed_testing.coordinator.state import CloseWorker, CoordinatorState, Policy, Send
+from distributed_testing.coordinator.state import CloseWorker, CoordinatorState, Policy, Refused, Save, Send
+from distributed_testing.coordinator.store.base import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs
@@ -46,6 +50,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         # What each fake worker is actually running: (task_id, attempt) -> cancel requested?
         self.running: dict[str, dict[tuple[str, int], bool]] = {w: {} for w in FLEET}
         self.terminal: dict[str, str] = {}
+        self.given: set[tuple[str, str, int]] = set()  # (worker, task, attempt) ever assigned
 
     # ------------------------------------------------------------ command execution
 
@@ -55,6 +60,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 if isinstance(c.msg, m.AssignTasks):
                     for a in c.msg.tasks:
                         assert (a.task_id, a.attempt) not in self.running[c.worker_id], "assigned twice"
+                        self.given.add((c.worker_id, a.task_id, a.attempt))
                         self.running[c.worker_id][(a.task_id, a.attempt)] = False
                 elif isinstance(c.msg, m.Cancel):
                     ref = (c.msg.task.task_id, c.msg.task.attempt)
@@ -105,7 +111,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             memory_gb=8.0,
             running=[m.TaskRef(t, a) for t, a in self.running[wid]],
         )
-        self.execute(self.state.register(reg, sid, self.now))
+        self.execute(self.state.register(reg, sid, self.now, key_id=f"key-{wid}"))
 
     @rule(wid=st.sampled_from(sorted(FLEET)))
     def disconnect(self, wid: str) -> None:
@@ -141,6 +147,25 @@ class CoordinatorMachine(RuleBasedStateMachine):
             output={"retryable": retryable},
         )
         self.execute(self.state.results(wid, m.Results([r]), self.now))
+
+    @rule(wid=st.sampled_from(sorted(FLEET)), n=st.integers(1, 4), attempt=st.integers(0, 3),
+          status=st.sampled_from(["succeeded", "failed"]))
+    def forge(self, wid: str, n: int, attempt: int, status: str) -> None:
+        """``wid`` reports on an attempt it was never given; it may even be a task not yet submitted."""
+        tid = f"t{self.n_tasks + n - 2}" if self.n_tasks + n - 2 > 0 else "t1"
+        if not self.session[wid] or (wid, tid, attempt) in self.given:
+            return
+        t = self.state.tasks.get(tid)
+        before = None if t is None else (t.state, t.attempt, t.worker_id, t.outcome, len(t.history))
+        r = m.TaskResult(task_id=tid, attempt=attempt, status=status, started_at=self.now,  # type: ignore[arg-type]
+                         finished_at=self.now)
+        cmds = self.state.results(wid, m.Results([r]), self.now)
+        assert [(c.worker_id, c.task) for c in cmds if isinstance(c, Refused)] == [(wid, m.TaskRef(tid, attempt))]
+        assert not [c for c in cmds if isinstance(c, Save) and isinstance(c.record, ResultRow)]
+        assert m.ResultAck([m.TaskRef(tid, attempt)]) in [c.msg for c in cmds if isinstance(c, Send)]
+        after = None if t is None else (t.state, t.attempt, t.worker_id, t.outcome, len(t.history))
+        assert before == after
+        self.execute(cmds)
 
     @precondition(lambda self: self.n_tasks > 0)
     @rule(data=st.data())

@@ -10,7 +10,7 @@ from distributed_testing.tasks.spec import parse_tasks
 def test_submit_that_dispatches_at_once_journals_one_row_per_task() -> None:
     s = CoordinatorState()
     s.register(m.Register(worker_id="w", name="w", protocol_version=1, hardware={}, capabilities=["cpu"],
-                          tags=[], max_concurrent=4), "sess", 0.0)
+                          tags=[], max_concurrent=4), "sess", 0.0, key_id="k")
     _, cmds = s.submit(parse_tasks([{"task_id": f"t{i}", "type": "custom", "config": {"name": "noop"}} for i in range(3)]), 1.0)
     rows = [c.record for c in cmds if isinstance(c, Save)]
     assert len(rows) == 6  # pending + assigned for each

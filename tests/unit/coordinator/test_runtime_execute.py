@@ -54,7 +54,7 @@ async def runtime_with_worker() -> tuple[Runtime, GatedStore, Session]:
     rt.sessions["w"] = session
     reg = m.Register(worker_id="w", name="w", protocol_version=m.PROTOCOL_VERSION, hardware={},
                      capabilities=["cpu"], tags=[], max_concurrent=4)
-    await rt.execute(rt.state.register(reg, "s1", 100.0))
+    await rt.execute(rt.state.register(reg, "s1", 100.0, key_id="k"))
     return rt, store, session
 
 
