@@ -33,7 +33,7 @@ def assigned_to(cmds: list[Any]) -> dict[str, str]:
 
 def test_submit_is_refused_when_no_connected_worker_allows_the_module() -> None:
     s = CoordinatorState()
-    s.register(register("w1", ("mypkg.models",)), "s1", T0)
+    s.register(register("w1", ("mypkg.models",)), "s1", T0, key_id="k")
     with pytest.raises(ValidationError) as info:
         s.submit(bench("evil", "os:system"), T0)
     (error,) = info.value.errors
@@ -49,8 +49,8 @@ def test_submit_is_refused_when_no_connected_worker_allows_the_module() -> None:
 
 def test_only_allowing_workers_get_the_task_and_it_waits_with_a_reason_when_they_leave() -> None:
     s = CoordinatorState()
-    s.register(register("plain"), "s0", T0)
-    s.register(register("allows", ("mypkg.models",)), "s1", T0)
+    s.register(register("plain"), "s0", T0, key_id="k")
+    s.register(register("allows", ("mypkg.models",)), "s1", T0, key_id="k")
     _, cmds = s.submit(bench("u1", "mypkg.models.small:make") + bench("u2", "mypkg.models:make")
                        + bench("u3", "mypkg.models:other"), T0)
     placed = assigned_to(cmds + s.dispatch(T0 + 1))  # past the benchmark batching wait
