@@ -421,7 +421,7 @@ class FastSite(web.BaseSite):
         """True when ``--max-connections`` HTTP connections are open: every connection this site
         accepted and still holds (its own and those handed to aiohttp) but registered workers'."""
         server = self._app_runner.server
-        handed = len(server._connections) if server is not None else 0  # noqa: SLF001 - O(1); .connections copies
+        handed = len(server._connections) if server is not None else 0  # O(1): .connections copies the list
         return len(self.connections) + handed - len(self.app[RUNTIME].sessions) >= self.max_connections
 
     def refuse(self, transport: asyncio.Transport) -> None:

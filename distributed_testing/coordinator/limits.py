@@ -13,6 +13,7 @@ Pure apart from ``RateLimitedLog`` writing to a logger: the clock is always a ``
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections import OrderedDict, deque
@@ -50,6 +51,7 @@ def connection_limits(max_connections: int, max_worker_sessions: int, nofile: in
     return ConnectionLimits(conns, workers)
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every request that carries credentials
 def address_key(peer: str) -> str:
     """The unit a client address is throttled by: the address itself, an IPv6 one by its /64
     (one host usually holds a whole /64)."""
