@@ -151,6 +151,20 @@ async def test_connections_without_a_complete_head_are_closed_after_the_header_t
         assert time.monotonic() - started < 8  # seconds, not the hour of aiohttp's keep-alive default
 
 
+@pytest.mark.asyncio
+async def test_the_header_timeout_cuts_neither_worker_sessions_nor_long_polls(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path, workers=1, header_timeout_s=0.3) as c:
+        session = c.runtime.sessions["w0"]
+        task = {"type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 1.5}}}
+        for target in ("/api/v1/tasks?wait=10", "/api/v1/tasks?wait=10&x=1"):  # lean front, then again
+            status, body = await c.request("POST", target, json=task)
+            assert status == 201 and body["tasks"][0]["state"] == "succeeded", body  # waited 1.5 s > 0.3 s
+        (tid,) = await c.submit(task)
+        got = await c.wait(tid)  # aiohttp's GET ?wait, also longer than the timeout
+        assert got["state"] == "succeeded", got
+        assert c.runtime.sessions["w0"] is session and session.closing is None  # the same session throughout
+
+
 # ------------------------------------------------------------------ connection caps
 
 
