@@ -38,6 +38,12 @@ class CoordinatorConfig:
     batch_wait_s: float = 0.2
     gang_max_wait_s: float = 60.0  # a gang waiting longer reserves its eligible workers as they free up
     gang_ports: tuple[int, int] = (29500, 29999)  # rendezvous ports handed to multi-node training tasks
+    # unauthenticated clients (coordinator/limits.py, docs/security.md "Unauthenticated clients")
+    header_timeout_s: float = 10.0  # from accept or the last answer to a complete request head
+    max_connections: int = 0  # open HTTP connections at once; 0: derived from RLIMIT_NOFILE
+    max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
+    auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
+    auth_fail_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
@@ -45,6 +51,14 @@ class CoordinatorConfig:
         lo, hi = self.gang_ports
         if not 1 <= lo <= hi <= 65535:
             raise ConfigError(f"--gang-ports: must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {lo}-{hi}")
+        if not 0 < self.header_timeout_s <= 3600:
+            raise ConfigError(f"--header-timeout: must be > 0 and at most 3600 seconds, got {self.header_timeout_s}")
+        for name, value in (("--max-connections", self.max_connections), ("--max-worker-sessions", self.max_worker_sessions),
+                            ("--auth-fail-limit", self.auth_fail_limit)):
+            if value < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {value}")
+        if not 0 < self.auth_fail_window_s <= 86400:
+            raise ConfigError(f"--auth-fail-window: must be > 0 and at most 86400 seconds, got {self.auth_fail_window_s}")
 
     @property
     def state_dir(self) -> Path:

@@ -13,6 +13,8 @@
     ├── AuthError                no / bad / expired / revoked credentials      (HTTP 401)
     │   └── PermissionDenied     valid credentials, wrong role                  (HTTP 403)
     ├── ValidationError          user input that does not match the schema     (HTTP 400)
+    ├── RateLimited              too many failed logins from this address       (HTTP 429)
+    ├── Unavailable              at a capacity limit; try again later           (HTTP 503)
     ├── NotFound                 no such task / key / worker                    (HTTP 404)
     ├── Conflict                 same id, different body                        (HTTP 409)
     ├── IllegalTransition        task state machine asked to do the impossible
@@ -77,6 +79,22 @@ class ValidationError(DTError):
         self.errors = errors
         summary = "; ".join(f"{e.get('field', '?')}: {e.get('error', '?')}" for e in errors)
         super().__init__(summary or "invalid input")
+
+
+class RateLimited(DTError):
+    """A client address failed authentication too often; it may try again in ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class Unavailable(DTError):
+    """The coordinator is at one of its capacity limits; try again in ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
 
 
 class NotFound(DTError):

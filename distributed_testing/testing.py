@@ -36,7 +36,7 @@ from aiohttp import web
 from .config import CoordinatorConfig, WorkerConfig
 from .coordinator.fast_http import FastSite
 from .coordinator.runtime import RUNTIME, Runtime
-from .coordinator.server import create_app
+from .coordinator.server import create_app, make_runner
 from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
 from .protocol import messages as m
@@ -119,7 +119,7 @@ class Cluster:
 
 
 async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(config, store), access_log=None)
+    runner = make_runner(create_app(config, store))
     await runner.setup()
     site = FastSite(runner, "127.0.0.1", 0)
     await site.start()

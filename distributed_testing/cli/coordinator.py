@@ -1,6 +1,7 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
-Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE.
+Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
+DT_HEADER_TIMEOUT, DT_MAX_CONNECTIONS, DT_MAX_WORKER_SESSIONS, DT_AUTH_FAIL_LIMIT, DT_AUTH_FAIL_WINDOW.
 
 Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
 use, the database locked by another coordinator or not openable), with one line on stderr and
@@ -22,13 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from .. import aio
-from ..config import CoordinatorConfig, environ, positive
+from ..config import CoordinatorConfig, env_pick, environ, positive
 from ..coordinator.fast_http import FastSite
+from ..coordinator.limits import connection_limits
 from ..coordinator.runtime import RUNTIME
-from ..coordinator.server import create_app
+from ..coordinator.server import create_app, make_runner, nofile
 from ..coordinator.supervisor import EXIT_FATAL
 from ..errors import ConfigError, StoreError
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
@@ -58,6 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gang-ports", default="29500-29999", metavar="LOW-HIGH",
                    help="rendezvous ports the coordinator hands to multi-node training tasks, one per running task "
                         "and master address (default 29500-29999)")
+    p.add_argument("--header-timeout", metavar="S",
+                   help="close a connection that sends no complete request head within S seconds of opening or "
+                        "of its last answer (idle keep-alive included) (default 10; env DT_HEADER_TIMEOUT)")
+    p.add_argument("--max-connections", metavar="N",
+                   help="HTTP connections open at once; more are answered 503 and closed at accept (default: "
+                        "half of what RLIMIT_NOFILE leaves after a reserve; env DT_MAX_CONNECTIONS)")
+    p.add_argument("--max-worker-sessions", metavar="N",
+                   help="registered worker WebSocket sessions at once, counted apart from --max-connections; "
+                        "handshakes beyond get 503 (default: the other half; env DT_MAX_WORKER_SESSIONS)")
+    p.add_argument("--auth-fail-limit", metavar="N",
+                   help="failed authentications from one client address (IPv6: its /64) within --auth-fail-window "
+                        "before it gets 429 until they age out; 0 turns this off (default 20; env DT_AUTH_FAIL_LIMIT)")
+    p.add_argument("--auth-fail-window", metavar="S",
+                   help="the window of --auth-fail-limit in seconds (default 60; env DT_AUTH_FAIL_WINDOW)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -81,7 +95,42 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
+        **_exhaustion_limits(ns, env),
     )
+
+
+def _exhaustion_limits(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """The caps on unauthenticated clients (docs/security.md), checked against RLIMIT_NOFILE."""
+    out: dict[str, Any] = {
+        "header_timeout_s": _number(ns.header_timeout, env, "DT_HEADER_TIMEOUT", "--header-timeout", 10.0, float, 3600),
+        "max_connections": _number(ns.max_connections, env, "DT_MAX_CONNECTIONS", "--max-connections", 0, int),
+        "max_worker_sessions": _number(ns.max_worker_sessions, env, "DT_MAX_WORKER_SESSIONS", "--max-worker-sessions",
+                                       0, int),
+        "auth_fail_limit": _number(ns.auth_fail_limit, env, "DT_AUTH_FAIL_LIMIT", "--auth-fail-limit", 20, int),
+        "auth_fail_window_s": _number(ns.auth_fail_window, env, "DT_AUTH_FAIL_WINDOW", "--auth-fail-window", 60.0,
+                                      float, 86400),
+    }
+    connection_limits(out["max_connections"], out["max_worker_sessions"], nofile())
+    return out
+
+
+def _number(flag: str | None, env: Mapping[str, str], var: str, name: str, default: float,
+            kind: type[int] | type[float], seconds_max: float | None = None) -> Any:
+    """A count (``int``: >= 0) or a number of seconds (``float``: > 0, at most ``seconds_max``)
+    from the flag, else the variable, else ``default``; ConfigError naming the one it came from."""
+    raw, source = env_pick(flag, env, var)
+    if raw is None:
+        return default
+    where = name if source == "flag" else var
+    try:
+        value = kind(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected {'a whole number' if kind is int else 'a number'}, got {raw!r}") from exc
+    if kind is int and value < 0:
+        raise ConfigError(f"{where}: must be >= 0, got {raw!r}")
+    if seconds_max is not None and not 0 < value <= seconds_max:
+        raise ConfigError(f"{where}: must be > 0 and at most {seconds_max:g} seconds, got {raw!r}")
+    return value
 
 
 def _port_range(raw: str, source: str) -> tuple[int, int]:
@@ -100,7 +149,7 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> int:
     check_listen(config.host, config.port)  # before the store and the admin key file are created
     for path, source in state_files(config):
         check_writable(path, source)
-    runner = web.AppRunner(create_app(config), access_log=None)
+    runner = make_runner(create_app(config))
     try:
         await runner.setup()
         site = FastSite(runner, config.host, config.port, reuse_address=True)

@@ -1,26 +1,42 @@
 """REST API under ``/api/v1``. One middleware authenticates and maps domain errors to JSON.
 
-Every route declares the permission it needs in ``ROUTES``; the middleware checks it before the
-handler runs, so a handler never forgets. Errors: 400 ValidationError (``errors`` lists each bad
-field), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict; aiohttp's own errors (no such
-route, wrong method, body over the size limit) get the same JSON shape.
+Every route declares the permission it needs in ``ROUTES``; the middleware checks it from the
+request's headers before the handler runs (and so before any body is read), so a handler never
+forgets. A client address with too many failed authentications is refused first (429, see
+``limits.AuthThrottle``), and a worker handshake beyond ``--max-worker-sessions`` gets 503.
+Errors: 400 ValidationError (``errors`` lists each bad field; also a body that cannot be decoded
+per its ``Content-Encoding``), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict,
+429 RateLimited, 503 Unavailable; aiohttp's own errors (no such route, wrong method, body over the
+size limit) get the same JSON shape.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from ..errors import AuthError, Conflict, DTError, NotFound, PermissionDenied, StoreError, ValidationError
+from ..errors import (
+    AuthError,
+    Conflict,
+    DTError,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    StoreError,
+    Unavailable,
+    ValidationError,
+)
 from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
+from . import limits
 from .runtime import RUNTIME, Runtime, key_view
 from .state import Task
 from .store.base import ResultQuery, ResultRow
@@ -36,7 +52,12 @@ INT64_MAX = 2**63 - 1
 DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
 MAX_DRAIN_DEADLINE_S = 86400.0
 PRINCIPAL = web.RequestKey("principal", sa.Principal)
+CLOSE_AFTER = web.RequestKey("close_after", bool)  # the answer ends the connection
 AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
+WORKER_ROUTE = "/ws/worker"
+AUTH_THROTTLE = web.AppKey("auth_throttle", limits.AuthThrottle)
+LIMITS = web.AppKey("connection_limits", limits.ConnectionLimits)
+_failure_log = limits.RateLimitedLog(log, logging.WARNING)
 
 
 def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -48,7 +69,7 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 
 # StoreError: the write failed and the coordinator is stopping (coordinator/supervisor.py)
 _STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409,
-           StoreError: 503}
+           RateLimited: 429, Unavailable: 503, StoreError: 503}
 
 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
@@ -57,7 +78,10 @@ def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str
     status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
     if status == 500:
         log.error("unexpected domain error on %s", where, exc_info=exc)
-    return status, _error_body(exc), {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, RateLimited | Unavailable):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return status, _error_body(exc), headers
 
 
 def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
@@ -67,6 +91,33 @@ def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
     if perm != AUTHENTICATED:
         roles.require(principal.role, roles.Permission(perm))
     return principal
+
+
+def check_address(app: web.Application, peer: str | None) -> None:
+    """RateLimited while ``peer`` is refused for failed authentications."""
+    wait = app[AUTH_THROTTLE].retry_after(limits.address_key(peer or ""), time.monotonic())
+    if wait is not None:
+        raise RateLimited(f"too many failed authentications from this address; retry in {math.ceil(wait)} s", wait)
+
+
+def note_failure(app: web.Application, peer: str | None, authorization: str, exc: AuthError) -> None:
+    """Count and log a refused credential from ``peer`` (a request without one is not a guess)."""
+    if isinstance(exc, PermissionDenied) or not authorization.strip():
+        return
+    throttle, now = app[AUTH_THROTTLE], time.monotonic()
+    if throttle.failed(limits.address_key(peer or ""), now):
+        log.warning("%s: %d failed authentications within %gs; refusing it (429) until they age out",
+                    peer, throttle.limit, throttle.window_s)
+    else:
+        _failure_log(now, "failed authentication from %s: %s", peer, exc)
+
+
+def check_worker_capacity(app: web.Application) -> None:
+    """Unavailable when as many worker sessions as ``--max-worker-sessions`` are open."""
+    cap = app[LIMITS].max_worker_sessions
+    if len(app[RUNTIME].sessions) >= cap:
+        _failure_log(time.monotonic(), "refused a worker handshake: %d worker sessions open (--max-worker-sessions)", cap)
+        raise Unavailable(f"the coordinator serves at most {cap} worker sessions (--max-worker-sessions)", 5.0)
 
 
 def _error_body(exc: DTError) -> dict[str, Any]:
@@ -79,17 +130,55 @@ def _error_body(exc: DTError) -> dict[str, Any]:
 @web.middleware
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
-        perm = PERMISSIONS.get((request.method, request.match_info.route.resource.canonical if request.match_info.route.resource else ""))
-        if perm is not None:
-            request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
+        _admit(request)
         return await handler(request)
     except DTError as exc:
-        status, body, headers = error_parts(exc, f"{request.method} {request.path}")
-        return json_response(body, status=status, headers=headers)
+        return _refusal(request, exc)
     except web.HTTPException as exc:  # aiohttp's own: unknown route, wrong method, body too large
         if exc.status < 400:
             raise
         return _http_error(exc)
+
+
+def _admit(request: web.Request) -> None:
+    """Before the handler, from the head alone: the address's throttle, the route's permission
+    (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource else ""
+    perm = PERMISSIONS.get((request.method, route))
+    if perm is not None or route == WORKER_ROUTE:
+        check_address(request.app, request.remote)
+    if perm is not None:
+        request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
+    elif route == WORKER_ROUTE:
+        check_worker_capacity(request.app)
+
+
+def _refusal(request: web.Request, exc: DTError) -> web.Response:
+    if isinstance(exc, AuthError):
+        note_failure(request.app, request.remote, request.headers.get("Authorization", ""), exc)
+    status, body, headers = error_parts(exc, f"{request.method} {request.path}")
+    resp = json_response(body, status=status, headers=headers)
+    if request.get(CLOSE_AFTER):
+        resp.force_close()
+    return resp
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: the client is told to send its body only when its address and
+    credentials pass; otherwise it gets the refusal at once (aiohttp's default would invite the
+    body before the middleware runs)."""
+    if request.headers.get("Expect", "").lower() != "100-continue" or request.version != (1, 1):
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
+    try:
+        _admit(request)
+    except DTError as exc:
+        resp = _refusal(request, exc)
+        resp.force_close()  # the client may send its body anyway: do not read it as a next request
+        return resp
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # as aiohttp's default: the answer's own size starts after this
+    return None
 
 
 def _http_error(exc: web.HTTPException) -> web.Response:
@@ -100,8 +189,22 @@ def _http_error(exc: web.HTTPException) -> web.Response:
     return json_response({"error": name, "message": message}, status=exc.status, headers=kept)
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, decoded per its ``Content-Encoding``; ValidationError on ``(body)``
+    when it cannot be (the connection is then closed after the answer: its framing is lost)."""
+    try:
+        return await request.read()
+    except web.RequestPayloadError as exc:
+        request.content.feed_eof()  # nothing more to read: no lingering read of a broken payload
+        request[CLOSE_AFTER] = True
+        cause = exc.__cause__ or exc
+        detail = getattr(cause, "message", None) or str(cause)
+        raise ValidationError([{"field": "(body)", "error": f"cannot read the body: {' '.join(str(detail).split())}"}]
+                              ) from exc
+
+
 async def _json_body(request: web.Request) -> Any:
-    return specs.decode_json(await request.read())
+    return specs.decode_json(await read_body(request))
 
 
 def _positive_seconds(value: Any, field: str) -> float:
@@ -176,7 +279,7 @@ async def submit_tasks(request: web.Request) -> web.Response:
     one of them to finish and carries each one's final ``state`` and ``outcome`` (submit and
     result in one round trip); the tasks are accepted whether or not they finish in time."""
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
-    status, body = await submit(_rt(request), request[PRINCIPAL], await request.read(), wait)
+    status, body = await submit(_rt(request), request[PRINCIPAL], await read_body(request), wait)
     return json_response(body, status=status)
 
 
@@ -363,5 +466,5 @@ PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _,
 
 
 def add_routes(app: web.Application) -> None:
-    for method, path, handler, _ in ROUTES:
-        app.router.add_route(method, path, handler)
+    for method, path, handler, perm in ROUTES:
+        app.router.add_route(method, path, handler, expect_handler=expect_continue if perm else None)

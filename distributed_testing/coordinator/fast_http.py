@@ -10,8 +10,13 @@ far, to aiohttp's own protocol, which keeps it from then on and judges the reque
 parser. Requests on one connection are answered one at a time and in order, so a hand-over never
 overtakes an answer. A client that sends far ahead without reading the answers is stopped by flow
 control (reading pauses once the buffer passes the body limit; answering pauses while the
-transport's write buffer is full), and a connection with nothing answered or started for
-``KEEPALIVE_S`` is closed, stalled requests included. A handler that raises gets aiohttp's plain
+transport's write buffer is full). A request's credentials are checked from its head alone, as
+soon as the head is in: a refused one (401, 403, 429) is answered at once and, when its body has
+not all arrived, the connection is closed without reading it, so an anonymous client cannot make
+the coordinator buffer a body. A connection that sends no complete head within
+``--header-timeout`` of its start or its last answer is closed (an authorized body that stalls,
+after ``KEEPALIVE_S``), and one accepted beyond ``--max-connections`` is answered 503 and closed at
+once, before the process could run out of descriptors. A handler that raises gets aiohttp's plain
 500 and the connection is closed.
 
 The route's logic is shared with the aiohttp handler (``api.authorize``, ``api.submit``,
@@ -40,10 +45,12 @@ import msgspec
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 
-from ..errors import DTError
+from ..errors import AuthError, DTError
+from ..security.auth import Principal
 from . import api
+from .limits import RateLimitedLog
 from .runtime import RUNTIME, Runtime
-from .server import CONFIG
+from .server import CONFIG, LINGER_S
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,7 @@ ROUTE = "/api/v1/tasks"
 PERMISSION = api.PERMISSIONS[("POST", ROUTE)]  # as the route table says for aiohttp's handler
 MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
-KEEPALIVE_S = 3630.0  # an idle connection is closed after this long (aiohttp 3.14's default)
+KEEPALIVE_S = 3630.0  # an authorized request's body stalled this long is dropped (aiohttp 3.14's keep-alive)
 _HEAD_END = b"\r\n\r\n"
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters other than TAB
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -72,22 +79,40 @@ class _Date:
 
 
 _date = _Date()
+_FULL_BODY = msgspec.json.encode({"error": "Unavailable", "message": "too many open connections; try again"})
+
+
+class _Head:
+    """A request head this layer takes: its query, credentials, framing and, once judged, the
+    principal its credentials name or the error that refuses it."""
+
+    __slots__ = ("query", "authorization", "start", "length", "close", "verdict")
+
+    def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool) -> None:
+        self.query = query
+        self.authorization = authorization
+        self.start = start  # where the body starts in the buffer
+        self.length = length
+        self.close = close
+        self.verdict: Principal | DTError | None = None
 
 
 class _Request:
-    __slots__ = ("query", "authorization", "body", "close")
+    __slots__ = ("query", "authorization", "body", "close", "verdict")
 
-    def __init__(self, query: dict[str, str], authorization: str, body: bytes, close: bool) -> None:
+    def __init__(self, query: dict[str, str], authorization: str, body: bytes, close: bool,
+                 verdict: Principal | DTError | None = None) -> None:
         self.query = query
         self.authorization = authorization
         self.body = body
         self.close = close
+        self.verdict = verdict  # as judged from the head; None: not yet
 
 
-def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None | bool:
-    """The request at the start of ``buf``: ``(request, bytes it spans)`` when this layer takes it
-    and it is complete; ``None`` when more bytes are needed to tell; ``False`` when aiohttp must
-    take the connection (another route, a framing this layer does not do, anything doubtful)."""
+def parse_head(buf: bytearray, max_body: int) -> _Head | None | bool:
+    """The request head at the start of ``buf`` when this layer takes the request; ``None`` when
+    more bytes are needed to tell; ``False`` when aiohttp must take the connection (another route,
+    a framing this layer does not do, anything doubtful). The body need not have arrived."""
     end = buf.find(_HEAD_END, 0, MAX_HEAD + len(_HEAD_END))
     if end < 0:
         return None if len(buf) < MAX_HEAD + len(_HEAD_END) else False
@@ -122,10 +147,6 @@ def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None 
     length_raw = headers.get("content-length", "")
     if not (length_raw.isascii() and length_raw.isdigit()) or len(length_raw) > 18 or int(length_raw) > max_body:
         return False  # missing, malformed or over the limit: aiohttp answers (411/400/413)
-    length = int(length_raw)
-    start = end + len(_HEAD_END)
-    if len(buf) < start + length:
-        return None
     try:
         params = parse_qsl(query, keep_blank_values=True, strict_parsing=False, errors="strict")
     except (ValueError, UnicodeDecodeError):
@@ -133,8 +154,20 @@ def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None 
     first: dict[str, str] = {}
     for k, v in params:
         first.setdefault(k, v)  # as aiohttp's request.query.get: the first value
-    req = _Request(first, headers.get("authorization", ""), bytes(buf[start : start + length]), connection == "close")
-    return req, start + length
+    return _Head(first, headers.get("authorization", ""), end + len(_HEAD_END), int(length_raw), connection == "close")
+
+
+def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None | bool:
+    """The request at the start of ``buf``: ``(request, bytes it spans)`` when this layer takes it
+    and it is complete; ``None`` when more bytes are needed to tell; ``False`` when aiohttp must
+    take the connection (as :func:`parse_head`)."""
+    head = parse_head(buf, max_body)
+    if not isinstance(head, _Head):
+        return head
+    if len(buf) < head.start + head.length:
+        return None
+    body = bytes(buf[head.start : head.start + head.length])
+    return _Request(head.query, head.authorization, body, head.close), head.start + head.length
 
 
 class FastProtocol(asyncio.Protocol):
@@ -145,9 +178,12 @@ class FastProtocol(asyncio.Protocol):
         self._app = site.app
         self._max_body = site.max_body
         self._transport: asyncio.Transport | None = None
+        self._peer = ""
         self._buf = bytearray()
+        self._head: _Head | None = None  # a judged head whose body is still arriving
         self._busy: asyncio.Task[None] | None = None
         self._closing = False
+        self._discarding = False  # refused before its body: what still arrives is dropped unread
         self._paused = False
         self._eof = False  # the client half-closed: close once the answer in progress is out
         self._write_paused = False  # the transport's buffer is full: answer nothing more until it drains
@@ -156,16 +192,24 @@ class FastProtocol(asyncio.Protocol):
     # ------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+        t = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport instances
+        if self._site.full():
+            self._site.refuse(t)
+            return
+        self._transport = t
         self._site.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as aiohttp: dead peers are noticed
-        self._arm_idle()
+        self._arm_idle(self._site.header_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         self._buf += data
         if len(self._buf) > self._max_body + 2 * MAX_HEAD and not self._paused and self._transport is not None:
             self._paused = True  # a client pipelining far ahead of our answers, or not reading them
@@ -186,46 +230,95 @@ class FastProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
         self._transport = None
-        if self._idle is not None:
-            self._idle.cancel()
+        self._disarm()
         # A request in progress runs to its end, as aiohttp's handlers do: the tasks were accepted.
 
     # ------------------------------------------------------------ requests
 
     def _next(self) -> None:
-        """Start the next buffered request, or hand the connection over; resume reading once the
-        buffer has room again."""
+        """Judge the next buffered request head from its headers alone, refusing it before its
+        body arrives when its credentials fail; start it once its body is in; or hand the
+        connection over. Resume reading once the buffer has room again."""
         if self._transport is None or self._busy is not None or self._closing or self._write_paused:
             return
-        parsed = parse_request(self._buf, self._max_body) if self._buf else None
-        if parsed is False:
-            self._hand_over()
-            return
-        if parsed is None:  # nothing, or part of a request: wait for more, not for ever
+        if self._head is None:
+            parsed = parse_head(self._buf, self._max_body) if self._buf else None
+            if parsed is False:
+                self._hand_over()
+                return
+            if isinstance(parsed, _Head):
+                self._head = parsed
+                if not self._judge(parsed):
+                    return
+        head = self._head
+        if head is None or len(self._buf) < head.start + head.length:  # wait for more, not for ever
             if self._paused and len(self._buf) <= self._max_body + 2 * MAX_HEAD:
                 self._paused = False
                 self._transport.resume_reading()
-            self._arm_idle()
+            if head is None:
+                self._arm_idle(self._site.header_timeout)
             return
-        assert not isinstance(parsed, bool)
-        req, used = parsed
-        del self._buf[:used]
+        req = _Request(head.query, head.authorization, bytes(self._buf[head.start : head.start + head.length]),
+                       head.close, head.verdict)
+        del self._buf[: head.start + head.length]
+        self._head = None
+        self._disarm()
+        self._busy = asyncio.get_running_loop().create_task(self._answer(req))
+
+    def _judge(self, head: _Head) -> bool:
+        """Check the head's address and credentials; False when it was refused at once (its
+        body not all here yet: the connection is then closed without reading it)."""
+        try:
+            api.check_address(self._app, self._peer)
+            head.verdict = api.authorize(self._app[RUNTIME], head.authorization, PERMISSION)
+        except DTError as exc:
+            if isinstance(exc, AuthError):
+                api.note_failure(self._app, self._peer, head.authorization, exc)
+            head.verdict = exc
+            if len(self._buf) < head.start + head.length:
+                self._refuse(exc)
+                return False
+            return True
+        self._disarm()  # an authorized sender has as long as aiohttp gives for its body
+        self._arm_idle(KEEPALIVE_S)
+        return True
+
+    def _refuse(self, exc: DTError) -> None:
+        """Answer ``exc`` now, before the body, and close: the body is never read. What the client
+        sends meanwhile is dropped for up to ``LINGER_S``, so that the answer reaches it rather than
+        a reset."""
+        status, body, headers = api.error_parts(exc, "POST /api/v1/tasks")
+        self._write(status, msgspec.json.encode(body), "application/json; charset=utf-8", headers, True)
+        self._buf = bytearray()
+        self._head = None
+        self._discarding = self._closing = True
+        t = self._transport
+        assert t is not None
+        if self._paused:
+            t.resume_reading()
+        if t.can_write_eof():
+            t.write_eof()
+        self._disarm()
+        self._idle = asyncio.get_running_loop().call_later(LINGER_S, self.close)
+
+    def _arm_idle(self, seconds: float) -> None:
+        if self._idle is None:
+            self._idle = asyncio.get_running_loop().call_later(seconds, self._idle_close)
+
+    def _disarm(self) -> None:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        self._busy = asyncio.get_running_loop().create_task(self._answer(req))
-
-    def _arm_idle(self) -> None:
-        if self._idle is None:
-            self._idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_close)
 
     async def _answer(self, req: _Request) -> None:
         rt: Runtime = self._app[RUNTIME]
         try:
             try:
-                principal = api.authorize(rt, req.authorization, PERMISSION)
+                if isinstance(req.verdict, DTError):
+                    raise req.verdict
+                assert req.verdict is not None
                 wait = api.float_param(req.query, "wait", 0.0, 0.0, api.MAX_WAIT_S)
-                status, body = await api.submit(rt, principal, req.body, wait)
+                status, body = await api.submit(rt, req.verdict, req.body, wait)
                 headers: dict[str, str] | None = None
             except DTError as exc:
                 status, body, headers = api.error_parts(exc, "POST /api/v1/tasks")
@@ -248,25 +341,14 @@ class FastProtocol(asyncio.Protocol):
         t = self._transport
         if t is None or t.is_closing():
             return  # the client went away; its tasks stay accepted
-        out = bytearray(b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()))
-        out += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type.encode(), len(body))
-        out += b"Date: " + _date() + b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n"
-        for k, v in (headers or {}).items():
-            out += f"{k}: {v}\r\n".encode("latin-1")
-        if close:
-            out += b"Connection: close\r\n"
-        out += b"\r\n"
-        out += body
-        t.write(bytes(out))
+        t.write(_response(status, body, content_type, headers, close))
 
     def _hand_over(self) -> None:
         """Give the connection, and what was read from it so far, to aiohttp for good."""
         t = self._transport
         assert t is not None and self._busy is None
         self._site.connections.discard(self)
-        if self._idle is not None:  # aiohttp keeps its own keep-alive timer from here on
-            self._idle.cancel()
-            self._idle = None
+        self._disarm()  # aiohttp keeps its own keep-alive timer from here on
         handler = self._site.aiohttp_protocol()
         data, self._buf = bytes(self._buf), bytearray()
         self._transport = None
@@ -278,7 +360,8 @@ class FastProtocol(asyncio.Protocol):
             t.resume_reading()
 
     def _idle_close(self) -> None:
-        """Nothing answered or started for ``KEEPALIVE_S``: close (idle, or a request that stalled)."""
+        """No complete head within ``--header-timeout`` of the connection's start or its last
+        answer, or a body stalled for ``KEEPALIVE_S``: close."""
         self._idle = None
         if self._busy is None and self._transport is not None:
             self._transport.close()
@@ -298,6 +381,19 @@ class FastProtocol(asyncio.Protocol):
         return self._busy
 
 
+def _response(status: int, body: bytes, content_type: str, headers: dict[str, str] | None, close: bool) -> bytes:
+    out = bytearray(b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()))
+    out += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type.encode(), len(body))
+    out += b"Date: " + _date() + b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n"
+    for k, v in (headers or {}).items():
+        out += f"{k}: {v}\r\n".encode("latin-1")
+    if close:
+        out += b"Connection: close\r\n"
+    out += b"\r\n"
+    out += body
+    return bytes(out)
+
+
 class FastSite(web.BaseSite):
     """A TCP site whose connections start with :class:`FastProtocol` (``web.TCPSite``'s role)."""
 
@@ -309,6 +405,9 @@ class FastSite(web.BaseSite):
         self._reuse_address = reuse_address
         self.connections: set[FastProtocol] = set()
         self.max_body = 0
+        self.header_timeout = 10.0
+        self.max_connections = 0
+        self._refusals = RateLimitedLog(log, logging.WARNING)
 
     @property
     def name(self) -> str:
@@ -318,6 +417,20 @@ class FastSite(web.BaseSite):
     def app(self) -> web.Application:
         return self._app_runner.app
 
+    def full(self) -> bool:
+        """True when ``--max-connections`` HTTP connections are open: every connection this site
+        accepted and still holds (its own and those handed to aiohttp) but registered workers'."""
+        server = self._app_runner.server
+        handed = len(server._connections) if server is not None else 0  # O(1): .connections copies the list
+        return len(self.connections) + handed - len(self.app[RUNTIME].sessions) >= self.max_connections
+
+    def refuse(self, transport: asyncio.Transport) -> None:
+        """Close a connection over the cap at once, with a 503 it may read."""
+        transport.write(_response(503, _FULL_BODY, "application/json; charset=utf-8", {"Retry-After": "1"}, True))
+        transport.close()
+        self._refusals(time.monotonic(), "refused a connection: %d HTTP connections open (--max-connections)",
+                       self.max_connections)
+
     def aiohttp_protocol(self) -> asyncio.Protocol:
         server = self._app_runner.server
         assert server is not None, "the runner is not set up"
@@ -325,7 +438,10 @@ class FastSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        self.max_body = self.app[CONFIG].max_frame_bytes  # the app's client_max_size
+        config = self.app[CONFIG]
+        self.max_body = config.max_frame_bytes  # the app's client_max_size
+        self.header_timeout = config.header_timeout_s
+        self.max_connections = self.app[api.LIMITS].max_connections
         self._server = await asyncio.get_running_loop().create_server(
             lambda: FastProtocol(self), self._host_name, self._port_number, reuse_address=self._reuse_address)
 

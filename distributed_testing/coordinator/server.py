@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -21,23 +22,28 @@ from aiohttp import web
 from ..config import CoordinatorConfig
 from ..errors import StoreError
 from ..security import bootstrap
-from .api import add_routes, error_middleware
+from . import limits
+from .api import AUTH_THROTTLE, LIMITS, WORKER_ROUTE, add_routes, error_middleware
 from .runtime import RUNTIME, Runtime, key_record
 from .store.base import Store
 from .ws import worker_endpoint
 
 log = logging.getLogger(__name__)
 TICK_S = 0.25
+LINGER_S = 2.0  # how long an unread body is dropped before closing (aiohttp's default: 10 s)
 CONFIG = web.AppKey("config", CoordinatorConfig)
 STORE: web.AppKey[Store | None] = web.AppKey("store")
 
 
 def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.Application:
+    """The coordinator's app. ConfigError when the connection caps do not fit RLIMIT_NOFILE."""
     app = web.Application(middlewares=[error_middleware], client_max_size=config.max_frame_bytes)
     app[CONFIG] = config
     app[STORE] = store
+    app[LIMITS] = limits.connection_limits(config.max_connections, config.max_worker_sessions, nofile())
+    app[AUTH_THROTTLE] = limits.AuthThrottle(config.auth_fail_limit, config.auth_fail_window_s)
     add_routes(app)
-    app.router.add_get("/ws/worker", worker_endpoint)
+    app.router.add_get(WORKER_ROUTE, worker_endpoint)
     app.cleanup_ctx.append(_runtime_ctx)
     app.on_shutdown.append(_close_sessions)
     return app
@@ -47,6 +53,22 @@ async def _close_sessions(app: web.Application) -> None:
     """Before the HTTP server waits for its handlers: end the ones that would wait longest."""
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
+
+
+def make_runner(app: web.Application) -> web.AppRunner:
+    """The runner to serve ``app`` with (``FastSite`` on it): aiohttp closes a connection that has
+    not sent a complete request head within ``--header-timeout`` of being handed to it or of its
+    last answer (its keep-alive timer runs from the connection's start and covers both). A body
+    its handler did not read (a refused request) is dropped for at most ``LINGER_S`` before the
+    connection is closed, as on the lean front."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=app[CONFIG].header_timeout_s,
+                         lingering_time=LINGER_S)
+
+
+def nofile() -> int:
+    """This process's soft limit on open file descriptors."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -113,7 +113,11 @@ def authenticate(
     if not credential:
         raise AuthError("missing credential")
     if is_api_key(credential):
-        record = _lookup(lookup_key, parse_key(credential))
+        # An unknown key id is checked against a record no key matches: the same hash, compare
+        # and answer as a wrong secret, so neither timing nor message tells a key id exists.
+        key_id = parse_key(credential)
+        record = lookup_key(key_id) or KeyRecord(key_id=key_id, name="", role=Role.VIEWER, hash="0" * 64,
+                                                created_at=0.0)
         verify_key(credential, record, now)
         return Principal(key_id=record.key_id, role=record.role, name=record.name, via="api_key")
     return _from_token(credential, lookup_key, secret, now, leeway_s)

@@ -64,6 +64,7 @@ _KEY_RE = re.compile(
     rf"{KEY_PREFIX}(?P<key_id>[a-z0-9]{{{KEY_ID_LENGTH}}})_[A-Za-z0-9_-]{{{_SECRET_CHARS}}}"
 )
 _HASH_DOMAIN = b"distributed_testing/api-key/v1\x00"
+INVALID_KEY = "invalid API key"  # unknown key id and wrong secret alike
 
 KeyStatus = Literal["active", "expired", "revoked"]
 
@@ -173,14 +174,15 @@ def check_usable(record: KeyRecord, now: float) -> None:
 def verify_key(plaintext: str, record: KeyRecord, now: float) -> None:
     """Return if ``plaintext`` is the key ``record`` describes and it is active at ``now``.
 
-    Raises :class:`AuthError` with the reason: malformed key, key id not matching ``record``
-    (unknown key), wrong secret, revoked, or expired. The secret is checked *before* the
-    status, so only a holder of the real secret learns that a key is revoked or expired.
+    Raises :class:`AuthError`: "malformed API key"; "invalid API key" when the key is not the
+    one ``record`` describes, whether its id or its secret differs (one answer, one hash and
+    compare, so no caller can tell an unknown key id from a wrong secret); revoked or expired.
+    The secret is checked *before* the status, so only a holder of the real secret learns that a
+    key is revoked or expired.
     """
-    if parse_key(plaintext) != record.key_id:
-        raise AuthError("unknown API key")
-    if not hmac.compare_digest(hash_key(plaintext), record.hash):
-        raise AuthError("invalid API key secret")
+    parse_key(plaintext)
+    if not hmac.compare_digest(hash_key(plaintext), record.hash):  # the hash covers the key id too
+        raise AuthError(INVALID_KEY)
     check_usable(record, now)
 
 

@@ -331,7 +331,7 @@ def parse_task_json(body: bytes) -> list[TaskSpec]:
             _check_user_code(s, f"[{i}]" if isinstance(decoded, list) else "")
         if items and len({s.task_id for s in items if s.task_id is not None}) == sum(s.task_id is not None for s in items):
             return items
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError, UnicodeDecodeError):
         pass  # the slow path below names every bad field
     return parse_tasks(decode_json(body))
 
@@ -342,13 +342,15 @@ _ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 def decode_json(body: bytes) -> Any:
     """Strict RFC 8259 JSON (an empty body reads as ``null``): no NaN or Infinity, no number
     beyond a double, no lone surrogate. Raises ValidationError on ``(body)`` otherwise, also for
-    nesting deeper than the decoder's recursion limit."""
+    nesting deeper than the decoder's recursion limit and for a string that is not UTF-8."""
     try:
         return _ANY_JSON.decode(body or b"null")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValidationError([{"field": "(body)", "error": f"not valid JSON: {exc}"}]) from exc
     except RecursionError as exc:
         raise ValidationError([{"field": "(body)", "error": "not valid JSON: nested too deeply"}]) from exc
+    except UnicodeDecodeError as exc:  # msgspec's answer to a string that is not UTF-8
+        raise ValidationError([{"field": "(body)", "error": "not valid JSON: a string is not valid UTF-8"}]) from exc
 
 
 def with_id(spec: TaskSpec) -> TaskSpec:

@@ -67,7 +67,8 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp: Path = tmp_path_factory.mktemp("fuzz-rest")
-    with background_cluster(tmp, workers=0, db_path=str(tmp / "coordinator.duckdb"), max_frame_bytes=MAX_BODY) as (bg, c):
+    with background_cluster(tmp, workers=0, db_path=str(tmp / "coordinator.duckdb"), max_frame_bytes=MAX_BODY,
+                            auth_fail_limit=0) as (bg, c):  # fuzzed credentials are not to lock the address out
         keys = {"admin": c.admin_key} | {role: bg.run(c.create_key(role)) for role in ("submitter", "viewer", "worker")}
         task_ids = bg.run(c.submit([{**t, "task_id": f"seed-{i}"} for i, t in enumerate(VALID_TASKS)]))
 

@@ -160,7 +160,8 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp: Path = tmp_path_factory.mktemp("fuzz-ws")
     with background_cluster(tmp, workers=0, db_path=str(tmp / "coordinator.duckdb"), max_frame_bytes=MAX_FRAME,
-                            max_violations=MAX_VIOLATIONS, worker_ttl_s=600.0) as (bg, c):
+                            max_violations=MAX_VIOLATIONS, worker_ttl_s=600.0,
+                            auth_fail_limit=0) as (bg, c):  # fuzzed credentials are not to lock the address out
         key = bg.run(c.create_key("worker"))
         h = Healthy()
         holder: list[asyncio.Task[None]] = []

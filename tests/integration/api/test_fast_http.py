@@ -248,9 +248,8 @@ async def test_a_client_that_never_reads_cannot_grow_the_buffers(tmp_path: Path,
 
 
 @pytest.mark.asyncio
-async def test_silent_and_stalled_connections_are_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast_http, "KEEPALIVE_S", 0.3)
-    async with run_cluster(tmp_path) as cluster:
+async def test_silent_and_stalled_connections_are_closed(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path, header_timeout_s=0.3) as cluster:
         host, port = cluster.base_url.removeprefix("http://").split(":")
         silent = await asyncio.open_connection(host, int(port))
         stalled = await asyncio.open_connection(host, int(port))

@@ -76,7 +76,7 @@ async def test_an_unknown_key_is_refused_without_retrying(tmp_path: Path, fast_h
     async with run_cluster(tmp_path, workers=0) as c:
         config = worker_config(["--coordinator", c.base_url, "--api-key", "dtk_nosuchid_" + "k" * 43,
                                 "--reconnect-attempts", "50", "--reconnect-interval", "5"])
-        with pytest.raises(SessionRejected, match="HTTP 401.*unknown API key"):  # the reason is the body's
+        with pytest.raises(SessionRejected, match="HTTP 401.*invalid API key"):  # the reason is the body's
             await asyncio.wait_for((await build_agent(config)).run(), 20)
 
 

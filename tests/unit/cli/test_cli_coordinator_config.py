@@ -109,3 +109,54 @@ def test_malformed_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         coord_cli.build_parser().parse_args(argv)
     assert info.value.code == 2
+
+
+# ------------------------------------------------------------------ unauthenticated clients
+
+
+def test_unauthenticated_client_limits_default() -> None:
+    c = cfg()
+    assert (c.header_timeout_s, c.max_connections, c.max_worker_sessions) == (10.0, 0, 0)  # 0: from RLIMIT_NOFILE
+    assert (c.auth_fail_limit, c.auth_fail_window_s) == (20, 60.0)
+
+
+@pytest.mark.parametrize(("flag", "var", "field", "raw", "value"), [
+    ("--header-timeout", "DT_HEADER_TIMEOUT", "header_timeout_s", "2.5", 2.5),
+    ("--max-connections", "DT_MAX_CONNECTIONS", "max_connections", "100", 100),
+    ("--max-worker-sessions", "DT_MAX_WORKER_SESSIONS", "max_worker_sessions", "50", 50),
+    ("--auth-fail-limit", "DT_AUTH_FAIL_LIMIT", "auth_fail_limit", "5", 5),
+    ("--auth-fail-limit", "DT_AUTH_FAIL_LIMIT", "auth_fail_limit", "0", 0),
+    ("--auth-fail-window", "DT_AUTH_FAIL_WINDOW", "auth_fail_window_s", "300", 300.0),
+])
+def test_each_limit_has_a_flag_and_a_variable_and_the_flag_wins(flag: str, var: str, field: str, raw: str,
+                                                               value: object) -> None:
+    assert getattr(cfg(flag, raw), field) == value
+    assert getattr(cfg(env={var: raw}), field) == value
+    assert getattr(cfg(flag, raw, env={var: "7"}), field) == value
+
+
+@pytest.mark.parametrize(("argv", "env", "needle"), [
+    (["--header-timeout", "0"], {}, "--header-timeout"),
+    (["--header-timeout", "nan"], {}, "--header-timeout"),
+    ([], {"DT_HEADER_TIMEOUT": "-1"}, "DT_HEADER_TIMEOUT"),
+    ([], {"DT_HEADER_TIMEOUT": "soon"}, "DT_HEADER_TIMEOUT"),
+    (["--max-connections", "-1"], {}, "--max-connections"),
+    (["--max-connections", "1.5"], {}, "--max-connections"),
+    ([], {"DT_MAX_WORKER_SESSIONS": "many"}, "DT_MAX_WORKER_SESSIONS"),
+    (["--auth-fail-limit", "-3"], {}, "--auth-fail-limit"),
+    ([], {"DT_AUTH_FAIL_WINDOW": "0"}, "DT_AUTH_FAIL_WINDOW"),
+    (["--auth-fail-window", "inf"], {}, "--auth-fail-window"),
+    (["--max-connections", "100000000"], {}, "--max-connections"),  # beyond RLIMIT_NOFILE
+])
+def test_bad_limits_name_their_source(argv: list[str], env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg(*argv, env=env)
+    assert str(info.value).startswith(f"{needle}"), str(info.value)
+
+
+def test_the_help_names_every_limit_flag_and_variable() -> None:
+    text = coord_cli.build_parser().format_help()
+    for name in ("--header-timeout", "DT_HEADER_TIMEOUT", "--max-connections", "DT_MAX_CONNECTIONS",
+                 "--max-worker-sessions", "DT_MAX_WORKER_SESSIONS", "--auth-fail-limit", "DT_AUTH_FAIL_LIMIT",
+                 "--auth-fail-window", "DT_AUTH_FAIL_WINDOW"):
+        assert name in text, name

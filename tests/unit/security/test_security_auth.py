@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from distributed_testing.errors import AuthError, PermissionDenied, StoreError
+from distributed_testing.security import keys as keys_module
 from distributed_testing.security.auth import (
     Principal,
     authenticate,
@@ -60,17 +61,47 @@ def test_jwt(store: Store) -> None:
     assert store.lookups == [record.key_id]
 
 
-def test_unknown_api_key(store: Store) -> None:
-    plaintext, _ = generate_key(Role.ADMIN, "never-stored", NOW)
-    with pytest.raises(AuthError, match="unknown"):
-        authenticate(plaintext, store.get, SECRET, NOW)
-
-
-def test_wrong_api_key_secret(store: Store) -> None:
+def test_unknown_api_key_and_wrong_secret_get_one_answer(store: Store) -> None:
+    """Nothing tells a caller that a key id exists: the same message (and the same hash and
+    compare, see ``authenticate``) for an unknown key id and for a known one with a wrong secret."""
+    unknown, _ = generate_key(Role.ADMIN, "never-stored", NOW)
     plaintext, _ = store.add(Role.ADMIN)
     forged = plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B")
-    with pytest.raises(AuthError, match="secret"):
-        authenticate(forged, store.get, SECRET, NOW)
+    messages = []
+    for credential in (unknown, forged):
+        with pytest.raises(AuthError, match="^invalid API key$") as info:
+            authenticate(credential, store.get, SECRET, NOW)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+def test_unknown_api_key_and_wrong_secret_do_the_same_work(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No early return for an unknown key id: one lookup, one hash and one constant-time compare
+    of equal-length digests, as for a wrong secret (what timing could otherwise tell apart)."""
+    calls: list[tuple[str, ...]] = []
+    real_hash, real_compare = keys_module.hash_key, keys_module.hmac.compare_digest
+
+    def hashing(plaintext: str) -> str:
+        calls.append(("hash",))
+        return real_hash(plaintext)
+
+    def comparing(a: str, b: str) -> bool:
+        calls.append(("compare", str(len(a)), str(len(b))))
+        return real_compare(a, b)
+
+    monkeypatch.setattr(keys_module, "hash_key", hashing)
+    monkeypatch.setattr(keys_module.hmac, "compare_digest", comparing)
+    unknown, _ = generate_key(Role.ADMIN, "never-stored", NOW)
+    plaintext, _ = store.add(Role.ADMIN)
+    forged = plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B")
+    seen = []
+    for credential in (unknown, forged):
+        calls.clear()
+        store.lookups.clear()
+        with pytest.raises(AuthError):
+            authenticate(credential, store.get, SECRET, NOW)
+        seen.append((list(calls), len(store.lookups)))
+    assert seen[0] == seen[1] == ([("hash",), ("compare", "64", "64")], 1)
 
 
 def test_revoking_the_key_kills_its_api_key_and_tokens_at_once(store: Store) -> None:

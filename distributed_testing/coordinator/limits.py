@@ -1,0 +1,141 @@
+"""What unauthenticated clients may cost the coordinator: connections, idle time, failed logins.
+
+* :func:`connection_limits`: how many HTTP connections and worker WebSocket sessions may be open
+  at once, below the process's descriptor limit (``RLIMIT_NOFILE``) with room kept for the store,
+  the journal and logs. Both HTTP layers refuse a connection over the cap at accept.
+* :class:`AuthThrottle`: failed authentications per client address in a sliding window; an
+  address with ``limit`` failures in the last ``window_s`` is refused (429) until the oldest of
+  them leaves the window.
+* :class:`RateLimitedLog`: one log line per interval for events an attacker can repeat at will.
+
+Pure apart from ``RateLimitedLog`` writing to a logger: the clock is always a ``now`` argument.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+RESERVED_FDS_MIN = 64  # the store, its journal, log files, PostgreSQL connections, child pipes
+ACCEPT_BURST = 100  # connections one event-loop turn may accept (the listen backlog) before any is refused
+MAX_TRACKED_ADDRESSES = 65536  # AuthThrottle forgets the least recently failing beyond this
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_connections: int  # HTTP connections (a worker counts here until it has registered)
+    max_worker_sessions: int  # registered worker WebSocket sessions
+
+
+def connection_limits(max_connections: int, max_worker_sessions: int, nofile: int) -> ConnectionLimits:
+    """The caps to enforce given the configured values (0: derive) and the soft descriptor limit
+    ``nofile``. Derived caps split evenly what is left after ``max(64, nofile // 10)`` descriptors
+    for files plus ``ACCEPT_BURST`` for connections accepted before they can be refused.
+    ConfigError naming the flags when the two caps leave less than 64 + ``ACCEPT_BURST``."""
+    reserve = max(RESERVED_FDS_MIN, nofile // 10) + ACCEPT_BURST
+    usable = nofile - reserve
+    if usable < 2:
+        raise ConfigError(f"RLIMIT_NOFILE is {nofile}: too few file descriptors to serve anything (raise `ulimit -n`)")
+    workers = max_worker_sessions or (usable - max_connections if max_connections else usable // 2)
+    conns = max_connections or usable - workers
+    floor = RESERVED_FDS_MIN + ACCEPT_BURST
+    if conns < 1 or workers < 1 or conns + workers + floor > nofile:
+        raise ConfigError(f"--max-connections ({conns}) + --max-worker-sessions ({workers}) must leave at least "
+                          f"{floor} of the {nofile} file descriptors RLIMIT_NOFILE allows "
+                          "(lower them or raise `ulimit -n`)")
+    return ConnectionLimits(conns, workers)
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every request that carries credentials
+def address_key(peer: str) -> str:
+    """The unit a client address is throttled by: the address itself, an IPv6 one by its /64
+    (one host usually holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer  # a Unix socket path or an unknown peer: one bucket
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class AuthThrottle:
+    """Failed authentications per address in a sliding window of ``window_s`` seconds.
+
+    ``limit`` 0 turns throttling off. At most ``max_tracked`` addresses are remembered (the least
+    recently failing is forgotten first), so many addresses cannot grow it without bound."""
+
+    def __init__(self, limit: int, window_s: float, max_tracked: int = MAX_TRACKED_ADDRESSES) -> None:
+        if limit < 0 or window_s <= 0:
+            raise ValueError(f"limit must be >= 0 and window_s > 0, got {limit}, {window_s}")
+        self.limit = limit
+        self.window_s = window_s
+        self._max_tracked = max_tracked
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after(self, addr: str, now: float) -> float | None:
+        """Seconds until ``addr`` may try again, or None when it may now."""
+        if not self.limit:
+            return None
+        times = self._failures.get(addr)
+        if times is None:
+            return None
+        self._expire(times, now)
+        if not times:
+            del self._failures[addr]
+            return None
+        if len(times) < self.limit:
+            return None
+        return max(times[-self.limit] + self.window_s - now, 0.001)
+
+    def failed(self, addr: str, now: float) -> bool:
+        """Count a failure from ``addr``; True when this one reaches the limit (it is now refused)."""
+        if not self.limit:
+            return False
+        times = self._failures.get(addr)
+        if times is None:
+            times = self._failures[addr] = deque()
+            while len(self._failures) > self._max_tracked:
+                self._failures.popitem(last=False)
+        else:
+            self._failures.move_to_end(addr)
+            self._expire(times, now)
+        times.append(now)
+        if len(times) > self.limit:
+            times.popleft()  # only the last `limit` decide when the address may try again
+        return len(times) == self.limit
+
+    def _expire(self, times: deque[float], now: float) -> None:
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+
+    def __len__(self) -> int:
+        return len(self._failures)
+
+
+class RateLimitedLog:
+    """Logs the first event at once, then at most one line per ``interval_s`` counting the
+    events in between (an attacker decides how often these happen)."""
+
+    def __init__(self, logger: logging.Logger, level: int, interval_s: float = 10.0) -> None:
+        self._log = logger
+        self._level = level
+        self._interval_s = interval_s
+        self._last = float("-inf")
+        self._suppressed = 0
+
+    def __call__(self, now: float, msg: str, *args: object) -> None:
+        if now - self._last < self._interval_s:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += f" (and {self._suppressed} more like it in the last {now - self._last:.0f}s)"
+        self._last, self._suppressed = now, 0
+        self._log.log(self._level, msg, *args)
