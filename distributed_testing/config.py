@@ -25,6 +25,7 @@ class CoordinatorConfig:
     port: int = 8080
     db_path: str = "state/coordinator.duckdb"
     admin_key_file: Path | None = None
+    jwt_secret_file: Path | None = None  # default: jwt.secret beside the database; none for memory://
     token_ttl_s: float = 900.0
     # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
     # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
@@ -53,6 +54,13 @@ class CoordinatorConfig:
     @property
     def admin_key_path(self) -> Path:
         return self.admin_key_file or self.state_dir / "admin.key"
+
+    @property
+    def jwt_secret_path(self) -> Path | None:
+        """Where the token-signing secret lives; None: a memory:// store keeps it in memory only."""
+        if self.jwt_secret_file is not None:
+            return self.jwt_secret_file
+        return None if self.db_path.startswith("memory://") else self.state_dir / "jwt.secret"
 
 
 @dataclass(frozen=True)

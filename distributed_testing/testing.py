@@ -318,19 +318,24 @@ class Rest:
 
 def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, host: str = "127.0.0.1",
                               args: Sequence[str] = (), log: Path | None = None,
-                              timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
+                              timeout: float = 60.0, make_dir: bool = True,
+                              env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
     """``run_coordinator.py`` (``procs.cwd`` must hold it) on ``host:port`` (0: any free port) with
     ``--port-file``; returns the process and its port once it listens. The admin key is written
-    beside ``db_path`` on the first start."""
-    port_file = db_path.parent / f"{db_path.stem}.port"
+    beside ``db_path`` on the first start. ``make_dir=False`` leaves creating the database's
+    directory to the coordinator (the port file and the default log then go to ``procs.tmp``).
+    ``env`` adds variables to the process's environment."""
+    if make_dir:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    aside = db_path.parent if make_dir else procs.tmp
+    port_file = aside / f"{db_path.stem}.port"
     port_file.unlink(missing_ok=True)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    where = log or aside / "coordinator.log"
     p = procs.start(["run_coordinator.py", "--host", host, "--port", str(port), "--db-path", str(db_path),
-                     "--port-file", str(port_file), *args], log or db_path.parent / "coordinator.log")
+                     "--port-file", str(port_file), *args], where, env=env)
 
     def listening() -> bool:
         if p.poll() is not None:
-            where = log or db_path.parent / "coordinator.log"
             raise AssertionError(f"coordinator exited with {p.returncode}: {where.read_text()[-3000:]}")
         return port_file.exists()
 

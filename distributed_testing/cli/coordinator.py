@@ -1,12 +1,17 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
-Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE.
+Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
+DT_JWT_SECRET_FILE.
+
+The process runs with umask 077: every file it creates (the database, its WAL, the journal, the
+admin key, the token-signing secret, the port file) is readable by its own user only.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +23,7 @@ from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.fast_http import FastSite
 from ..coordinator.server import create_app
 from ..errors import ConfigError
+from ..security import secret_file
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
@@ -31,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
+    p.add_argument("--jwt-secret-file", type=Path,
+                   help="file holding the token-signing secret, created 0600 on the first start (default: jwt.secret "
+                        "beside the database; with memory:// the secret lives in memory only; env DT_JWT_SECRET_FILE)")
+    p.add_argument("--rotate-jwt-secret", action="store_true",
+                   help="write a new token-signing secret to the secret file and exit; after the coordinator restarts, "
+                        "JWTs signed with the old one are refused (API keys keep working)")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
     p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
@@ -54,6 +66,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         raise ConfigError(f"{source}: must be 0..65535, got {port}")
     admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
     return CoordinatorConfig(
+        jwt_secret_file=_path_flag(ns.jwt_secret_file, env, "DT_JWT_SECRET_FILE"),
         host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
         port=port,
         db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
@@ -67,6 +80,10 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
     )
+
+
+def _path_flag(flag: Path | None, env: Mapping[str, str], var: str) -> Path | None:
+    return flag or (Path(env[var]) if env.get(var) else None)
 
 
 def _port_range(raw: str, source: str) -> tuple[int, int]:
@@ -110,12 +127,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        if ns.rotate_jwt_secret:
+            os.umask(0o077)
+            return _rotate(config)
         loop = aio.loop_choice()
     except ConfigError as exc:
         print(f"dt-coordinator: {exc}", file=sys.stderr)
         return 2
+    os.umask(0o077)  # state files and directories: this user only (see the module docstring)
     tune_gc()
     aio.run(serve(config, ns.port_file), loop)
+    return 0
+
+
+def _rotate(config: CoordinatorConfig) -> int:
+    path = config.jwt_secret_path
+    if path is None:
+        raise ConfigError("--rotate-jwt-secret: a memory:// store keeps its secret in memory only; "
+                          "give --jwt-secret-file to rotate a secret file")
+    secret_file.rotate(path)
+    print(f"rotated the token-signing secret in {path}; restart the coordinator to use it", file=sys.stderr)
     return 0
 
 

@@ -36,6 +36,7 @@ def test_defaults() -> None:
     (["--worker-ttl", "12"], "worker_ttl_s", 12.0),
     (["--worker-grace", "0"], "worker_grace_s", 0.0),
     (["--worker-grace", "2.5"], "worker_grace_s", 2.5),
+    (["--jwt-secret-file", "/etc/dt/jwt.secret"], "jwt_secret_file", Path("/etc/dt/jwt.secret")),
 ])
 def test_each_flag_sets_its_field(argv: list[str], field: str, value: object) -> None:
     assert getattr(cfg(*argv), field) == value
@@ -56,6 +57,7 @@ def test_port_file_flag() -> None:
     ("DT_COORDINATOR_PORT", "0", "port", 0),
     ("DT_COORDINATOR_DB", "/data/c.duckdb", "db_path", "/data/c.duckdb"),
     ("DT_ADMIN_KEY_FILE", "/secrets/admin.key", "admin_key_file", Path("/secrets/admin.key")),
+    ("DT_JWT_SECRET_FILE", "/secrets/jwt", "jwt_secret_file", Path("/secrets/jwt")),
 ])
 def test_each_variable_sets_its_field(var: str, value: str, field: str, expected: object) -> None:
     assert getattr(cfg(env={var: value}), field) == expected
@@ -109,3 +111,10 @@ def test_malformed_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         coord_cli.build_parser().parse_args(argv)
     assert info.value.code == 2
+
+
+def test_secret_file_defaults() -> None:
+    assert cfg("--db-path", "/srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")  # beside the database
+    assert cfg("--db-path", "memory://").jwt_secret_path is None  # in memory only, like the store
+    assert cfg("--db-path", "memory://", "--jwt-secret-file", "/s").jwt_secret_path == Path("/s")
+
