@@ -27,6 +27,7 @@ class CoordinatorConfig:
     admin_key_file: Path | None = None
     jwt_secret_file: Path | None = None  # default: jwt.secret beside the database; none for memory://
     token_ttl_s: float = 900.0
+    max_session_age_s: float = 86400.0  # a JWT renews JWTs up to this long after its API key was used
     # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
     # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
     heartbeat_interval_s: float = 1.0  # WebSocket ping after this long without a frame; pong within half
@@ -43,6 +44,8 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
             raise ConfigError(f"--token-ttl: must be 1..86400 seconds (JWT times are whole seconds), got {self.token_ttl_s}")
+        if not 1 <= self.max_session_age_s <= 365 * 86400:
+            raise ConfigError(f"--max-session-age: must be 1..31536000 seconds, got {self.max_session_age_s:g}")
         lo, hi = self.gang_ports
         if not 1 <= lo <= hi <= 65535:
             raise ConfigError(f"--gang-ports: must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {lo}-{hi}")

@@ -1,7 +1,7 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
-DT_JWT_SECRET_FILE.
+DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE.
 
 The process runs with umask 077: every file it creates (the database, its WAL, the journal, the
 admin key, the token-signing secret, the port file) is readable by its own user only.
@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a new token-signing secret to the secret file and exit; after the coordinator restarts, "
                         "JWTs signed with the old one are refused (API keys keep working)")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
+    p.add_argument("--max-session-age", type=int,
+                   help="seconds after a JWT was first obtained with an API key during which it (and its renewals) may "
+                        "be renewed; renewed JWTs never outlive it (default 86400; env DT_MAX_SESSION_AGE)")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
     p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
@@ -67,6 +70,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
     admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
     return CoordinatorConfig(
         jwt_secret_file=_path_flag(ns.jwt_secret_file, env, "DT_JWT_SECRET_FILE"),
+        max_session_age_s=float(_int_flag(ns.max_session_age, env, "DT_MAX_SESSION_AGE", "--max-session-age", 86400)),
         host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
         port=port,
         db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
@@ -84,6 +88,18 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
 
 def _path_flag(flag: Path | None, env: Mapping[str, str], var: str) -> Path | None:
     return flag or (Path(env[var]) if env.get(var) else None)
+
+
+def _int_flag(flag: int | None, env: Mapping[str, str], var: str, name: str, default: int) -> int:
+    if flag is not None:
+        return flag
+    raw = env.get(var)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{var}: expected whole seconds for {name}, got {raw!r}") from exc
 
 
 def _port_range(raw: str, source: str) -> tuple[int, int]:

@@ -37,6 +37,7 @@ def test_defaults() -> None:
     (["--worker-grace", "0"], "worker_grace_s", 0.0),
     (["--worker-grace", "2.5"], "worker_grace_s", 2.5),
     (["--jwt-secret-file", "/etc/dt/jwt.secret"], "jwt_secret_file", Path("/etc/dt/jwt.secret")),
+    (["--max-session-age", "3600"], "max_session_age_s", 3600.0),
 ])
 def test_each_flag_sets_its_field(argv: list[str], field: str, value: object) -> None:
     assert getattr(cfg(*argv), field) == value
@@ -58,6 +59,7 @@ def test_port_file_flag() -> None:
     ("DT_COORDINATOR_DB", "/data/c.duckdb", "db_path", "/data/c.duckdb"),
     ("DT_ADMIN_KEY_FILE", "/secrets/admin.key", "admin_key_file", Path("/secrets/admin.key")),
     ("DT_JWT_SECRET_FILE", "/secrets/jwt", "jwt_secret_file", Path("/secrets/jwt")),
+    ("DT_MAX_SESSION_AGE", "600", "max_session_age_s", 600.0),
 ])
 def test_each_variable_sets_its_field(var: str, value: str, field: str, expected: object) -> None:
     assert getattr(cfg(env={var: value}), field) == expected
@@ -83,6 +85,8 @@ def test_flags_win_over_variables() -> None:
     (["--heartbeat-interval", "0"], {}, "--heartbeat-interval"),
     (["--worker-ttl", "0"], {}, "--worker-ttl"),
     (["--worker-grace", "-1"], {}, "--worker-grace"),
+    (["--max-session-age", "0"], {}, "--max-session-age"),
+    ([], {"DT_MAX_SESSION_AGE": "a day"}, "DT_MAX_SESSION_AGE"),
 ])
 def test_bad_values_raise_config_error_naming_the_source(argv: list[str], env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -113,7 +117,8 @@ def test_malformed_flags_are_usage_errors(argv: list[str]) -> None:
     assert info.value.code == 2
 
 
-def test_secret_file_defaults() -> None:
+def test_secret_and_session_defaults() -> None:
+    assert cfg().max_session_age_s == 86400.0
     assert cfg("--db-path", "/srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")  # beside the database
     assert cfg("--db-path", "memory://").jwt_secret_path is None  # in memory only, like the store
     assert cfg("--db-path", "memory://", "--jwt-secret-file", "/s").jwt_secret_path == Path("/s")
