@@ -28,6 +28,8 @@ class CoordinatorConfig:
     jwt_secret_file: Path | None = None  # default: jwt.secret beside the database; none for memory://
     token_ttl_s: float = 900.0
     max_session_age_s: float = 86400.0  # a JWT renews JWTs up to this long after its API key was used
+    tls_cert: Path | None = None  # with tls_key: serve https/wss
+    tls_key: Path | None = None
     # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
     # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
     heartbeat_interval_s: float = 1.0  # WebSocket ping after this long without a frame; pong within half
@@ -46,6 +48,8 @@ class CoordinatorConfig:
             raise ConfigError(f"--token-ttl: must be 1..86400 seconds (JWT times are whole seconds), got {self.token_ttl_s}")
         if not 1 <= self.max_session_age_s <= 365 * 86400:
             raise ConfigError(f"--max-session-age: must be 1..31536000 seconds, got {self.max_session_age_s:g}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key: give both (the certificate chain and its private key) or neither")
         lo, hi = self.gang_ports
         if not 1 <= lo <= hi <= 65535:
             raise ConfigError(f"--gang-ports: must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {lo}-{hi}")
@@ -64,6 +68,10 @@ class CoordinatorConfig:
         if self.jwt_secret_file is not None:
             return self.jwt_secret_file
         return None if self.db_path.startswith("memory://") else self.state_dir / "jwt.secret"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ class WorkerConfig:
     reset_state: bool = False  # delete the local outbox, its journal and the cache dir at start
     # --interface: NIC whose address is reported for multi-node rendezvous and that gloo/NCCL bind
     interface: str | None = None
+    ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
 
     @property
     def ws_url(self) -> str:

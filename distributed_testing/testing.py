@@ -41,6 +41,7 @@ from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
 from .protocol import messages as m
 from .protocol.signing import Channel, derive_session_key
+from .security import tls
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
@@ -60,6 +61,31 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: s
         await asyncio.sleep(0.01)
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A private CA and a server certificate it signed, as PEM files (see :func:`make_tls_files`)."""
+
+    ca: Path  # the CA certificate: what clients pass as --ca-file
+    cert: Path  # the server's certificate chain, leaf first: --tls-cert
+    key: Path  # the server's private key: --tls-key
+
+
+def make_tls_files(directory: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost")) -> TlsFiles:
+    """A fresh CA and a certificate for ``hosts`` signed by it (``trustme``, a dev extra), written
+    into ``directory``; every call makes a new CA, so two calls give two CAs that trust nothing
+    of each other."""
+    import trustme  # tests only: the product never imports this module
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    leaf = ca.issue_cert(*hosts)
+    files = TlsFiles(ca=directory / "ca.pem", cert=directory / "server.pem", key=directory / "server.key")
+    ca.cert_pem.write_to_path(str(files.ca))
+    files.cert.write_bytes(b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
+    leaf.private_key_pem.write_to_path(str(files.key))
+    return files
+
+
 @dataclass
 class Cluster:
     base_url: str
@@ -69,6 +95,7 @@ class Cluster:
     agents: list[WorkerAgent] = field(default_factory=list)
     agent_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tmp: Path = Path(".")
+    ca_file: Path | None = None  # trusted by the cluster's client and its workers (https clusters)
 
     async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
                       params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -96,7 +123,8 @@ class Cluster:
         key = await self.create_key("worker")
         idx = len(self.agents)
         config = WorkerConfig(coordinator_url=self.base_url, api_key=key, name=f"w{idx}", worker_id=f"w{idx}",
-                              heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
+                              heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp,
+                              ca_file=self.ca_file)
         hardware = overrides.pop("hardware", None)
         config = replace(config, **overrides)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
@@ -104,7 +132,8 @@ class Cluster:
         outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
         agent = WorkerAgent(config, with_benchmark_cache(executors, config, results),
                             outbox, hardware or CPU_HARDWARE, ["cpu"],
-                            Credentials(self.base_url, api_key=config.api_key, token=config.token))
+                            Credentials(self.base_url, api_key=config.api_key, token=config.token,
+                                        ca_file=config.ca_file))
         self.agents.append(agent)
         self.agent_tasks.append(asyncio.create_task(agent.run(), name=f"agent-{config.worker_id}"))
         await wait_for(lambda: config.worker_id in self.runtime.sessions and agent.registered.is_set(),
@@ -113,25 +142,33 @@ class Cluster:
 
 
 async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> tuple[web.AppRunner, str]:
+    """The app on the lean front at 127.0.0.1, any free port; https when the config has a
+    certificate. Returns the runner and the base URL."""
+    context = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
     runner = web.AppRunner(create_app(config, store), access_log=None)
     await runner.setup()
-    site = FastSite(runner, "127.0.0.1", 0)
+    site = FastSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
     port = int(runner.addresses[0][1])
-    return runner, f"http://127.0.0.1:{port}"
+    return runner, f"{config.scheme}://127.0.0.1:{port}"
 
 
 @contextlib.asynccontextmanager
 async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None, db_path: str | None = None,
-                      worker_overrides: dict[str, Any] | None = None, **coord: Any) -> AsyncIterator[Cluster]:
-    """A coordinator plus ``workers`` in-process agents; everything is stopped on exit."""
+                      worker_overrides: dict[str, Any] | None = None, ca_file: Path | None = None,
+                      **coord: Any) -> AsyncIterator[Cluster]:
+    """A coordinator plus ``workers`` in-process agents; everything is stopped on exit. With
+    ``tls_cert``/``tls_key`` among ``coord`` it serves https, and ``ca_file`` is what the
+    cluster's own client and its workers trust."""
     config = CoordinatorConfig(host="127.0.0.1", port=0, db_path=db_path or str(tmp / "coordinator.duckdb"),
                                admin_key_file=tmp / "admin.key", heartbeat_interval_s=1.0, **coord)
     if store is None and db_path is None:
         store = MemoryStore()
     runner, url = await start_coordinator(config, store)
-    http = aiohttp.ClientSession()
-    cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp)
+    context = tls.client_context(ca_file) if ca_file is not None else None
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
+    cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp,
+                      ca_file=ca_file)
     try:
         for _ in range(workers):
             await cluster.add_worker(**(worker_overrides or {}))
@@ -160,7 +197,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
 
     trace = aiohttp.TraceConfig()
     trace.on_request_end.append(on_end)
-    ws_url = base_url.replace("http://", "ws://") + "/ws/worker"
+    ws_url = base_url.replace("https://", "wss://").replace("http://", "ws://") + "/ws/worker"
     async with (
         aiohttp.ClientSession(trace_configs=[trace]) as http,
         http.ws_connect(ws_url, headers={"Authorization": f"Bearer {credential}"}, autoping=autoping) as ws,

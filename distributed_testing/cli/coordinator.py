@@ -1,7 +1,7 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
-DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE.
+DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY.
 
 The process runs with umask 077: every file it creates (the database, its WAL, the journal, the
 admin key, the token-signing secret, the port file) is readable by its own user only.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from ..config import CoordinatorConfig, environ, positive
 from ..coordinator.fast_http import FastSite
 from ..coordinator.server import create_app
 from ..errors import ConfigError
-from ..security import secret_file
+from ..security import secret_file, tls
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-session-age", type=int,
                    help="seconds after a JWT was first obtained with an API key during which it (and its renewals) may "
                         "be renewed; renewed JWTs never outlive it (default 86400; env DT_MAX_SESSION_AGE)")
+    p.add_argument("--tls-cert", type=Path,
+                   help="PEM certificate chain: serve https and wss (needs --tls-key; env DT_TLS_CERT)")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (env DT_TLS_KEY)")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
     p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
@@ -71,6 +75,8 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
     return CoordinatorConfig(
         jwt_secret_file=_path_flag(ns.jwt_secret_file, env, "DT_JWT_SECRET_FILE"),
         max_session_age_s=float(_int_flag(ns.max_session_age, env, "DT_MAX_SESSION_AGE", "--max-session-age", 86400)),
+        tls_cert=_path_flag(ns.tls_cert, env, "DT_TLS_CERT"),
+        tls_key=_path_flag(ns.tls_key, env, "DT_TLS_KEY"),
         host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
         port=port,
         db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
@@ -112,15 +118,15 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
         raise ConfigError(f"{source}: expected LOW-HIGH such as 29500-29999, got {raw!r}") from exc
 
 
-async def serve(config: CoordinatorConfig, port_file: Path | None) -> None:
+async def serve(config: CoordinatorConfig, port_file: Path | None, ssl_context: ssl.SSLContext | None = None) -> None:
     """Run until SIGINT/SIGTERM; write the bound port to ``port_file`` once listening."""
     runner = web.AppRunner(create_app(config), access_log=None)
     await runner.setup()
     try:
-        site = FastSite(runner, config.host, config.port, reuse_address=True)
+        site = FastSite(runner, config.host, config.port, reuse_address=True, ssl_context=ssl_context)
         await site.start()
         port = int(runner.addresses[0][1])
-        log.info("coordinator listening on http://%s:%d", config.host, port)
+        log.info("coordinator listening on %s://%s:%d", config.scheme, config.host, port)
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")
             tmp.write_text(f"{port}\n")
@@ -146,13 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.rotate_jwt_secret:
             os.umask(0o077)
             return _rotate(config)
+        ssl_context = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         loop = aio.loop_choice()
     except ConfigError as exc:
         print(f"dt-coordinator: {exc}", file=sys.stderr)
         return 2
     os.umask(0o077)  # state files and directories: this user only (see the module docstring)
     tune_gc()
-    aio.run(serve(config, ns.port_file), loop)
+    aio.run(serve(config, ns.port_file, ssl_context), loop)
     return 0
 
 

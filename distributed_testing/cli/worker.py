@@ -1,8 +1,8 @@
 """``dt-worker`` / ``run_worker_example.py``: run a worker.
 
 Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_WORKER_NAME,
-DT_DB_PATH and DT_INTERFACE stand in for --coordinator, --api-key, --name, --db-path and
---interface (flags win).
+DT_DB_PATH, DT_INTERFACE and DT_CA_FILE stand in for --coordinator, --api-key, --name, --db-path,
+--interface and --ca-file (flags win).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY)")
     auth.add_argument("--token", help="JWT for a worker key; renewed before it expires")
     auth.add_argument("--token-file", type=Path, help="file holding a JWT; re-read at each reconnect")
+    p.add_argument("--ca-file", type=Path,
+                   help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
+                        "env DT_CA_FILE)")
     p.add_argument("--name", help="friendly name (default: hostname; env DT_WORKER_NAME)")
     p.add_argument("--worker-id", help="stable worker id (default: a new random id per start)")
     p.add_argument("--tags", default="", help="comma-separated capability tags, e.g. gpu,cuda,transformers")
@@ -87,6 +90,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     if ns.token or ns.token_file:
         api_key = ns.api_key  # an explicit token beats a key from the environment
     name, _ = env_pick(ns.name, env, "DT_WORKER_NAME")
+    ca_file, _ = env_pick(str(ns.ca_file) if ns.ca_file else None, env, "DT_CA_FILE")
     db, _ = env_pick(str(ns.db_path) if ns.db_path else None, env, "DT_DB_PATH")
     if ns.reconnect_attempts < 1:
         raise ConfigError(f"--reconnect-attempts: must be >= 1, got {ns.reconnect_attempts}")
@@ -112,7 +116,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         kwargs["worker_id"] = ns.worker_id
     return WorkerConfig(
         coordinator_url=normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if url_src == "flag" else url_src),
-        api_key=api_key, token=ns.token, token_file=ns.token_file,
+        api_key=api_key, token=ns.token, token_file=ns.token_file, ca_file=Path(ca_file) if ca_file else None,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
         db_path=db_path, test_root=test_root,
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),

@@ -1,7 +1,7 @@
 """Security: API keys (hashed at rest), JWT issue/verify, roles and per-session signing keys.
 
-Pure code apart from the file helpers (``bootstrap.write_secret_file``, ``files``,
-``secret_file``): no network, no database, no event loop; wherever time matters the
+Pure code apart from the file and TLS helpers (``bootstrap.write_secret_file``, ``files``,
+``secret_file``, ``tls``): no network, no database, no event loop; wherever time matters the
 caller passes ``now`` (unix seconds). The coordinator wires it in like this::
 
     credential = parse_authorization_header(request.headers.get("Authorization"))
@@ -10,7 +10,8 @@ caller passes ``now`` (unix seconds). The coordinator wires it in like this::
 
 Modules: ``roles`` (the role -> permission table), ``keys`` (API keys), ``tokens`` (JWTs),
 ``auth`` (credential -> Principal), ``bootstrap``, ``files`` (state files 0600, directories 0700),
-``secret_file`` (the token-signing secret's own file, its migration and rotation). Message-signing session keys are derived in
+``secret_file`` (the token-signing secret's own file, its migration and rotation) and ``tls``
+(server and client TLS contexts). Message-signing session keys are derived in
 :mod:`distributed_testing.protocol.signing`.
 """
 

@@ -10,11 +10,15 @@ Renewal works only within the coordinator's ``--max-session-age`` of the moment 
 exchanged for the first token. Once the coordinator refuses a renewal, the session lasts until
 the current token expires; the next connect then stops the worker with a ``ConfigError`` that
 says why (unless ``--token-file`` meanwhile holds another token).
+
+For an ``https`` coordinator the certificate is verified against ``ca_file`` (``--ca-file``) or
+the system's CAs; :attr:`Credentials.ssl` is that context, shared with the WebSocket client.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from pathlib import Path
 
@@ -23,6 +27,7 @@ import jwt
 
 from ..config import read_token_file
 from ..errors import AuthError, ConfigError
+from ..security import tls
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ def token_expiry(token: str) -> float | None:
 
 class Credentials:
     def __init__(self, coordinator_url: str, *, api_key: str | None = None, token: str | None = None,
-                 token_file: Path | None = None) -> None:
+                 token_file: Path | None = None, ca_file: Path | None = None) -> None:
         given = [n for n, v in (("--api-key", api_key), ("--token", token), ("--token-file", token_file)) if v]
         if not given:
             raise ConfigError("no credentials: pass --api-key (or DT_API_KEY), --token or --token-file")
@@ -51,6 +56,8 @@ class Credentials:
         self._token = token
         self._file_token: str | None = None
         self.ended: str | None = None  # why the current token can no longer be renewed
+        self.ssl: ssl.SSLContext | None = (
+            tls.client_context(ca_file) if coordinator_url.startswith("https://") else None)
 
     async def current(self) -> str:
         """The credential for the next handshake. ``ConfigError`` once the token has expired and
@@ -84,7 +91,7 @@ class Credentials:
         further renewal is tried); a token that reaches its session's end is the last one."""
         assert self._token is not None
         url = f"{self.coordinator_url}/api/v1/auth/token"
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl or True)) as http:
             async with http.post(url, headers={"Authorization": f"Bearer {self._token}"}) as resp:
                 body = await resp.json(content_type=None)
                 if resp.status in (401, 403):

@@ -80,3 +80,58 @@ def forge_admin_token(secret: bytes, key_id: str) -> str:
     sig = _b64(hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest())
     return f"{head}.{body}.{sig}"
 
+
+class Sniffer:
+    """A TCP relay on 127.0.0.1 that forwards to ``target_port`` and keeps every byte it carried,
+    both ways: what an eavesdropper on the network path sees. One thread per direction."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.target_port = target_port
+        self.captured = bytearray()
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._server.getsockname()[1])
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for src, dst in ((client, upstream), (upstream, client)):
+                t = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _pump(self, src: object, dst: object) -> None:
+        import socket
+
+        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+        try:
+            while data := src.recv(65536):
+                with self._lock:
+                    self.captured += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._server.close()
