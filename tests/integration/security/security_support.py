@@ -11,6 +11,8 @@ import hmac
 import json
 import os
 import re
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -86,9 +88,6 @@ class Sniffer:
     both ways: what an eavesdropper on the network path sees. One thread per direction."""
 
     def __init__(self, target_port: int) -> None:
-        import socket
-        import threading
-
         self.target_port = target_port
         self.captured = bytearray()
         self._lock = threading.Lock()
@@ -100,9 +99,6 @@ class Sniffer:
         accept.start()
 
     def _accept(self) -> None:
-        import socket
-        import threading
-
         while not self._closed:
             try:
                 client, _ = self._server.accept()
@@ -114,10 +110,7 @@ class Sniffer:
                 t.start()
                 self._threads.append(t)
 
-    def _pump(self, src: object, dst: object) -> None:
-        import socket
-
-        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
                 with self._lock:
