@@ -56,7 +56,11 @@ class CoordinatorConfig:
 
     @property
     def state_dir(self) -> Path:
-        return Path(self.db_path).parent if "://" not in self.db_path else Path("state")
+        """The database's directory (``duckdb://`` URLs included); ``state`` for other stores."""
+        scheme, sep, rest = self.db_path.partition("://")
+        if not sep:
+            return Path(self.db_path).parent
+        return Path(rest).parent if scheme.lower() == "duckdb" and rest else Path("state")
 
     @property
     def admin_key_path(self) -> Path:

@@ -125,6 +125,8 @@ def test_secret_and_session_defaults() -> None:
     assert cfg().max_session_age_s == 86400.0
     assert cfg("--db-path", "/srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")  # beside the database
     assert cfg("--db-path", "memory://").jwt_secret_path is None  # in memory only, like the store
+    assert cfg("--db-path", "duckdb:///srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")
+    assert cfg("--db-path", "duckdb:///srv/dt/c.duckdb").admin_key_path == Path("/srv/dt/admin.key")
     assert cfg("--db-path", "memory://", "--jwt-secret-file", "/s").jwt_secret_path == Path("/s")
     assert cfg().tls_cert is None and cfg().scheme == "http"
 
