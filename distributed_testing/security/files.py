@@ -8,8 +8,8 @@ task payloads and results (and, for the secret, sign tokens), so:
   (:func:`make_private_dir`); an existing one is left as the operator made it, with a warning
   when group or others may enter it;
 * a state file that grants group or others any access is narrowed to 0600 when this process
-  owns it, with a warning naming it (:func:`tighten`); one owned by someone else is only warned
-  about (it may sit on a read-only mount or belong to a deliberate setup).
+  owns it, with a warning naming it (:func:`tighten`); one owned by someone else, or one whose
+  mode cannot be changed (a read-only mount), is only warned about.
 
 Blocking file-system calls: run them off the event loop.
 """
@@ -68,7 +68,12 @@ def tighten(path: Path, *, quiet: bool = False) -> None:
                     "users may read it; chmod 600 it", path, old, st.st_uid)
         return
     new = PRIVATE_DIR_MODE if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE_MODE
-    os.chmod(path, new)
+    try:
+        os.chmod(path, new)
+    except OSError as exc:  # a read-only mount, say: the operator's to fix, not a reason to stop
+        log.warning("state file %s has mode %04o, readable by other local users, and cannot be changed (%s); "
+                    "chmod 600 it", path, old, exc.strerror)
+        return
     if not quiet:
         log.warning("state file %s had mode %04o, readable by other local users: changed it to %04o",
                     path, old, new)

@@ -105,3 +105,18 @@ def test_tighten_tree_narrows_a_journal_directory(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(seg)
     files.tighten(link)  # links are not followed
+
+
+def test_a_file_whose_mode_cannot_change_is_only_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "jwt.secret"
+    path.write_text("ab" * 32)
+    os.chmod(path, 0o644)
+
+    def read_only(*_a: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(files.os, "chmod", read_only)
+    with caplog.at_level(logging.WARNING):
+        assert secret_file.read_secret(path) == b"\xab" * 32
+    assert "cannot be changed (Read-only file system)" in caplog.text
