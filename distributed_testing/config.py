@@ -25,7 +25,11 @@ class CoordinatorConfig:
     port: int = 8080
     db_path: str = "state/coordinator.duckdb"
     admin_key_file: Path | None = None
+    jwt_secret_file: Path | None = None  # default: jwt.secret beside the database; none for memory://
     token_ttl_s: float = 900.0
+    max_session_age_s: float = 86400.0  # a JWT renews JWTs up to this long after its API key was used
+    tls_cert: Path | None = None  # with tls_key: serve https/wss
+    tls_key: Path | None = None
     # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
     # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
     heartbeat_interval_s: float = 1.0  # WebSocket ping after this long without a frame; pong within half
@@ -48,6 +52,10 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
             raise ConfigError(f"--token-ttl: must be 1..86400 seconds (JWT times are whole seconds), got {self.token_ttl_s}")
+        if not 1 <= self.max_session_age_s <= 365 * 86400:
+            raise ConfigError(f"--max-session-age: must be 1..31536000 seconds, got {self.max_session_age_s:g}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key: give both (the certificate chain and its private key) or neither")
         lo, hi = self.gang_ports
         if not 1 <= lo <= hi <= 65535:
             raise ConfigError(f"--gang-ports: must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535, got {lo}-{hi}")
@@ -62,11 +70,26 @@ class CoordinatorConfig:
 
     @property
     def state_dir(self) -> Path:
-        return Path(self.db_path).parent if "://" not in self.db_path else Path("state")
+        """The database's directory (``duckdb://`` URLs included); ``state`` for other stores."""
+        scheme, sep, rest = self.db_path.partition("://")
+        if not sep:
+            return Path(self.db_path).parent
+        return Path(rest).parent if scheme.lower() == "duckdb" and rest else Path("state")
 
     @property
     def admin_key_path(self) -> Path:
         return self.admin_key_file or self.state_dir / "admin.key"
+
+    @property
+    def jwt_secret_path(self) -> Path | None:
+        """Where the token-signing secret lives; None: a memory:// store keeps it in memory only."""
+        if self.jwt_secret_file is not None:
+            return self.jwt_secret_file
+        return None if self.db_path.startswith("memory://") else self.state_dir / "jwt.secret"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,7 @@ class WorkerConfig:
     # ``module:callable`` models, and guarded pytest options test tasks may pass
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
+    ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
 
     @property
     def ws_url(self) -> str:

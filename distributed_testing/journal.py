@@ -173,7 +173,7 @@ class Journal(Generic[R]):
 
     def _start_sync(self, min_seq: int) -> None:
         if not self.directory.is_dir():
-            self.directory.mkdir(parents=True)
+            self.directory.mkdir(mode=0o700, parents=True)  # private: records hold payloads and results
             fsync_dir(self.directory.parent)  # make the new directory's own entry durable
         existing = [seq for seq, _ in self.segments()]
         self._seq = max(max(existing, default=0) + 1, min_seq)
@@ -460,7 +460,7 @@ class Journal(Generic[R]):
 
     def _open_segment(self, seq: int) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self._segment_path(seq), flags, 0o644)
+        fd = os.open(self._segment_path(seq), flags, 0o600)
         self._offset = self._allocated = 0
         self._unsynced = False
         self._can_preallocate = PREALLOCATE_BYTES > 0

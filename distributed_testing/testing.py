@@ -41,6 +41,7 @@ from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
 from .protocol import messages as m
 from .protocol.signing import Channel, derive_session_key
+from .security import tls
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
 from .worker.executors import default_executors
@@ -60,6 +61,31 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: s
         await asyncio.sleep(0.01)
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A private CA and a server certificate it signed, as PEM files (see :func:`make_tls_files`)."""
+
+    ca: Path  # the CA certificate: what clients pass as --ca-file
+    cert: Path  # the server's certificate chain, leaf first: --tls-cert
+    key: Path  # the server's private key: --tls-key
+
+
+def make_tls_files(directory: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost")) -> TlsFiles:
+    """A fresh CA and a certificate for ``hosts`` signed by it (``trustme``, a dev extra), written
+    into ``directory``; every call makes a new CA, so two calls give two CAs that trust nothing
+    of each other."""
+    import trustme  # tests only: the product never imports this module
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    leaf = ca.issue_cert(*hosts)
+    files = TlsFiles(ca=directory / "ca.pem", cert=directory / "server.pem", key=directory / "server.key")
+    ca.cert_pem.write_to_path(str(files.ca))
+    files.cert.write_bytes(b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
+    leaf.private_key_pem.write_to_path(str(files.key))
+    return files
+
+
 @dataclass
 class Cluster:
     base_url: str
@@ -70,6 +96,7 @@ class Cluster:
     agent_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     tmp: Path = Path(".")
     worker_keys: dict[str, str] = field(default_factory=dict)  # worker id -> its key, kept across restarts
+    ca_file: Path | None = None  # trusted by the cluster's client and its workers (https clusters)
 
     async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
                       params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -100,7 +127,8 @@ class Cluster:
         worker_id = overrides.get("worker_id", f"w{idx}")
         key = self.worker_keys.get(worker_id) or await self.create_key("worker")
         config = WorkerConfig(coordinator_url=self.base_url, api_key=key, name=f"w{idx}", worker_id=f"w{idx}",
-                              heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp)
+                              heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp,
+                              ca_file=self.ca_file)
         hardware = overrides.pop("hardware", None)
         config = replace(config, **overrides)
         if config.api_key:
@@ -110,7 +138,8 @@ class Cluster:
         outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
         agent = WorkerAgent(config, with_benchmark_cache(executors, config, results),
                             outbox, hardware or CPU_HARDWARE, ["cpu"],
-                            Credentials(self.base_url, api_key=config.api_key, token=config.token))
+                            Credentials(self.base_url, api_key=config.api_key, token=config.token,
+                                        ca_file=config.ca_file))
         self.agents.append(agent)
         self.agent_tasks.append(asyncio.create_task(agent.run(), name=f"agent-{config.worker_id}"))
         await wait_for(lambda: config.worker_id in self.runtime.sessions and agent.registered.is_set(),
@@ -119,25 +148,33 @@ class Cluster:
 
 
 async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> tuple[web.AppRunner, str]:
+    """The app on the lean front at 127.0.0.1, any free port; https when the config has a
+    certificate. Returns the runner and the base URL."""
+    context = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
     runner = make_runner(create_app(config, store))
     await runner.setup()
-    site = FastSite(runner, "127.0.0.1", 0)
+    site = FastSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
     port = int(runner.addresses[0][1])
-    return runner, f"http://127.0.0.1:{port}"
+    return runner, f"{config.scheme}://127.0.0.1:{port}"
 
 
 @contextlib.asynccontextmanager
 async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None, db_path: str | None = None,
-                      worker_overrides: dict[str, Any] | None = None, **coord: Any) -> AsyncIterator[Cluster]:
-    """A coordinator plus ``workers`` in-process agents; everything is stopped on exit."""
+                      worker_overrides: dict[str, Any] | None = None, ca_file: Path | None = None,
+                      **coord: Any) -> AsyncIterator[Cluster]:
+    """A coordinator plus ``workers`` in-process agents; everything is stopped on exit. With
+    ``tls_cert``/``tls_key`` among ``coord`` it serves https, and ``ca_file`` is what the
+    cluster's own client and its workers trust."""
     config = CoordinatorConfig(host="127.0.0.1", port=0, db_path=db_path or str(tmp / "coordinator.duckdb"),
                                admin_key_file=tmp / "admin.key", heartbeat_interval_s=1.0, **coord)
     if store is None and db_path is None:
         store = MemoryStore()
     runner, url = await start_coordinator(config, store)
-    http = aiohttp.ClientSession()
-    cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp)
+    context = tls.client_context(ca_file) if ca_file is not None else None
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
+    cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp,
+                      ca_file=ca_file)
     try:
         for _ in range(workers):
             await cluster.add_worker(**(worker_overrides or {}))
@@ -167,7 +204,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
 
     trace = aiohttp.TraceConfig()
     trace.on_request_end.append(on_end)
-    ws_url = base_url.replace("http://", "ws://") + "/ws/worker"
+    ws_url = base_url.replace("https://", "wss://").replace("http://", "ws://") + "/ws/worker"
     async with (
         aiohttp.ClientSession(trace_configs=[trace]) as http,
         http.ws_connect(ws_url, headers={"Authorization": f"Bearer {credential}"}, autoping=autoping) as ws,
@@ -325,19 +362,24 @@ class Rest:
 
 def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, host: str = "127.0.0.1",
                               args: Sequence[str] = (), log: Path | None = None,
-                              timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
+                              timeout: float = 60.0, make_dir: bool = True,
+                              env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
     """``run_coordinator.py`` (``procs.cwd`` must hold it) on ``host:port`` (0: any free port) with
     ``--port-file``; returns the process and its port once it listens. The admin key is written
-    beside ``db_path`` on the first start."""
-    port_file = db_path.parent / f"{db_path.stem}.port"
+    beside ``db_path`` on the first start. ``make_dir=False`` leaves creating the database's
+    directory to the coordinator (the port file and the default log then go to ``procs.tmp``).
+    ``env`` adds variables to the process's environment."""
+    if make_dir:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    aside = db_path.parent if make_dir else procs.tmp
+    port_file = aside / f"{db_path.stem}.port"
     port_file.unlink(missing_ok=True)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    where = log or aside / "coordinator.log"
     p = procs.start(["run_coordinator.py", "--host", host, "--port", str(port), "--db-path", str(db_path),
-                     "--port-file", str(port_file), *args], log or db_path.parent / "coordinator.log")
+                     "--port-file", str(port_file), *args], where, env=env)
 
     def listening() -> bool:
         if p.poll() is not None:
-            where = log or db_path.parent / "coordinator.log"
             raise AssertionError(f"coordinator exited with {p.returncode}: {where.read_text()[-3000:]}")
         return port_file.exists()
 

@@ -1,12 +1,16 @@
 """``dt-coordinator`` / ``run_coordinator.py``: start the coordinator.
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
-DT_HEADER_TIMEOUT, DT_MAX_CONNECTIONS, DT_MAX_WORKER_SESSIONS, DT_AUTH_FAIL_LIMIT, DT_AUTH_FAIL_WINDOW.
+DT_HEADER_TIMEOUT, DT_MAX_CONNECTIONS, DT_MAX_WORKER_SESSIONS, DT_AUTH_FAIL_LIMIT, DT_AUTH_FAIL_WINDOW,
+DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY.
 
 Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
 use, the database locked by another coordinator or not openable), with one line on stderr and
 nothing created; 3 (``EXIT_FATAL``) when it stopped itself after a fatal failure while running (a
 write the store could not make, a background task that died; see ``coordinator/supervisor.py``).
+
+The process runs with umask 077: every file it creates (the database, its WAL, the journal, the
+admin key, the token-signing secret, the port file) is readable by its own user only.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +36,7 @@ from ..coordinator.runtime import RUNTIME
 from ..coordinator.server import create_app, make_runner, nofile
 from ..coordinator.supervisor import EXIT_FATAL
 from ..errors import ConfigError, StoreError
+from ..security import secret_file, tls
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
@@ -46,7 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
+    p.add_argument("--jwt-secret-file", type=Path,
+                   help="file holding the token-signing secret, created 0600 on the first start (default: jwt.secret "
+                        "beside the database; with memory:// the secret lives in memory only; env DT_JWT_SECRET_FILE)")
+    p.add_argument("--rotate-jwt-secret", action="store_true",
+                   help="write a new token-signing secret to the secret file and exit; after the coordinator restarts, "
+                        "JWTs signed with the old one are refused (API keys keep working)")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
+    p.add_argument("--max-session-age", type=int,
+                   help="seconds after a JWT was first obtained with an API key during which it (and its renewals) may "
+                        "be renewed; renewed JWTs never outlive it (default 86400; env DT_MAX_SESSION_AGE)")
+    p.add_argument("--tls-cert", type=Path,
+                   help="PEM certificate chain: serve https and wss (needs --tls-key; env DT_TLS_CERT)")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (env DT_TLS_KEY)")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
     p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
@@ -83,6 +101,10 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         raise ConfigError(f"{source}: must be 0..65535, got {port}")
     admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
     return CoordinatorConfig(
+        jwt_secret_file=_path_flag(ns.jwt_secret_file, env, "DT_JWT_SECRET_FILE"),
+        max_session_age_s=float(_int_flag(ns.max_session_age, env, "DT_MAX_SESSION_AGE", "--max-session-age", 86400)),
+        tls_cert=_path_flag(ns.tls_cert, env, "DT_TLS_CERT"),
+        tls_key=_path_flag(ns.tls_key, env, "DT_TLS_KEY"),
         host=ns.host or env.get("DT_COORDINATOR_HOST") or "127.0.0.1",
         port=port,
         db_path=ns.db_path or env.get("DT_COORDINATOR_DB") or "state/coordinator.duckdb",
@@ -131,6 +153,20 @@ def _number(flag: str | None, env: Mapping[str, str], var: str, name: str, defau
     if seconds_max is not None and not 0 < value <= seconds_max:
         raise ConfigError(f"{where}: must be > 0 and at most {seconds_max:g} seconds, got {raw!r}")
     return value
+def _path_flag(flag: Path | None, env: Mapping[str, str], var: str) -> Path | None:
+    return flag or (Path(env[var]) if env.get(var) else None)
+
+
+def _int_flag(flag: int | None, env: Mapping[str, str], var: str, name: str, default: int) -> int:
+    if flag is not None:
+        return flag
+    raw = env.get(var)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{var}: expected whole seconds for {name}, got {raw!r}") from exc
 
 
 def _port_range(raw: str, source: str) -> tuple[int, int]:
@@ -143,7 +179,7 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
         raise ConfigError(f"{source}: expected LOW-HIGH such as 29500-29999, got {raw!r}") from exc
 
 
-async def serve(config: CoordinatorConfig, port_file: Path | None) -> int:
+async def serve(config: CoordinatorConfig, port_file: Path | None, ssl_context: ssl.SSLContext | None = None) -> int:
     """Run until SIGINT/SIGTERM (0) or a fatal failure (``EXIT_FATAL``); write the bound port to
     ``port_file`` once listening. Raises ``ConfigError`` or ``StoreError`` if it cannot start."""
     check_listen(config.host, config.port)  # before the store and the admin key file are created
@@ -152,13 +188,13 @@ async def serve(config: CoordinatorConfig, port_file: Path | None) -> int:
     runner = make_runner(create_app(config))
     try:
         await runner.setup()
-        site = FastSite(runner, config.host, config.port, reuse_address=True)
+        site = FastSite(runner, config.host, config.port, reuse_address=True, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError as exc:  # taken since check_listen
             raise ConfigError(_listen_error(config.host, config.port, exc)) from exc
         port = int(runner.addresses[0][1])
-        log.info("coordinator listening on http://%s:%d", config.host, port)
+        log.info("coordinator listening on %s://%s:%d", config.scheme, config.host, port)
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")
             tmp.write_text(f"{port}\n")
@@ -246,12 +282,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(ns.log_level)
     try:
         config = config_from_args(ns, environ())
+        if ns.rotate_jwt_secret:
+            os.umask(0o077)
+            return _rotate(config)
+        ssl_context = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
         loop = aio.loop_choice()
+        os.umask(0o077)  # state files and directories: this user only (see the module docstring)
         tune_gc()
-        return aio.run(serve(config, ns.port_file), loop)
+        return aio.run(serve(config, ns.port_file, ssl_context), loop)
     except (ConfigError, StoreError) as exc:  # serve raises these only while starting
         print(f"dt-coordinator: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+
+
+def _rotate(config: CoordinatorConfig) -> int:
+    path = config.jwt_secret_path
+    if path is None:
+        raise ConfigError("--rotate-jwt-secret: a memory:// store keeps its secret in memory only; "
+                          "give --jwt-secret-file to rotate a secret file")
+    secret_file.rotate(path)
+    print(f"rotated the token-signing secret in {path}; restart the coordinator to use it", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """``dt``: the command line for people and CI.
 
-Reads DT_COORDINATOR_URL and DT_API_KEY; ``--coordinator`` and ``--api-key`` override. Exit codes:
+Reads DT_COORDINATOR_URL, DT_API_KEY and DT_CA_FILE; ``--coordinator``, ``--api-key`` and
+``--ca-file`` override. An https coordinator's certificate is always verified (``--ca-file`` for a
+private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, was cancelled or timed out
 (or the wait ran out), 2 invalid input, bad credentials or an unreachable coordinator, with the
 reason on stderr. Only the requested data goes to stdout.
@@ -19,6 +21,7 @@ from typing import Any
 
 from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
 from ..errors import ConfigError
+from ..security import tls
 from .http import ApiClient, ApiError
 from .report import print_results, print_table, write_junit
 
@@ -30,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt", description="Submit and inspect distributed_testing tasks.")
     p.add_argument("--coordinator", help=f"coordinator URL (env DT_COORDINATOR_URL; default {DEFAULT_COORDINATOR_URL})")
     p.add_argument("--api-key", help="API key or JWT (env DT_API_KEY)")
+    p.add_argument("--ca-file", type=Path,
+                   help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
+                        "env DT_CA_FILE)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     keys = sub.add_parser("keys", help="manage API keys (admin)").add_subparsers(dest="keys_cmd", required=True)
@@ -78,7 +84,10 @@ def client_from_args(ns: argparse.Namespace) -> ApiClient:
     key, _ = env_pick(ns.api_key, env, "DT_API_KEY")
     if not key:
         raise ConfigError("no credentials: pass --api-key or set DT_API_KEY")
-    return ApiClient(normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if src == "flag" else src), key)
+    base = normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if src == "flag" else src)
+    ca, ca_src = env_pick(str(ns.ca_file) if ns.ca_file else None, env, "DT_CA_FILE")
+    context = tls.client_context(Path(ca) if ca else None, "--ca-file" if ca_src == "flag" else ca_src)
+    return ApiClient(base, key, ssl_context=context if base.startswith("https://") else None)
 
 
 def cmd_keys(api: ApiClient, ns: argparse.Namespace) -> int:

@@ -1,10 +1,11 @@
 """``dt-worker`` / ``run_worker_example.py``: run a worker.
 
 Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_API_KEY_FILE,
-DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_ALLOW_MODEL_MODULES and DT_ALLOW_TEST_OPTIONS stand
-in for --coordinator, --api-key, --api-key-file, --name, --db-path, --interface,
---allow-model-modules and --allow-test-options (flags win). Once the configuration is read, the
-credential variables are removed from the process environment, so no task child inherits them.
+DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_CA_FILE, DT_ALLOW_MODEL_MODULES and
+DT_ALLOW_TEST_OPTIONS stand in for --coordinator, --api-key, --api-key-file, --name, --db-path,
+--interface, --ca-file, --allow-model-modules and --allow-test-options (flags win). Once the
+configuration is read, the credential variables are removed from the process environment, so no
+task child inherits them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     auth.add_argument("--api-key-file", type=Path, help="file holding the API key (env DT_API_KEY_FILE)")
     auth.add_argument("--token", help="JWT for a worker key; renewed before it expires")
     auth.add_argument("--token-file", type=Path, help="file holding a JWT; re-read at each reconnect")
+    p.add_argument("--ca-file", type=Path,
+                   help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
+                        "env DT_CA_FILE)")
     p.add_argument("--name", help="friendly name (default: hostname; env DT_WORKER_NAME)")
     p.add_argument("--worker-id", help="stable worker id (default: a new random id per start)")
     p.add_argument("--tags", default="", help="comma-separated capability tags, e.g. gpu,cuda,transformers")
@@ -107,6 +111,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     url, url_src = env_pick(ns.coordinator, env, "DT_COORDINATOR_URL", DEFAULT_COORDINATOR_URL)
     api_key = _api_key(ns, env)
     name, _ = env_pick(ns.name, env, "DT_WORKER_NAME")
+    ca_file, _ = env_pick(str(ns.ca_file) if ns.ca_file else None, env, "DT_CA_FILE")
     db, _ = env_pick(str(ns.db_path) if ns.db_path else None, env, "DT_DB_PATH")
     if ns.reconnect_attempts < 1:
         raise ConfigError(f"--reconnect-attempts: must be >= 1, got {ns.reconnect_attempts}")
@@ -132,7 +137,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         kwargs["worker_id"] = ns.worker_id
     return WorkerConfig(
         coordinator_url=normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if url_src == "flag" else url_src),
-        api_key=api_key, token=ns.token, token_file=ns.token_file,
+        api_key=api_key, token=ns.token, token_file=ns.token_file, ca_file=Path(ca_file) if ca_file else None,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
         db_path=db_path, test_root=test_root,
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),

@@ -236,8 +236,12 @@ async def issue_token(request: web.Request) -> web.Response:
     rt = _rt(request)
     principal: sa.Principal = request[PRINCIPAL]
     rec = rt.keys[principal.key_id]
-    token, claims = tokens.issue_token(rt.jwt_secret, rec, rt.clock(), ttl_s=int(rt.config.token_ttl_s))
-    return json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub})
+    # a JWT renews within its session's maximum age only; the API key starts a new session
+    token, claims = tokens.issue_token(rt.jwt_secret, rec, rt.clock(), ttl_s=int(rt.config.token_ttl_s),
+                                       session_start=principal.session_start if principal.via == "jwt" else None,
+                                       max_session_age_s=int(rt.config.max_session_age_s))
+    return json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub,
+                          "session_expires_at": claims.session_start + int(rt.config.max_session_age_s)})
 
 
 async def create_key(request: web.Request) -> web.Response:

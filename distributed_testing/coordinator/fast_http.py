@@ -35,6 +35,7 @@ import contextlib
 import logging
 import re
 import socket
+import ssl
 import time
 from email.utils import formatdate
 from http import HTTPStatus
@@ -397,8 +398,11 @@ def _response(status: int, body: bytes, content_type: str, headers: dict[str, st
 class FastSite(web.BaseSite):
     """A TCP site whose connections start with :class:`FastProtocol` (``web.TCPSite``'s role)."""
 
-    def __init__(self, runner: web.AppRunner, host: str | None, port: int, *, reuse_address: bool | None = None) -> None:
-        super().__init__(runner)
+    def __init__(self, runner: web.AppRunner, host: str | None, port: int, *, reuse_address: bool | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        # With ``ssl_context`` asyncio's TLS transport hands FastProtocol decrypted bytes, and a
+        # hand-over gives aiohttp that same transport (it reports ``sslcontext``: https, wss).
+        super().__init__(runner, ssl_context=ssl_context)
         self._app_runner = runner
         self._host_name = host
         self._port_number = port
@@ -411,7 +415,8 @@ class FastSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"http://{self._host_name or '0.0.0.0'}:{self._port_number}"
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host_name or '0.0.0.0'}:{self._port_number}"
 
     @property
     def app(self) -> web.Application:
@@ -443,7 +448,8 @@ class FastSite(web.BaseSite):
         self.header_timeout = config.header_timeout_s
         self.max_connections = self.app[api.LIMITS].max_connections
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: FastProtocol(self), self._host_name, self._port_number, reuse_address=self._reuse_address)
+            lambda: FastProtocol(self), self._host_name, self._port_number, reuse_address=self._reuse_address,
+            ssl=self._ssl_context)
 
     async def stop(self) -> None:
         await super().stop()  # no new connections

@@ -41,7 +41,7 @@ from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
 from ..security import keys as sk
-from ..security import tokens
+from ..security import secret_file, tokens
 from ..security.roles import Role
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
@@ -283,11 +283,17 @@ class Runtime:
         return rec
 
     async def ensure_secret(self, meta: dict[str, str]) -> None:
-        if "jwt_secret" in meta:
-            self.jwt_secret = bytes.fromhex(meta["jwt_secret"])
+        """Load the token-signing secret from its own file (created on the first start), never
+        from the store: a secret an older version kept in ``meta`` is moved to the file and
+        deleted from the store (see ``security.secret_file``)."""
+        legacy = meta.get(secret_file.LEGACY_META_KEY) or None
+        path = self.config.jwt_secret_path
+        if path is None:  # memory:// store: nothing outlives the process, the secret included
+            self.jwt_secret = tokens.generate_secret()
             return
-        self.jwt_secret = tokens.generate_secret()
-        await self.persist([MetaRow("jwt_secret", self.jwt_secret.hex())])
+        self.jwt_secret = await asyncio.to_thread(secret_file.load_or_create, path, legacy)
+        if legacy is not None:
+            await self.persist([MetaRow(secret_file.LEGACY_META_KEY, "")])  # an empty value deletes it
 
     def tick(self) -> None:
         self.execute(self.state.tick(self.clock()))

@@ -1,14 +1,17 @@
 """Security: API keys (hashed at rest), JWT issue/verify, roles and per-session signing keys.
 
-Pure code apart from :func:`write_secret_file`: no network, no database, no event loop; wherever
-time matters the caller passes ``now`` (unix seconds). The coordinator wires it in like this::
+Pure code apart from the file and TLS helpers (``bootstrap.write_secret_file``, ``files``,
+``secret_file``, ``tls``): no network, no database, no event loop; wherever time matters the
+caller passes ``now`` (unix seconds). The coordinator wires it in like this::
 
     credential = parse_authorization_header(request.headers.get("Authorization"))
     principal = authenticate(credential, store.get_key, config.token_secret, now)
     require(principal.role, Permission.TASKS_SUBMIT)
 
 Modules: ``roles`` (the role -> permission table), ``keys`` (API keys), ``tokens`` (JWTs),
-``auth`` (credential -> Principal), ``bootstrap``. Message-signing session keys are derived in
+``auth`` (credential -> Principal), ``bootstrap``, ``files`` (state files 0600, directories 0700),
+``secret_file`` (the token-signing secret's own file, its migration and rotation) and ``tls``
+(server and client TLS contexts). Message-signing session keys are derived in
 :mod:`distributed_testing.protocol.signing`.
 """
 

@@ -40,7 +40,8 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     """Who is calling: the API key behind the credential, and how it was presented.
 
     ``role`` and ``name`` come from the stored key record, not from token claims.
-    ``token_exp`` is the token's expiry (unix seconds) when ``via == "jwt"``, else ``None``.
+    ``token_exp`` is the token's expiry (unix seconds) when ``via == "jwt"``, else ``None``;
+    ``session_start`` likewise its ``auth_time``.
     """
 
     key_id: str
@@ -48,6 +49,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     via: Literal["api_key", "jwt"]
     token_exp: int | None = None
+    session_start: int | None = None  # the token's auth_time when via == "jwt" (for renewal)
 
 
 def parse_authorization_header(value: str | None) -> str:
@@ -86,7 +88,8 @@ def _from_token(
     if claims.iat < math.floor(record.created_at):
         raise AuthError("token predates its API key")
     return Principal(
-        key_id=record.key_id, role=record.role, name=record.name, via="jwt", token_exp=claims.exp
+        key_id=record.key_id, role=record.role, name=record.name, via="jwt", token_exp=claims.exp,
+        session_start=claims.session_start,
     )
 
 

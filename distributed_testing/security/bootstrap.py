@@ -4,7 +4,7 @@ There is no hard-coded admin key. On first start the coordinator calls
 :func:`bootstrap_admin_key`, stores the record, and writes the plaintext with
 :func:`write_secret_file` (or shows it once) for the operator.
 
-:func:`write_secret_file` is the only function in this package that touches the filesystem.
+:func:`write_secret_file` writes any secret file (the admin key, the token-signing secret).
 """
 
 from __future__ import annotations

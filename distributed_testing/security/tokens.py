@@ -7,6 +7,12 @@ A token is a bearer credential derived from one :class:`KeyRecord`. Its claims::
     role role of that key at issue time
     iat  issued at, nbf not before, exp expires (integer unix seconds)
     jti  random token id (for audit logs)
+    auth_time  when the session began: when its API key was last presented (OIDC's claim name)
+
+A token may be exchanged for a fresh one (renewal), but only within ``max_session_age_s`` of its
+``auth_time``, which the new token keeps, and no renewed token expires later than that: a stolen
+JWT cannot be stretched into a credential that lives forever. After that, only the API key gets
+a new session. Tokens from versions without ``auth_time`` count their ``iat`` as the start.
 
 Only ``HS256`` is accepted, always passed to PyJWT as an explicit allow-list, so ``alg=none``
 and algorithm-confusion tokens are rejected. PyJWT's own time checks read the real clock, so
@@ -34,6 +40,7 @@ from distributed_testing.security.roles import Role
 __all__ = [
     "ALGORITHM",
     "DEFAULT_ISSUER",
+    "DEFAULT_MAX_SESSION_AGE_S",
     "DEFAULT_TTL_S",
     "MAX_TOKEN_LENGTH",
     "MAX_TTL_S",
@@ -48,6 +55,7 @@ __all__ = [
 ALGORITHM = "HS256"
 DEFAULT_ISSUER = "distributed_testing"
 DEFAULT_TTL_S = 900
+DEFAULT_MAX_SESSION_AGE_S = 24 * 3600
 MAX_TTL_S = 24 * 3600
 MIN_SECRET_BYTES = 32
 MAX_TOKEN_LENGTH = 4096
@@ -67,6 +75,12 @@ class TokenClaims(msgspec.Struct, frozen=True, kw_only=True):
     nbf: Timestamp
     exp: Timestamp
     jti: str
+    auth_time: Timestamp | None = None
+
+    @property
+    def session_start(self) -> int:
+        """When this token's session began (``auth_time``; ``iat`` for tokens without it)."""
+        return self.iat if self.auth_time is None else self.auth_time
 
 
 def generate_secret() -> bytes:
@@ -86,13 +100,19 @@ def issue_token(
     now: float,
     ttl_s: int = DEFAULT_TTL_S,
     issuer: str = DEFAULT_ISSUER,
+    *,
+    session_start: int | None = None,
+    max_session_age_s: int = DEFAULT_MAX_SESSION_AGE_S,
 ) -> tuple[str, TokenClaims]:
     """Mint a token for ``key_record``; return ``(token, claims)``.
 
     ``iat = nbf = floor(now)``; ``exp = iat + ttl_s``, but never later than the key's own
-    ``expires_at`` (a token never outlives its key). Raises :class:`AuthError` if the key is
-    revoked or expired at ``now``, :class:`ValidationError` if ``ttl_s`` is not an integer in
-    ``1..MAX_TTL_S``, and :class:`ConfigError` for a short secret.
+    ``expires_at`` (a token never outlives its key) nor than ``auth_time + max_session_age_s``.
+    ``session_start`` is the ``auth_time`` of the token being renewed (``None``: the API key
+    itself was presented, so a session begins now). Raises :class:`AuthError` if the key is
+    revoked or expired at ``now`` or the session is ``max_session_age_s`` old or older,
+    :class:`ValidationError` if ``ttl_s`` is not an integer in ``1..MAX_TTL_S``, and
+    :class:`ConfigError` for a short secret.
     """
     check_secret(secret)
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not 0 < ttl_s <= MAX_TTL_S:
@@ -101,7 +121,13 @@ def issue_token(
         )
     check_usable(key_record, now)
     iat = math.floor(now)
-    exp = iat + ttl_s
+    auth_time = iat if session_start is None else session_start
+    if iat >= auth_time + max_session_age_s:
+        raise AuthError(
+            f"session too old to renew: it began {iat - auth_time} s ago and the maximum session age is "
+            f"{max_session_age_s} s; get a new token with the API key"
+        )
+    exp = min(iat + ttl_s, auth_time + max_session_age_s)
     if key_record.expires_at is not None:
         exp = min(exp, math.floor(key_record.expires_at))
     claims = TokenClaims(
@@ -112,6 +138,7 @@ def issue_token(
         nbf=iat,
         exp=exp,
         jti=secrets.token_urlsafe(16),
+        auth_time=auth_time,
     )
     token = jwt.encode(msgspec.to_builtins(claims), secret, algorithm=ALGORITHM)
     return token, claims
@@ -179,6 +206,8 @@ def verify_token(
         raise AuthError(f"token claims are invalid: {exc}") from exc
     if not 0 <= claims.exp - claims.iat <= MAX_TTL_S:
         raise AuthError("token lifetime is invalid")
+    if claims.session_start > claims.iat:
+        raise AuthError("token session starts after it was issued")
     if now < claims.nbf - leeway_s or claims.iat > now + leeway_s:
         raise AuthError("token is not yet valid")
     if now >= claims.exp + leeway_s:

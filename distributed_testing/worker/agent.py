@@ -28,6 +28,7 @@ from ..errors import ExecutionError, ProtocolError
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
+from ..security import tls
 from ..training.errors import PreflightError
 from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
@@ -174,7 +175,7 @@ class WorkerAgent:
         so a coordinator that moved is found at the next reconnect. No total timeout: the
         handshake has its own (``OPEN_TIMEOUT_S``) and a session lasts as long as it lasts."""
         return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True, use_dns_cache=False),
+            connector=aiohttp.TCPConnector(force_close=True, use_dns_cache=False, ssl=self.credentials.ssl or True),
             timeout=aiohttp.ClientTimeout(total=None), trace_configs=[self._handshake.config])
 
     async def _backoff_sleep(self, delay: float) -> None:
@@ -289,6 +290,8 @@ class WorkerAgent:
                 # No compression (compress=0, the default); keepalive pings are ours (_keepalive).
                 ws = await self._http.ws_connect(self.config.ws_url, headers={"Authorization": f"Bearer {cred}"},
                                                  max_msg_size=MAX_FRAME_BYTES, autoping=False)
+        except aiohttp.ClientConnectorCertificateError as exc:  # a configuration problem: retrying cannot help
+            raise SessionRejected(tls.describe_tls_error(exc, self.config.coordinator_url) or str(exc)) from exc
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status in (401, 403):
                 raise SessionRejected(f"coordinator refused credentials: HTTP {exc.status} "

@@ -36,6 +36,7 @@ from ..coordinator.store.duckdb import lock_holder
 from ..errors import ConfigError, StoreError
 from ..journal import Journal
 from ..protocol import messages as m
+from ..security import files
 from .bench_cache import CacheEntry
 from .outbox import RunningRecord
 
@@ -94,11 +95,14 @@ class DuckDBOutbox:
         self._unapplied: list[OutRecord] = []  # journalled since the last checkpoint's rotation
         self._recorded: set[tuple[str, int]] = set()  # running tasks journalled with OutStart
 
+    @property
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + ".wal")
+
     async def _db(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._con = await self._db(self._connect)
         for r in await self._db(self._load_unacked):
             self._pending[(r.task_id, r.attempt)] = r
@@ -119,6 +123,11 @@ class DuckDBOutbox:
         self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="outbox-checkpoint")
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        # private to the worker's user: results and task output sit here (security.files)
+        files.make_private_dir(self.path.parent)
+        for existing in (self.path, self._wal):
+            files.tighten(existing)
+        files.tighten_tree(self._journal.directory)
         try:
             con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
         except duckdb.IOException as exc:
@@ -127,6 +136,7 @@ class DuckDBOutbox:
                 raise StoreError(f"cannot open the worker database {self.path}: {exc}") from exc
             raise ConfigError(f"--db-path {self.path}: {locked}; is another worker using it? Give each worker "
                               "its own --db-path") from exc
+        files.tighten(self.path, quiet=True)
         con.execute(_DDL)
         con.execute(_RUNNING_DDL)
         return con
@@ -213,6 +223,7 @@ class DuckDBOutbox:
             con.execute("DELETE FROM worker_running USING ended_rows e "
                         "WHERE worker_running.task_id = e.task_id AND worker_running.attempt = e.attempt")
             con.execute("COMMIT")
+            files.tighten(self._wal, quiet=True)  # re-created at each write with the umask's mode
         except duckdb.Error:
             con.execute("ROLLBACK")
             raise

@@ -78,6 +78,8 @@ class KeyRow(_Rec, frozen=True, tag="key"):
 
 
 class MetaRow(_Rec, frozen=True, tag="meta"):
+    """A key/value setting of the store; a row with an empty ``value`` deletes ``key``."""
+
     key: str
     value: str
 

@@ -15,6 +15,10 @@ even if a crash interrupted the deletions (which the filesystem may persist in a
 appended since the last checkpoint are kept in memory and merged with DuckDB's matching rows,
 filtered by the same Python predicate ``MemoryStore`` uses.
 
+Everything here is private to the coordinator's user: the directory, when the store creates it, is
+0700, and the DuckDB file, its WAL and the journal are 0600 (an existing file left more open is
+narrowed, with a warning; ``security.files``). The token-signing secret is not stored here at all.
+
 All DuckDB work runs on one dedicated thread that owns the connection; the event loop never
 blocks on it. Nested fields (spec, history, outcome, output, hardware, ...) are JSON columns.
 """
@@ -39,6 +43,7 @@ import pyarrow as pa
 
 from ...errors import StoreError
 from ...journal import Journal
+from ...security import files
 from .base import SCHEMA_VERSION, KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, TaskRow, WorkerRow
 from .memory import result_matches, result_order_key, validate_query
 
@@ -233,6 +238,10 @@ class DuckDBStore:
         self._state = "new"  # new -> open -> closed
 
     @property
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + ".wal")
+
+    @property
     def journal(self) -> Journal[Record]:
         return self._journal
 
@@ -279,8 +288,12 @@ class DuckDBStore:
 
     def _connect_sync(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            files.make_private_dir(self.path.parent)
+            for existing in (self.path, self._wal):
+                files.tighten(existing)
+            files.tighten_tree(self.journal_dir)
             self._con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk upserts: more threads only contend
+            files.tighten(self.path, quiet=True)  # just created with the umask's mode
         except (OSError, duckdb.Error) as exc:
             raise StoreError(f"cannot open DuckDB file {self.path}: {lock_holder(exc) or exc}") from exc
         self._ensure_schema_sync(self._con)
@@ -437,11 +450,14 @@ class DuckDBStore:
             for row_type, recs in by_type.items():
                 if recs:
                     self._bulk_insert(con, TABLES[row_type], recs)
+            if by_type[MetaRow]:
+                con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
             con.execute("UPDATE checkpoint_state SET applied_segment = ?", [upto])
 
         if any(by_type.values()):
             self._in_transaction(self._conn(), insert_all)
             self._applied_segment = upto
+            files.tighten(self._wal, quiet=True)  # re-created at each write; the umask may have left it open
         self._journal.drop_segments(upto)
 
     @staticmethod

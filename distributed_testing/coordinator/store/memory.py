@@ -157,7 +157,10 @@ class MemoryStore:
         elif isinstance(rec, KeyRow):
             self._keys[rec.key_id] = rec
         elif isinstance(rec, MetaRow):
-            self._meta[rec.key] = rec.value
+            if rec.value:
+                self._meta[rec.key] = rec.value
+            else:  # an empty value deletes the key (base.MetaRow)
+                self._meta.pop(rec.key, None)
         else:
             raise StoreError(f"unknown store record {type(rec).__name__}")
 

@@ -36,6 +36,10 @@ def test_defaults() -> None:
     (["--worker-ttl", "12"], "worker_ttl_s", 12.0),
     (["--worker-grace", "0"], "worker_grace_s", 0.0),
     (["--worker-grace", "2.5"], "worker_grace_s", 2.5),
+    (["--jwt-secret-file", "/etc/dt/jwt.secret"], "jwt_secret_file", Path("/etc/dt/jwt.secret")),
+    (["--max-session-age", "3600"], "max_session_age_s", 3600.0),
+    (["--tls-cert", "/tls/c.pem", "--tls-key", "/tls/k.pem"], "tls_cert", Path("/tls/c.pem")),
+    (["--tls-cert", "/tls/c.pem", "--tls-key", "/tls/k.pem"], "tls_key", Path("/tls/k.pem")),
 ])
 def test_each_flag_sets_its_field(argv: list[str], field: str, value: object) -> None:
     assert getattr(cfg(*argv), field) == value
@@ -56,6 +60,8 @@ def test_port_file_flag() -> None:
     ("DT_COORDINATOR_PORT", "0", "port", 0),
     ("DT_COORDINATOR_DB", "/data/c.duckdb", "db_path", "/data/c.duckdb"),
     ("DT_ADMIN_KEY_FILE", "/secrets/admin.key", "admin_key_file", Path("/secrets/admin.key")),
+    ("DT_JWT_SECRET_FILE", "/secrets/jwt", "jwt_secret_file", Path("/secrets/jwt")),
+    ("DT_MAX_SESSION_AGE", "600", "max_session_age_s", 600.0),
 ])
 def test_each_variable_sets_its_field(var: str, value: str, field: str, expected: object) -> None:
     assert getattr(cfg(env={var: value}), field) == expected
@@ -81,6 +87,10 @@ def test_flags_win_over_variables() -> None:
     (["--heartbeat-interval", "0"], {}, "--heartbeat-interval"),
     (["--worker-ttl", "0"], {}, "--worker-ttl"),
     (["--worker-grace", "-1"], {}, "--worker-grace"),
+    (["--max-session-age", "0"], {}, "--max-session-age"),
+    ([], {"DT_MAX_SESSION_AGE": "a day"}, "DT_MAX_SESSION_AGE"),
+    (["--tls-cert", "/c.pem"], {}, "--tls-cert and --tls-key"),
+    ([], {"DT_TLS_KEY": "/k.pem"}, "--tls-cert and --tls-key"),
 ])
 def test_bad_values_raise_config_error_naming_the_source(argv: list[str], env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -160,3 +170,30 @@ def test_the_help_names_every_limit_flag_and_variable() -> None:
                  "--max-worker-sessions", "DT_MAX_WORKER_SESSIONS", "--auth-fail-limit", "DT_AUTH_FAIL_LIMIT",
                  "--auth-fail-window", "DT_AUTH_FAIL_WINDOW"):
         assert name in text, name
+
+
+def test_secret_and_session_defaults() -> None:
+    assert cfg().max_session_age_s == 86400.0
+    assert cfg("--db-path", "/srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")  # beside the database
+    assert cfg("--db-path", "memory://").jwt_secret_path is None  # in memory only, like the store
+    assert cfg("--db-path", "duckdb:///srv/dt/c.duckdb").jwt_secret_path == Path("/srv/dt/jwt.secret")
+    assert cfg("--db-path", "duckdb:///srv/dt/c.duckdb").admin_key_path == Path("/srv/dt/admin.key")
+    assert cfg("--db-path", "memory://", "--jwt-secret-file", "/s").jwt_secret_path == Path("/s")
+    assert cfg().tls_cert is None and cfg().scheme == "http"
+
+
+def test_tls_variables_and_flag_precedence() -> None:
+    env = {"DT_TLS_CERT": "/env/c.pem", "DT_TLS_KEY": "/env/k.pem", "DT_JWT_SECRET_FILE": "/env/jwt",
+           "DT_MAX_SESSION_AGE": "60"}
+    c = cfg(env=env)
+    assert (c.tls_cert, c.tls_key, c.scheme) == (Path("/env/c.pem"), Path("/env/k.pem"), "https")
+    c = cfg("--tls-cert", "/f/c.pem", "--tls-key", "/f/k.pem", "--jwt-secret-file", "/f/jwt",
+            "--max-session-age", "120", env=env)
+    assert (c.tls_cert, c.tls_key, c.jwt_secret_file, c.max_session_age_s) == (
+        Path("/f/c.pem"), Path("/f/k.pem"), Path("/f/jwt"), 120.0)
+
+
+def test_main_names_a_missing_certificate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert coord_cli.main(["--db-path", "memory://", "--tls-cert", str(tmp_path / "none.pem"),
+                           "--tls-key", str(tmp_path / "none.key")]) == 2
+    assert f"dt-coordinator: --tls-cert: {tmp_path / 'none.pem'} is not a readable file" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 from distributed_testing.cli import dt
 from distributed_testing.errors import ConfigError
 
-VARS = ("DT_COORDINATOR_URL", "DT_API_KEY")
+VARS = ("DT_COORDINATOR_URL", "DT_API_KEY", "DT_CA_FILE")
 
 
 @pytest.fixture
@@ -55,6 +55,21 @@ def test_bad_connection_settings(env: pytest.MonkeyPatch, argv: list[str], varia
     with pytest.raises(ConfigError) as info:
         client(*argv)
     assert str(info.value).startswith(needle)
+
+
+def test_ca_file_flag_and_variable_choose_the_trusted_ca(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from distributed_testing.testing import make_tls_files
+
+    ca = make_tls_files(tmp_path).ca
+    api = client("--coordinator", "https://c.example", "--api-key", "k", "--ca-file", str(ca))
+    assert api.ssl_context is not None and api.ssl_context.verify_mode.name == "CERT_REQUIRED"
+    assert len(api.ssl_context.get_ca_certs()) == 1  # only the private CA: the flag's file was loaded
+    assert client("--coordinator", "http://c.example", "--api-key", "k").ssl_context is None
+    env.setenv("DT_CA_FILE", str(tmp_path / "missing.pem"))
+    with pytest.raises(ConfigError, match="^DT_CA_FILE: cannot load CA certificates"):
+        client("--coordinator", "https://c.example", "--api-key", "k")
+    with pytest.raises(ConfigError, match="^--ca-file: cannot load CA certificates"):
+        client("--coordinator", "https://c.example", "--api-key", "k", "--ca-file", str(tmp_path / "none.pem"))
 
 
 def parse(*argv: str):  # type: ignore[no-untyped-def]

@@ -44,6 +44,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (["--reconnect-interval", "0.25"], "reconnect_interval_s", 0.25),
     (["--max-concurrent-tasks", "4"], "max_concurrent_tasks", 4),
     (["--task-timeout", "90"], "task_timeout_s", 90.0),
+    (["--ca-file", "/etc/dt/ca.pem"], "ca_file", Path("/etc/dt/ca.pem")),
 ])
 def test_each_flag_sets_its_field(argv: list[str], field: str, value: object) -> None:
     assert getattr(cfg(*argv), field) == value
@@ -170,3 +171,15 @@ def test_dt_api_key_alone_is_enough() -> None:
 
 def test_api_key_credentials_never_renew() -> None:
     assert creds("--api-key", "dtk_a_b").renew_in(0.0) is None
+
+
+def test_ca_file_variable_and_precedence() -> None:
+    assert cfg().ca_file is None
+    assert cfg(env={"DT_CA_FILE": "/env/ca.pem"}).ca_file == Path("/env/ca.pem")
+    assert cfg("--ca-file", "/flag/ca.pem", env={"DT_CA_FILE": "/env/ca.pem"}).ca_file == Path("/flag/ca.pem")
+
+
+def test_an_unreadable_ca_file_is_a_config_error_for_an_https_coordinator(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="^--ca-file: cannot load CA certificates from"):
+        Credentials("https://c.example", api_key="dtk_a_b", ca_file=tmp_path / "missing.pem")
+    assert Credentials("http://c.example", api_key="dtk_a_b", ca_file=tmp_path / "missing.pem").ssl is None

@@ -56,7 +56,8 @@ def test_jwt(store: Store) -> None:
     token, claims = issue_token(SECRET, record, NOW)
     principal = authenticate(token, store.get, SECRET, NOW)
     assert principal == Principal(
-        key_id=record.key_id, role=Role.VIEWER, name="dash", via="jwt", token_exp=claims.exp
+        key_id=record.key_id, role=Role.VIEWER, name="dash", via="jwt", token_exp=claims.exp,
+        session_start=claims.iat,
     )
     assert store.lookups == [record.key_id]
 
