@@ -125,9 +125,6 @@ class DuckDBOutbox:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         # private to the worker's user: results and task output sit here (security.files)
         files.make_private_dir(self.path.parent)
-        for existing in (self.path, self._wal):
-            files.tighten(existing)
-        files.tighten_tree(self._journal.directory)
         try:
             con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
         except duckdb.IOException as exc:
@@ -136,7 +133,10 @@ class DuckDBOutbox:
                 raise StoreError(f"cannot open the worker database {self.path}: {exc}") from exc
             raise ConfigError(f"--db-path {self.path}: {locked}; is another worker using it? Give each worker "
                               "its own --db-path") from exc
-        files.tighten(self.path, quiet=True)
+        # only once the lock is ours: the files of a worker that holds it are not this process's to change
+        files.tighten(self.path)
+        files.tighten(self._wal, quiet=True)
+        files.tighten_tree(self._journal.directory)
         con.execute(_DDL)
         con.execute(_RUNNING_DDL)
         return con
@@ -183,6 +183,7 @@ class DuckDBOutbox:
             await asyncio.sleep(CHECKPOINT_S)
             try:
                 await self.checkpoint()
+                files.tighten(self._wal, quiet=True)  # DuckDB re-creates it with the process umask
             except (duckdb.Error, OSError) as exc:
                 # the journal segments stay on disk and are applied at the next start
                 log.error("outbox checkpoint into %s failed: %s", self.path, exc)
