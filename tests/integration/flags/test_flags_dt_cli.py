@@ -9,8 +9,8 @@ import json
 import re
 import sys
 import time
-from datetime import datetime
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
