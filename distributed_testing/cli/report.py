@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,14 +63,21 @@ def _cell(v: Any, limit: int = MAX_CELL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None) -> None:
-    """``rows`` as an aligned text table with a header of ``columns``, one line per row."""
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None, *,
+                wrap: str | None = None) -> None:
+    """``rows`` as an aligned text table with a header of ``columns``. Each cell is one line cut at
+    ``MAX_CELL``; the ``wrap`` column (the last one) instead continues on indented lines below
+    its row, so nothing of it is lost and no other column moves."""
     stream = out or sys.stdout
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    cells = [[_cell(r.get(c), 10**9 if c == wrap else MAX_CELL) for c in columns] for r in rows]
+    widths = [max([len(c)] + [min(len(row[i]), MAX_CELL) for row in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(), file=stream)
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), file=stream)
+        head = "  ".join(v.ljust(w) for v, w in zip(row[:-1], widths, strict=False))
+        last = textwrap.wrap(row[-1], MAX_CELL, break_on_hyphens=False) or [row[-1]] if columns[-1] == wrap else [row[-1]]
+        print(f"{head}  {last[0]}".rstrip() if head else last[0], file=stream)
+        for more in last[1:]:
+            print(" " * (len(head) + 2) + more, file=stream)
 
 
 TRAINING_COLUMNS = ["model", "nodes", "world_size", "backend", "load_balance", "global_samples_per_s",
@@ -173,7 +181,7 @@ def summary_row(t: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_summary(tasks: list[dict[str, Any]], out: TextIO) -> None:
-    print_table([summary_row(t) for t in tasks], SUMMARY_COLUMNS, out)
+    print_table([summary_row(t) for t in tasks], SUMMARY_COLUMNS, out, wrap="error")
 
 
 # ------------------------------------------------------------------------------------- JUnit

@@ -71,10 +71,19 @@ def sleep(task_id: str, seconds: float, **extra: Any) -> dict[str, Any]:
 
 
 def summary_rows(err: str) -> dict[str, list[str]]:
-    """The rows of the summary table ``dt submit --wait`` ends with on stderr, by task id."""
+    """The rows of the summary table ``dt submit --wait`` ends with on stderr, by task id (a long
+    error continues on indented lines: they are joined to their row)."""
     lines = err.splitlines()
     start = max(i for i, line in enumerate(lines) if line.startswith("TASK "))
-    return {line.split()[0]: line.split() for line in lines[start + 1:] if line.strip()}
+    rows: dict[str, list[str]] = {}
+    last = ""
+    for line in lines[start + 1:]:
+        if line[:1].isspace():
+            rows[last] += line.split()
+        elif line.strip():
+            last = line.split()[0]
+            rows[last] = line.split()
+    return rows
 
 
 def unrunnable(task_id: str) -> dict[str, Any]:

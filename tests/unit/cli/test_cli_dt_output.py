@@ -62,6 +62,16 @@ def test_a_table_keeps_one_line_per_row_whatever_the_text() -> None:
     assert lines[3].split() == ["-", "-"]
 
 
+def test_the_summary_wraps_a_long_error_under_its_column() -> None:
+    out = io.StringIO()
+    reason = "no connected worker satisfies the requirements (" + "; ".join(f"w{i} lacks tag gpu" for i in range(9)) + ")"
+    report.print_summary([{**GAVE_UP, "outcome": {"status": "wait_timeout", "error": reason}}], out)
+    header, first, *more = out.getvalue().splitlines()
+    column = header.index("ERROR")
+    assert more and all(line[:column].isspace() and not line[column].isspace() for line in more)
+    assert " ".join([first[column:], *(line[column:] for line in more)]) == reason
+
+
 @pytest.mark.parametrize(("nodeid", "expected"), [
     ("tests/test_more.py::ChunkedTests::test_x", ("tests.test_more.ChunkedTests", "test_x")),
     ("test_a.py::test_b[1-a::b]", ("test_a", "test_b[1-a::b]")),
