@@ -139,7 +139,7 @@ class LiveProgress:
         now = self.clock()
         for v in open_views[:MAX_LIVE_ROWS]:
             table.add_row(*self._row(v, now))
-        parts: list[Any] = [header, table]
+        parts: list[Any] = [header, table] if open_views else [header]
         if len(open_views) > MAX_LIVE_ROWS:
             parts.append(Text(f"... and {len(open_views) - MAX_LIVE_ROWS} more unfinished task(s)"))
         return Group(*parts)
