@@ -135,3 +135,12 @@ def test_local_time_shows_the_zone_offset(run_dt: DT, tmp_path: Path, kolkata: N
     assert json.loads(out)["submitted_at"].endswith("Z")
     code, out, _ = run_dt("--local-time", "keys", "list")
     assert "+05:30" in out.splitlines()[1]
+
+
+def test_task_ids_with_a_slash_are_waited_for_shown_and_cancelled(with_worker: DT, tmp_path: Path) -> None:
+    code, out, err = with_worker("submit", task_file(tmp_path, [noop("ci/run-1"), unrunnable("ci/run-2")]), "--wait",
+                                 "--timeout", "1", "--progress", "off")
+    assert code == 4 and out.split() == ["ci/run-1", "ci/run-2"], err
+    assert summary_rows(err)["ci/run-1"][:2] == ["ci/run-1", "succeeded"]
+    assert with_worker.task("ci/run-1")["state"] == "succeeded"
+    assert with_worker("cancel", "ci/run-2")[:2] == (0, "ci/run-2: cancelled\n")
