@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .dt import wait_task
 from .http import ApiClient
+from .progress import PlainProgress
 from .report import print_results, print_table
+from .submit import wait_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +158,7 @@ def run(state: Path) -> int:
                      for w in api.get("/api/v1/workers")["workers"]], ["worker_id", "state", "capabilities", "tags"])
         print(f"\nsubmitting {len(TASKS)} tasks: {json.dumps([t['task_id'] for t in TASKS])}")
         api.post("/api/v1/tasks", TASKS)
-        final = [wait_task(api, t["task_id"], time.monotonic() + 600) for t in TASKS]
+        final = wait_tasks(api, [t["task_id"] for t in TASKS], 600, None, PlainProgress(sys.stdout)).tasks
         print("\nresults:")
         print_results(api.get("/api/v1/results")["results"], "table")
         test = next(t for t in final if t["task_id"] == "test-bert-001")

@@ -3,9 +3,12 @@
 Reads DT_COORDINATOR_URL, DT_API_KEY and DT_CA_FILE; ``--coordinator``, ``--api-key`` and
 ``--ca-file`` override. An https coordinator's certificate is always verified (``--ca-file`` for a
 private CA, else the system's CAs). Exit codes:
-0 success (every waited-for task succeeded), 1 a task failed, errored, was cancelled or timed out
-(or the wait ran out), 2 invalid input, bad credentials or an unreachable coordinator, with the
-reason on stderr. Only the requested data goes to stdout.
+0 success (every waited-for task succeeded), 1 a task failed, errored, timed out or was
+cancelled, 2 invalid input, bad credentials or an unreachable coordinator, 3 ``submit
+--fail-if-unschedulable`` stopped the wait (a task no connected worker can run), 4 ``submit
+--timeout`` ran out before every task finished; errors go to stderr, once. Only the requested
+data goes to stdout. Each subcommand is added by a ``register(sub)`` function in ``REGISTRARS``
+that sets the ``run`` default to its handler ``(ApiClient, Namespace) -> exit code``.
 """
 
 from __future__ import annotations
@@ -13,69 +16,108 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
 from ..errors import ConfigError
 from ..security import tls
+from . import submit
 from .http import ApiClient, ApiError
-from .report import print_results, print_table, write_junit
+from .report import print_results, print_table, with_iso_times
+from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-WAIT_CHUNK_S = 30.0
+__all__ = ["EXIT_FAILED", "EXIT_GAVE_UP", "EXIT_OK", "EXIT_UNSCHEDULABLE", "EXIT_USAGE", "build_parser", "main"]
+
+EPILOG = """exit codes:
+  0  success (with --wait: every task succeeded)
+  1  a task failed, errored, timed out or was cancelled
+  2  invalid input, bad credentials or an unreachable coordinator (the reason on stderr)
+  3  submit --fail-if-unschedulable: a task had no connected worker able to run it for S seconds
+  4  submit --timeout ran out before every task finished (the tasks stay queued)
+"""
+
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dt", description="Submit and inspect distributed_testing tasks.")
+    p = argparse.ArgumentParser(prog="dt", description="Submit and inspect distributed_testing tasks.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--coordinator", help=f"coordinator URL (env DT_COORDINATOR_URL; default {DEFAULT_COORDINATOR_URL})")
     p.add_argument("--api-key", help="API key or JWT (env DT_API_KEY)")
     p.add_argument("--ca-file", type=Path,
                    help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
                         "env DT_CA_FILE)")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--local-time", action="store_true",
+                   help="show times in the local zone with its offset (default: UTC, ISO 8601 with Z)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for register in REGISTRARS:
+        register(sub)
+    return p
 
-    keys = sub.add_parser("keys", help="manage API keys (admin)").add_subparsers(dest="keys_cmd", required=True)
-    kc = keys.add_parser("create", help="create a key; prints only the key")
-    kc.add_argument("--role", required=True, choices=["admin", "submitter", "worker", "viewer"])
-    kc.add_argument("--name")
+
+def register_keys(sub: SubParsers) -> None:
+    keys = sub.add_parser("keys", help="manage API keys (admin)")
+    keys.set_defaults(run=cmd_keys)
+    ksub = keys.add_subparsers(dest="keys_cmd", required=True, metavar="ACTION")
+    kc = ksub.add_parser("create", help="create a key; prints only the key")
+    kc.add_argument("--role", required=True, choices=["admin", "submitter", "worker", "viewer"],
+                    help="what the key may do (see docs/security.md)")
+    kc.add_argument("--name", help="a label shown by keys list (default: <role>-key)")
     kc.add_argument("--expires-in", type=float, metavar="S", help="expire after S seconds")
-    keys.add_parser("list", help="list keys (never their secrets)")
-    kr = keys.add_parser("revoke", help="revoke a key now (and every JWT derived from it)")
-    kr.add_argument("key_id")
+    ksub.add_parser("list", help="list keys (never their secrets)")
+    kr = ksub.add_parser("revoke", help="revoke a key now (and every JWT derived from it)")
+    kr.add_argument("key_id", help="the key's id, as keys list shows it")
 
-    sp = sub.add_parser("submit", help="submit a task JSON file (one task or a list)")
-    sp.add_argument("file", type=Path, help="task JSON file, or - for stdin")
-    sp.add_argument("--wait", action="store_true", help="wait for every task to finish")
-    sp.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="give up waiting after S seconds (default 3600)")
-    sp.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report (implies --wait)")
-    sp.add_argument("--json", type=Path, metavar="PATH", dest="json_out", help="write tasks and results as JSON (implies --wait)")
 
-    st = sub.add_parser("status", help="show one task")
-    st.add_argument("task_id")
+def register_token(sub: SubParsers) -> None:
+    tk = sub.add_parser("token", help="exchange the API key (or a JWT) for a short-lived JWT; prints only the token")
+    tk.add_argument("--json", action="store_true",
+                    help="print the whole answer: token, expires_at, role, key_id, session_expires_at")
+    tk.set_defaults(run=cmd_token)
+
+
+def register_tasks(sub: SubParsers) -> None:
+    st = sub.add_parser("status", help="show one task as JSON (times in ISO 8601)")
+    st.add_argument("task_id", help="the task's id")
+    st.set_defaults(run=cmd_status)
     cn = sub.add_parser("cancel", help="cancel a pending or running task")
-    cn.add_argument("task_id")
+    cn.add_argument("task_id", help="the task's id")
+    cn.set_defaults(run=cmd_cancel)
+
+
+def register_workers(sub: SubParsers) -> None:
     wk = sub.add_parser("workers", help="list workers (or: workers drain|release WORKER_ID)")
-    wsub = wk.add_subparsers(dest="workers_cmd")
+    wk.set_defaults(run=cmd_workers)
+    wsub = wk.add_subparsers(dest="workers_cmd", metavar="ACTION")
     wsub.add_parser("list", help="list workers (the default)")
     wd = wsub.add_parser("drain", help="ask a worker to finish or hand back its tasks and leave (admin)")
-    wd.add_argument("worker_id")
+    wd.add_argument("worker_id", help="the worker's id, as workers list shows it")
     wd.add_argument("--deadline", type=float, metavar="S",
                     help="seconds its running tasks may finish before they are handed back (default 30)")
     wd.add_argument("--reason", metavar="TEXT", help="shown as the worker's state reason and in the task history")
     wr = wsub.add_parser("release", help="free a disconnected worker's id from the key it is bound to, so a worker "
                                          "with another key may take it (admin)")
-    wr.add_argument("worker_id")
-    rs = sub.add_parser("results", help="list results")
-    rs.add_argument("--format", choices=["table", "json", "csv"], default="table")
-    for f in ("task-id", "worker-id", "status", "model", "precision", "hardware"):
-        rs.add_argument(f"--{f}")
-    rs.add_argument("--batch-size", type=int)
-    rs.add_argument("--limit", type=int, default=100)
-    return p
+    wr.add_argument("worker_id", help="the worker's id, as workers list shows it")
+
+
+RESULT_FILTERS = {"task-id": "only this task's results", "worker-id": "only results from this worker",
+                  "status": "only results with this status (succeeded, failed, timed_out, error, cancelled)",
+                  "model": "only benchmark results of this model", "precision": "only results at this precision",
+                  "hardware": "only results measured on this device kind (cpu, cuda, ...)"}
+
+
+def register_results(sub: SubParsers) -> None:
+    rs = sub.add_parser("results", help="list results, newest first")
+    rs.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                    help="table and csv show finished_at in ISO 8601; json is the API's answer (epoch seconds)")
+    for flag, text in RESULT_FILTERS.items():
+        rs.add_argument(f"--{flag}", help=text)
+    rs.add_argument("--batch-size", type=int, help="only benchmark results with this batch size")
+    rs.add_argument("--limit", type=int, default=100, help="at most this many results (default 100)")
+    rs.set_defaults(run=cmd_results)
 
 
 def client_from_args(ns: argparse.Namespace) -> ApiClient:
@@ -99,60 +141,28 @@ def cmd_keys(api: ApiClient, ns: argparse.Namespace) -> int:
             body["expires_in_s"] = ns.expires_in
         print(api.post("/api/v1/keys", body)["key"])
     elif ns.keys_cmd == "list":
-        print_table(api.get("/api/v1/keys")["keys"], ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"])
+        print_table(with_iso_times(api.get("/api/v1/keys")["keys"], ns.local_time),
+                    ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"])
     else:
-        api.post(f"/api/v1/keys/{ns.key_id}/revoke", None)
+        api.post(f"/api/v1/keys/{urllib.parse.quote(ns.key_id, safe='')}/revoke", None)
         print(f"revoked {ns.key_id}", file=sys.stderr)
     return EXIT_OK
 
 
-def _load_doc(path: Path) -> Any:
-    try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
-
-
-def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
-    accepted = api.post("/api/v1/tasks", _load_doc(ns.file))["tasks"]
-    for a in accepted:
-        print(a["task_id"])
-    if not (ns.wait or ns.junit or ns.json_out):
-        return EXIT_OK
-    deadline = time.monotonic() + ns.timeout
-    final = [wait_task(api, a["task_id"], deadline) for a in accepted]
-    for t in final:
-        outcome = t.get("outcome") or {}
-        print(f"{t['task_id']}: {t['state']}" + (f" ({outcome.get('error')})" if outcome.get("error") else ""), file=sys.stderr)
-    if ns.junit:
-        write_junit(ns.junit, final)
-    if ns.json_out:
-        ns.json_out.write_text(json.dumps({"tasks": final}, indent=2))
-    return EXIT_OK if all(t["state"] == "succeeded" for t in final) else EXIT_FAILED
-
-
-def wait_task(api: ApiClient, task_id: str, deadline: float) -> dict[str, Any]:
-    """Long-poll one task until it is terminal or ``deadline`` (monotonic) passes."""
-    while True:
-        left = deadline - time.monotonic()
-        t: dict[str, Any] = api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{max(0.0, min(WAIT_CHUNK_S, left)):.3f}"})
-        if t.get("outcome") is not None or left <= 0:
-            if t.get("outcome") is None:
-                t = {**t, "state": t["state"], "outcome": {"status": "wait_timeout", "error": "dt: gave up waiting"}}
-            return t
+def cmd_token(api: ApiClient, ns: argparse.Namespace) -> int:
+    answer = api.post("/api/v1/auth/token", None)
+    print(json.dumps(answer, indent=2) if ns.json else answer["token"])
+    return EXIT_OK
 
 
 def cmd_status(api: ApiClient, ns: argparse.Namespace) -> int:
-    print(json.dumps(api.get(f"/api/v1/tasks/{ns.task_id}"), indent=2))
+    task = api.get(f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}")
+    print(json.dumps(with_iso_times(task, ns.local_time), indent=2))
     return EXIT_OK
 
 
 def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
-    t = api.post(f"/api/v1/tasks/{ns.task_id}/cancel", None)
+    t = api.post(f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}/cancel", None)
     print(f"{t['task_id']}: {t['state']}")
     return EXIT_OK
 
@@ -185,18 +195,21 @@ def cmd_results(api: ApiClient, ns: argparse.Namespace) -> int:
     params = {k: str(v) for k, v in {"task_id": ns.task_id, "worker_id": ns.worker_id, "status": ns.status,
                                      "model": ns.model, "precision": ns.precision, "hardware": ns.hardware,
                                      "batch_size": ns.batch_size, "limit": ns.limit}.items() if v is not None}
-    print_results(api.get("/api/v1/results", params)["results"], ns.format)
+    print_results(api.get("/api/v1/results", params)["results"], ns.format, ns.local_time)
     return EXIT_OK
 
 
-COMMANDS = {"keys": cmd_keys, "submit": cmd_submit, "status": cmd_status, "cancel": cmd_cancel,
-            "workers": cmd_workers, "results": cmd_results}
+Registrar = Callable[[SubParsers], None]
+# one entry per subcommand family; a new subcommand adds its module's register function here
+REGISTRARS: list[Registrar] = [register_keys, register_token, submit.register, register_tasks, register_workers,
+                               register_results]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
-        return COMMANDS[ns.cmd](client_from_args(ns), ns)
+        code: int = ns.run(client_from_args(ns), ns)
+        return code
     except ConfigError as exc:
         print(f"dt: {exc}", file=sys.stderr)
         return EXIT_USAGE

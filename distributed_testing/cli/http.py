@@ -57,7 +57,8 @@ def _describe(exc: urllib.error.HTTPError) -> str:
         body = json.loads(exc.read() or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return f"HTTP {exc.code}"
-    msg = f"HTTP {exc.code} {body.get('error', '')}: {body.get('message', '')}"
-    for e in body.get("errors", []):
-        msg += f"\n  {e.get('field')}: {e.get('error')}"
-    return msg
+    errors = body.get("errors") or []
+    if errors:  # the message repeats these on one line: each is said once, on its own line
+        return f"HTTP {exc.code} {body.get('error', '')}:" + "".join(f"\n  {e.get('field')}: {e.get('error')}"
+                                                                     for e in errors)
+    return f"HTTP {exc.code} {body.get('error', '')}: {body.get('message', '')}"

@@ -1,29 +1,83 @@
-"""Output formats of the CLI: tables, CSV/JSON results, and JUnit XML for CI systems."""
+"""Output formats of the CLI: tables, times, CSV/JSON results, the wait summary, and JUnit XML.
+
+Times are epoch seconds on the wire and ISO 8601 on output (:func:`iso_time`: UTC with ``Z``, or
+the local zone with its offset). Table cells hold one line: a multi-line text shows its first
+line, and a cell longer than its column's limit is cut with ``…``, so a long error never breaks a
+row. The JUnit file follows pytest's ``--junitxml``: one ``<testsuite>`` per task carrying
+``tests``, ``failures``, ``errors``, ``skipped`` and ``time``; a test task's cases have the dotted
+module and class as ``classname`` and the test function as ``name``.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+MAX_CELL = 100  # characters of one table cell before it is cut
+TIME_FIELDS = ("submitted_at", "updated_at", "created_at", "expires_at", "revoked_at", "last_used_at",
+               "started_at", "finished_at", "received_at", "at", "not_before", "cached_at", "session_expires_at")
 
 
-def _cell(v: Any) -> str:
+def iso_time(epoch: float | None, local: bool = False) -> str | None:
+    """``epoch`` seconds as ISO 8601 to the second: ``2026-11-25T04:41:20Z``, or with ``local``
+    the local zone's offset (``2026-11-25T05:41:20+01:00``). None stays None."""
+    if epoch is None:
+        return None
+    if local:
+        return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def with_iso_times(doc: Any, local: bool = False) -> Any:
+    """A copy of the JSON document ``doc`` whose ``TIME_FIELDS`` holding numbers are ISO 8601 texts,
+    at any depth (a task's history entries, its result, a key's dates)."""
+    if isinstance(doc, list):
+        return [with_iso_times(v, local) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    return {k: iso_time(v, local) if k in TIME_FIELDS and isinstance(v, int | float) and not isinstance(v, bool)
+            else with_iso_times(v, local) for k, v in doc.items()}
+
+
+def first_line(text: Any) -> str | None:
+    """The first non-blank line of ``text`` (None for None or blank)."""
+    if text is None:
+        return None
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
+def _cell(v: Any, limit: int = MAX_CELL) -> str:
     if v is None:
         return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
+    text = f"{v:.3f}" if isinstance(v, float) else str(v)
+    if "\n" in text.strip():
+        text = (first_line(text) or "") + " …"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+def print_table(rows: list[dict[str, Any]], columns: list[str], out: TextIO | None = None, *,
+                wrap: str | None = None) -> None:
+    """``rows`` as an aligned text table with a header of ``columns``. Each cell is one line cut at
+    ``MAX_CELL``; the ``wrap`` column (the last one) instead continues on indented lines below
+    its row, so nothing of it is lost and no other column moves."""
+    stream = out or sys.stdout
+    cells = [[_cell(r.get(c), 10**9 if c == wrap else MAX_CELL) for c in columns] for r in rows]
+    widths = [max([len(c)] + [min(len(row[i]), MAX_CELL) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(), file=stream)
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        head = "  ".join(v.ljust(w) for v, w in zip(row[:-1], widths, strict=False))
+        last = textwrap.wrap(row[-1], MAX_CELL, break_on_hyphens=False) or [row[-1]] if columns[-1] == wrap else [row[-1]]
+        print(f"{head}  {last[0]}".rstrip() if head else last[0], file=stream)
+        for more in last[1:]:
+            print(" " * (len(head) + 2) + more, file=stream)
 
 
 TRAINING_COLUMNS = ["model", "nodes", "world_size", "backend", "load_balance", "global_samples_per_s",
@@ -55,10 +109,11 @@ def training_fields(output: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _flat(r: dict[str, Any]) -> dict[str, Any]:
+def _flat(r: dict[str, Any], local: bool) -> dict[str, Any]:
     out = r.get("output") or {}
     row = {k: r.get(k) for k in ("task_id", "attempt", "worker_id", "task_type", "status", "error")}
     row["duration_s"] = round(r["finished_at"] - r["started_at"], 4)
+    row["finished_at"] = iso_time(r["finished_at"], local)
     training = training_fields(out)
     if training is not None:
         row.update(training)
@@ -76,19 +131,20 @@ def _flat(r: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def print_results(results: list[dict[str, Any]], fmt: str) -> None:
-    """``json``: the results as the API returns them, a training result with a ``training`` object
-    holding ``TRAINING_COLUMNS``. ``table`` / ``csv``: one row per result; when any is a training
-    result the ``TRAINING_COLUMNS`` are added after ``status`` (empty for the other rows)."""
+def print_results(results: list[dict[str, Any]], fmt: str, local: bool = False) -> None:
+    """``json``: the results as the API returns them (times in epoch seconds), a training result
+    with a ``training`` object holding ``TRAINING_COLUMNS``. ``table`` / ``csv``: one row per
+    result, ``finished_at`` in ISO 8601 (``local``: the local zone); when any is a training result
+    the ``TRAINING_COLUMNS`` are added after ``status`` (empty for the other rows)."""
     if fmt == "json":
         print(json.dumps([_with_training(r) for r in results], indent=2))
         return
-    rows = [_flat(r) for r in results]
-    cols = ["task_id", "attempt", "worker_id", "task_type", "status", "duration_s", "summary", "error"]
+    rows = [_flat(r, local) for r in results]
+    cols = ["task_id", "attempt", "worker_id", "task_type", "status", "finished_at", "duration_s", "summary", "error"]
     if any(training_fields(r.get("output") or {}) is not None for r in results):
         cols[5:5] = TRAINING_COLUMNS
     if fmt == "csv":
-        w = csv.DictWriter(sys.stdout, fieldnames=cols)
+        w = csv.DictWriter(sys.stdout, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     else:
@@ -100,26 +156,111 @@ def _with_training(r: dict[str, Any]) -> dict[str, Any]:
     return r if training is None else {**r, "training": training}
 
 
+# ------------------------------------------------------------------------- the wait's summary
+
+SUMMARY_COLUMNS = ["task", "state", "worker", "duration_s", "error"]
+
+
+def task_duration(t: dict[str, Any]) -> float | None:
+    """Seconds the task's final attempt ran (its result's start to finish), None if it has none."""
+    outcome = t.get("outcome") or {}
+    if isinstance(outcome.get("duration_s"), int | float):
+        return float(outcome["duration_s"])
+    result = t.get("result") or {}
+    if isinstance(result.get("finished_at"), int | float) and isinstance(result.get("started_at"), int | float):
+        return float(result["finished_at"] - result["started_at"])
+    return None
+
+
+def summary_row(t: dict[str, Any]) -> dict[str, Any]:
+    """One ``SUMMARY_COLUMNS`` row of a task as the wait left it: the first line of its error
+    (for a task the wait gave up on: why, with the coordinator's ``pending_reason``)."""
+    outcome = t.get("outcome") or {}
+    return {"task": t["task_id"], "state": t["state"], "worker": outcome.get("worker_id") or t.get("worker_id"),
+            "duration_s": task_duration(t), "error": first_line(outcome.get("error"))}
+
+
+def print_summary(tasks: list[dict[str, Any]], out: TextIO) -> None:
+    print_table([summary_row(t) for t in tasks], SUMMARY_COLUMNS, out, wrap="error")
+
+
+# ------------------------------------------------------------------------------------- JUnit
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
+    """pytest's (classname, name) for a node id: ``tests/test_more.py::ChunkedTests::test_x[a]``
+    is (``tests.test_more.ChunkedTests``, ``test_x[a]``). A parameter id may hold ``::``."""
+    base, bracket, params = nodeid.partition("[")
+    parts = base.split("::")
+    path, classes, name = parts[0], parts[1:-1], parts[-1] if len(parts) > 1 else ""
+    module = path.removesuffix(".py").replace("\\", "/").strip("/").replace("/", ".")
+    if not name:  # a file-level entry (a collection error)
+        return module, (base.rsplit("/", 1)[-1] + bracket + params)
+    return ".".join([module, *classes]), name + bracket + params
+
+
+def _task_cases(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """(classname, name, outcome, time, message, details) per test case of one task."""
+    output = (t.get("result") or {}).get("output") or {}
+    outcome = t.get("outcome") or {}
+    cases = []
+    for c in output.get("tests") or []:
+        classname, name = split_nodeid(str(c.get("nodeid") or ""))
+        cases.append({"classname": classname, "name": name, "outcome": str(c.get("outcome")),
+                      "time": float(c.get("duration_s") or 0), "message": c.get("message")})
+    if cases and t["state"] in ("succeeded", "failed"):
+        return cases
+    # no per-test outcomes (not a test task, or the run ended before pytest reported): the task is one case
+    kind = t.get("type") or "task"
+    cases.append({"classname": f"dt.{kind}", "name": t["task_id"], "outcome": _outcome(t["state"]),
+                  "time": task_duration(t) or 0.0, "message": outcome.get("error")})
+    return cases
+
+
 def write_junit(path: Path, tasks: list[dict[str, Any]]) -> None:
-    """One <testsuite> per task; a test task's per-test outcomes become its <testcase>s."""
-    suites = ET.Element("testsuites")
+    """One ``<testsuite>`` per task (``name``: the task id, ``hostname``: its worker); a test task's
+    per-test outcomes are its ``<testcase>`` elements, any other task is one case of classname
+    ``dt.<type>``. A failed case has ``<failure>``, an errored one ``<error>`` (message: the first
+    line; text: the whole message), a skipped or xfailed one ``<skipped>``."""
+    suites = ET.Element("testsuites", name="dt")
+    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    total_time = 0.0
     for t in tasks:
-        result = t.get("result") or {}
-        out = result.get("output") or {}
+        cases = _task_cases(t)
         suite = ET.SubElement(suites, "testsuite", name=t["task_id"])
-        cases = out.get("tests") or [{"nodeid": t["task_id"], "outcome": _outcome(t["state"]),
-                                      "duration_s": (t.get("outcome") or {}).get("duration_s") or 0,
-                                      "message": (t.get("outcome") or {}).get("error")}]
+        worker = (t.get("outcome") or {}).get("worker_id") or t.get("worker_id")
+        if worker:
+            suite.set("hostname", str(worker))
+        counts = {"tests": len(cases), "failures": _count(cases, "failed"), "errors": _count(cases, "error"),
+                  "skipped": _count(cases, "skipped", "xfailed")}
+        elapsed = task_duration(t)
+        seconds = elapsed if elapsed is not None else sum(c["time"] for c in cases)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+        suite.set("time", f"{seconds:.3f}")
+        total_time += seconds
         for c in cases:
-            tc = ET.SubElement(suite, "testcase", name=str(c.get("nodeid")), classname=t["task_id"],
-                               time=f"{float(c.get('duration_s') or 0):.3f}")
-            kind = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(str(c.get("outcome")))
-            if kind:
-                ET.SubElement(tc, kind, message=str(c.get("message") or "")[:2000])
-        suite.set("tests", str(len(cases)))
-        suite.set("failures", str(sum(c.get("outcome") == "failed" for c in cases)))
+            _add_case(suite, c)
+    for k, v in totals.items():
+        suites.set(k, str(v))
+    suites.set("time", f"{total_time:.3f}")
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _add_case(suite: ET.Element, c: dict[str, Any]) -> None:
+    tc = ET.SubElement(suite, "testcase", classname=c["classname"], name=c["name"], time=f"{c['time']:.3f}")
+    kind = {"failed": "failure", "error": "error", "skipped": "skipped", "xfailed": "skipped"}.get(c["outcome"])
+    if kind:
+        message = str(c.get("message") or "")
+        el = ET.SubElement(tc, kind, message=first_line(message) or kind)
+        if message:
+            el.text = message
+
+
+def _count(cases: list[dict[str, Any]], *outcomes: str) -> int:
+    return sum(1 for c in cases if c["outcome"] in outcomes)
 
 
 def _outcome(state: str) -> str:

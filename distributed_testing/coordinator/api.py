@@ -305,7 +305,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
 def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
     return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
             "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
-            "pending_reason": rt.state.why_pending(t), "outcome": t.outcome, "retries_used": t.retries_used,
+            "pending_reason": rt.state.why_pending(t), "unschedulable": rt.state.unschedulable(t), "outcome": t.outcome, "retries_used": t.retries_used,
             "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history, "gang": rt.state.gang_view(t)}
 
 

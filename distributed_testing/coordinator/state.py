@@ -277,6 +277,14 @@ class CoordinatorState:
                        "take no new work of lower or equal priority until it fits")
         return reason
 
+    def unschedulable(self, t: Task) -> bool:
+        """True while ``t`` is pending and fewer connected workers meet its requirements than it
+        needs (one; a gang's ``nodes``): no free slot can start it until a fitting worker joins."""
+        if t.state != "pending":
+            return False
+        need = 1 if t.gang is None else t.gang.nodes
+        return sum(1 for w in self.workers.values() if w.connected and not unmet(t.key, w.view)) < need
+
     def gang_view(self, t: Task) -> dict[str, Any] | None:
         """A gang task's nodes and, while assigned or running, its members by node rank."""
         return None if t.gang is None else t.gang.view()

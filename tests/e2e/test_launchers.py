@@ -94,8 +94,8 @@ def test_guide_tasks_through_launchers_survive_restart(tmp_path: Path) -> None:
                  "--junit", str(tmp_path / "report.xml"), "--json", str(tmp_path / "out.json"))
         assert sub.returncode == 0, sub.stdout + sub.stderr
         assert sub.stdout.split() == ["test-bert-001", "custom-001"]
-        cases = [tc.get("name") for tc in ET.parse(tmp_path / "report.xml").iter("testcase")]
-        assert "test_bert.py::test_output_shape" in cases and "custom-001" in cases
+        cases = [(tc.get("classname"), tc.get("name")) for tc in ET.parse(tmp_path / "report.xml").iter("testcase")]
+        assert ("test_bert", "test_output_shape") in cases and ("dt.custom", "custom-001") in cases
         out = json.loads((tmp_path / "out.json").read_text())
         test_result = next(t for t in out["tasks"] if t["task_id"] == "test-bert-001")["result"]["output"]
         assert (test_result["passed"], test_result["failed"]) == (3, 0)

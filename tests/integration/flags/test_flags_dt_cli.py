@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,22 @@ def sleep(task_id: str, seconds: float, **extra: Any) -> dict[str, Any]:
     return {"task_id": task_id, "type": "custom", "config": {"name": "sleep", "parameters": {"seconds": seconds}}, **extra}
 
 
+def summary_rows(err: str) -> dict[str, list[str]]:
+    """The rows of the summary table ``dt submit --wait`` ends with on stderr, by task id (a long
+    error continues on indented lines: they are joined to their row)."""
+    lines = err.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("TASK "))
+    rows: dict[str, list[str]] = {}
+    last = ""
+    for line in lines[start + 1:]:
+        if line[:1].isspace():
+            rows[last] += line.split()
+        elif line.strip():
+            last = line.split()[0]
+            rows[last] = line.split()
+    return rows
+
+
 def unrunnable(task_id: str) -> dict[str, Any]:
     return noop(task_id, requirements={"tags": ["no-such-worker"]})
 
@@ -114,8 +132,10 @@ def test_keys_create_expires_in_makes_a_key_that_stops_working(run_dt: DT) -> No
     created = time.time()
     key = run_dt.key("viewer", "--expires-in", "1")
     assert run_dt("workers", key=key)[0] == 0
-    expires = float(next(r.split()[4] for r in run_dt("keys", "list")[1].splitlines() if r.startswith(key.split("_")[1])))
-    assert created + 0.5 <= expires <= time.time() + 1.0
+    shown = next(r.split()[4] for r in run_dt("keys", "list")[1].splitlines() if r.startswith(key.split("_")[1]))
+    expires = datetime.fromisoformat(shown).timestamp()  # ISO 8601 in UTC, to the second
+    assert shown.endswith("Z") and int(created) <= expires <= time.time() + 1.0
+    expires += 1.0  # the second it names may have a fraction left
     deadline = time.monotonic() + 20
     while time.time() <= expires + 0.05:
         assert time.monotonic() < deadline
@@ -146,11 +166,12 @@ def test_submit_wait_exit_codes_follow_the_outcome(run_dt: DT, tmp_path: Path) -
     run_dt.tc.call(run_dt.tc.c.add_worker())
     code, out, err = run_dt("submit", task_file(tmp_path, noop("ok-1")), "--wait")
     assert (code, out.strip()) == (0, "ok-1"), err
-    assert "ok-1: succeeded" in err
+    assert re.search(r"^\S+Z ok-1: (\w+ -> )?succeeded$", err, re.M), err  # a plain progress line: no terminal here
+    assert summary_rows(err)["ok-1"][:2] == ["ok-1", "succeeded"]
 
     bad = {"task_id": "bad-1", "type": "custom", "config": {"name": "sleep", "parameters": {"seconds": "x"}}}
     code, _, err = run_dt("submit", task_file(tmp_path, bad, "bad.json"), "--wait")
-    assert code == 1 and "bad-1: error" in err
+    assert code == 1 and summary_rows(err)["bad-1"][:2] == ["bad-1", "error"]
 
     code, _, err = run_dt("submit", task_file(tmp_path, {"type": "custom"}, "invalid.json"))
     assert code == 2 and "config" in err
@@ -160,8 +181,9 @@ def test_submit_timeout_gives_up_on_a_task_that_outlives_it(run_dt: DT, tmp_path
     run_dt.tc.call(run_dt.tc.c.add_worker())
     started = time.monotonic()
     code, _, err = run_dt("submit", task_file(tmp_path, sleep("long-1", 20)), "--wait", "--timeout", "0.5")
-    assert code == 1
-    assert "long-1: running (dt: gave up waiting)" in err or "long-1: assigned (dt: gave up waiting)" in err
+    assert code == dt.EXIT_GAVE_UP == 4
+    row = " ".join(summary_rows(err)["long-1"])
+    assert "dt: gave up waiting while running" in row or "dt: gave up waiting while assigned" in row
     assert time.monotonic() - started < 15  # it did not wait for the task
     code, out, _ = run_dt("cancel", "long-1")
     assert (code, out.strip()) == (0, "long-1: cancelled")
@@ -174,7 +196,7 @@ def test_submit_junit_and_json_write_reports_and_imply_wait(run_dt: DT, tmp_path
     assert code == 0, err
     suites = {s.get("name"): s for s in ET.parse(junit).getroot().iter("testsuite")}
     assert set(suites) == {"j-1", "j-2"}
-    assert [tc.get("name") for tc in suites["j-1"].iter("testcase")] == ["j-1"]
+    assert [(tc.get("classname"), tc.get("name")) for tc in suites["j-1"].iter("testcase")] == [("dt.custom", "j-1")]
 
     code, _, err = run_dt("submit", task_file(tmp_path, [noop("k-1")], "k.json"), "--json", str(report))
     assert code == 0, err
@@ -248,7 +270,8 @@ def test_results_formats(seeded: DT) -> None:
     for argv in (("results",), ("results", "--format", "table")):
         code, out, _ = seeded(*argv)
         header, *lines = out.splitlines()
-        assert header.split() == ["TASK_ID", "ATTEMPT", "WORKER_ID", "TASK_TYPE", "STATUS", "DURATION_S", "SUMMARY", "ERROR"]
+        assert header.split() == ["TASK_ID", "ATTEMPT", "WORKER_ID", "TASK_TYPE", "STATUS", "FINISHED_AT", "DURATION_S",
+                                  "SUMMARY", "ERROR"]
         assert [line.split()[0] for line in lines] == ["r-test", "r-vit", "r-bert"]
         assert "2.500" in lines[2] and "bert fp32 cpu" in lines[2]
 

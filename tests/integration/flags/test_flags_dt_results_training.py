@@ -85,7 +85,7 @@ def test_csv_has_the_training_columns(results: Any) -> None:
 def test_table_shows_training_columns_when_a_training_result_is_listed(results: Any) -> None:
     header, *lines = results().splitlines()
     assert header.split() == ["TASK_ID", "ATTEMPT", "WORKER_ID", "TASK_TYPE", "STATUS", "MODEL", "NODES", "WORLD_SIZE",
-                              "BACKEND", "LOAD_BALANCE", "GLOBAL_SAMPLES_PER_S", "SCALING_EFFICIENCY", "DURATION_S",
+                              "BACKEND", "LOAD_BALANCE", "GLOBAL_SAMPLES_PER_S", "SCALING_EFFICIENCY", "FINISHED_AT", "DURATION_S",
                               "SUMMARY", "ERROR"]
     ddp = next(line for line in lines if line.startswith("t-ddp "))
     assert ddp.split()[5:12] == ["mlp", "2", "4", "gloo", "dynamic", "1234.500", "0.812"]

@@ -30,7 +30,7 @@ class Recorder:
 def test_drain_posts_to_the_drain_route(argv: list[str], body: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     ns = dt.build_parser().parse_args(argv)
     api = Recorder()
-    assert dt.COMMANDS[ns.cmd](api, ns) == 0  # type: ignore[arg-type]
+    assert ns.run(api, ns) == 0  # type: ignore[arg-type]
     assert api.calls == [("POST", "/api/v1/workers/w%201/drain", body)]
     assert capsys.readouterr().out.startswith("w 1: draining (deadline ")
 
@@ -39,7 +39,7 @@ def test_drain_posts_to_the_drain_route(argv: list[str], body: dict[str, Any], c
 def test_workers_alone_still_lists(argv: list[str]) -> None:
     ns = dt.build_parser().parse_args(argv)
     api = Recorder()
-    assert dt.COMMANDS[ns.cmd](api, ns) == 0  # type: ignore[arg-type]
+    assert ns.run(api, ns) == 0  # type: ignore[arg-type]
     assert api.calls == [("GET", "/api/v1/workers", None)]
 
 

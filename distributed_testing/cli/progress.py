@@ -1,0 +1,154 @@
+"""What ``dt submit --wait`` shows while it waits.
+
+:class:`Tracker` is pure: it takes each poll's task views and says what changed (a task's state,
+or a pending task becoming unschedulable or schedulable again). Two displays read it:
+:class:`PlainProgress` writes one timestamped line per change and never redraws (CI logs);
+:class:`LiveProgress` redraws a `rich` table on a terminal: counts by state, each running task's
+worker and elapsed time, each pending task's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .report import iso_time
+
+MAX_LIVE_ROWS = 20  # task rows on the live display; the rest are counted in one line
+STATE_ORDER = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "error", "cancelled")
+
+
+@dataclass(frozen=True)
+class Change:
+    """Task ``task_id`` went from ``before`` (None: first seen) to ``after`` (a state, with
+    ``unschedulable`` for a pending task that no connected worker can run)."""
+
+    task_id: str
+    before: str | None
+    after: str
+    worker_id: str | None
+    reason: str | None
+    unschedulable: bool
+
+
+@dataclass
+class Tracker:
+    """The latest view of every waited-for task, and what each poll changed."""
+
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def update(self, view: dict[str, Any]) -> Change | None:
+        """Record ``view`` (a task as ``GET /api/v1/tasks/{id}`` shows it); the change since the
+        last view of that task, or None when its state (and schedulability) stayed the same."""
+        old = self.views.get(view["task_id"])
+        self.views[view["task_id"]] = view
+        key, old_key = _key(view), (_key(old) if old is not None else None)
+        if key == old_key:
+            return None
+        return Change(view["task_id"], old_key[0] if old_key else None, view["state"], view.get("worker_id"),
+                      view.get("pending_reason"), bool(view.get("unschedulable")))
+
+    def counts(self) -> dict[str, int]:
+        by_state = Counter(v["state"] for v in self.views.values())
+        return {s: by_state[s] for s in (*STATE_ORDER, *sorted(set(by_state) - set(STATE_ORDER))) if by_state[s]}
+
+
+def _key(view: dict[str, Any]) -> tuple[str, bool]:
+    return view["state"], bool(view.get("unschedulable"))
+
+
+def describe(change: Change) -> str:
+    """``change`` as the text of one log line (without the time)."""
+    arrow = f"{change.before} -> {change.after}" if change.before else change.after
+    if change.after == "pending" and change.unschedulable:
+        return f"{change.task_id}: {arrow}, no connected worker can run it ({change.reason})"
+    if change.after == "pending":
+        return f"{change.task_id}: {arrow}" + (f" ({change.reason})" if change.reason else "")
+    if change.after in ("assigned", "running") and change.worker_id:
+        return f"{change.task_id}: {arrow} on {change.worker_id}"
+    return f"{change.task_id}: {arrow}"
+
+
+class Progress(Protocol):
+    """A display fed after every poll; closed once when the wait ends."""
+
+    def show(self, tracker: Tracker, changes: list[Change]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoProgress:
+    """``--progress off``: shows nothing."""
+
+    def show(self, tracker: Tracker, changes: list[Change]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class PlainProgress:
+    """One line per change, ``<ISO time> <task>: <before> -> <after> ...``; nothing redraws."""
+
+    def __init__(self, out: TextIO, local_time: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.out, self.local_time, self.clock = out, local_time, clock
+
+    def show(self, tracker: Tracker, changes: list[Change]) -> None:
+        stamp = iso_time(self.clock(), self.local_time)
+        for change in changes:
+            print(f"{stamp} {describe(change)}", file=self.out, flush=True)
+
+    def close(self) -> None:
+        return None
+
+
+class LiveProgress:
+    """A `rich` live table on ``out`` (a terminal), redrawn after every poll and left on screen
+    at the end. Elapsed time of a running task counts from its coordinator ``updated_at`` (when it
+    entered its state)."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.time, *, force_terminal: bool | None = None) -> None:
+        self.clock = clock
+        self.console = Console(file=out, force_terminal=force_terminal)
+        self.live = Live(Text("submitting..."), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def show(self, tracker: Tracker, changes: list[Change]) -> None:
+        self.live.update(self.render(tracker), refresh=True)
+
+    def close(self) -> None:
+        self.live.stop()
+
+    def render(self, tracker: Tracker) -> Group:
+        counts = tracker.counts()
+        header = Text("  ".join(f"{state} {n}" for state, n in counts.items()) or "no tasks", style="bold")
+        table = Table(box=None, pad_edge=False, expand=False)
+        for name in ("task", "state", "worker", "elapsed", "reason"):
+            table.add_column(name, overflow="fold" if name == "reason" else "ellipsis",
+                             no_wrap=name != "reason")
+        open_views = [v for v in tracker.views.values() if v["state"] in ("pending", "assigned", "running")]
+        open_views.sort(key=lambda v: (("running", "assigned", "pending").index(v["state"]), v["task_id"]))
+        now = self.clock()
+        for v in open_views[:MAX_LIVE_ROWS]:
+            table.add_row(*self._row(v, now))
+        parts: list[Any] = [header, table] if open_views else [header]
+        if len(open_views) > MAX_LIVE_ROWS:
+            parts.append(Text(f"... and {len(open_views) - MAX_LIVE_ROWS} more unfinished task(s)"))
+        return Group(*parts)
+
+    @staticmethod
+    def _row(v: dict[str, Any], now: float) -> tuple[str | Text, ...]:
+        elapsed = f"{max(0.0, now - float(v.get('updated_at') or now)):.0f}s" if v["state"] != "pending" else ""
+        if v["state"] == "pending" and v.get("unschedulable"):
+            reason: str | Text = Text(f"cannot run on any connected worker: {v.get('pending_reason')}", style="red")
+        else:
+            reason = v.get("pending_reason") or ""
+        return v["task_id"], v["state"], v.get("worker_id") or "", elapsed, reason

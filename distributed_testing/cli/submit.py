@@ -1,0 +1,165 @@
+"""``dt submit``: send a task file, and with ``--wait`` follow every task to its end.
+
+The wait polls ``GET /api/v1/tasks/{id}`` for each unfinished task every ``POLL_S`` seconds (at
+most ``MAX_POLLS_PER_ROUND`` requests a round, taking the unfinished tasks in turn), feeds a
+:mod:`.progress` display, and ends when every task is final, when ``--timeout`` passes, or, with
+``--fail-if-unschedulable S``, when a task has been unschedulable (no connected worker meets its
+requirements) for S seconds. Tasks it stops waiting for stay queued on the coordinator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .http import ApiClient
+from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
+from .report import print_summary, summary_row, write_junit
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNSCHEDULABLE, EXIT_GAVE_UP = 0, 1, 2, 3, 4
+POLL_S = 0.5
+MAX_POLLS_PER_ROUND = 100
+GAVE_UP, UNSCHEDULABLE = "wait_timeout", "unschedulable"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``submit`` subcommand to ``sub``."""
+    sp = sub.add_parser("submit", help="submit a task JSON file (one task or a list)")
+    sp.add_argument("file", type=Path, help="task JSON file, or - for stdin")
+    sp.add_argument("--wait", action="store_true", help="wait for every task to finish, showing progress on stderr")
+    sp.add_argument("--timeout", type=_seconds, default=3600.0, metavar="S",
+                    help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued")
+    sp.add_argument("--fail-if-unschedulable", type=_seconds, metavar="S", dest="unschedulable_s",
+                    help="stop waiting, exit 3, once a task has had no connected worker that meets its "
+                         "requirements for S seconds (implies --wait)")
+    sp.add_argument("--progress", choices=["auto", "live", "plain", "off"], default="auto",
+                    help="while waiting: live = a redrawn table (needs a terminal), plain = one timestamped "
+                         "line per state change, off = nothing; auto = live on a terminal, else plain")
+    sp.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report (implies --wait)")
+    sp.add_argument("--json", type=Path, metavar="PATH", dest="json_out",
+                    help="write the tasks, their results and the summary as JSON (implies --wait)")
+    sp.set_defaults(run=cmd_submit)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
+    return value
+
+
+def load_doc(path: Path) -> Any:
+    """The JSON document in ``path`` (``-``: stdin); ConfigError naming the file otherwise."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
+    accepted = api.post("/api/v1/tasks", load_doc(ns.file))["tasks"]
+    for a in accepted:
+        print(a["task_id"], flush=True)
+    if not (ns.wait or ns.junit or ns.json_out or ns.unschedulable_s is not None):
+        return EXIT_OK
+    progress = make_progress(ns.progress, ns.local_time)
+    try:
+        waited = wait_tasks(api, [a["task_id"] for a in accepted], ns.timeout, ns.unschedulable_s, progress)
+    finally:
+        progress.close()
+    print_summary(waited.tasks, sys.stderr)
+    if ns.junit:
+        write_junit(ns.junit, waited.tasks)
+    if ns.json_out:
+        ns.json_out.write_text(json.dumps({"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]},
+                                          indent=2))
+    return waited.exit_code()
+
+
+def make_progress(mode: str, local_time: bool) -> Progress:
+    if mode == "auto":
+        mode = "live" if sys.stderr.isatty() else "plain"
+    if mode == "live":
+        return LiveProgress(sys.stderr)
+    return PlainProgress(sys.stderr, local_time) if mode == "plain" else NoProgress()
+
+
+@dataclass
+class Waited:
+    """Every task as the wait left it (a task it stopped waiting for has an ``outcome`` with
+    status ``wait_timeout`` or ``unschedulable`` and the reason), and why it stopped early."""
+
+    tasks: list[dict[str, Any]]
+    stopped: str | None  # None: every task is final; else GAVE_UP or UNSCHEDULABLE
+
+    def exit_code(self) -> int:
+        """1 if a final task did not succeed, else 3 after ``--fail-if-unschedulable``, 4 after
+        ``--timeout``, 0 when every task succeeded."""
+        finished = [t for t in self.tasks if (t.get("outcome") or {}).get("status") not in (GAVE_UP, UNSCHEDULABLE)]
+        if any(t["state"] != "succeeded" for t in finished):
+            return EXIT_FAILED
+        return {None: EXIT_OK, UNSCHEDULABLE: EXIT_UNSCHEDULABLE}.get(self.stopped, EXIT_GAVE_UP)
+
+
+def wait_tasks(api: ApiClient, task_ids: list[str], timeout_s: float, unschedulable_s: float | None,
+               progress: Progress, *, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> Waited:
+    """Poll ``task_ids`` until each is final or the wait stops (see the module docstring)."""
+    ids = list(dict.fromkeys(task_ids))
+    tracker, unfinished = Tracker(), list(ids)
+    blocked_since: dict[str, float] = {}
+    deadline = clock() + timeout_s
+    stopped: str | None = None
+    while True:
+        batch, unfinished = unfinished[:MAX_POLLS_PER_ROUND], unfinished[MAX_POLLS_PER_ROUND:]
+        changes = []
+        now = clock()
+        for task_id in batch:
+            view: dict[str, Any] = api.get(f"/api/v1/tasks/{urllib.parse.quote(task_id, safe='')}")
+            change = tracker.update(view)
+            if change is not None:
+                changes.append(change)
+            if view.get("unschedulable"):
+                blocked_since.setdefault(task_id, now)
+            else:
+                blocked_since.pop(task_id, None)
+            if view.get("outcome") is None:
+                unfinished.append(task_id)
+        progress.show(tracker, changes)
+        now = clock()
+        if not unfinished:
+            break
+        if unschedulable_s is not None and any(now - t >= unschedulable_s for t in blocked_since.values()):
+            stopped = UNSCHEDULABLE
+            break
+        if now >= deadline:
+            stopped = GAVE_UP
+            break
+        sleep(max(0.0, min(POLL_S, deadline - now)))
+    views = [tracker.views[i] for i in ids]
+    return Waited([v if v.get("outcome") is not None else _given_up(v, stopped, unschedulable_s) for v in views],
+                  stopped)
+
+
+def _given_up(view: dict[str, Any], stopped: str | None, unschedulable_s: float | None) -> dict[str, Any]:
+    reason = view.get("pending_reason")
+    if stopped == UNSCHEDULABLE and view.get("unschedulable"):
+        error = f"dt: no connected worker can run it (waited {unschedulable_s:g}s): {reason}"
+        return {**view, "outcome": {"status": UNSCHEDULABLE, "error": error}}
+    error = f"dt: gave up waiting while {view['state']}" + (f": {reason}" if reason else "")
+    return {**view, "outcome": {"status": GAVE_UP, "error": error}}
