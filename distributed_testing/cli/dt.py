@@ -4,7 +4,7 @@ Reads DT_COORDINATOR_URL, DT_API_KEY and DT_CA_FILE; ``--coordinator``, ``--api-
 ``--ca-file`` override. An https coordinator's certificate is always verified (``--ca-file`` for a
 private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, was cancelled or timed out
-(or the wait ran out), 2 invalid input, bad credentials or an unreachable coordinator, with the
+(or the wait ran out), or ``dt compare`` / ``--baseline`` found a benchmark slower, 2 invalid input, bad credentials or an unreachable coordinator, with the
 reason on stderr. Only the requested data goes to stdout.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
 from ..errors import ConfigError
 from ..security import tls
+from . import compare
 from .http import ApiClient, ApiError
 from .report import print_results, print_table, write_junit
 
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="give up waiting after S seconds (default 3600)")
     sp.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report (implies --wait)")
     sp.add_argument("--json", type=Path, metavar="PATH", dest="json_out", help="write tasks and results as JSON (implies --wait)")
+    compare.add_arguments(sp, for_submit=True)
+    compare.add_arguments(sub.add_parser("compare", help="judge benchmark results against their history (exit 1 on a "
+                                                         "regression)"))
 
     st = sub.add_parser("status", help="show one task")
     st.add_argument("task_id")
@@ -121,7 +125,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     accepted = api.post("/api/v1/tasks", _load_doc(ns.file))["tasks"]
     for a in accepted:
         print(a["task_id"])
-    if not (ns.wait or ns.junit or ns.json_out):
+    if not (ns.wait or ns.junit or ns.json_out or ns.baseline):
         return EXIT_OK
     deadline = time.monotonic() + ns.timeout
     final = [wait_task(api, a["task_id"], deadline) for a in accepted]
@@ -132,7 +136,10 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         write_junit(ns.junit, final)
     if ns.json_out:
         ns.json_out.write_text(json.dumps({"tasks": final}, indent=2))
-    return EXIT_OK if all(t["state"] == "succeeded" for t in final) else EXIT_FAILED
+    code = EXIT_OK if all(t["state"] == "succeeded" for t in final) else EXIT_FAILED
+    if ns.baseline:
+        code = max(code, compare.run(api, [t["task_id"] for t in final], ns, junit=ns.junit, append_junit=True))
+    return code
 
 
 def wait_task(api: ApiClient, task_id: str, deadline: float) -> dict[str, Any]:
@@ -190,7 +197,7 @@ def cmd_results(api: ApiClient, ns: argparse.Namespace) -> int:
 
 
 COMMANDS = {"keys": cmd_keys, "submit": cmd_submit, "status": cmd_status, "cancel": cmd_cancel,
-            "workers": cmd_workers, "results": cmd_results}
+            "workers": cmd_workers, "results": cmd_results, "compare": compare.cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
