@@ -153,3 +153,20 @@ def _cudnn_version() -> int | None:
         return None
     version = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
     return int(version) if version is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m distributed_testing.bench.env``: print :func:`collect_environment` as JSON for
+    this machine's first accelerator (CUDA/ROCm if torch sees one, else the CPU). The worker runs
+    this once to fingerprint test, custom and training results (``worker/environment.py``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m distributed_testing.bench.env")
+    parser.parse_args(argv)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else None
+    print(json.dumps(collect_environment(device)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
