@@ -44,6 +44,7 @@ from .protocol.signing import Channel, derive_session_key
 from .security import tls
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
+from .worker.environment import EnvironmentProbe, with_environment
 from .worker.executors import default_executors
 from .worker.factory import benchmark_options, open_storage, with_benchmark_cache
 
@@ -122,7 +123,9 @@ class Cluster:
 
     async def add_worker(self, **overrides: Any) -> WorkerAgent:
         """A worker agent with its own worker key; one added again with the same ``worker_id`` (a
-        restarted worker) gets the same key, as a worker id belongs to the key that registered it."""
+        restarted worker) gets the same key, as a worker id belongs to the key that registered it.
+        ``probe_environment=True`` stamps results with the environment fingerprint as real workers do
+        (off by default: the probe imports torch in a child process)."""
         idx = len(self.agents)
         worker_id = overrides.get("worker_id", f"w{idx}")
         key = self.worker_keys.get(worker_id) or await self.create_key("worker")
@@ -130,13 +133,16 @@ class Cluster:
                               heartbeat_interval_s=1.0, reconnect_interval_s=0.1, test_root=self.tmp,
                               ca_file=self.ca_file)
         hardware = overrides.pop("hardware", None)
+        # the environment probe imports torch in a child (seconds of CPU): on when a test asks
+        probe = EnvironmentProbe() if overrides.pop("probe_environment", False) else None
         config = replace(config, **overrides)
         if config.api_key:
             self.worker_keys.setdefault(config.worker_id, config.api_key)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
         outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
-        agent = WorkerAgent(config, with_benchmark_cache(executors, config, results),
+        executors = with_benchmark_cache(executors, config, results)
+        agent = WorkerAgent(config, executors if probe is None else with_environment(executors, probe),
                             outbox, hardware or CPU_HARDWARE, ["cpu"],
                             Credentials(self.base_url, api_key=config.api_key, token=config.token,
                                         ca_file=config.ca_file))

@@ -5,6 +5,10 @@ measured device (name, driver, CUDA/ROCm runtime). Values that do not exist on t
 ``None`` (an absent library or driver is a fact, not a guess). ``fingerprint_hash`` is the first
 16 hex digits of a SHA-256 over the canonical JSON of every other field, so two results with the
 same hash came from the same software, hardware and thread settings.
+
+:func:`config_hash` identifies a benchmark *configuration* the same way: two results with equal
+``config_hash`` (and model) measured the same thing, whatever their batch sizes, iteration
+counts or display name; ``dt compare`` looks up history by (model, config_hash, fingerprint_hash).
 """
 
 from __future__ import annotations
@@ -100,6 +104,16 @@ def fingerprint_hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+CONFIG_HASH_IGNORED = frozenset({"name", "batch_sizes", "iterations", "warmup", "min_duration_s"})
+"""Config fields that do not change what one iteration measures (results compare per batch size)."""
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """16-hex-digit hash of an effective benchmark config (every field, defaults applied) without
+    the ``CONFIG_HASH_IGNORED`` fields."""
+    return fingerprint_hash({k: v for k, v in config.items() if k not in CONFIG_HASH_IGNORED})
+
+
 def collect_environment(
     device: torch.device | None = None,
     device_name: str | None = None,
@@ -139,3 +153,20 @@ def _cudnn_version() -> int | None:
         return None
     version = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
     return int(version) if version is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m distributed_testing.bench.env``: print :func:`collect_environment` as JSON for
+    this machine's first accelerator (CUDA/ROCm if torch sees one, else the CPU). The worker runs
+    this once to fingerprint test, custom and training results (``worker/environment.py``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m distributed_testing.bench.env")
+    parser.parse_args(argv)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else None
+    print(json.dumps(collect_environment(device)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -24,6 +24,10 @@ would change none of these (a text model, one stream) is refused rather than run
 to latency mode. ``latency_ms`` is always the time of a round;
 ``throughput_items_s = batch_size * concurrency * rounds / measured seconds``.
 
+Every result keeps its per-iteration latencies as ``samples_ms`` (rounded to 0.1 µs) for
+regression tests on the distribution (``regress.py``): all of them up to ``MAX_SAMPLES``, beyond
+that ``MAX_SAMPLES`` evenly spaced in time order, with ``samples_kept_every`` saying the stride.
+
 Peak memory is the high-water mark during the timed rounds (reset after warmup), from:
 
 * ``torch.cuda.max_memory_allocated`` on CUDA/ROCm (tensors allocated by torch on the device);
@@ -57,6 +61,13 @@ logger = logging.getLogger(__name__)
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _PROC_STATUS = Path("/proc/self/status")
 _MIB = 1024 * 1024
+MAX_SAMPLES = 1000
+
+
+def bounded_samples(samples: Sequence[float], limit: int = MAX_SAMPLES) -> tuple[list[float], int]:
+    """At most ``limit`` of ``samples`` (every ``stride``-th, in order) and that stride."""
+    stride = max(1, math.ceil(len(samples) / limit))
+    return [round(x, 4) for x in samples[::stride]], stride
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:
@@ -267,5 +278,6 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         "peak_memory_mb": peak_mb,
         "memory_source": work.memory.source,
     }
+    result["samples_ms"], result["samples_kept_every"] = bounded_samples(samples)
     result.update(work.extra)
     return result

@@ -7,10 +7,13 @@ earlier task built the same one), measures every batch size and returns a JSON-a
      autocast_source, mode, optimizer?, optimize_for, cuda_streams, tiny, inputs: {...},
      batch_results: [{batch_size, iterations, warmup, first_call_ms, latency_ms: {mean, median,
                       p90, p99, std, cv, min, max}, throughput_items_s, concurrency, measured_s,
-                      peak_memory_mb, memory_source}],
+                      peak_memory_mb, memory_source, samples_ms: [...]}],
      compile_time_s, load_time_s, cached, model_load_count, model_info: {...}, environment,
+     config_hash,
      load_average: {before, after}}
 
+``samples_ms`` holds the per-iteration latencies (at most ``measure.MAX_SAMPLES``, see there);
+``config_hash`` (``bench/env.py``) identifies the configuration for regression comparisons.
 ``load_time_s`` is the time this call spent building/loading the model (0.0 when it came from
 the cache, ``cached: true``). ``compile_time_s`` is the compilation time spent in this call:
 OpenVINO conversion + compile (0.0 when cached); for ``backend: compile`` the sum of the first
@@ -26,6 +29,7 @@ and the others still run; an out-of-memory error has type ``OutOfMemory``.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -42,7 +46,7 @@ from distributed_testing.bench.backends import (
     torch_device_for,
 )
 from distributed_testing.bench.config import BenchConfig, RunnerDefaults, parse_config
-from distributed_testing.bench.env import collect_environment
+from distributed_testing.bench.env import collect_environment, config_hash
 from distributed_testing.bench.measure import measure
 from distributed_testing.bench.models import build_model, canonical_name
 from distributed_testing.bench.models_base import ModelRequest
@@ -150,6 +154,7 @@ def run_benchmark(
         )
         batch_results.append(result)
     result = _result(cfg, canonical, prepared, cached, batch_results)
+    result["config_hash"] = config_hash({**dataclasses.asdict(cfg), "model": canonical})
     result["model_load_count"] = _LOADS[_cache_key(cfg, defaults)]
     result["load_average"] = {"before": load_before, "after": load_average()}
     return result

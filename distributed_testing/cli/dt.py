@@ -6,7 +6,8 @@ private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, timed out or was
 cancelled, 2 invalid input, bad credentials or an unreachable coordinator, 3 ``submit
 --fail-if-unschedulable`` stopped the wait (a task no connected worker can run), 4 ``submit
---timeout`` ran out before every task finished; errors go to stderr, once. Only the requested
+--timeout`` ran out before every task finished (``dt compare`` and ``--baseline`` exit 1 when a
+benchmark got slower); errors go to stderr, once. Only the requested
 data goes to stdout. Each subcommand is added by a ``register(sub)`` function in ``REGISTRARS``
 that sets the ``run`` default to its handler ``(ApiClient, Namespace) -> exit code``.
 """
@@ -24,7 +25,7 @@ from typing import Any, TypeAlias
 from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
 from ..errors import ConfigError
 from ..security import tls
-from . import submit
+from . import compare, submit
 from .http import ApiClient, ApiError
 from .report import print_results, print_table, with_iso_times
 from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
@@ -37,6 +38,7 @@ EPILOG = """exit codes:
   2  invalid input, bad credentials or an unreachable coordinator (the reason on stderr)
   3  submit --fail-if-unschedulable: a task had no connected worker able to run it for S seconds
   4  submit --timeout ran out before every task finished (the tasks stay queued)
+  (dt compare, and submit --baseline: 1 when a benchmark got slower)
 """
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -202,7 +204,8 @@ def cmd_results(api: ApiClient, ns: argparse.Namespace) -> int:
 Registrar = Callable[[SubParsers], None]
 # one entry per subcommand family; a new subcommand adds its module's register function here
 REGISTRARS: list[Registrar] = [register_keys, register_token, submit.register, register_tasks, register_workers,
-                               register_results]
+                               register_results,
+                               compare.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from . import compare
 from .http import ApiClient
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
 from .report import print_summary, summary_row, write_junit
@@ -46,6 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report (implies --wait)")
     sp.add_argument("--json", type=Path, metavar="PATH", dest="json_out",
                     help="write the tasks, their results and the summary as JSON (implies --wait)")
+    compare.add_arguments(sp, for_submit=True)
     sp.set_defaults(run=cmd_submit)
 
 
@@ -75,7 +77,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     accepted = api.post("/api/v1/tasks", load_doc(ns.file))["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
-    if not (ns.wait or ns.junit or ns.json_out or ns.unschedulable_s is not None):
+    if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None):
         return EXIT_OK
     progress = make_progress(ns.progress, ns.local_time)
     try:
@@ -88,7 +90,11 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     if ns.json_out:
         ns.json_out.write_text(json.dumps({"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]},
                                           indent=2))
-    return waited.exit_code()
+    code = waited.exit_code()
+    if ns.baseline and compare.run(api, [t["task_id"] for t in waited.tasks], ns, junit=ns.junit,
+                                   append_junit=True) == EXIT_FAILED:
+        code = EXIT_FAILED  # a regression counts as a failed task
+    return code
 
 
 def make_progress(mode: str, local_time: bool) -> Progress:

@@ -408,7 +408,8 @@ def result_view(r: ResultRow) -> dict[str, Any]:
 async def list_results(request: web.Request) -> web.Response:
     rt = _rt(request)
     q = request.query
-    fields = {k: q[k] for k in ("task_id", "worker_id", "status", "task_type", "model", "precision", "hardware") if k in q}
+    fields = {k: q[k] for k in ("task_id", "worker_id", "status", "task_type", "model", "precision", "hardware",
+                                "config_hash", "fingerprint") if k in q}
     try:
         query = msgspec.convert({**fields, **{k: q[k] for k in ("since", "until", "batch_size", "limit", "offset") if k in q}},
                                 ResultQuery, strict=False)

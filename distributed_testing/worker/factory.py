@@ -1,6 +1,7 @@
 """Assemble a :class:`~.agent.WorkerAgent` from a :class:`~distributed_testing.config.WorkerConfig`:
 real hardware detection (in a thread: it imports torch), credentials, executors, the outbox and
-the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory).
+the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory), and
+the environment fingerprint on every result (``environment.py``).
 Training nodes get the detected CUDA device count, ``--interface`` and ``<cache dir>/training``."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..config import WorkerConfig
 from .agent import WorkerAgent
 from .auth import Credentials
 from .bench_cache import DuckDBResultCache, MemoryResultCache, ResultCache
+from .environment import EnvironmentProbe, with_environment
 from .executors import Executor, default_executors
 from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 from .executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
@@ -85,4 +87,5 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
     outbox, results = await open_storage(config)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
                                   benchmark=benchmark_options(config), training=training_options(config, hardware))
-    return WorkerAgent(config, with_benchmark_cache(executors, config, results), outbox, hardware, caps, creds)
+    executors = with_environment(with_benchmark_cache(executors, config, results), EnvironmentProbe())
+    return WorkerAgent(config, executors, outbox, hardware, caps, creds)

@@ -108,6 +108,8 @@ class ResultQuery(msgspec.Struct, frozen=True):
     precision: str | None = None
     hardware: str | None = None
     batch_size: int | None = None
+    config_hash: str | None = None  # output.config_hash (bench/env.py)
+    fingerprint: str | None = None  # output.environment.fingerprint_hash
     limit: int = 100
     offset: int = 0
 

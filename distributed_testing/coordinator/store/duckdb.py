@@ -189,11 +189,14 @@ def results_where(q: ResultQuery) -> tuple[str, list[Any]]:
     if q.until is not None:
         clauses.append("received_at < ?")
         params.append(q.until)
-    for name in ("model", "precision"):
+    for name in ("model", "precision", "config_hash"):
         value = getattr(q, name)
         if value is not None:
             clauses.append(_json_str_eq(f"$.{name}"))
             params.append(value)
+    if q.fingerprint is not None:
+        clauses.append(_json_str_eq("$.environment.fingerprint_hash"))
+        params.append(q.fingerprint)
     if q.hardware is not None:
         clauses.append(f"({_json_str_eq('$.device')} OR {_json_str_eq('$.environment.device_name')})")
         params += [q.hardware, q.hardware]

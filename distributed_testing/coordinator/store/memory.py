@@ -9,6 +9,8 @@ both agree on the same data). Every given filter must hold:
 - ``model`` / ``precision``: ``output["model"]`` / ``output["precision"]`` is that string.
 - ``hardware``: ``output["device"]`` is that string, or ``output["environment"]["device_name"]``
   is (exact match, e.g. ``"cuda"`` or ``"NVIDIA H100 80GB HBM3"``).
+- ``config_hash``: ``output["config_hash"]`` is that string; ``fingerprint``:
+  ``output["environment"]["fingerprint_hash"]`` is.
 - ``batch_size``: some dict in the list ``output["batch_results"]`` has ``batch_size`` equal to
   that integer (an int, not a bool or float).
 
@@ -66,6 +68,10 @@ def _output_matches(out: dict[str, Any], q: ResultQuery) -> bool:
     if q.hardware is not None and not (
         _is_str(out, "device", q.hardware) or _is_str(out.get("environment"), "device_name", q.hardware)
     ):
+        return False
+    if q.config_hash is not None and not _is_str(out, "config_hash", q.config_hash):
+        return False
+    if q.fingerprint is not None and not _is_str(out.get("environment"), "fingerprint_hash", q.fingerprint):
         return False
     return q.batch_size is None or _has_batch_size(out, q.batch_size)
 

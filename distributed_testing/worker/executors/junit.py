@@ -1,7 +1,8 @@
 """Parse pytest's JUnit XML (``-o junit_family=xunit1``, which records each test's file).
 
 The result is the summary the ``test`` task type reports: counts per outcome and one entry per
-test case with a pytest-style node id, its outcome, duration and a one-paragraph message.
+test case with a pytest-style node id, its outcome, duration and a one-paragraph message, plus
+``longrepr`` (pytest's full failure text, the traceback) for tests that did not pass.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_MESSAGE_CHARS = 2000
+MAX_LONGREPR_CHARS = 20000
 
 _OUTCOME_BY_TAG = {"failure": "failed", "error": "error", "skipped": "skipped"}
 _PRIORITY = ("failure", "error", "skipped")
@@ -58,7 +60,7 @@ def parse_junit_xml(path: Path) -> JUnitSummary:
 
 
 def _test_entry(case: ET.Element) -> dict[str, Any]:
-    outcome, message = "passed", None
+    outcome, message, longrepr = "passed", None, None
     for tag in _PRIORITY:
         element = case.find(tag)
         if element is not None:
@@ -66,13 +68,17 @@ def _test_entry(case: ET.Element) -> dict[str, Any]:
             if tag == "skipped" and element.get("type") == "pytest.xfail":
                 outcome = "xfailed"
             message = _message(element)
+            longrepr = (element.text or "").strip()[-MAX_LONGREPR_CHARS:] or None
             break
-    return {
+    entry: dict[str, Any] = {
         "nodeid": node_id(case.get("file"), case.get("classname", ""), case.get("name", "")),
         "outcome": outcome,
         "duration_s": _float(case.get("time")),
         "message": message,
     }
+    if longrepr is not None:
+        entry["longrepr"] = longrepr  # pytest's report text (the traceback), its last 20,000 characters
+    return entry
 
 
 def node_id(file: str | None, classname: str, name: str) -> str:

@@ -33,7 +33,7 @@ batch_entry = st.one_of(
     st.sampled_from([4, "x", None]),
 )
 environment = st.one_of(
-    st.fixed_dictionaries({}, optional={"device_name": device}),
+    st.fixed_dictionaries({}, optional={"device_name": device, "fingerprint_hash": st.sampled_from(["f1", "f2", 1, None])}),
     st.sampled_from([["NVIDIA H100"], "NVIDIA H100", None]),
 )
 output = st.fixed_dictionaries(
@@ -43,6 +43,7 @@ output = st.fixed_dictionaries(
         "precision": precision,
         "device": device,
         "environment": environment,
+        "config_hash": st.sampled_from(["c1", "c2", 1, None]),
         "batch_results": st.one_of(st.lists(batch_entry, max_size=4), batch_entry),
     },
 )
@@ -70,6 +71,8 @@ FILTERS: dict[str, st.SearchStrategy[Any]] = {
     "precision": st.sampled_from(["fp16", "1"]),
     "hardware": st.sampled_from(["cuda", "NVIDIA H100", "1"]),
     "batch_size": st.sampled_from([0, 1, 4]),
+    "config_hash": st.sampled_from(["c1", "c2"]),
+    "fingerprint": st.sampled_from(["f1", "f2"]),
 }
 
 

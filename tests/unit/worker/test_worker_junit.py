@@ -48,6 +48,7 @@ def test_counts_and_outcomes(tmp_path: Path) -> None:
         "outcome": "failed",
         "duration_s": 0.002,
         "message": "AssertionError: one is not two\nassert 1 == 2",
+        "longrepr": "E   AssertionError",  # the element's text: pytest's traceback
     }
     assert tests["sub/test_a.py::TestK::test_p[a.b]"]["outcome"] == "passed"
     assert tests["sub/test_a.py::test_skip"]["message"] == "nope"
@@ -58,7 +59,8 @@ def test_counts_and_outcomes(tmp_path: Path) -> None:
 def test_collection_error_entry(tmp_path: Path) -> None:
     summary = parse(tmp_path, COLLECTION_ERROR)
     assert summary.tests == [
-        {"nodeid": "sub/test_c.py", "outcome": "error", "duration_s": 0.0, "message": "collection failure"}
+        {"nodeid": "sub/test_c.py", "outcome": "error", "duration_s": 0.0, "message": "collection failure",
+         "longrepr": "ImportError while importing test module\nE   ModuleNotFoundError: No module named 'nonexistent_mod'"}
     ]
 
 

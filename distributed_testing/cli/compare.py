@@ -1,0 +1,212 @@
+"""``dt compare``: judge benchmark results against their history (``regress.py`` does the maths).
+
+Which results: every succeeded benchmark result of the given task ids. Each is compared, per
+batch size, with the **baseline** chosen by ``--baseline REF``:
+
+* ``latest`` (default): the ``--history N`` (default 5) most recent succeeded results of the same
+  model and configuration (``config_hash``) *and* the same environment fingerprint, received
+  before the result, leaving out the tasks being compared.
+* a task id: that task's succeeded results of the same model and configuration.
+
+A baseline result whose fingerprint differs is never compared: the row says ``fingerprint
+differs`` and names the fields (for ``latest``: when no history with the same fingerprint exists,
+the newest result of the same model and configuration is described). Verdicts: ``faster``,
+``slower``, ``unchanged``, ``inconclusive`` (see ``regress.py``), and ``not compared`` (no
+baseline, no samples, a different fingerprint). Exit code 1 when any result is ``slower``, else
+0. ``--junit`` writes one ``<testcase>`` per result and batch size: ``slower`` is a
+``<failure>`` whose message carries the figures, ``inconclusive`` and ``not compared`` are
+``<skipped>`` with the reason. History is read through ``GET /api/v1/results``
+(``results:read``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..regress import Policy, Verdict, compare, describe_diff, fingerprint_diff
+from .http import ApiClient
+
+NOT_COMPARED = "not compared"
+Fetch = Callable[[dict[str, str]], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One verdict on one result and batch size."""
+
+    task_id: str
+    model: str
+    batch_size: int | None
+    verdict: str
+    detail: str
+    baseline_tasks: tuple[str, ...] = ()
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+def add_arguments(p: argparse.ArgumentParser, *, for_submit: bool = False) -> None:
+    """The comparison flags (``dt compare``; ``dt submit`` gets them with ``--baseline``)."""
+    if for_submit:
+        p.add_argument("--baseline", metavar="REF",
+                       help="after waiting, compare benchmark results with REF (latest or a task id; see dt compare); "
+                            "a regression exits 1")
+    else:
+        p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="tasks whose benchmark results to judge")
+        p.add_argument("--baseline", metavar="REF", default="latest",
+                       help="latest (default: recent history with the same model, configuration and fingerprint) "
+                            "or a task id")
+        p.add_argument("--junit", type=Path, metavar="PATH", help="write the verdicts as JUnit XML")
+        p.add_argument("--json", type=Path, metavar="PATH", dest="json_out", help="write the verdicts as JSON")
+    p.add_argument("--history", type=int, default=5, metavar="N",
+                   help="with --baseline latest: how many earlier results form the baseline (default 5)")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="smallest change in percent that counts as slower or faster (default 5)")
+    p.add_argument("--confidence", type=float, default=99.0, metavar="PCT",
+                   help="confidence level of the interval in percent (default 99)")
+
+
+def policy_from_args(ns: argparse.Namespace) -> Policy:
+    if ns.history < 1:
+        raise ConfigError(f"--history must be >= 1, got {ns.history}")
+    try:
+        return Policy(threshold=ns.threshold / 100.0, confidence=ns.confidence / 100.0)
+    except ValueError as exc:
+        flag = "--confidence" if "confidence" in str(exc) else "--threshold"
+        raise ConfigError(f"{flag}: {exc} (given in percent)") from exc
+
+
+def api_fetch(api: ApiClient) -> Fetch:
+    def fetch(params: dict[str, str]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = api.get("/api/v1/results", params)["results"]
+        return rows
+    return fetch
+
+
+def _samples(output: dict[str, Any]) -> dict[int, list[float]]:
+    return {b["batch_size"]: b["samples_ms"] for b in output.get("batch_results", [])
+            if isinstance(b, dict) and isinstance(b.get("samples_ms"), list) and b["samples_ms"]}
+
+
+def _baseline(fetch: Fetch, ref: str, history: int, new: dict[str, Any],
+              exclude: set[str]) -> tuple[list[dict[str, Any]], str | None]:
+    """(baseline results with the new result's fingerprint, why there are none when empty)."""
+    out = new["output"]
+    same = {"model": out["model"], "config_hash": out["config_hash"], "status": "succeeded", "task_type": "benchmark"}
+    if ref == "latest":
+        base = {**same, "until": repr(new["received_at"]), "limit": str(history + len(exclude))}
+        hits = [r for r in fetch({**base, "fingerprint": out["environment"]["fingerprint_hash"]})
+                if r["task_id"] not in exclude][:history]
+        if hits:
+            return hits, None
+        others = [r for r in fetch(base) if r["task_id"] not in exclude]
+    else:
+        candidates = fetch({"task_id": ref, "status": "succeeded", "limit": "1000"})
+        if not candidates:
+            return [], f"baseline task {ref} has no succeeded result"
+        others = [r for r in candidates if (r.get("output") or {}).get("model") == out["model"]
+                  and r["output"].get("config_hash") == out["config_hash"]]
+        if not others:
+            return [], f"baseline task {ref} has no result of model {out['model']} with this configuration"
+        hits = [r for r in others if not fingerprint_diff(out["environment"], r["output"].get("environment") or {})]
+        if hits:
+            return hits, None
+    if not others:
+        return [], "no earlier result of this model and configuration"
+    diff = fingerprint_diff(out["environment"], others[0]["output"].get("environment") or {})
+    return [], f"fingerprint differs from baseline task {others[0]['task_id']}: {describe_diff(diff)}"
+
+
+def judge(new_results: Sequence[dict[str, Any]], fetch: Fetch, ref: str, history: int, policy: Policy) -> list[Row]:
+    """Verdict rows for every benchmark result in ``new_results`` (other results are left out)."""
+    exclude = {r["task_id"] for r in new_results}
+    rows: list[Row] = []
+    for new in new_results:
+        out = new.get("output") or {}
+        if new.get("task_type") != "benchmark" or new.get("status") != "succeeded" or "batch_results" not in out:
+            continue
+        model = str(out.get("model"))
+        samples = _samples(out)
+        if not samples or "config_hash" not in out or not isinstance(out.get("environment"), dict):
+            rows.append(Row(new["task_id"], model, None, NOT_COMPARED,
+                            "result has no per-iteration samples or config hash (stored by an older worker)"))
+            continue
+        base, why = _baseline(fetch, ref, history, new, exclude)
+        tasks = tuple(r["task_id"] for r in base)
+        for bs, run in sorted(samples.items()):
+            runs = [s for r in base if (s := _samples(r["output"]).get(bs))]
+            if why is not None or not runs:
+                rows.append(Row(new["task_id"], model, bs, NOT_COMPARED, why or f"no baseline samples at batch size {bs}"))
+                continue
+            v = compare(runs, [run], policy)
+            rows.append(_row(new["task_id"], model, bs, v, tasks))
+    return rows
+
+
+def _row(task_id: str, model: str, bs: int, v: Verdict, tasks: tuple[str, ...]) -> Row:
+    return Row(task_id, model, bs, v.verdict, v.figures(), tasks, v.ratio, v.low, v.high)
+
+
+def print_rows(rows: Sequence[Row]) -> None:
+    """One line per verdict on stdout; a note on stderr when there was nothing to compare."""
+    if not rows:
+        print("dt compare: no succeeded benchmark results among these tasks", file=sys.stderr)
+    for r in rows:
+        change = f"{(r.ratio - 1) * 100:+.1f}%" if r.ratio is not None else "-"
+        print(f"{r.task_id}  {r.model}  bs={r.batch_size if r.batch_size is not None else '-'}  "
+              f"{r.verdict.upper()}  {change}  {r.detail}")
+
+
+def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None:
+    """One ``<testsuite name="dt compare">``; appended to the file's ``<testsuites>`` when
+    ``existing`` and the file exists (``dt submit --junit --baseline``)."""
+    root = ET.parse(path).getroot() if existing and path.exists() else ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name="dt compare", tests=str(len(rows)),
+                          failures=str(sum(r.verdict == "slower" for r in rows)), errors="0",
+                          skipped=str(sum(r.verdict in ("inconclusive", NOT_COMPARED) for r in rows)), time="0")
+    for r in rows:
+        tc = ET.SubElement(suite, "testcase", classname=f"benchmark.{r.model}",
+                           name=f"{r.task_id}[bs={r.batch_size}]", time="0")
+        if r.verdict == "slower":
+            ET.SubElement(tc, "failure", message=f"regression: {r.detail}"[:2000])
+        elif r.verdict in ("inconclusive", NOT_COMPARED):
+            ET.SubElement(tc, "skipped", message=r.detail[:2000])
+        else:
+            ET.SubElement(tc, "system-out").text = r.detail
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, junit: Path | None = None,
+        json_out: Path | None = None, append_junit: bool = False) -> int:
+    """Fetch the tasks' results, judge them, print the verdicts and write the reports; 1 when any
+    result is slower, else 0."""
+    policy = policy_from_args(ns)
+    fetch = api_fetch(api)
+    new = [r for t in task_ids for r in fetch({"task_id": t, "limit": "1000"})]
+    rows = judge(new, fetch, ns.baseline, ns.history, policy)
+    print_rows(rows)
+    if junit is not None:
+        write_junit(junit, rows, existing=append_junit)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"verdicts": [asdict(r) for r in rows]}, indent=2))
+    return 1 if any(r.verdict == "slower" for r in rows) else 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``compare`` subcommand to ``sub``."""
+    p = sub.add_parser("compare", help="judge benchmark results against their history (exit 1 on a regression)")
+    add_arguments(p)
+    p.set_defaults(run=cmd_compare)
+
+
+def cmd_compare(api: ApiClient, ns: argparse.Namespace) -> int:
+    return run(api, ns.task_ids, ns, junit=ns.junit, json_out=ns.json_out)

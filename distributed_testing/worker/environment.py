@@ -1,0 +1,105 @@
+"""The environment fingerprint on test, custom and training results.
+
+Benchmark results carry the fingerprint their benchmark child measured in (``bench/env.py``).
+Every other result gets the worker's: :class:`EnvironmentProbe` runs ``python -m
+distributed_testing.bench.env`` once, in a child process (the worker itself never imports torch),
+the first time a result needs it, and keeps the answer for the worker's life. The fields and the
+``fingerprint_hash`` are those of a benchmark result on this machine's first accelerator (CUDA
+when torch sees one, else the CPU) with torch's default threads.
+
+:class:`WithEnvironment` wraps an executor: every outcome whose output has no ``environment``
+gets the probe's. When the probe fails (no torch, a crash, a timeout) the result carries
+``{"unavailable": reason}`` instead, and the worker logs the reason: a result is never held back
+or failed for its fingerprint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+from .executors.base import ExecOutcome, Executor, TaskContext
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 120.0
+
+
+class EnvironmentProbe:
+    """This worker's environment, collected once in a child interpreter and cached."""
+
+    def __init__(self, python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.python = python
+        self.timeout_s = timeout_s
+        self._value: dict[str, Any] | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> dict[str, Any]:
+        """The environment dict (``fingerprint_hash`` included), or ``{"unavailable": reason}``."""
+        async with self._lock:
+            if self._value is None:
+                self._value = await self._collect()
+            return dict(self._value)
+
+    async def _collect(self) -> dict[str, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            self.python, "-m", "distributed_testing.bench.env",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return self._unavailable(f"environment probe gave no answer within {self.timeout_s:g} s")
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            return self._unavailable(f"environment probe exited {proc.returncode}: {tail[0]}")
+        try:
+            value = json.loads(out)
+        except json.JSONDecodeError as exc:
+            return self._unavailable(f"environment probe printed no JSON: {exc}")
+        if not isinstance(value, dict) or not isinstance(value.get("fingerprint_hash"), str):
+            return self._unavailable("environment probe printed no fingerprint_hash")
+        return value
+
+    @staticmethod
+    def _unavailable(reason: str) -> dict[str, Any]:
+        log.warning("results of this worker carry no environment fingerprint: %s", reason)
+        return {"unavailable": reason}
+
+
+class WithEnvironment:
+    """``inner`` whose outcomes carry ``output["environment"]`` (see the module docstring)."""
+
+    def __init__(self, inner: Executor, probe: EnvironmentProbe) -> None:
+        self.inner = inner
+        self.probe = probe
+        self.task_type = inner.task_type
+        if hasattr(inner, "run_batch"):  # the agent batches only executors that can
+            self.run_batch = self._run_batch
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def run(self, ctx: TaskContext) -> ExecOutcome:
+        return await self._stamp(await self.inner.run(ctx))
+
+    async def _run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
+        outcomes: list[ExecOutcome] = await self.inner.run_batch(ctxs)  # type: ignore[attr-defined]
+        return [await self._stamp(o) for o in outcomes]
+
+    async def _stamp(self, outcome: ExecOutcome) -> ExecOutcome:
+        if "environment" not in outcome.output:
+            outcome.output["environment"] = await self.probe.get()
+        return outcome
+
+
+def with_environment(executors: dict[str, Executor], probe: EnvironmentProbe) -> dict[str, Executor]:
+    """Every executor wrapped in :class:`WithEnvironment` sharing ``probe``."""
+    return {kind: WithEnvironment(e, probe) for kind, e in executors.items()}

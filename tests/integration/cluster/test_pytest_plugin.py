@@ -1,0 +1,89 @@
+"""The pytest plugin spreads one suite of 40 tests over three real workers with different tags:
+every test runs once, on a worker that meets its ``dt`` marker, and failures, skips, xfails,
+``-k``, ``-x``, ``--junitxml`` and the exit code read as plain pytest's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.testing import run_cluster
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+
+CONFTEST = '''
+import os, pytest
+
+@pytest.fixture(autouse=True)
+def _log_run(request):
+    with open(os.path.join(os.path.dirname(__file__), "ran.log"), "a") as f:
+        f.write(request.node.nodeid + "\\n")
+'''
+
+
+def _suite(root: Path) -> None:
+    (root / "conftest.py").write_text(CONFTEST)
+    anywhere = [f"def test_any_{i}():\n    assert {i} == {i}\n" for i in range(8)]
+    anywhere.append("def test_any_fails():\n    value = 41\n    assert value == 42, 'off by one'\n")
+    anywhere.append("import pytest\n\n@pytest.mark.skip(reason='not today')\ndef test_any_skipped():\n    pass\n")
+    (root / "test_any.py").write_text("\n\n".join(anywhere))
+    for tag in ("alpha", "beta"):
+        body = [f"import pytest\n\npytestmark = pytest.mark.dt(tags=['{tag}'])\n"]
+        body += [f"def test_{tag}_{i}():\n    pass\n" for i in range(10)]
+        (root / f"test_{tag}.py").write_text("\n\n".join(body))
+    mixed = ["import pytest\n"]
+    mixed += [f"@pytest.mark.dt(tags=['gamma'])\ndef test_gamma_{i}():\n    pass\n" for i in range(5)]
+    mixed += [f"def test_free_{i}():\n    pass\n" for i in range(4)]
+    mixed.append("@pytest.mark.xfail(reason='known bug')\ndef test_free_xfail():\n    assert False\n")
+    (root / "test_mixed.py").write_text("\n\n".join(mixed))
+
+
+async def _pytest(root: Path, url: str, key: str, *args: str) -> tuple[int, str]:
+    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
+        else ["-p", "distributed_testing.pytest_plugin"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(root),
+        "--dt-coordinator", url, *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def test_a_suite_of_40_tests_runs_once_each_on_workers_that_meet_their_markers(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _suite(suite)
+    async with run_cluster(tmp_path, workers=0) as c:
+        for wid, tag in (("wa", "alpha"), ("wb", "beta"), ("wg", "gamma")):
+            await c.add_worker(worker_id=wid, tags=(tag,), test_root=suite)
+        key = await c.create_key("submitter")
+        junit = tmp_path / "report.xml"
+        code, out = await _pytest(suite, c.base_url, key, "-rs", "--junitxml", str(junit))
+        print(out)
+        assert code == 1, out
+        assert "1 failed, 37 passed, 1 skipped, 1 xfailed" in out, out
+        assert "assert value == 42" in out and "AssertionError: off by one" in out  # the remote traceback
+        assert "SKIPPED [1] test_any.py:" in out and "not today" in out
+
+        ran = (suite / "ran.log").read_text().split()
+        assert len(ran) == 39 and len(set(ran)) == 39  # the skipped test never enters its fixtures
+
+        cases = ET.parse(junit).getroot().iter("testcase")
+        worker = {f"{tc.get('classname')}.{tc.get('name')}":
+                  {p.get("name"): p.get("value") for p in tc.iter("property")}["dt_worker"] for tc in cases}
+        assert len(worker) == 40
+        for name, wid in worker.items():
+            for tag, want in (("alpha", "wa"), ("beta", "wb"), ("gamma", "wg")):
+                if f".test_{tag}_" in name:
+                    assert wid == want, (name, wid)
+        assert {worker[n] for n in worker if ".test_any_" in n or ".test_free_" in n} <= {"wa", "wb", "wg"}
+
+        code, out = await _pytest(suite, c.base_url, key, "-x", "-k", "any")
+        assert code == 1 and "stopping after 1 failures" in out, out
+        assert "1 failed" in out and "passed" in out and "not today" not in out.split("short test summary")[0]
