@@ -127,7 +127,10 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
              "properties": {"key": {"type": "string"}, **KEY_VIEW["properties"]}}, 201, "the key, shown once"),
         body={"type": "object", "additionalProperties": False, "required": ["role"],
               "properties": {"role": {"enum": ["admin", "submitter", "viewer", "worker"]},
-                             "name": {"type": "string"}, "expires_in_s": {"type": "number", "exclusiveMinimum": 0}}},
+                             "name": {"type": "string", "maxLength": 100, "pattern": "^[ -~]*$",
+                                      "description": "printable characters (non-ASCII printable ones are accepted "
+                                                     "too); empty: ROLE-key"},
+                             "expires_in_s": {"type": "number", "exclusiveMinimum": 0}}},
         errors=(400,)),
     ("GET", "/api/v1/keys"): RouteSpec(_ok(_obj(keys={"type": "array", "items": {"$ref": REF + "KeyView"}}))),
     ("POST", "/api/v1/keys/{key_id}/revoke"): RouteSpec(_ok({"$ref": REF + "KeyView"}), errors=(404,)),
