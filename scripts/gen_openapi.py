@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from distributed_testing.config import CoordinatorConfig
 from distributed_testing.coordinator.api import openapi_text
 from distributed_testing.coordinator.server import create_app
-from distributed_testing.config import CoordinatorConfig
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 

@@ -37,7 +37,7 @@ _ERRORS = {400: "bad input: a field, a query parameter or the body (``errors`` n
            409: "conflicts with the resource's current state", 413: "body over the size limit",
            429: "too many failed authentications from this address (Retry-After)",
            503: "unavailable: over a connection cap, or the coordinator is stopping after a failed write"}
-KEY_VIEW = {"type": "object", "required": ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"],
+KEY_VIEW: dict[str, Any] = {"type": "object", "required": ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"],
             "properties": {"key_id": {"type": "string"}, "name": {"type": "string"},
                            "role": {"enum": ["admin", "submitter", "viewer", "worker"]},
                            "created_at": {"type": "number"}, "expires_at": NULLABLE_NUM, "revoked_at": NULLABLE_NUM}}
