@@ -140,6 +140,8 @@ class WorkerConfig:
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
     ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
+    metrics_port: int | None = None  # --metrics-port: serve GET /metrics (no credential) on 127.0.0.1 or metrics_host
+    metrics_host: str = "127.0.0.1"
 
     @property
     def ws_url(self) -> str:

@@ -15,20 +15,19 @@ Metric names (all prefixed ``dt_``) are listed in docs/operations.md, "Metrics".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..errors import ConfigError
+from ..promhttp import CONTENT_TYPE, serve_metrics
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = ["CONTENT_TYPE", "Metrics", "StateCollector", "serve_metrics"]
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0, 900.0, 3600.0, float("inf"))
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
@@ -124,22 +123,3 @@ class StateCollector(Collector):
         yield by_state
         yield from gauges.values()
 
-
-async def serve_metrics(render: Callable[[], bytes], host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve ``GET /metrics`` (``render()``, no credential) on ``host:port`` (0: any free port);
-    the caller cleans the runner up. Returns it and the bound port. ConfigError when the port
-    cannot be bound."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handler, allow_head=False)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise ConfigError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    return runner, int(runner.addresses[0][1])
