@@ -66,6 +66,7 @@ RESULT_VIEW = {"type": "object", "required": ["task_id", "attempt", "worker_id",
                               "received_at": {"type": "number"}, "output": {"type": "object"},
                               "error": NULLABLE_STR, "task_type": {"type": "string"}}}
 INT64 = 2**63 - 1
+HALF_INT64 = 2**62 - 1
 WAIT = {"name": "wait", "in": "query", "required": False,
         "description": "seconds to wait for the task(s) to finish before answering",
         "schema": {"type": "number", "minimum": 0, "maximum": 300}}
@@ -108,8 +109,9 @@ _RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "
                  _q("since", {"type": "number"}, "received at or after (Unix seconds)"),
                  _q("until", {"type": "number"}, "received before (Unix seconds)"),
                  _q("batch_size", {"type": "integer", "minimum": -INT64 - 1, "maximum": INT64}),
-                 _q("limit", {"type": "integer", "minimum": 0, "maximum": INT64}),
-                 _q("offset", {"type": "integer", "minimum": 0, "maximum": INT64}))
+                 # the server refuses offset + limit > 2**63 - 1; described as each at most half of that
+                 _q("limit", {"type": "integer", "minimum": 0, "maximum": HALF_INT64}, "rows at most (default 100)"),
+                 _q("offset", {"type": "integer", "minimum": 0, "maximum": HALF_INT64}, "rows skipped (default 0)"))
 
 SPECS: dict[tuple[str, str], RouteSpec] = {
     ("GET", "/healthz"): RouteSpec(_ok(_obj(status={"const": "ok"}, workers={"type": "integer"},
