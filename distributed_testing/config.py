@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .errors import ConfigError
 
 DEFAULT_COORDINATOR_URL = "http://localhost:8080"
+METRICS_MODES = ("key", "off")  # --metrics
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class CoordinatorConfig:
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
     auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
     auth_fail_window_s: float = 60.0
+    metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"
+    metrics_port: int | None = None  # also serve /metrics, open, on this port of ``host`` (0: any free one)
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
@@ -67,6 +70,13 @@ class CoordinatorConfig:
                 raise ConfigError(f"{name}: must be >= 0, got {value}")
         if not 0 < self.auth_fail_window_s <= 86400:
             raise ConfigError(f"--auth-fail-window: must be > 0 and at most 86400 seconds, got {self.auth_fail_window_s}")
+        self._check_metrics()
+
+    def _check_metrics(self) -> None:
+        if self.metrics not in METRICS_MODES:
+            raise ConfigError(f"--metrics: must be one of {', '.join(METRICS_MODES)}, got {self.metrics!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port: must be 0..65535, got {self.metrics_port}")
 
     @property
     def state_dir(self) -> Path:
@@ -130,6 +140,8 @@ class WorkerConfig:
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
     ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
+    metrics_port: int | None = None  # --metrics-port: serve GET /metrics (no credential) on 127.0.0.1 or metrics_host
+    metrics_host: str = "127.0.0.1"
 
     @property
     def ws_url(self) -> str:

@@ -36,7 +36,7 @@ from aiohttp import web
 from .config import CoordinatorConfig, WorkerConfig
 from .coordinator.fast_http import FastSite
 from .coordinator.runtime import RUNTIME, Runtime
-from .coordinator.server import create_app, make_runner
+from .coordinator.server import METRICS_PORT, create_app, make_runner
 from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
 from .protocol import messages as m
@@ -98,6 +98,7 @@ class Cluster:
     tmp: Path = Path(".")
     worker_keys: dict[str, str] = field(default_factory=dict)  # worker id -> its key, kept across restarts
     ca_file: Path | None = None  # trusted by the cluster's client and its workers (https clusters)
+    metrics_port: int | None = None  # the open metrics port, when started with metrics_port=
 
     async def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
                       params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -180,7 +181,7 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
     context = tls.client_context(ca_file) if ca_file is not None else None
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))
     cluster = Cluster(url, (tmp / "admin.key").read_text().strip(), runner.app[RUNTIME], http, tmp=tmp,
-                      ca_file=ca_file)
+                      ca_file=ca_file, metrics_port=runner.app.get(METRICS_PORT))
     try:
         for _ in range(workers):
             await cluster.add_worker(**(worker_overrides or {}))

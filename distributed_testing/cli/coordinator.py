@@ -2,7 +2,7 @@
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
 DT_HEADER_TIMEOUT, DT_MAX_CONNECTIONS, DT_MAX_WORKER_SESSIONS, DT_AUTH_FAIL_LIMIT, DT_AUTH_FAIL_WINDOW,
-DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY.
+DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY, DT_METRICS, DT_METRICS_PORT.
 
 Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
 use, the database locked by another coordinator or not openable), with one line on stderr and
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import aio
-from ..config import CoordinatorConfig, env_pick, environ, positive
+from ..config import METRICS_MODES, CoordinatorConfig, env_pick, environ, positive
 from ..coordinator.fast_http import FastSite
 from ..coordinator.limits import connection_limits
 from ..coordinator.runtime import RUNTIME
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "before it gets 429 until they age out; 0 turns this off (default 20; env DT_AUTH_FAIL_LIMIT)")
     p.add_argument("--auth-fail-window", metavar="S",
                    help="the window of --auth-fail-limit in seconds (default 60; env DT_AUTH_FAIL_WINDOW)")
+    p.add_argument("--metrics", choices=METRICS_MODES,
+                   help="GET /metrics (Prometheus) on the main port: key = needs a credential with metrics:read "
+                        "(admin, submitter, viewer), off = not served there (default key; env DT_METRICS)")
+    p.add_argument("--metrics-port", metavar="PORT",
+                   help="also serve GET /metrics with no credential on this port of --host (plain http; 0 for any "
+                        "free one); for a scraper on a trusted network (env DT_METRICS_PORT)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -118,7 +124,26 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
         **_exhaustion_limits(ns, env),
+        **_metrics_flags(ns, env),
     )
+
+
+def _metrics_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    mode, source = env_pick(ns.metrics, env, "DT_METRICS", "key")
+    if mode not in METRICS_MODES:
+        raise ConfigError(f"{'--metrics' if source == 'flag' else 'DT_METRICS'}: must be one of "
+                          f"{', '.join(METRICS_MODES)}, got {mode!r}")
+    raw, source = env_pick(ns.metrics_port, env, "DT_METRICS_PORT")
+    port = None
+    if raw is not None:
+        where = "--metrics-port" if source == "flag" else "DT_METRICS_PORT"
+        try:
+            port = int(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: expected a port number, got {raw!r}") from exc
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
+    return {"metrics": mode, "metrics_port": port}
 
 
 def _exhaustion_limits(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:

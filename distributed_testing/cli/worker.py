@@ -2,8 +2,9 @@
 
 Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_API_KEY_FILE,
 DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_CA_FILE, DT_ALLOW_MODEL_MODULES and
-DT_ALLOW_TEST_OPTIONS stand in for --coordinator, --api-key, --api-key-file, --name, --db-path,
---interface, --ca-file, --allow-model-modules and --allow-test-options (flags win). Once the
+DT_ALLOW_TEST_OPTIONS, DT_METRICS_PORT and DT_METRICS_HOST stand in for --coordinator, --api-key,
+--api-key-file, --name, --db-path, --interface, --ca-file, --allow-model-modules,
+--allow-test-options, --metrics-port and --metrics-host (flags win). Once the
 configuration is read, the credential variables are removed from the process environment, so no
 task child inherits them.
 """
@@ -19,8 +20,10 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
+from aiohttp import web
 
 from .. import aio
 from ..childenv import scrub_environ
@@ -34,11 +37,13 @@ from ..config import (
     read_key_file,
 )
 from ..errors import ConfigError
+from ..promhttp import serve_metrics
 from ..retry import RetriesExhausted
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes
 from ..training.errors import PreflightError
 from ..training.preflight import interface_address
+from ..worker import metrics as worker_metrics
 from ..worker.agent import SessionRejected, WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
 from .common import add_log_flag, setup_logging, tune_gc
@@ -92,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--optimize-for", choices=["throughput", "latency"], help="default optimize_for of benchmark tasks (see docs/tasks.md)")
     bench.add_argument("--cuda-streams", type=int, help="default cuda_streams of benchmark tasks (CUDA only)")
     bench.add_argument("--bench-threads", type=int, help="torch threads in the benchmark process (default: all cores)")
+    mon = p.add_argument_group("monitoring")
+    mon.add_argument("--metrics-port", metavar="PORT",
+                     help="serve GET /metrics (Prometheus text, no credential) on this port, 0 for any free one "
+                          "(default: not served; env DT_METRICS_PORT)")
+    mon.add_argument("--metrics-host", metavar="ADDR",
+                     help="address --metrics-port binds (default 127.0.0.1; env DT_METRICS_HOST)")
     train = p.add_argument_group("multi-node training tasks")
     train.add_argument("--interface", metavar="NAME",
                        help="network interface other workers reach this one on, and that gloo/NCCL bind "
@@ -150,7 +161,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
         interface=_interface(ns, env), allow_model_modules=_allow_model_modules(ns, env),
-        allow_test_options=_allow_test_options(ns, env),
+        allow_test_options=_allow_test_options(ns, env), **_metrics(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
 
@@ -222,6 +233,22 @@ def _limit_flags(ns: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+def _metrics(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """``--metrics-port`` / DT_METRICS_PORT and ``--metrics-host`` / DT_METRICS_HOST."""
+    raw, src = env_pick(ns.metrics_port, env, "DT_METRICS_PORT")
+    if raw is None:
+        return {}
+    where = "--metrics-port" if src == "flag" else "DT_METRICS_PORT"
+    try:
+        port = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected a port number, got {raw!r}") from exc
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
+    host, _ = env_pick(ns.metrics_host, env, "DT_METRICS_HOST", "127.0.0.1")
+    return {"metrics_port": port, "metrics_host": host}
+
+
 async def run_worker(config: WorkerConfig) -> int:
     from ..worker.factory import build_agent
 
@@ -230,6 +257,24 @@ async def run_worker(config: WorkerConfig) -> int:
 
         await asyncio.to_thread(reset_local_state, config)
     agent = await build_agent(config)
+    metrics = None
+    if config.metrics_port is not None:
+        metrics = await _serve_metrics(agent, config.metrics_host, config.metrics_port)
+    try:
+        return await _run_agent(agent)
+    finally:
+        if metrics is not None:
+            await metrics.cleanup()
+
+
+async def _serve_metrics(agent: WorkerAgent, host: str, port: int) -> web.AppRunner:
+    registry = worker_metrics.registry_for(agent)
+    runner, bound = await serve_metrics(lambda: worker_metrics.render(registry), host, port)
+    log.info("metrics on http://%s:%d/metrics (no credential)", host, bound)
+    return runner
+
+
+async def _run_agent(agent: WorkerAgent) -> int:
     runner = asyncio.create_task(agent.run(), name="worker-agent")
     with _Signals() as signals:
         first = asyncio.create_task(signals.next(), name="worker-signals")

@@ -12,6 +12,7 @@ size limit) get the same JSON shape.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -36,7 +37,8 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
-from . import limits
+from . import limits, openapi
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
 from .state import Task
 from .store.base import ResultQuery, ResultRow
@@ -55,6 +57,7 @@ PRINCIPAL = web.RequestKey("principal", sa.Principal)
 CLOSE_AFTER = web.RequestKey("close_after", bool)  # the answer ends the connection
 AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
 WORKER_ROUTE = "/ws/worker"
+METRICS_ROUTE = "/metrics"
 AUTH_THROTTLE = web.AppKey("auth_throttle", limits.AuthThrottle)
 LIMITS = web.AppKey("connection_limits", limits.ConnectionLimits)
 _failure_log = limits.RateLimitedLog(log, logging.WARNING)
@@ -97,12 +100,17 @@ def check_address(app: web.Application, peer: str | None) -> None:
     """RateLimited while ``peer`` is refused for failed authentications."""
     wait = app[AUTH_THROTTLE].retry_after(limits.address_key(peer or ""), time.monotonic())
     if wait is not None:
+        app[RUNTIME].metrics.auth_failures.labels("throttled").inc()
         raise RateLimited(f"too many failed authentications from this address; retry in {math.ceil(wait)} s", wait)
 
 
 def note_failure(app: web.Application, peer: str | None, authorization: str, exc: AuthError) -> None:
-    """Count and log a refused credential from ``peer`` (a request without one is not a guess)."""
-    if isinstance(exc, PermissionDenied) or not authorization.strip():
+    """Count (``dt_auth_failures_total``) and log a refused credential from ``peer``; only a
+    wrong credential counts towards the address's throttle (a request without one, or one
+    lacking the route's permission, is not a guess)."""
+    reason = "forbidden" if isinstance(exc, PermissionDenied) else "invalid" if authorization.strip() else "missing"
+    app[RUNTIME].metrics.auth_failures.labels(reason).inc()
+    if reason != "invalid":
         return
     throttle, now = app[AUTH_THROTTLE], time.monotonic()
     if throttle.failed(limits.address_key(peer or ""), now):
@@ -292,6 +300,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
     parsed = specs.parse_task_json(raw)
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=principal.key_id)
+    rt.metrics.submitted.inc(sum(1 for a in accepted if a["created"]))
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
     status = 201 if any(a["created"] for a in accepted) else 200
     if wait > 0:
@@ -432,7 +441,18 @@ def _check_int64(query: ResultQuery) -> None:
 
 
 async def task_schema(request: web.Request) -> web.Response:
+    """The JSON Schema (draft 2020-12) of a task document, as POST /api/v1/tasks checks it."""
     return json_response(specs.task_json_schema())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """This coordinator's metrics in the Prometheus text format (docs/operations.md, "Metrics")."""
+    return web.Response(body=_rt(request).metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """This API's OpenAPI 3.1 description, generated from the routes the coordinator serves."""
+    return json_response(request.app[OPENAPI])
 
 
 def float_param(query: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
@@ -466,10 +486,38 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("POST", "/api/v1/workers/{worker_id}/release", release_worker, "workers:manage"),
     ("GET", "/api/v1/results", list_results, "results:read"),
     ("GET", "/api/v1/schema/task", task_schema, "schema:read"),
+    ("GET", "/api/v1/openapi.json", openapi_json, "schema:read"),
+    ("GET", METRICS_ROUTE, metrics, "metrics:read"),
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
+# Not in ROUTES (ws.py checks it itself, after the session cap), but what the route needs all the same.
+WORKER_PERMISSION = "worker:connect"
+OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, *, metrics_route: bool = True) -> None:
+    """The table's routes; ``GET /metrics`` only with ``metrics_route`` (``--metrics key``)."""
     for method, path, handler, perm in ROUTES:
+        if path == METRICS_ROUTE and not metrics_route:
+            continue
         app.router.add_route(method, path, handler, expect_handler=expect_continue if perm else None)
+
+
+def route_entries(app: web.Application) -> list[openapi.Entry]:
+    """(method, path, handler, permission) of every route ``app``'s router serves."""
+    out: list[openapi.Entry] = []
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        perm = WORKER_PERMISSION if path == WORKER_ROUTE else PERMISSIONS.get((route.method, path))
+        out.append((route.method, path, route.handler, perm))
+    return out
+
+
+def publish_openapi(app: web.Application) -> None:
+    """Describe ``app``'s routes (call once every route is added): ``GET /api/v1/openapi.json``."""
+    app[OPENAPI] = openapi.document(route_entries(app))
+
+
+def openapi_text(app: web.Application) -> str:
+    """``app``'s OpenAPI document as the indented JSON text published in docs/openapi.json."""
+    return json.dumps(app[OPENAPI], indent=2) + "\n"

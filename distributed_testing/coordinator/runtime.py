@@ -43,6 +43,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
+from .metrics import Metrics
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
 from .supervisor import Supervisor
@@ -89,6 +90,8 @@ class Runtime:
         self._undurable: Counter[str] = Counter()
         self.stats: dict[str, int] = defaultdict(int)
         self._supervisor: Supervisor | None = None
+        self.metrics = Metrics()
+        self.metrics.bind(self)
 
     @property
     def supervisor(self) -> Supervisor:
@@ -105,10 +108,12 @@ class Runtime:
         except Exception as exc:  # the state already holds what these records say: memory and disk differ
             self.supervisor.fail(f"persisting {len(records)} records failed", exc)
             raise
-        durable.add_done_callback(functools.partial(self._check_written, len(records)))
+        durable.add_done_callback(functools.partial(self._check_written, len(records), time.perf_counter()))
         return durable
 
-    def _check_written(self, n: int, f: asyncio.Future[None]) -> None:
+    def _check_written(self, n: int, started: float, f: asyncio.Future[None]) -> None:
+        self.metrics.store_write.observe(time.perf_counter() - started)
+        self.metrics.store_records.observe(n)
         if f.cancelled():
             self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
         elif (exc := f.exception()) is not None:
@@ -125,6 +130,7 @@ class Runtime:
         when nothing else waits for them (every assignment went out provisionally)."""
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
+        self._observe_assignments(rest)
         loop = asyncio.get_running_loop()
         if not records:
             self._run(rest)
@@ -162,6 +168,17 @@ class Runtime:
 
         durable.add_done_callback(after)
         return finished
+
+    def _observe_assignments(self, cmds: Sequence[Command]) -> None:
+        """Count each assigned attempt and its submit→assign latency (``metrics``)."""
+        now: float | None = None
+        for c in cmds:
+            if isinstance(c, Send) and isinstance(c.msg, m.AssignTasks):
+                now = self.clock() if now is None else now
+                self.metrics.dispatched.inc(len(c.msg.tasks))
+                for a in c.msg.tasks:
+                    if (t := self.state.tasks.get(a.task_id)) is not None:
+                        self.metrics.assign_latency.observe(max(0.0, now - t.submitted_at))
 
     def _plan_provisional(self, cmds: Sequence[Command]) -> tuple[list[Command], list[tuple[Session, m.AssignTasks]]]:
         """Split off each assignment that may go out at once, as provisional: its session has
@@ -203,6 +220,7 @@ class Runtime:
                 if s is not None and s.session_id == c.session_id:
                     s.close(c.reason)
             elif isinstance(c, Notify):
+                self._observe_outcomes(c.task_ids)
                 for tid in c.task_ids:
                     for w in self._waiters.pop(tid, []):
                         w.done_one(tid)
@@ -210,6 +228,14 @@ class Runtime:
                 self._refused(c)
             else:
                 raise TypeError(f"unhandled command {c!r}")
+
+    def _observe_outcomes(self, task_ids: Sequence[str]) -> None:
+        """The submit→outcome latency of each of these tasks whose outcome is now durable."""
+        now = self.clock()
+        for tid in task_ids:
+            t = self.state.tasks.get(tid)
+            if t is not None and t.outcome is not None:
+                self.metrics.outcome_latency.observe(max(0.0, now - t.submitted_at))
 
     def _refused(self, c: Refused) -> None:
         """A worker reported on an attempt it was never given: log, count, and tell it (the

@@ -23,7 +23,8 @@ from ..config import CoordinatorConfig
 from ..errors import StoreError
 from ..security import bootstrap
 from . import limits
-from .api import AUTH_THROTTLE, LIMITS, WORKER_ROUTE, add_routes, error_middleware
+from .api import AUTH_THROTTLE, LIMITS, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
+from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
 from .store.base import Store
 from .ws import worker_endpoint
@@ -33,6 +34,7 @@ TICK_S = 0.25
 LINGER_S = 2.0  # how long an unread body is dropped before closing (aiohttp's default: 10 s)
 CONFIG = web.AppKey("config", CoordinatorConfig)
 STORE: web.AppKey[Store | None] = web.AppKey("store")
+METRICS_PORT = web.AppKey("metrics_port", int)
 
 
 def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.Application:
@@ -42,9 +44,12 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     app[STORE] = store
     app[LIMITS] = limits.connection_limits(config.max_connections, config.max_worker_sessions, nofile())
     app[AUTH_THROTTLE] = limits.AuthThrottle(config.auth_fail_limit, config.auth_fail_window_s)
-    add_routes(app)
-    app.router.add_get(WORKER_ROUTE, worker_endpoint)
+    add_routes(app, metrics_route=config.metrics == "key")
+    app.router.add_get(WORKER_ROUTE, worker_endpoint, allow_head=False)
+    publish_openapi(app)
     app.cleanup_ctx.append(_runtime_ctx)
+    if config.metrics_port is not None:
+        app.cleanup_ctx.append(_metrics_port_ctx)
     app.on_shutdown.append(_close_sessions)
     return app
 
@@ -100,6 +105,20 @@ async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
             await store.close()
         except StoreError as exc:  # the records stay in the journal; the next start applies them
             rt.supervisor.fail("closing the store failed", exc)
+
+
+async def _metrics_port_ctx(app: web.Application) -> AsyncIterator[None]:
+    """``--metrics-port``: ``GET /metrics`` without a credential on its own port; its bound port
+    goes to ``app[METRICS_PORT]``."""
+    config = app[CONFIG]
+    assert config.metrics_port is not None
+    runner, port = await serve_metrics(app[RUNTIME].metrics.render, config.host, config.metrics_port)
+    app[METRICS_PORT] = port
+    log.info("metrics on http://%s:%d/metrics (no credential)", config.host, port)
+    try:
+        yield
+    finally:
+        await runner.cleanup()
 
 
 async def _bootstrap_admin(rt: Runtime) -> None:

@@ -379,6 +379,8 @@ class CoordinatorState:
         w.load = {"cpu_percent": hb.cpu_percent, "memory_percent": hb.memory_percent}
         if hb.available_memory_mb is not None:
             w.load["available_memory_mb"] = hb.available_memory_mb
+        if hb.gpu_percent is not None:
+            w.load["gpu_percent"] = hb.gpu_percent
         return self.dispatch(now) if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None else []
 
     def disconnect(self, worker_id: str, session_id: str, now: float) -> list[Command]:

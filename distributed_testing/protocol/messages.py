@@ -83,6 +83,7 @@ class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
     free_slots: int
     reason: str | None = None
     available_memory_mb: float | None = None  # memory offered to new tasks (--memory-buffer); None: not reported
+    gpu_percent: float | None = None  # busiest NVIDIA GPU's utilisation; None: not measured (no --max-gpu-percent)
 
 
 class GangAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

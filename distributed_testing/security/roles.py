@@ -17,6 +17,7 @@ workers:read    yes    yes        yes
 workers:manage  yes
 worker:connect                            yes
 schema:read     yes    yes        yes     yes
+metrics:read    yes    yes        yes
 ==============  =====  =========  ======  ======
 
 Reasons for the less obvious cells:
@@ -70,6 +71,7 @@ class Permission(StrEnum):
     WORKERS_MANAGE = "workers:manage"
     WORKER_CONNECT = "worker:connect"
     SCHEMA_READ = "schema:read"
+    METRICS_READ = "metrics:read"
 
 
 _READ = frozenset(
@@ -78,6 +80,7 @@ _READ = frozenset(
         Permission.RESULTS_READ,
         Permission.WORKERS_READ,
         Permission.SCHEMA_READ,
+        Permission.METRICS_READ,
     }
 )
 _SUBMIT = _READ | {Permission.TASKS_SUBMIT, Permission.TASKS_CANCEL}

@@ -136,7 +136,7 @@ def task_json_schema() -> dict[str, Any]:
         "$id": "https://distributed-testing.dev/schema/task.json",
         "title": "distributed_testing task",
         "$defs": {**defs, "Task": task},
-        "oneOf": [{"$ref": "#/$defs/Task"}, {"type": "array", "items": {"$ref": "#/$defs/Task"}}],
+        "oneOf": [{"$ref": "#/$defs/Task"}, {"type": "array", "items": {"$ref": "#/$defs/Task"}, "minItems": 1}],
     }
 
 

@@ -737,7 +737,8 @@ class WorkerAgent:
         return m.Heartbeat(state=state, running=refs, cpu_percent=sample.cpu_percent,
                            memory_percent=sample.memory_percent,
                            free_slots=max(0, self.config.max_concurrent_tasks - len(refs)), reason=reason,
-                           available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample))
+                           available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample),
+                           gpu_percent=sample.gpu_percent)
 
     async def _renew_tokens(self) -> None:
         await self.registered.wait()

@@ -246,6 +246,10 @@ CASES = [
     ),
     Route("GET", "/api/v1/results", READERS, 200, fixed("/api/v1/results")),
     Route("GET", "/api/v1/schema/task", frozenset(ROLES), 200, fixed("/api/v1/schema/task"), check_body=check_schema),
+    Route("GET", "/api/v1/openapi.json", frozenset(ROLES), 200, fixed("/api/v1/openapi.json"),
+          check_body=lambda c, call, body: body["openapi"].startswith("3.1")),
+    Route("GET", "/metrics", READERS, 200, fixed("/metrics"),
+          check_body=lambda c, call, body: "dt_tasks_submitted_total" in body),
 ]
 
 def expected_status(r: Route, caller: str) -> int:

@@ -197,3 +197,24 @@ def test_main_names_a_missing_certificate(tmp_path: Path, capsys: pytest.Capture
     assert coord_cli.main(["--db-path", "memory://", "--tls-cert", str(tmp_path / "none.pem"),
                            "--tls-key", str(tmp_path / "none.key")]) == 2
     assert f"dt-coordinator: --tls-cert: {tmp_path / 'none.pem'} is not a readable file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "env", "mode", "port"), [
+    ([], {}, "key", None),
+    (["--metrics", "off"], {}, "off", None),
+    ([], {"DT_METRICS": "off", "DT_METRICS_PORT": "9100"}, "off", 9100),
+    (["--metrics", "key", "--metrics-port", "0"], {"DT_METRICS": "off", "DT_METRICS_PORT": "9100"}, "key", 0),
+])
+def test_metrics_flags_and_variables(argv: list[str], env: dict[str, str], mode: str, port: int | None) -> None:
+    c = cfg(*argv, env=env)
+    assert (c.metrics, c.metrics_port) == (mode, port)
+
+
+@pytest.mark.parametrize(("argv", "env", "named"), [
+    ([], {"DT_METRICS": "open"}, "DT_METRICS"),
+    (["--metrics-port", "http"], {}, "--metrics-port"),
+    ([], {"DT_METRICS_PORT": "70000"}, "DT_METRICS_PORT"),
+])
+def test_bad_metrics_values_name_their_source(argv: list[str], env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        cfg(*argv, env=env)

@@ -183,3 +183,23 @@ def test_an_unreadable_ca_file_is_a_config_error_for_an_https_coordinator(tmp_pa
     with pytest.raises(ConfigError, match="^--ca-file: cannot load CA certificates from"):
         Credentials("https://c.example", api_key="dtk_a_b", ca_file=tmp_path / "missing.pem")
     assert Credentials("http://c.example", api_key="dtk_a_b", ca_file=tmp_path / "missing.pem").ssl is None
+
+
+@pytest.mark.parametrize(("argv", "env", "port", "host"), [
+    ([], {}, None, "127.0.0.1"),
+    (["--metrics-port", "9101"], {}, 9101, "127.0.0.1"),
+    ([], {"DT_METRICS_PORT": "0", "DT_METRICS_HOST": "0.0.0.0"}, 0, "0.0.0.0"),
+    (["--metrics-port", "9102", "--metrics-host", "::1"], {"DT_METRICS_PORT": "1", "DT_METRICS_HOST": "x"}, 9102, "::1"),
+])
+def test_metrics_port_flags_and_variables(argv: list[str], env: dict[str, str], port: int | None, host: str) -> None:
+    c = cfg(*argv, env=env)
+    assert (c.metrics_port, c.metrics_host) == (port, host)
+
+
+@pytest.mark.parametrize(("argv", "env", "named"), [
+    (["--metrics-port", "abc"], {}, "--metrics-port"),
+    ([], {"DT_METRICS_PORT": "-1"}, "DT_METRICS_PORT"),
+])
+def test_bad_metrics_port_names_its_source(argv: list[str], env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        cfg(*argv, env=env)

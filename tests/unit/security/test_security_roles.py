@@ -28,6 +28,7 @@ EXPECTED: dict[str, set[str]] = {
         "results:read",
         "workers:read",
         "schema:read",
+        "metrics:read",
     },
     "submitter": {
         "tasks:submit",
@@ -36,8 +37,9 @@ EXPECTED: dict[str, set[str]] = {
         "results:read",
         "workers:read",
         "schema:read",
+        "metrics:read",
     },
-    "viewer": {"tasks:read", "results:read", "workers:read", "schema:read"},
+    "viewer": {"tasks:read", "results:read", "workers:read", "schema:read", "metrics:read"},
     "worker": {"worker:connect", "schema:read"},
 }
 ALL_PERMISSIONS = {
@@ -50,6 +52,7 @@ ALL_PERMISSIONS = {
     "workers:read",
     "worker:connect",
     "schema:read",
+    "metrics:read",
 }
 
 

@@ -1,0 +1,125 @@
+"""The coordinator's Prometheus metrics: one registry per ``Runtime``, rendered by ``GET /metrics``.
+
+Most figures are read from state the coordinator keeps anyway, at scrape time (a custom collector):
+tasks and workers by state, per-worker load from the last heartbeat, refused worker frames
+(``Runtime.stats``), open worker sessions. Only what no state holds is counted as it happens:
+submissions, dispatches, the submit→assign and submit→outcome latencies, store write latency and
+records per write, and refused credentials. Each costs one counter increment or histogram
+observation (about a microsecond; benchmarks/RESULTS.md has the dispatch rate with and without).
+
+A per-runtime registry, never prometheus-client's global one: a process may hold several
+coordinators (tests do), and each must report only its own.
+
+Metric names (all prefixed ``dt_``) are listed in docs/operations.md, "Metrics".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..promhttp import CONTENT_TYPE, serve_metrics
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["CONTENT_TYPE", "Metrics", "StateCollector", "serve_metrics"]
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                   300.0, 900.0, 3600.0, float("inf"))
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
+RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, float("inf"))
+# Where a refused credential is counted: AuthError (unknown, expired, revoked, malformed),
+# PermissionDenied (valid but lacking the route's permission), missing (no credential at all),
+# throttled (its address was refused for too many failures before its credential was looked at).
+AUTH_FAILURE_REASONS = ("invalid", "forbidden", "missing", "throttled")
+_LOAD_GAUGES = (("cpu_percent", "dt_worker_cpu_percent", "CPU use of the worker's host, % (last heartbeat)"),
+                ("memory_percent", "dt_worker_memory_percent", "memory use of the worker's host, % (last heartbeat)"),
+                ("gpu_percent", "dt_worker_gpu_percent",
+                 "utilisation of the worker's busiest NVIDIA GPU, % (last heartbeat; only workers that measure it)"),
+                ("available_memory_mb", "dt_worker_available_memory_mb",
+                 "memory the worker offers to new tasks, MB (last heartbeat; only with --memory-buffer)"))
+
+
+class Metrics:
+    """The instruments the runtime updates as things happen, and the registry that holds them."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.submitted = Counter("dt_tasks_submitted", "tasks accepted as new by POST /api/v1/tasks", registry=r)
+        self.dispatched = Counter("dt_tasks_dispatched", "task attempts sent to workers", registry=r)
+        self.assign_latency = Histogram("dt_task_submit_to_assign_seconds",
+                                        "seconds from a task's submission to the assignment of each attempt",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.outcome_latency = Histogram("dt_task_submit_to_outcome_seconds",
+                                         "seconds from a task's submission to its final outcome being durable",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.store_write = Histogram("dt_store_write_seconds",
+                                     "seconds from handing records to the store to their being durable",
+                                     buckets=STORE_BUCKETS, registry=r)
+        self.store_records = Histogram("dt_store_write_records", "records per write handed to the store",
+                                       buckets=RECORD_BUCKETS, registry=r)
+        self.auth_failures = Counter("dt_auth_failures", "refused REST and WebSocket-handshake credentials",
+                                     ["reason"], registry=r)
+        for reason in AUTH_FAILURE_REASONS:
+            self.auth_failures.labels(reason)
+
+    def bind(self, rt: Runtime) -> None:
+        """Report ``rt``'s state at every scrape (once per runtime)."""
+        self.registry.register(StateCollector(rt))
+
+    def render(self) -> bytes:
+        """Every metric in the Prometheus text format (``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)
+
+
+class StateCollector(Collector):
+    """Reads the runtime's in-memory state at scrape time; adds no work to the hot path."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def collect(self) -> Iterator[Metric]:
+        rt = self._rt
+        tasks = GaugeMetricFamily("dt_tasks", "tasks the coordinator holds, by state", labels=["state"])
+        for state, n in sorted(rt.state.counts.items()):
+            tasks.add_metric([state], n)
+        yield tasks
+        yield from self._workers(rt)
+        sessions = GaugeMetricFamily("dt_worker_sessions", "open, registered worker WebSocket sessions")
+        sessions.add_metric([], len(rt.sessions))
+        yield sessions
+        results = CounterMetricFamily("dt_results_received", "task results received from workers")
+        results.add_metric([], rt.stats.get("results", 0))
+        yield results
+        refused = CounterMetricFamily("dt_worker_frames_refused",
+                                      "worker WebSocket frames refused, by reason (refused_*: a report on an "
+                                      "attempt or worker id the sender does not hold; rejected_*: a frame that "
+                                      "failed decoding, signing or validation)", labels=["reason"])
+        for name, n in sorted(rt.stats.items()):
+            if name.startswith(("refused_", "rejected_")):
+                refused.add_metric([name], n)
+        yield refused
+
+    @staticmethod
+    def _workers(rt: Runtime) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily("dt_workers", "known workers, by state", labels=["state"])
+        counts: dict[str, int] = {}
+        gauges = {key: GaugeMetricFamily(name, doc, labels=["worker_id", "name"]) for key, name, doc in _LOAD_GAUGES}
+        for w in rt.state.workers.values():
+            state = w.health if w.connected else "disconnected"
+            counts[state] = counts.get(state, 0) + 1
+            if not w.connected:
+                continue
+            for key, value in w.load.items():
+                if key in gauges:
+                    gauges[key].add_metric([w.worker_id, w.name], value)
+        for state, n in sorted(counts.items()):
+            by_state.add_metric([state], n)
+        yield by_state
+        yield from gauges.values()
+

@@ -1,0 +1,241 @@
+"""The OpenAPI 3.1 description of the coordinator's HTTP API, generated from its router.
+
+``document(routes)`` takes the routes the app actually serves (method, path, handler, permission:
+see ``api.route_entries``), so the description cannot list a route the server lacks or miss one it
+has. Per route: the summary is the handler docstring's first line, the required permission comes
+from the route table, and the parameters, request body and responses come from ``SPECS`` below;
+the task body's schema is the published task JSON Schema (``GET /api/v1/schema/task``), its
+``$defs`` moved under ``components/schemas``. A route without an entry in ``SPECS`` is still
+described (summary, permission, the generic error answers), and a test fails until it gets one.
+
+Pure: no I/O. ``scripts/gen_openapi.py`` writes the result to docs/openapi.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tasks import spec as specs
+
+TITLE = "distributed_testing coordinator"
+VERSION = "1"
+JSON = "application/json"
+REF = "#/components/schemas/"
+NULLABLE_STR = {"type": ["string", "null"]}
+NULLABLE_NUM = {"type": ["number", "null"]}
+FIELD_ERROR = {"type": "object", "required": ["field", "error"],
+               "properties": {"field": {"type": "string"}, "error": {"type": "string"}}}
+ERROR = {"type": "object", "required": ["error", "message"],
+         "properties": {"error": {"type": "string"}, "message": {"type": "string"},
+                        "errors": {"type": "array", "items": FIELD_ERROR}}}
+_ERRORS = {400: "bad input: a field, a query parameter or the body (``errors`` names each)",
+           401: "no valid credential", 403: "the credential's role lacks the route's permission, or the "
+                "resource belongs to another key", 404: "no such resource", 405: "method not allowed",
+           409: "conflicts with the resource's current state", 413: "body over the size limit",
+           429: "too many failed authentications from this address (Retry-After)",
+           503: "unavailable: over a connection cap, or the coordinator is stopping after a failed write"}
+KEY_VIEW: dict[str, Any] = {"type": "object", "required": ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"],
+            "properties": {"key_id": {"type": "string"}, "name": {"type": "string"},
+                           "role": {"enum": ["admin", "submitter", "viewer", "worker"]},
+                           "created_at": {"type": "number"}, "expires_at": NULLABLE_NUM, "revoked_at": NULLABLE_NUM}}
+_TASK_COMMON = {"task_id": {"type": "string"}, "type": {"type": "string"}, "state": {"type": "string"},
+                "attempt": {"type": "integer"}, "worker_id": NULLABLE_STR, "priority": {"type": "integer"},
+                "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}, "pending_reason": NULLABLE_STR,
+                "outcome": {"type": ["object", "null"]}, "retries_used": {"type": "integer"},
+                "submitted_by": NULLABLE_STR, "gang": {"type": ["object", "null"]}}
+TASK_SUMMARY = {"type": "object", "required": sorted(_TASK_COMMON), "properties": _TASK_COMMON}
+TASK_VIEW = {"type": "object", "required": [*sorted(_TASK_COMMON), "spec", "history"],
+             "properties": {**_TASK_COMMON, "spec": {"type": "object"}, "history": {"type": "array"},
+                            "result": {"type": ["object", "null"]}}}
+WORKER_VIEW = {"type": "object",
+               "required": ["worker_id", "name", "state", "reason", "capabilities", "tags", "max_concurrent",
+                            "running", "load", "last_seen", "hardware"],
+               "properties": {"worker_id": {"type": "string"}, "name": {"type": "string"}, "state": {"type": "string"},
+                              "reason": NULLABLE_STR, "capabilities": {"type": "array", "items": {"type": "string"}},
+                              "tags": {"type": "array", "items": {"type": "string"}},
+                              "max_concurrent": {"type": "integer"}, "running": {"type": "array"},
+                              "load": {"type": "object"}, "last_seen": {"type": "number"},
+                              "hardware": {"type": "object"}}}
+RESULT_VIEW = {"type": "object", "required": ["task_id", "attempt", "worker_id", "status"],
+               "properties": {"task_id": {"type": "string"}, "attempt": {"type": "integer"},
+                              "worker_id": {"type": "string"}, "status": {"type": "string"},
+                              "started_at": {"type": "number"}, "finished_at": {"type": "number"},
+                              "received_at": {"type": "number"}, "output": {"type": "object"},
+                              "error": NULLABLE_STR, "task_type": {"type": "string"}}}
+INT64 = 2**63 - 1
+HALF_INT64 = 2**62 - 1
+WAIT = {"name": "wait", "in": "query", "required": False,
+        "description": "seconds to wait for the task(s) to finish before answering",
+        "schema": {"type": "number", "minimum": 0, "maximum": 300}}
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """What the route table does not say about a route: its inputs and its answers.
+    ``ok`` maps each success status to (description, media type, schema or None); ``errors``
+    lists the error statuses beyond those every route of its kind has."""
+
+    ok: dict[int, tuple[str, str, dict[str, Any] | None]]
+    query: tuple[dict[str, Any], ...] = ()
+    body: dict[str, Any] | None = None
+    body_required: bool = True
+    errors: tuple[int, ...] = ()
+    tags: tuple[str, ...] = field(default=())
+
+
+def _ok(schema: dict[str, Any], status: int = 200, what: str = "success") -> dict[int, tuple[str, str, Any]]:
+    return {status: (what, JSON, schema)}
+
+
+def _q(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        out["description"] = description
+    return out
+
+
+def _obj(**props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(props), "properties": props}
+
+
+_SUBMITTED = {"type": "object", "required": ["task_id", "created", "state"],
+              "properties": {"task_id": {"type": "string"}, "created": {"type": "boolean"},
+                             "state": {"type": "string"}, "outcome": {"type": ["object", "null"]}}}
+_RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "status", "task_type", "model",
+                                                       "precision", "hardware")),
+                 _q("since", {"type": "number"}, "received at or after (Unix seconds)"),
+                 _q("until", {"type": "number"}, "received before (Unix seconds)"),
+                 _q("batch_size", {"type": "integer", "minimum": -INT64 - 1, "maximum": INT64}),
+                 # the server refuses offset + limit > 2**63 - 1; described as each at most half of that
+                 _q("limit", {"type": "integer", "minimum": 0, "maximum": HALF_INT64}, "rows at most (default 100)"),
+                 _q("offset", {"type": "integer", "minimum": 0, "maximum": HALF_INT64}, "rows skipped (default 0)"))
+
+SPECS: dict[tuple[str, str], RouteSpec] = {
+    ("GET", "/healthz"): RouteSpec(_ok(_obj(status={"const": "ok"}, workers={"type": "integer"},
+                                            tasks={"type": "integer"}, tasks_by_state={"type": "object"}))),
+    ("GET", "/metrics"): RouteSpec({200: ("Prometheus text format (docs/operations.md lists the metrics)",
+                                          "text/plain", {"type": "string"})}),
+    ("GET", "/api/v1/openapi.json"): RouteSpec(_ok({"type": "object"}, what="this document")),
+    ("GET", "/ws/worker"): RouteSpec({101: ("switching to the worker WebSocket protocol (docs/protocol.md)",
+                                            "", None)}, errors=(400,)),
+    ("POST", "/api/v1/auth/token"): RouteSpec(_ok(_obj(token={"type": "string"}, expires_at={"type": "integer"},
+                                                       role={"type": "string"}, key_id={"type": "string"},
+                                                       session_expires_at={"type": "integer"}))),
+    ("POST", "/api/v1/keys"): RouteSpec(
+        _ok({"type": "object", "required": ["key", *KEY_VIEW["required"]],
+             "properties": {"key": {"type": "string"}, **KEY_VIEW["properties"]}}, 201, "the key, shown once"),
+        body={"type": "object", "additionalProperties": False, "required": ["role"],
+              "properties": {"role": {"enum": ["admin", "submitter", "viewer", "worker"]},
+                             "name": {"type": "string", "maxLength": 100, "pattern": "^[ -~]*$",
+                                      "description": "printable characters (non-ASCII printable ones are accepted "
+                                                     "too); empty: ROLE-key"},
+                             "expires_in_s": {"type": "number", "exclusiveMinimum": 0}}},
+        errors=(400,)),
+    ("GET", "/api/v1/keys"): RouteSpec(_ok(_obj(keys={"type": "array", "items": {"$ref": REF + "KeyView"}}))),
+    ("POST", "/api/v1/keys/{key_id}/revoke"): RouteSpec(_ok({"$ref": REF + "KeyView"}), errors=(404,)),
+    ("DELETE", "/api/v1/keys/{key_id}"): RouteSpec(_ok({"$ref": REF + "KeyView"}), errors=(404,)),
+    ("POST", "/api/v1/tasks"): RouteSpec(
+        {**_ok(_obj(tasks={"type": "array", "items": _SUBMITTED}), 201, "at least one task was new"),
+         **_ok(_obj(tasks={"type": "array", "items": _SUBMITTED}), 200, "every task was already known")},
+        query=(WAIT,), body={"$ref": REF + "TaskSubmission"}, errors=(400, 409)),
+    ("GET", "/api/v1/tasks"): RouteSpec(
+        _ok(_obj(tasks={"type": "array", "items": {"$ref": REF + "TaskSummary"}}, total={"type": "integer"})),
+        query=(_q("state", {"type": "string"}), _q("type", {"type": "string"}), _q("worker_id", {"type": "string"}),
+               _q("limit", {"type": "number", "minimum": 1, "maximum": 10000}, "most tasks listed (default 100)")),
+        errors=(400,)),
+    ("GET", "/api/v1/tasks/{task_id}"): RouteSpec(
+        _ok({"$ref": REF + "TaskView"}),
+        query=(WAIT, _q("result", {"type": "string"}, "0: leave out the stored result")), errors=(400, 404)),
+    ("POST", "/api/v1/tasks/{task_id}/cancel"): RouteSpec(_ok({"$ref": REF + "TaskView"}), errors=(404, 409)),
+    ("GET", "/api/v1/workers"): RouteSpec(_ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}))),
+    ("POST", "/api/v1/workers/{worker_id}/drain"): RouteSpec(
+        _ok(_obj(worker_id={"type": "string"}, state={"const": "draining"}, deadline_s={"type": "number"},
+                 reason={"type": "string"}), 202, "the worker was told to drain"),
+        body={"type": "object", "additionalProperties": False,
+              "properties": {"deadline_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                             "reason": {"type": "string", "minLength": 1, "maxLength": 1000}}},
+        body_required=False, errors=(400, 404, 409)),
+    ("POST", "/api/v1/workers/{worker_id}/release"): RouteSpec(
+        _ok(_obj(worker_id={"type": "string"}, released={"const": True})),
+        body={"type": "object", "maxProperties": 0}, body_required=False, errors=(400, 404, 409)),
+    ("GET", "/api/v1/results"): RouteSpec(
+        _ok(_obj(results={"type": "array", "items": {"$ref": REF + "Result"}})), query=_RESULT_QUERY, errors=(400,)),
+    ("GET", "/api/v1/schema/task"): RouteSpec(_ok({"type": "object"}, what="the task JSON Schema (draft 2020-12)")),
+}
+
+Entry = tuple[str, str, Callable[..., Any], str | None]
+
+
+def document(routes: Iterable[Entry]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes`` (method, path, handler, permission or None)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, handler, perm in routes:
+        paths.setdefault(path, {})[method.lower()] = _operation(method, path, handler, perm)
+    return {"openapi": "3.1.0",
+            "info": {"title": TITLE, "version": VERSION,
+                     "description": "Every route names the permission it needs (x-permission); roles and "
+                                    "permissions: docs/security.md. Errors share one JSON shape (Error)."},
+            "paths": dict(sorted(paths.items())),
+            "components": {"schemas": _schemas(),
+                           "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                          "description": "an API key, or a JWT from "
+                                                                         "POST /api/v1/auth/token"}}}}
+
+
+def _operation(method: str, path: str, handler: Callable[..., Any], perm: str | None) -> dict[str, Any]:
+    spec = SPECS.get((method, path), RouteSpec({200: ("success", JSON, None)}))
+    doc = (handler.__doc__ or "").strip()
+    op: dict[str, Any] = {"operationId": f"{method.lower()}{_op_name(path)}",
+                          "summary": doc.splitlines()[0] if doc else f"{method} {path}",
+                          "x-permission": perm}
+    if doc:
+        op["description"] = " ".join(doc.split())
+    if perm is None and path != "/ws/worker":
+        op["security"] = []
+    else:
+        op["security"] = [{"bearer": []}]
+    params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+              for n in _path_params(path)] + list(spec.query)
+    if params:
+        op["parameters"] = params
+    if spec.body is not None:
+        op["requestBody"] = {"required": spec.body_required, "content": {JSON: {"schema": spec.body}}}
+    responses: dict[str, Any] = {}
+    for status, (what, media, schema) in spec.ok.items():
+        responses[str(status)] = {"description": what}
+        if media:
+            responses[str(status)]["content"] = {media: {"schema": schema or {}}}
+    errors = set(spec.errors) | {405}
+    if perm is not None or path == "/ws/worker":
+        errors |= {401, 403, 429, 503}
+    if spec.body is not None:
+        errors |= {400, 413}
+    for status in sorted(errors):
+        responses[str(status)] = {"description": _ERRORS[status],
+                                  "content": {JSON: {"schema": {"$ref": REF + "Error"}}}}
+    op["responses"] = responses
+    return op
+
+
+def _path_params(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{") and part.endswith("}")]
+
+
+def _op_name(path: str) -> str:
+    words = [p.strip("{}").replace(".", "_").replace("-", "_") for p in path.split("/") if p]
+    return "".join(w[:1].upper() + w[1:] for w in words)
+
+
+def _schemas() -> dict[str, Any]:
+    task = specs.task_json_schema()
+    text = json.dumps(task).replace('"#/$defs/', f'"{REF}')
+    moved: dict[str, Any] = json.loads(text)
+    schemas: dict[str, Any] = dict(moved.pop("$defs"))
+    schemas["TaskSubmission"] = {"description": "one task or a list of tasks (docs/tasks.md)",
+                                 "oneOf": moved["oneOf"]}
+    schemas.update(Error=ERROR, KeyView=KEY_VIEW, TaskSummary=TASK_SUMMARY, TaskView=TASK_VIEW, Worker=WORKER_VIEW,
+                   Result=RESULT_VIEW)
+    return schemas
