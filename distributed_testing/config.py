@@ -48,6 +48,7 @@ class CoordinatorConfig:
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
     auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
     auth_fail_window_s: float = 60.0
+    dashboard: bool = False  # also serve the dashboard under /dashboard (distributed_testing/dashboard)
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:

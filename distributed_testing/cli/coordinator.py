@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "before it gets 429 until they age out; 0 turns this off (default 20; env DT_AUTH_FAIL_LIMIT)")
     p.add_argument("--auth-fail-window", metavar="S",
                    help="the window of --auth-fail-limit in seconds (default 60; env DT_AUTH_FAIL_WINDOW)")
+    p.add_argument("--dashboard", action="store_true",
+                   help="also serve the web dashboard under /dashboard (sign in with any key that may read tasks)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -117,6 +119,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
+        dashboard=ns.dashboard,
         **_exhaustion_limits(ns, env),
     )
 

@@ -31,6 +31,7 @@ from .ws import worker_endpoint
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 LINGER_S = 2.0  # how long an unread body is dropped before closing (aiohttp's default: 10 s)
+DASHBOARD_PREFIX = "/dashboard"
 CONFIG = web.AppKey("config", CoordinatorConfig)
 STORE: web.AppKey[Store | None] = web.AppKey("store")
 
@@ -44,6 +45,10 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     app[AUTH_THROTTLE] = limits.AuthThrottle(config.auth_fail_limit, config.auth_fail_window_s)
     add_routes(app)
     app.router.add_get(WORKER_ROUTE, worker_endpoint)
+    if config.dashboard:
+        from ..dashboard.app import DashboardConfig, create_dashboard_app
+
+        app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX)))
     app.cleanup_ctx.append(_runtime_ctx)
     app.on_shutdown.append(_close_sessions)
     return app
