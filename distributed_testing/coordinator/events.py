@@ -4,7 +4,7 @@
 it only while ``hub.active`` (someone is subscribed), so the submit path pays one attribute
 check and nothing per task otherwise. Events live in a bounded ring (``capacity``) so a client
 that reconnects with the last id it saw (``Last-Event-ID``) gets what it missed. A client whose
-id is older than the ring, from another coordinator run (the id's epoch differs), or that falls
+id is older than the ring, from before a time nobody listened (nothing was recorded then), from another coordinator run (the id's epoch differs), or that falls
 more than ``queue_max`` events behind while connected gets one ``reset`` event instead and must
 re-read the state it shows.
 
@@ -44,7 +44,6 @@ class Subscriber:
     """One connected client: events queued for it; ``None`` in the queue ends the stream."""
 
     queue: asyncio.Queue[Event | None] = field(default_factory=asyncio.Queue)
-    behind: bool = False
 
 
 def task_event(r: TaskRow) -> dict[str, Any]:
@@ -102,14 +101,11 @@ class EventHub:
             self._offer(s, ev)
 
     def _offer(self, s: Subscriber, ev: Event) -> None:
-        if s.behind:
-            return
         if s.queue.qsize() >= self.queue_max:  # too slow: drop its backlog, tell it to re-read
-            s.behind = True
             while not s.queue.empty():
                 s.queue.get_nowait()
-            s.queue.put_nowait(Event(self.last_id, RESET, {"reason": "client too far behind"}))
-            return
+            s.queue.put_nowait(Event(ev.id, RESET, {"reason": "client too far behind"}))
+            return  # the reset covers ``ev`` too; later events follow it as usual
         s.queue.put_nowait(ev)
 
     def subscribe(self, last_event_id: str | None) -> Subscriber:
@@ -134,7 +130,13 @@ class EventHub:
         return s
 
     def unsubscribe(self, s: Subscriber) -> None:
+        """Drop ``s``. When the last one leaves, nothing is recorded until the next arrives, so the
+        ring is emptied and the epoch changes: a later resume gets ``reset`` instead of a gap."""
         self._subs.discard(s)
+        if not self._subs:
+            self._ring.clear()
+            self.epoch = secrets.token_hex(4)
+            self._next = 1
 
     def close(self) -> None:
         """End every stream (coordinator shutdown)."""

@@ -97,7 +97,7 @@ def _url(request: web.Request, path: str) -> str:
 
 # ----------------------------------------------------------------- sessions
 
-_OPEN = {"/login", "/static/"}
+_OPEN = ("/login", "/static")
 
 
 @web.middleware
@@ -152,7 +152,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     log.info("dashboard sign-in: key %s (%s)", session.key_id, role)
     resp = web.Response(status=303, headers={"Location": _url(request, "")})
     resp.set_cookie(COOKIE, session.session_id, path=request.app[CONFIG].prefix or "/", httponly=True,
-                    samesite="Strict", secure=request.secure, max_age=int(request.app[SESSIONS].ttl_s))
+                    samesite="Strict", secure=request.secure, max_age=max(1, int(request.app[SESSIONS].ttl_s)))
     return resp
 
 
