@@ -179,8 +179,8 @@ def _page_handler(page: str) -> Handler:
         extra = ""
         if page == "task":
             extra = f' data-task-id="{html.escape(request.match_info["task_id"])}"'
-        return _html(request, page, PAGES.get(page, (page, "Task"))[1] if page != "task" else "Task", extra,
-                     session=request[SESSION])
+        title = next((label for name, label in PAGES.values() if name == page), "Task")
+        return _html(request, page, title, extra, session=request[SESSION])
     return handler
 
 
