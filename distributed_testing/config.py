@@ -51,6 +51,7 @@ class CoordinatorConfig:
     auth_fail_window_s: float = 60.0
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"
     metrics_port: int | None = None  # also serve /metrics, open, on this port of ``host`` (0: any free one)
+    dashboard: bool = False  # also serve the dashboard under /dashboard (distributed_testing/dashboard)
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:

@@ -11,3 +11,10 @@ fi
 python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 python -m pip install -q --disable-pip-version-check -e ".[dev,bench]"
+# The dashboard's browser tests drive Debian's chromium through Playwright (whose own browser
+# download is not used). Installed when missing and possible (root with apt-get); otherwise
+# those tests skip, saying why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "setup: could not install chromium; the dashboard's browser tests will skip" >&2
+fi

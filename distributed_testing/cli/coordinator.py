@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", metavar="PORT",
                    help="also serve GET /metrics with no credential on this port of --host (plain http; 0 for any "
                         "free one); for a scraper on a trusted network (env DT_METRICS_PORT)")
+    p.add_argument("--dashboard", action="store_true",
+                   help="also serve the web dashboard under /dashboard (sign in with any key that may read tasks)")
     p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
     add_log_flag(p)
     return p
@@ -123,6 +125,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
+        dashboard=ns.dashboard,
         **_exhaustion_limits(ns, env),
         **_metrics_flags(ns, env),
     )

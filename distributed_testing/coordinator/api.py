@@ -12,6 +12,7 @@ size limit) get the same JSON shape.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
-from . import limits, openapi
+from . import events, limits, openapi, views
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
 from .state import Task
@@ -45,6 +46,7 @@ from .store.base import ResultQuery, ResultRow
 
 log = logging.getLogger(__name__)
 MAX_WAIT_S = 300.0
+EVENTS_KEEPALIVE_S = 15.0
 # A ``?wait`` submission is answered only with its outcome, so its records need not be durable
 # before the outcome's: they wait up to this long to share one fsync with the result of a task
 # that finishes that fast (a task that takes longer costs nothing more). Measured with
@@ -333,15 +335,43 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def list_tasks(request: web.Request) -> web.Response:
+    """One page of tasks, newest first: filters and paging of ``views.TaskFilter``; ``total``
+    counts every match."""
     rt = _rt(request)
-    q = request.query
-    limit = int(float_param(request.query, "limit", 100, 1, 10000))
-    items = [t for t in rt.state.tasks.values()
-             if (not q.get("state") or t.state == q["state"]) and (not q.get("type") or t.type == q["type"])
-             and (not q.get("worker_id") or t.worker_id == q["worker_id"])]
-    items.sort(key=lambda t: t.submitted_at, reverse=True)
+    page, total = views.list_tasks(rt.state, views.parse_filter(dict(request.query)))
     return json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
-                                    for t in items[:limit]], "total": len(items)})
+                                    for t in page], "total": total})
+
+
+async def overview(request: web.Request) -> web.Response:
+    """Workers and tasks by state, the last hour's per-minute series, the latest failures."""
+    rt = _rt(request)
+    return json_response(views.overview(rt.state, rt.clock()))
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """The change feed as server-sent events (``coordinator/events.py``); resumes after the id in
+    ``Last-Event-ID``. A comment line every ``EVENTS_KEEPALIVE_S`` keeps proxies from closing it."""
+    hub = _rt(request).events
+    sub = hub.subscribe(request.headers.get("Last-Event-ID"))
+    try:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        await resp.write(b"retry: 500\n: %s\n\n" % hub.last_id.encode())
+        while True:
+            try:
+                ev = await asyncio.wait_for(sub.queue.get(), EVENTS_KEEPALIVE_S)
+            except TimeoutError:
+                await resp.write(b": keepalive\n\n")
+                continue
+            if ev is None:
+                return resp
+            await resp.write(events.sse_frame(ev))
+    except ConnectionResetError:  # the client went away: its stream ends here
+        return web.Response(status=499)
+    finally:
+        hub.unsubscribe(sub)
 
 
 async def cancel_task(request: web.Request) -> web.Response:
@@ -480,6 +510,8 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("POST", "/api/v1/tasks", submit_tasks, "tasks:submit"),
     ("GET", "/api/v1/tasks", list_tasks, "tasks:read"),
     ("GET", "/api/v1/tasks/{task_id}", get_task, "tasks:read"),
+    ("GET", "/api/v1/overview", overview, "tasks:read"),
+    ("GET", "/api/v1/events", stream_events, "tasks:read"),
     ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),
     ("GET", "/api/v1/workers", list_workers, "workers:read"),
     ("POST", "/api/v1/workers/{worker_id}/drain", drain_worker, "workers:manage"),

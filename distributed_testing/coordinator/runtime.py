@@ -43,6 +43,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
+from .events import EventHub
 from .metrics import Metrics
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
@@ -92,6 +93,9 @@ class Runtime:
         self._supervisor: Supervisor | None = None
         self.metrics = Metrics()
         self.metrics.bind(self)
+        self.events = EventHub()
+        self._loads_sent: dict[str, tuple[Any, ...]] = {}
+        self._loads_at = 0.0
 
     @property
     def supervisor(self) -> Supervisor:
@@ -109,7 +113,30 @@ class Runtime:
             self.supervisor.fail(f"persisting {len(records)} records failed", exc)
             raise
         durable.add_done_callback(functools.partial(self._check_written, len(records), time.perf_counter()))
+        if self.events.active:  # the change feed costs nothing while nobody listens
+            durable.add_done_callback(functools.partial(self._publish, records))
         return durable
+
+    def _publish(self, records: list[Record], f: asyncio.Future[None]) -> None:
+        if not f.cancelled() and f.exception() is None:
+            self.events.publish_records(records)
+
+    def publish_loads(self, now: float) -> None:
+        """At most once a second while someone listens: one ``load`` event with the workers whose
+        heartbeat-reported load, health or last heartbeat changed since the last one."""
+        if not self.events.active or now - self._loads_at < 1.0:
+            return
+        self._loads_at = now
+        changed: dict[str, Any] = {}
+        for w in self.state.workers.values():
+            state = w.health if w.connected else "disconnected"
+            sig = (state, w.health_reason, w.last_seen, tuple(sorted(w.load.items())), len(w.view.running))
+            if self._loads_sent.get(w.worker_id) != sig:
+                self._loads_sent[w.worker_id] = sig
+                changed[w.worker_id] = {"state": state, "reason": w.health_reason, "last_seen": w.last_seen,
+                                        "load": w.load, "running": sorted(w.view.running)}
+        if changed:
+            self.events.publish("load", {"workers": changed})
 
     def _check_written(self, n: int, started: float, f: asyncio.Future[None]) -> None:
         self.metrics.store_write.observe(time.perf_counter() - started)
@@ -279,6 +306,7 @@ class Runtime:
         it is), so the HTTP server's shutdown does not wait for them."""
         for s in list(self.sessions.values()):
             s.close(reason)
+        self.events.close()
         waiters = {id(w): w for ws in self._waiters.values() for w in ws}
         self._waiters.clear()
         for w in waiters.values():
@@ -324,6 +352,7 @@ class Runtime:
     def tick(self) -> None:
         self.execute(self.state.tick(self.clock()))
         now = self.clock()
+        self.publish_loads(now)
         for s in list(self.sessions.values()):
             if s.token_exp is not None and now > s.token_exp:
                 s.close("session token expired and was not renewed")

@@ -32,6 +32,7 @@ from .ws import worker_endpoint
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 LINGER_S = 2.0  # how long an unread body is dropped before closing (aiohttp's default: 10 s)
+DASHBOARD_PREFIX = "/dashboard"
 CONFIG = web.AppKey("config", CoordinatorConfig)
 STORE: web.AppKey[Store | None] = web.AppKey("store")
 METRICS_PORT = web.AppKey("metrics_port", int)
@@ -47,6 +48,10 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     add_routes(app, metrics_route=config.metrics == "key")
     app.router.add_get(WORKER_ROUTE, worker_endpoint, allow_head=False)
     publish_openapi(app)
+    if config.dashboard:
+        from ..dashboard.app import DashboardConfig, create_dashboard_app
+
+        app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX)))
     app.cleanup_ctx.append(_runtime_ctx)
     if config.metrics_port is not None:
         app.cleanup_ctx.append(_metrics_port_ctx)

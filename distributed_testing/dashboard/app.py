@@ -1,0 +1,278 @@
+"""``create_dashboard_app(config)``: the dashboard as an aiohttp application.
+
+It serves on its own port (``dashboard_server.py`` / ``dt-dashboard``) or under ``/dashboard`` of
+the coordinator (``dt-coordinator --dashboard``; it then talks to its own coordinator over the
+loopback). Every page is server-rendered HTML plus one small script that reads ``data/...`` (the
+coordinator's REST API, called with the signed-in user's key) and redraws in place on each event
+of ``events`` (the coordinator's change feed, proxied). Charts are Chart.js, shipped in
+``static/vendor``: nothing is fetched from outside.
+
+Routes (relative to where the app is mounted) and who may use them: ``login`` (anyone), every page
+and ``data/*`` and ``events`` (a signed-in session of a role with read access: viewer, submitter,
+admin), ``actions/*`` and ``logout`` (a session whose ``X-CSRF-Token`` matches; the coordinator
+then applies its own permission check, so a viewer's cancel or drain gets its 403).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from ..errors import DTError, PermissionDenied
+from .client import CoordinatorClient
+from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+PAGES = {"": ("overview", "Overview"), "workers": ("workers", "Workers"), "tasks": ("tasks", "Tasks"),
+         "benchmarks": ("benchmarks", "Benchmarks"), "training": ("training", "Training")}
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """``coordinator_urls``: tried in order (see ``client``); empty when mounted in a coordinator,
+    which then fills in its own address. ``prefix``: the path the app is mounted at ("" or
+    "/dashboard"). ``session_ttl_s``: how long a sign-in lasts."""
+
+    coordinator_urls: tuple[str, ...] = ()
+    prefix: str = ""
+    session_ttl_s: float = 8 * 3600.0
+    ca_file: Path | None = None
+
+
+CONFIG = web.AppKey("dashboard_config", DashboardConfig)
+CLIENT = web.AppKey("dashboard_client", CoordinatorClient)
+SESSIONS = web.AppKey("dashboard_sessions", SessionStore)
+SESSION = web.RequestKey("dashboard_session", Session)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | None = None) -> web.Application:
+    app = web.Application(middlewares=[_session_middleware])
+    app[CONFIG] = config
+    app[SESSIONS] = SessionStore(config.session_ttl_s)
+    if client is None:
+        import ssl as _ssl
+
+        context: _ssl.SSLContext | bool = _ssl.create_default_context(cafile=str(config.ca_file)) if config.ca_file else True
+        client = CoordinatorClient(config.coordinator_urls, context)
+    app[CLIENT] = client
+    app.cleanup_ctx.append(_client_ctx)
+    r = app.router
+    r.add_get("/login", login_page)
+    r.add_post("/login", login)
+    r.add_post("/logout", logout)
+    for path, (page, _) in PAGES.items():
+        r.add_get(f"/{path}", _page_handler(page))
+    r.add_get("/tasks/{task_id}", _page_handler("task"))
+    r.add_get("/data/overview", data_overview)
+    r.add_get("/data/workers", _proxy("/api/v1/workers"))
+    r.add_get("/data/tasks", _proxy("/api/v1/tasks"))
+    r.add_get("/data/tasks/{task_id}", _proxy("/api/v1/tasks/{task_id}"))
+    r.add_get("/data/results", _proxy("/api/v1/results"))
+    r.add_get("/events", events)
+    r.add_post("/actions/tasks/{task_id}/cancel", _action("/api/v1/tasks/{task_id}/cancel"))
+    r.add_post("/actions/workers/{worker_id}/drain", _action("/api/v1/workers/{worker_id}/drain"))
+    r.add_static("/static/", STATIC, append_version=True)
+    return app
+
+
+async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[CLIENT].close()
+
+
+def _url(request: web.Request, path: str) -> str:
+    return f"{request.app[CONFIG].prefix}/{path}"
+
+
+# ----------------------------------------------------------------- sessions
+
+_OPEN = ("/login", "/static")
+
+
+@web.middleware
+async def _session_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every route but the login and static files needs a live session; one that is missing
+    gets the login page (pages) or 401 (data, events, actions). Domain errors become JSON."""
+    resource = request.match_info.route.resource
+    canonical = (resource.canonical if resource else "").removeprefix(request.app[CONFIG].prefix)
+    client = request.app[CLIENT]
+    if not client.urls:  # mounted in a coordinator: talk to it over the socket this request came in on
+        client.adopt_local(request.transport.get_extra_info("sockname") if request.transport else None,
+                           request.secure)
+    if not any(canonical.startswith(p) for p in _OPEN):
+        session = request.app[SESSIONS].get(request.cookies.get(COOKIE), time.time())
+        if session is None:
+            if request.method == "GET" and not canonical.startswith(("/data", "/events")):
+                raise web.HTTPSeeOther(_url(request, "login"))
+            return _json({"error": "AuthError", "message": "sign in first"}, 401)
+        request[SESSION] = session
+    try:
+        return await handler(request)
+    except DTError as exc:
+        from ..coordinator.api import error_parts
+
+        status, body, headers = error_parts(exc, f"dashboard {request.method} {request.path}")
+        return _json(body, status, headers)
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, headers=headers,
+                        content_type="application/json")
+
+
+async def login_page(request: web.Request) -> web.Response:
+    return _html(request, "login", "Sign in", "", session=None)
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Form field ``key``: an API key of a role with read access. The coordinator checks it (by
+    minting a token with it); the session keeps the key, the browser gets only the cookie."""
+    form = await request.post()
+    key = str(form.get("key", "")).strip()
+    client = request.app[CLIENT]
+    status, body = await client.request("POST", "/api/v1/auth/token", key) if key else (401, None)
+    role, key_id = (body.get("role"), body.get("key_id")) if status == 200 and isinstance(body, dict) else (None, None)
+    if role not in READ_ROLES:
+        message = "That key has no read access." if role else "That key was not accepted."
+        resp = _html(request, "login", "Sign in", f'<p class="error" role="alert">{message}</p>', session=None)
+        resp.set_status(403 if role else 401)
+        return resp
+    session = request.app[SESSIONS].create(key, str(key_id), str(role), time.time())
+    log.info("dashboard sign-in: key %s (%s)", session.key_id, role)
+    resp = web.Response(status=303, headers={"Location": _url(request, "")})
+    resp.set_cookie(COOKIE, session.session_id, path=request.app[CONFIG].prefix or "/", httponly=True,
+                    samesite="Strict", secure=request.secure, max_age=max(1, int(request.app[SESSIONS].ttl_s)))
+    return resp
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    session = _checked(request)
+    request.app[SESSIONS].end(session.session_id)
+    resp = _json({"signed_out": True})
+    resp.del_cookie(COOKIE, path=request.app[CONFIG].prefix or "/")
+    return resp
+
+
+def _checked(request: web.Request) -> Session:
+    """The session, if the request carries its CSRF token; PermissionDenied otherwise."""
+    session = request[SESSION]
+    if not session.csrf_ok(request.headers.get(CSRF_HEADER)):
+        raise PermissionDenied(f"missing or wrong {CSRF_HEADER}")
+    return session
+
+
+# ----------------------------------------------------------------- pages
+
+def _page_handler(page: str) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        extra = ""
+        if page == "task":
+            extra = f' data-task-id="{html.escape(request.match_info["task_id"])}"'
+        title = next((label for name, label in PAGES.values() if name == page), "Task")
+        return _html(request, page, title, extra, session=request[SESSION])
+    return handler
+
+
+def _html(request: web.Request, page: str, title: str, extra: str, session: Session | None) -> web.Response:
+    """The page shell: navigation, the main element the page's script fills, its script."""
+    base = html.escape(request.app[CONFIG].prefix + "/")
+    nav = "".join(f'<a href="{p}"{" class=on" if name == page else ""}>{label}</a>'
+                  for p, (name, label) in PAGES.items()) if session else ""
+    user = (f'<span class="who">{html.escape(session.role)} · key {html.escape(session.key_id)}</span>'
+            '<button id="signout" type="button">Sign out</button>') if session else ""
+    if session is None:
+        body = (f'{extra}<form method="post" action="login" class="login"><label>API key '
+                '<input type="password" name="key" autocomplete="off" required autofocus></label>'
+                '<button type="submit">Sign in</button></form>'
+                '<p class="hint">Any key with read access (viewer, submitter or admin). It stays on the '
+                'dashboard server; your browser keeps only a session cookie.</p>')
+        scripts = ""
+    else:
+        body = ""
+        scripts = (f'<script src="static/vendor/chart.umd.min.js"></script>'
+                   f'<script type="module" src="static/{page}.js"></script>')
+    csrf = f'<meta name="csrf-token" content="{html.escape(session.csrf)}">' if session else ""
+    can = (f' data-role="{html.escape(session.role)}" data-can-cancel="{int(session.can_cancel)}"'
+           f' data-can-drain="{int(session.can_drain)}"') if session else ""
+    doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><base href="{base}">'
+           f'<meta name="viewport" content="width=device-width, initial-scale=1">{csrf}'
+           f'<title>{html.escape(title)} · distributed_testing</title><link rel="stylesheet" href="static/dashboard.css">'
+           f'</head><body><header><strong>distributed_testing</strong><nav>{nav}</nav>'
+           f'<span id="live" class="live">●</span>{user}</header>'
+           f'<main id="app" data-page="{page}"{can}{extra if session else ""}><h1>{html.escape(title)}</h1>{body}</main>'
+           f'{scripts}</body></html>')
+    return web.Response(text=doc, content_type="text/html", headers={"Cache-Control": "no-store",
+                        "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+                        "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"})
+
+
+# ----------------------------------------------------------------- data, events, actions
+
+def _proxy(path: str) -> Handler:
+    """A GET on the coordinator's ``path`` (its ``{names}`` filled from the route) with the
+    request's query, as the session's key; the coordinator's status and body pass through."""
+    async def handler(request: web.Request) -> web.Response:
+        target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
+        status, body = await request.app[CLIENT].request("GET", target, request[SESSION].credential,
+                                                         params=dict(request.query))
+        return _json(body, status)
+    return handler
+
+
+def _quote(v: str) -> str:
+    from urllib.parse import quote
+
+    return quote(v, safe="")
+
+
+async def data_overview(request: web.Request) -> web.Response:
+    """The coordinator's overview plus every coordinator URL's health."""
+    client = request.app[CLIENT]
+    status, body = await client.request("GET", "/api/v1/overview", request[SESSION].credential)
+    if status == 200:
+        body["coordinators"] = await client.health()
+    return _json(body, status)
+
+
+def _action(path: str) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        session = _checked(request)
+        target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
+        body = await request.read()
+        status, answer = await request.app[CLIENT].request(
+            "POST", target, session.credential, json=msgspec.json.decode(body) if body else None)
+        log.info("dashboard action %s by key %s: HTTP %d", target, session.key_id, status)
+        return _json(answer, status)
+    return handler
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """The coordinator's change feed, passed through as it arrives; ``Last-Event-ID`` from the
+    browser's reconnect goes along, so nothing is missed across a reconnect."""
+    upstream = await request.app[CLIENT].open_events(request[SESSION].credential, request.headers.get("Last-Event-ID"))
+    try:
+        if upstream.status != 200:
+            return _json(await upstream.json(content_type=None), upstream.status)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
+        await resp.prepare(request)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+        except aiohttp.ClientPayloadError as exc:  # upstream ended; the browser reconnects
+            log.info("event stream from the coordinator ended: %s", exc)
+        except ConnectionResetError:  # the browser went away
+            pass
+        return resp
+    finally:
+        upstream.release()

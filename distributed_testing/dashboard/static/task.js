@@ -1,0 +1,77 @@
+// Task detail: spec, every attempt with its worker and timings, per-test results, benchmark
+// results as a table and as charts (latency and throughput against batch size, per precision and
+// backend), the environment fingerprint, the output tail. Redrawn when this task changes.
+import { app, getJSON, act, live, el, table, place, section, state, when, num, chart, canCancel, showError } from "./common.js";
+
+const id = app.dataset.taskId;
+const kv = (obj) => el("dl", { class: "kv" }, Object.entries(obj ?? {}).flatMap(([k, v]) =>
+  [el("dt", {}, k), el("dd", {}, v == null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
+
+function attempts(task, results) {
+  const by = new Map();
+  for (const h of task.history) {
+    if (!h.attempt) continue;
+    const a = by.get(h.attempt) ?? { attempt: h.attempt, worker: h.worker_id, steps: [] };
+    a.steps.push(h); by.set(h.attempt, a);
+  }
+  for (const r of results) { const a = by.get(r.attempt) ?? { attempt: r.attempt, worker: r.worker_id, steps: [] }; a.result = r; by.set(r.attempt, a); }
+  return [...by.values()].sort((a, b) => a.attempt - b.attempt);
+}
+
+function benchmark(out, box) {
+  const rows = out.batch_results ?? [];
+  table("bench-table", [["batch size", r => r.batch_size, "num"], ["iterations", r => r.iterations, "num"],
+    ["median ms", r => num(r.latency_ms?.median, 3), "num"], ["p90 ms", r => num(r.latency_ms?.p90, 3), "num"],
+    ["p99 ms", r => num(r.latency_ms?.p99, 3), "num"], ["cv", r => el("span", { class: r.latency_ms?.cv > 0.1 ? "warn" : "" }, num(r.latency_ms?.cv, 3)), "num"],
+    ["items/s", r => num(r.throughput_items_s, 1), "num"], ["peak MB", r => num(r.peak_memory_mb, 0), "num"]], rows);
+  box.append(document.getElementById("bench-table"));
+  let grid = document.getElementById("bench-charts");
+  if (!grid) { grid = el("div", { class: "charts", id: "bench-charts" }); box.append(grid); }
+  const label = `${out.backend}/${out.precision} on ${out.device}`;
+  const pts = f => rows.map(r => ({ x: r.batch_size, y: f(r) }));
+  const opts = y => ({ scales: { x: { type: "linear", title: { display: true, text: "batch size" } }, y: { title: { display: true, text: y } } } });
+  chart("latency-chart", "Latency against batch size", { type: "line", options: opts("median latency (ms)"),
+    data: { datasets: [{ label, data: pts(r => r.latency_ms?.median), borderColor: "#2f5bd3" }] } }, grid);
+  chart("throughput-chart", "Throughput against batch size", { type: "line", options: opts("items/s"),
+    data: { datasets: [{ label, data: pts(r => r.throughput_items_s), borderColor: "#1a7f37" }] } }, grid);
+}
+
+async function refresh() {
+  const [task, res] = await Promise.all([getJSON(`data/tasks/${encodeURIComponent(id)}`, { result: "0" }),
+    getJSON("data/results", { task_id: id, limit: 100 })]);
+  document.querySelector("h1").textContent = `Task ${task.task_id}`;
+  place("summary", el("div", { class: "cards" },
+    el("div", { class: "card" }, el("b", {}, state(task.state)), "state"), el("div", { class: "card" }, el("b", {}, task.type), "type"),
+    el("div", { class: "card" }, el("b", {}, task.attempt), "attempts"), el("div", { class: "card" }, el("b", {}, task.worker_id ?? "—"), "worker"),
+    task.pending_reason ? el("div", { class: "card" }, el("b", {}, "waiting"), task.pending_reason) : null,
+    canCancel && ["pending", "assigned", "running"].includes(task.state) ? el("button", { class: "act cancel", type: "button",
+      onclick: () => act(`actions/tasks/${encodeURIComponent(id)}/cancel`).catch(showError) }, "Cancel") : null));
+  const s1 = section("attempts-box", "Attempts");
+  table("attempts", [["attempt", a => a.attempt, "num"], ["worker", a => a.worker ?? "—"],
+    ["timeline", a => a.steps.map(h => `${h.to} ${new Date(h.at * 1000).toLocaleTimeString()} (${h.cause})`).join(" → ")],
+    ["result", a => a.result ? state(a.result.status) : "—"],
+    ["ran", a => a.result ? `${num(a.result.finished_at - a.result.started_at, 3)} s` : "—", "num"],
+    ["error", a => a.result?.error ?? ""]], attempts(task, res.results));
+  s1.append(document.getElementById("attempts"));
+  const latest = res.results.find(r => r.attempt === task.outcome?.attempt) ?? res.results[0];
+  const out = latest?.output ?? {};
+  if (Array.isArray(out.tests)) {
+    const s = section("tests-box", `Tests: ${out.passed ?? 0} passed, ${out.failed ?? 0} failed, ${out.skipped ?? 0} skipped`);
+    table("tests", [["test", t => t.nodeid], ["outcome", t => state(t.outcome === "passed" ? "succeeded" : t.outcome)],
+      ["s", t => num(t.duration_s, 3), "num"], ["message", t => t.message ?? ""]], out.tests);
+    s.append(document.getElementById("tests"));
+  }
+  if (Array.isArray(out.batch_results)) benchmark(out, section("bench-box", `Benchmark: ${out.model} (${out.backend}, ${out.precision}, ${out.device})`));
+  if (out.kind === "training") {
+    const s = section("training-box", "Training ranks");
+    s.append(el("p", {}, el("a", { href: `training?task=${encodeURIComponent(id)}` }, "open in the Training page")));
+  }
+  if (out.environment) { const s = section("env-box", "Environment fingerprint"); place("env", kv(out.environment)); s.append(document.getElementById("env")); }
+  const tail = [out.stdout_tail, out.stderr_tail, out.traceback, latest?.error].filter(Boolean).join("\n");
+  const s2 = section("output-box", "Output tail");
+  place("output", el("pre", {}, tail || "(no output recorded)")); s2.append(document.getElementById("output"));
+  const s3 = section("spec-box", "Spec");
+  place("spec", el("pre", {}, JSON.stringify(task.spec, null, 2))); s3.append(document.getElementById("spec"));
+}
+
+live(["task", "result"], refresh);
