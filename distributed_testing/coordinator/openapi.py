@@ -144,8 +144,17 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
     ("GET", "/api/v1/tasks"): RouteSpec(
         _ok(_obj(tasks={"type": "array", "items": {"$ref": REF + "TaskSummary"}}, total={"type": "integer"})),
         query=(_q("state", {"type": "string"}), _q("type", {"type": "string"}), _q("worker_id", {"type": "string"}),
-               _q("limit", {"type": "number", "minimum": 1, "maximum": 10000}, "most tasks listed (default 100)")),
+               _q("tag", {"type": "string"}, "tasks that require this tag"),
+               _q("submitted_by", {"type": "string"}, "tasks submitted with this key id"),
+               _q("since", {"type": "number"}, "submitted at or after (Unix seconds)"),
+               _q("until", {"type": "number"}, "submitted before (Unix seconds)"),
+               _q("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "most tasks listed (default 100)"),
+               _q("offset", {"type": "integer", "minimum": 0, "maximum": 10_000_000}, "matches skipped (default 0)")),
         errors=(400,)),
+    ("GET", "/api/v1/overview"): RouteSpec(_ok({"type": "object"}, what="workers and tasks by state, the last "
+                                                                        "hour per minute, the latest failures")),
+    ("GET", "/api/v1/events"): RouteSpec({200: ("the change feed as server-sent events; resumes after the "
+                                                "Last-Event-ID header", "text/event-stream", {"type": "string"})}),
     ("GET", "/api/v1/tasks/{task_id}"): RouteSpec(
         _ok({"$ref": REF + "TaskView"}),
         query=(WAIT, _q("result", {"type": "string"}, "0: leave out the stored result")), errors=(400, 404)),
