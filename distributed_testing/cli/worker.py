@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -64,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", default="", help="comma-separated capability tags, e.g. gpu,cuda,transformers")
     p.add_argument("--db-path", type=Path, help="DuckDB file for the result outbox (default: in memory; env DT_DB_PATH)")
     p.add_argument("--test-root", type=Path, help="directory test_file paths resolve under (default: current directory)")
-    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats and WebSocket pings; keep it well below the coordinator's --worker-ttl (default 1)")
+    p.add_argument("--heartbeat-interval", type=float,
+                   help="seconds between heartbeats and WebSocket pings, asked of the coordinator at registration: it "
+                        "answers with the TTL it applies (at least 3 intervals by default), or refuses an interval "
+                        "above its --max-heartbeat-interval (exit 2) (default: the coordinator's --heartbeat-interval)")
     p.add_argument("--reconnect-attempts", type=int, default=10, help="consecutive failed connects before giving up (default 10)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
     p.add_argument("--profile", choices=PROFILES,
@@ -140,7 +144,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         api_key=api_key, token=ns.token, token_file=ns.token_file, ca_file=Path(ca_file) if ca_file else None,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
         db_path=db_path, test_root=test_root,
-        heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
+        heartbeat_interval_s=_heartbeat_interval(ns.heartbeat_interval),
         reconnect_attempts=ns.reconnect_attempts,
         reconnect_interval_s=positive(ns.reconnect_interval, "--reconnect-interval"),
         limit_cooldown_s=positive(ns.limit_cooldown, "--limit-cooldown", allow_zero=True),
@@ -153,6 +157,14 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         allow_test_options=_allow_test_options(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _heartbeat_interval(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ConfigError(f"--heartbeat-interval: must be a finite number of seconds, got {value}")
+    return positive(value, "--heartbeat-interval")
 
 
 def _api_key(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
