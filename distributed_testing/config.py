@@ -128,6 +128,7 @@ class WorkerConfig:
     max_memory_percent: float | None = None
     max_gpu_percent: float | None = None
     memory_buffer: float | None = None  # fraction of total memory kept free
+    enable_swap: bool = False  # --enable-swap: the memory limit, buffer and offer count swap as memory
     limit_cooldown_s: float = 10.0
     profile: str | None = None
     drain_timeout_s: float = 30.0  # SIGTERM: how long running tasks may finish before hand-back

@@ -41,7 +41,7 @@ from ..tasks.usercode import parse_module_prefixes
 from ..training.errors import PreflightError
 from ..training.preflight import interface_address
 from ..worker.agent import SessionRejected, WorkerAgent
-from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
+from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings, swap_unavailable_reason
 from .common import add_log_flag, setup_logging, tune_gc
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-gpu-percent", type=float, help="busiest NVIDIA GPU's utilisation above which no new task is taken")
     limits.add_argument("--memory-buffer", type=float,
                         help="fraction of memory (0..0.9) kept free: tasks get available memory minus this")
+    limits.add_argument("--enable-swap", action="store_true",
+                        help="count swap as memory overflow: --max-memory-percent, --memory-buffer and the memory "
+                             "offered to tasks see RAM + swap (needs one of those limits, and swap on the machine)")
     limits.add_argument("--limit-cooldown", type=float, default=10.0,
                         help="seconds back under every limit before taking tasks again (default 10)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
@@ -127,6 +130,8 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     if ns.task_timeout is not None:
         preset["task_timeout_s"] = positive(ns.task_timeout, "--task-timeout")
     preset.update(_limit_flags(ns))
+    if ns.enable_swap:
+        preset["enable_swap"] = _enable_swap(preset)
     db_path = Path(db) if db else None
     if ns.recover and ns.reset_state:
         raise ConfigError("--recover and --reset-state: pick one; resetting deletes what --recover would report")
@@ -232,6 +237,17 @@ def _limit_flags(ns: argparse.Namespace) -> dict[str, float]:
             raise ConfigError(f"--memory-buffer: must be a fraction in [0, 0.9], got {ns.memory_buffer:g}")
         out["memory_buffer"] = ns.memory_buffer
     return out
+
+
+def _enable_swap(limits: Mapping[str, object]) -> bool:
+    """--enable-swap is refused where it would change nothing: without a memory limit to count
+    swap in, or on a machine without swap."""
+    if limits.get("memory_buffer") is None and limits.get("max_memory_percent") is None:
+        raise ConfigError("--enable-swap: counts swap in --memory-buffer and --max-memory-percent; give one of them "
+                          "(or a --profile that sets one)")
+    if (why := swap_unavailable_reason()) is not None:
+        raise ConfigError(f"--enable-swap: {why}; add swap space (swapon) or drop the flag")
+    return True
 
 
 async def run_worker(config: WorkerConfig) -> int:

@@ -33,7 +33,7 @@ from ..training.errors import PreflightError
 from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
-from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
+from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class WorkerAgent:
         self.monitor = ResourceMonitor(Limits(
             max_cpu_percent=config.max_cpu_percent, max_memory_percent=config.max_memory_percent,
             max_gpu_percent=config.max_gpu_percent, memory_buffer=config.memory_buffer,
-            cooldown_s=config.limit_cooldown_s))
+            cooldown_s=config.limit_cooldown_s, count_swap=config.enable_swap))
         self._sampler = Sampler(gpu=config.max_gpu_percent is not None)
         self._beat_now = asyncio.Event()  # set: send a heartbeat now (state changed)
         self._acked = asyncio.Event()  # set whenever an ack arrives
@@ -747,7 +747,8 @@ class WorkerAgent:
         return m.Heartbeat(state=state, running=refs, cpu_percent=sample.cpu_percent,
                            memory_percent=sample.memory_percent,
                            free_slots=max(0, self.config.max_concurrent_tasks - len(refs)), reason=reason,
-                           available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample))
+                           available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample),
+                           swap_percent=swap_percent(sample))
 
     async def _renew_tokens(self) -> None:
         await self.registered.wait()
