@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -92,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--recover", action="store_true",
                        help="at start, report unacknowledged results and tasks interrupted by a crash (as retryable errors)")
     state.add_argument("--reset-state", action="store_true",
-                       help="at start, delete the outbox database, its journal and the cache directory")
+                       help="at start, delete the outbox database, its journal and the cache directory; with "
+                            "--recover, only after reporting what --recover reports and the coordinator acknowledging it")
     bench = p.add_argument_group("benchmark tasks")
     bench.add_argument("--cache-models", action="store_true", help="keep the benchmark process and its loaded models between tasks")
     bench.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch benchmarks that do not set autocast")
@@ -133,8 +135,6 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     if ns.enable_swap:
         preset["enable_swap"] = _enable_swap(preset)
     db_path = Path(db) if db else None
-    if ns.recover and ns.reset_state:
-        raise ConfigError("--recover and --reset-state: pick one; resetting deletes what --recover would report")
     for flag, on in (("--recover", ns.recover), ("--reset-state", ns.reset_state)):
         if on and db_path is None:
             raise ConfigError(f"{flag}: needs --db-path (or DT_DB_PATH); without it the worker keeps no local state")
@@ -254,9 +254,17 @@ async def run_worker(config: WorkerConfig) -> int:
     from ..worker.factory import build_agent
 
     if config.reset_state:
-        from ..worker.reset import reset_local_state
+        from ..worker.reset import RecoveryIncomplete, recover_then_reset, reset_local_state
 
-        await asyncio.to_thread(reset_local_state, config)
+        if config.recover:  # report first, reset once the coordinator holds every report
+            try:
+                await recover_then_reset(config)
+            except (RecoveryIncomplete, RetriesExhausted) as exc:
+                log.error("%s", exc)
+                return 1
+            config = dataclasses.replace(config, recover=False)  # the fresh state has nothing to recover
+        else:
+            await asyncio.to_thread(reset_local_state, config)
     agent = await build_agent(config)
     runner = asyncio.create_task(agent.run(), name="worker-agent")
     with _Signals() as signals:
