@@ -31,10 +31,12 @@ class CoordinatorConfig:
     max_session_age_s: float = 86400.0  # a JWT renews JWTs up to this long after its API key was used
     tls_cert: Path | None = None  # with tls_key: serve https/wss
     tls_key: Path | None = None
-    # liveness (docs/operations.md): a silent worker is disconnected ~1.5 s after its last frame
-    # (ping/pong) and declared lost after worker_ttl_s without a heartbeat; a crashed one at once
-    heartbeat_interval_s: float = 1.0  # WebSocket ping after this long without a frame; pong within half
+    # liveness (docs/operations.md#liveness): workers that ask for no interval heartbeat every
+    # heartbeat_interval_s and are lost after worker_ttl_s without a frame; a worker asking for a
+    # longer interval (up to max_heartbeat_interval_s) gets a TTL of as many intervals
+    heartbeat_interval_s: float = 1.0
     worker_ttl_s: float = 3.0
+    max_heartbeat_interval_s: float = 60.0
     worker_grace_s: float = 10.0  # reconnect window before a disconnected worker's tasks are requeued
     max_frame_bytes: int = 16 * 1024 * 1024
     max_clock_skew_s: float = 300.0
@@ -69,6 +71,12 @@ class CoordinatorConfig:
                             ("--auth-fail-limit", self.auth_fail_limit)):
             if value < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {value}")
+        if self.worker_ttl_s < 2 * self.heartbeat_interval_s:
+            raise ConfigError(f"--worker-ttl: must be at least twice --heartbeat-interval ({self.heartbeat_interval_s:g}s), "
+                              f"or one late heartbeat kills a worker; got {self.worker_ttl_s:g}")
+        if self.max_heartbeat_interval_s < self.heartbeat_interval_s:
+            raise ConfigError(f"--max-heartbeat-interval: must be at least --heartbeat-interval "
+                              f"({self.heartbeat_interval_s:g}s), got {self.max_heartbeat_interval_s:g}")
         if not 0 < self.auth_fail_window_s <= 86400:
             raise ConfigError(f"--auth-fail-window: must be > 0 and at most 86400 seconds, got {self.auth_fail_window_s}")
         self._check_metrics()
@@ -114,7 +122,9 @@ class WorkerConfig:
     tags: tuple[str, ...] = ()
     db_path: Path | None = None
     test_root: Path = field(default_factory=Path.cwd)
-    heartbeat_interval_s: float = 1.0  # heartbeats and WebSocket pings; well below the coordinator's TTL
+    # heartbeats and WebSocket pings: the interval asked of the coordinator at registration;
+    # None: the coordinator's (its ``registered`` answer sets the interval and TTL in force)
+    heartbeat_interval_s: float | None = None
     reconnect_attempts: int = 10
     reconnect_interval_s: float = 1.0
     max_concurrent_tasks: int = 1
@@ -129,6 +139,7 @@ class WorkerConfig:
     max_memory_percent: float | None = None
     max_gpu_percent: float | None = None
     memory_buffer: float | None = None  # fraction of total memory kept free
+    enable_swap: bool = False  # --enable-swap: the memory limit, buffer and offer count swap as memory
     limit_cooldown_s: float = 10.0
     profile: str | None = None
     drain_timeout_s: float = 30.0  # SIGTERM: how long running tasks may finish before hand-back

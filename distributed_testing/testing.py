@@ -201,9 +201,9 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
                      tags: Sequence[str] = (), max_concurrent: int = 1,
                      ) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
     """A hand-driven worker: real handshake and signed ``register``, then no application message
-    at all (no heartbeats). With ``autoping`` a background reader answers the coordinator's
-    WebSocket pings (and discards everything else); without it the test reads, and nothing
-    answers pings."""
+    and no ping at all, so the coordinator declares it dead after its TTL (``registered`` says
+    when). With ``autoping`` a background reader discards everything the coordinator sends (and
+    would answer pings, which the coordinator does not send); without it the test reads."""
     session_ids: list[str] = []
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:

@@ -65,8 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", type=Path,
                    help="PEM certificate chain: serve https and wss (needs --tls-key; env DT_TLS_CERT)")
     p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (env DT_TLS_KEY)")
-    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="WebSocket ping to a worker after this many seconds without a frame from it; no pong within half of it and the worker is disconnected (default 1)")
-    p.add_argument("--worker-ttl", type=float, default=3.0, help="declare a worker dead after this many seconds without a heartbeat (default 3; keep it above 2x the workers' --heartbeat-interval)")
+    p.add_argument("--heartbeat-interval", type=float, default=1.0,
+                   help="seconds between heartbeats (and pings) of workers that do not ask for an interval; "
+                        "told to each worker at registration (default 1)")
+    p.add_argument("--worker-ttl", type=float, default=3.0,
+                   help="declare a worker dead after this many seconds without any frame from it, at least 2x "
+                        "--heartbeat-interval; a worker asking for a longer interval gets a TTL of as many of its "
+                        "intervals (default 3)")
+    p.add_argument("--max-heartbeat-interval", type=float, default=60.0,
+                   help="the longest heartbeat interval a worker may ask for; a longer one is refused at registration "
+                        "(default 60)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
     p.add_argument("--batch-max", type=int, default=8, help="benchmark tasks sharing a model sent to one worker as one batch, at most (default 8; 1 disables batching)")
     p.add_argument("--batch-wait", type=float, default=0.2, help="seconds a benchmark task may wait for others to batch with (default 0.2)")
@@ -120,6 +128,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         token_ttl_s=float(ns.token_ttl),
         heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
         worker_ttl_s=positive(ns.worker_ttl, "--worker-ttl"),
+        max_heartbeat_interval_s=positive(ns.max_heartbeat_interval, "--max-heartbeat-interval"),
         worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
         batch_max=int(positive(ns.batch_max, "--batch-max")),
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),

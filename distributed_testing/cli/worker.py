@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import signal
 import sys
@@ -45,7 +47,7 @@ from ..training.errors import PreflightError
 from ..training.preflight import interface_address
 from ..worker import metrics as worker_metrics
 from ..worker.agent import SessionRejected, WorkerAgent
-from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
+from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings, swap_unavailable_reason
 from .common import add_log_flag, setup_logging, tune_gc
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", default="", help="comma-separated capability tags, e.g. gpu,cuda,transformers")
     p.add_argument("--db-path", type=Path, help="DuckDB file for the result outbox (default: in memory; env DT_DB_PATH)")
     p.add_argument("--test-root", type=Path, help="directory test_file paths resolve under (default: current directory)")
-    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats and WebSocket pings; keep it well below the coordinator's --worker-ttl (default 1)")
+    p.add_argument("--heartbeat-interval", type=float,
+                   help="seconds between heartbeats and WebSocket pings, asked of the coordinator at registration: it "
+                        "answers with the TTL it applies (at least 3 intervals by default), or refuses an interval "
+                        "above its --max-heartbeat-interval (exit 2) (default: the coordinator's --heartbeat-interval)")
     p.add_argument("--reconnect-attempts", type=int, default=10, help="consecutive failed connects before giving up (default 10)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
     p.add_argument("--profile", choices=PROFILES,
@@ -82,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-gpu-percent", type=float, help="busiest NVIDIA GPU's utilisation above which no new task is taken")
     limits.add_argument("--memory-buffer", type=float,
                         help="fraction of memory (0..0.9) kept free: tasks get available memory minus this")
+    limits.add_argument("--enable-swap", action="store_true",
+                        help="count swap as memory overflow: --max-memory-percent, --memory-buffer and the memory "
+                             "offered to tasks see RAM + swap (needs one of those limits, and swap on the machine)")
     limits.add_argument("--limit-cooldown", type=float, default=10.0,
                         help="seconds back under every limit before taking tasks again (default 10)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
@@ -90,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--recover", action="store_true",
                        help="at start, report unacknowledged results and tasks interrupted by a crash (as retryable errors)")
     state.add_argument("--reset-state", action="store_true",
-                       help="at start, delete the outbox database, its journal and the cache directory")
+                       help="at start, delete the outbox database, its journal and the cache directory; with "
+                            "--recover, only after reporting what --recover reports and the coordinator acknowledging it")
     bench = p.add_argument_group("benchmark tasks")
     bench.add_argument("--cache-models", action="store_true", help="keep the benchmark process and its loaded models between tasks")
     bench.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch benchmarks that do not set autocast")
@@ -134,9 +143,9 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     if ns.task_timeout is not None:
         preset["task_timeout_s"] = positive(ns.task_timeout, "--task-timeout")
     preset.update(_limit_flags(ns))
+    if ns.enable_swap:
+        preset["enable_swap"] = _enable_swap(preset)
     db_path = Path(db) if db else None
-    if ns.recover and ns.reset_state:
-        raise ConfigError("--recover and --reset-state: pick one; resetting deletes what --recover would report")
     for flag, on in (("--recover", ns.recover), ("--reset-state", ns.reset_state)):
         if on and db_path is None:
             raise ConfigError(f"{flag}: needs --db-path (or DT_DB_PATH); without it the worker keeps no local state")
@@ -151,7 +160,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         api_key=api_key, token=ns.token, token_file=ns.token_file, ca_file=Path(ca_file) if ca_file else None,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
         db_path=db_path, test_root=test_root,
-        heartbeat_interval_s=positive(ns.heartbeat_interval, "--heartbeat-interval"),
+        heartbeat_interval_s=_heartbeat_interval(ns.heartbeat_interval),
         reconnect_attempts=ns.reconnect_attempts,
         reconnect_interval_s=positive(ns.reconnect_interval, "--reconnect-interval"),
         limit_cooldown_s=positive(ns.limit_cooldown, "--limit-cooldown", allow_zero=True),
@@ -164,6 +173,14 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         allow_test_options=_allow_test_options(ns, env), **_metrics(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _heartbeat_interval(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ConfigError(f"--heartbeat-interval: must be a finite number of seconds, got {value}")
+    return positive(value, "--heartbeat-interval")
 
 
 def _api_key(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -249,13 +266,32 @@ def _metrics(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
     return {"metrics_port": port, "metrics_host": host}
 
 
+def _enable_swap(limits: Mapping[str, object]) -> bool:
+    """--enable-swap is refused where it would change nothing: without a memory limit to count
+    swap in, or on a machine without swap."""
+    if limits.get("memory_buffer") is None and limits.get("max_memory_percent") is None:
+        raise ConfigError("--enable-swap: counts swap in --memory-buffer and --max-memory-percent; give one of them "
+                          "(or a --profile that sets one)")
+    if (why := swap_unavailable_reason()) is not None:
+        raise ConfigError(f"--enable-swap: {why}; add swap space (swapon) or drop the flag")
+    return True
+
+
 async def run_worker(config: WorkerConfig) -> int:
     from ..worker.factory import build_agent
 
     if config.reset_state:
-        from ..worker.reset import reset_local_state
+        from ..worker.reset import RecoveryIncomplete, recover_then_reset, reset_local_state
 
-        await asyncio.to_thread(reset_local_state, config)
+        if config.recover:  # report first, reset once the coordinator holds every report
+            try:
+                await recover_then_reset(config)
+            except (RecoveryIncomplete, RetriesExhausted) as exc:
+                log.error("%s", exc)
+                return 1
+            config = dataclasses.replace(config, recover=False)  # the fresh state has nothing to recover
+        else:
+            await asyncio.to_thread(reset_local_state, config)
     agent = await build_agent(config)
     metrics = None
     if config.metrics_port is not None:

@@ -80,6 +80,8 @@ class Runtime:
         self.store = store
         self.clock = clock
         self.state = CoordinatorState(Policy(worker_grace_s=config.worker_grace_s, worker_ttl_s=config.worker_ttl_s,
+                                             heartbeat_interval_s=config.heartbeat_interval_s,
+                                             max_heartbeat_interval_s=config.max_heartbeat_interval_s,
                                              batch_max=config.batch_max, batch_wait_s=config.batch_wait_s,
                                              gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports))
         self.sessions: dict[str, Session] = {}

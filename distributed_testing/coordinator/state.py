@@ -24,6 +24,7 @@ single combined result row is saved.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -94,14 +95,46 @@ BATCH_FIELDS = ("model", "backend", "precision", "device", "mode", "tiny")
 
 
 @dataclass(frozen=True)
+class Liveness:
+    """The liveness contract of one worker session: it heartbeats (and pings) every
+    ``interval_s``; it is dead after ``ttl_s`` without any frame from it."""
+
+    interval_s: float
+    ttl_s: float
+
+
+@dataclass(frozen=True)
 class Policy:
     worker_grace_s: float = 10.0
-    worker_ttl_s: float = 30.0
+    # Liveness (docs/operations.md#liveness). A worker that asks for no interval gets
+    # (heartbeat_interval_s, worker_ttl_s); one that asks for a longer interval gets a TTL of as
+    # many intervals (worker_ttl_s / heartbeat_interval_s, 3 by default), never below worker_ttl_s;
+    # one asking for more than max_heartbeat_interval_s is refused at registration.
+    heartbeat_interval_s: float = 1.0
+    worker_ttl_s: float = 3.0
+    max_heartbeat_interval_s: float = 60.0
     batch_max: int = 8  # benchmark tasks per batch
     batch_wait_s: float = 0.2  # how long a lone benchmark task may wait for others to batch with
     retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
     gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
     gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
+
+    def liveness(self, requested_s: float) -> Liveness:
+        """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
+        (0: no preference). Raises ``ValidationError`` naming the numbers when it is not a finite
+        number >= 0 or exceeds ``max_heartbeat_interval_s``."""
+        field_name = "register.heartbeat_interval_s"
+        if not math.isfinite(requested_s) or requested_s < 0:
+            raise ValidationError([{"field": field_name, "error": f"must be a number of seconds >= 0, got {requested_s}"}])
+        if requested_s == 0:
+            return Liveness(self.heartbeat_interval_s, self.worker_ttl_s)
+        if requested_s > self.max_heartbeat_interval_s:
+            raise ValidationError([{"field": field_name, "error": (
+                f"a heartbeat interval of {requested_s:g}s is above this coordinator's maximum of "
+                f"{self.max_heartbeat_interval_s:g}s (--max-heartbeat-interval); start the worker with "
+                f"--heartbeat-interval {self.max_heartbeat_interval_s:g} or less")}])
+        intervals = self.worker_ttl_s / self.heartbeat_interval_s
+        return Liveness(requested_s, max(self.worker_ttl_s, intervals * requested_s))
 
 
 @dataclass(slots=True)
@@ -166,6 +199,7 @@ class Worker:
     load: dict[str, float] = field(default_factory=dict)
     address: str = ""  # where other workers reach it (gang rendezvous); Register.address
     key_id: str = ""  # the key this worker id is bound to ("": none yet, or released by an admin)
+    liveness: Liveness = Liveness(1.0, 3.0)  # this session's contract (set at registration)
 
     @property
     def worker_id(self) -> str:
@@ -295,9 +329,12 @@ class CoordinatorState:
         """A session of key ``key_id`` registers ``reg.worker_id``. Raises ``PermissionDenied``,
         before changing anything, when that id is bound to another key (see :mod:`.identity`);
         otherwise binds an unbound id to ``key_id``, replaces an older session of the id and
-        reconciles the tasks it announces."""
+        reconciles the tasks it announces. Raises ``ValidationError``, also before changing anything,
+        for a heartbeat interval the policy refuses (:meth:`Policy.liveness`); the worker's
+        contract is then ``self.workers[reg.worker_id].liveness``."""
         w = self.workers.get(reg.worker_id)
         check_owner(reg.worker_id, w.key_id if w is not None else "", key_id)
+        liveness = self.policy.liveness(reg.heartbeat_interval_s)
         cmds: list[Command] = []
         if w is not None and w.connected and w.session_id != session_id and w.session_id:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
@@ -305,7 +342,8 @@ class CoordinatorState:
                           reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules))
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
-                   first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id)
+                   first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id,
+                   liveness=liveness)
         self.workers[reg.worker_id] = w
         cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
                                 {r.task_id: r.attempt for r in reg.finished}, now,
@@ -369,6 +407,13 @@ class CoordinatorState:
         else:
             g.awaiting.setdefault(w.worker_id, now + self.policy.worker_grace_s)
 
+    def seen(self, worker_id: str, session_id: str, now: float) -> None:
+        """A frame (any message, ping or pong) arrived on this session of the worker: it is alive.
+        A frame on a session that was replaced proves nothing about the current one."""
+        w = self.workers.get(worker_id)
+        if w is not None and w.session_id == session_id:
+            w.last_seen = now
+
     def heartbeat(self, worker_id: str, hb: m.Heartbeat, now: float) -> list[Command]:
         w = self.workers[worker_id]
         w.last_seen = now
@@ -381,6 +426,8 @@ class CoordinatorState:
             w.load["available_memory_mb"] = hb.available_memory_mb
         if hb.gpu_percent is not None:
             w.load["gpu_percent"] = hb.gpu_percent
+        if hb.swap_percent is not None:
+            w.load["swap_percent"] = hb.swap_percent
         return self.dispatch(now) if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None else []
 
     def disconnect(self, worker_id: str, session_id: str, now: float) -> list[Command]:
@@ -504,7 +551,8 @@ class CoordinatorState:
     # ------------------------------------------------------------- time based
 
     def tick(self, now: float) -> list[Command]:
-        """Promote tasks whose retry backoff elapsed; lose workers past their TTL or grace."""
+        """Promote tasks whose retry backoff elapsed; lose workers silent for longer than their
+        own TTL (``Worker.liveness``) or disconnected for longer than the grace."""
         cmds: list[Command] = []
         while self._delayed and self._delayed[0][0] <= now:
             _, task_id = heapq.heappop(self._delayed)
@@ -513,8 +561,9 @@ class CoordinatorState:
                 t.not_before = 0.0
                 self._enqueue(t, now)
         for w in list(self.workers.values()):
-            if w.connected and now - w.last_seen > self.policy.worker_ttl_s:
-                cmds.append(CloseWorker(w.worker_id, w.session_id or "", f"no heartbeat for {now - w.last_seen:.1f}s"))
+            if w.connected and now - w.last_seen > w.liveness.ttl_s:
+                cmds.append(CloseWorker(w.worker_id, w.session_id or "", f"nothing heard for {now - w.last_seen:.1f}s "
+                                        f"(its TTL is {w.liveness.ttl_s:g}s)"))
                 cmds += self.disconnect(w.worker_id, w.session_id or "", now)
             if not w.connected and w.disconnected_at is not None and now - w.disconnected_at >= self.policy.worker_grace_s:
                 w.disconnected_at = None

@@ -10,6 +10,14 @@ A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker i
 key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
 owner's session stays open; a result, ``started`` or ``progress`` about an attempt the worker was
 never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``).
+
+Liveness: the coordinator owns the contract and the worker does the pinging. ``registered`` tells
+the worker its heartbeat interval and TTL (:meth:`.state.Policy.liveness`: the interval it asked
+for in ``register``, or this coordinator's default); a register asking for more than
+``--max-heartbeat-interval`` is refused with a fatal ``heartbeat_interval`` error (counted as
+``refused_heartbeat_interval``). This endpoint never pings: it answers the worker's pings, and
+every frame it receives (message, ping or pong) tells the state machine the worker is alive
+(``state.seen``); ``state.tick`` alone declares a silent worker dead, after its TTL.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Callable
 import msgspec
 from aiohttp import WSMsgType, web
 
-from ..errors import AuthError, DTError, PermissionDenied, ProtocolError, StoreError
+from ..errors import AuthError, DTError, PermissionDenied, ProtocolError, StoreError, ValidationError
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..security import auth as sa
@@ -97,8 +105,9 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
     principal = rt.authenticate(credential)
     roles.require(principal.role, roles.Permission.WORKER_CONNECT)
     session_id = secrets.token_urlsafe(16)
-    ws = web.WebSocketResponse(heartbeat=rt.config.heartbeat_interval_s, max_msg_size=rt.config.max_frame_bytes + 1024,
-                               compress=False)
+    # No heartbeat= and no autoping: pings are the worker's, answered in _serve, where they count as
+    # signs of life (aiohttp's own heartbeat was a second death rule with its own timeout).
+    ws = web.WebSocketResponse(max_msg_size=rt.config.max_frame_bytes + 1024, compress=False, autoping=False)
     ws.headers[SESSION_HEADER] = session_id
     await ws.prepare(request)
     channel = Channel(derive_session_key(credential, session_id), max_frame=rt.config.max_frame_bytes,
@@ -124,8 +133,12 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
 
 
 async def _await_register(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> m.Register | None:
+    deadline = asyncio.get_running_loop().time() + REGISTER_TIMEOUT_S
     try:
-        raw = await ws.receive(timeout=REGISTER_TIMEOUT_S)
+        while (raw := await ws.receive(timeout=max(0.0, deadline - asyncio.get_running_loop().time()))).type in (
+                WSMsgType.PING, WSMsgType.PONG):
+            if raw.type == WSMsgType.PING:
+                await ws.pong(raw.data)
     except TimeoutError:
         s.close("no register message within 10s")
         return None
@@ -153,22 +166,36 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
         log.warning("refused register of worker id %r by key %s: %s", reg.worker_id, s.key_id, exc)
         s.send(m.ErrorMsg("worker_id_taken", str(exc), fatal=True))
         return
+    except ValidationError as exc:
+        rt.stats["refused_heartbeat_interval"] += 1
+        detail = "; ".join(e["error"] for e in exc.errors)
+        log.warning("refused register of worker %r: %s", reg.worker_id, detail)
+        s.send(m.ErrorMsg("heartbeat_interval", detail, fatal=True))
+        return
     s.worker_id = reg.worker_id
     old = rt.sessions.get(reg.worker_id)
     if old is not None:
         old.close("replaced by a new session")
     rt.sessions[reg.worker_id] = s
-    s.send(m.Registered(reg.worker_id, s.session_id, rt.config.heartbeat_interval_s, now))
+    live = rt.state.workers[reg.worker_id].liveness
+    s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
+                        server_time=now, worker_ttl_s=live.ttl_s))
     rt.execute(cmds)
-    log.info("worker %s (%s) registered: %s tags=%s", reg.worker_id, reg.name, reg.capabilities, reg.tags)
+    log.info("worker %s (%s) registered: %s tags=%s; heartbeat every %gs, TTL %gs", reg.worker_id, reg.name,
+             reg.capabilities, reg.tags, live.interval_s, live.ttl_s)
     violations = 0
     async for raw in ws:
         if s.closing:
             break
-        if raw.type == WSMsgType.ERROR:  # no pong in time, or the transport broke: the session is over
+        if raw.type == WSMsgType.ERROR:  # the transport broke: the session is over
             log.info("worker %s: connection lost: %s", s.worker_id, ws.exception() or raw.data)
             break
-        if raw.type != WSMsgType.BINARY:
+        rt.state.seen(s.worker_id, s.session_id, rt.clock())
+        if raw.type == WSMsgType.PING:
+            await ws.pong(raw.data)
+        elif raw.type == WSMsgType.PONG:
+            pass  # unasked for, but a sign of life all the same
+        elif raw.type != WSMsgType.BINARY:
             violations += _reject(rt, s, "malformed", f"unexpected {raw.type.name} frame")
         else:
             violations += _handle_frame(rt, s, raw.data)

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 5  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
-# 4: result_ack.confirm_upto; 5: register.model_modules
+PROTOCOL_VERSION = 7  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+# 4: result_ack.confirm_upto; 5: register.model_modules; 7: register.heartbeat_interval_s,
+# registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -60,15 +61,22 @@ class Register(_Msg, frozen=True, tag="register"):
     # ``--allow-model-modules``: module prefixes whose ``module:callable`` models this worker runs;
     # the coordinator places no task with another user model here.
     model_modules: list[str] = []
+    # ``--heartbeat-interval``: the interval this worker asks for; 0: the coordinator's default.
+    # The coordinator answers with the interval and TTL it applies, or refuses one above its maximum.
+    heartbeat_interval_s: float = 0.0
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
-    """C→W, answer to ``Register``."""
+    """C→W, answer to ``Register``: the liveness contract of this session. The worker sends a
+    heartbeat and a WebSocket ping every ``heartbeat_interval_s``; the coordinator declares it
+    dead after ``worker_ttl_s`` without any frame from it, and the worker ends the session when a
+    ping gets no pong within ``worker_ttl_s``."""
 
     worker_id: str
     session_id: str
     heartbeat_interval_s: float
     server_time: float
+    worker_ttl_s: float
 
 
 class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
@@ -84,6 +92,7 @@ class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
     reason: str | None = None
     available_memory_mb: float | None = None  # memory offered to new tasks (--memory-buffer); None: not reported
     gpu_percent: float | None = None  # busiest NVIDIA GPU's utilisation; None: not measured (no --max-gpu-percent)
+    swap_percent: float | None = None  # swap in use; None: the machine has no swap
 
 
 class GangAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -33,7 +33,7 @@ from ..training.errors import PreflightError
 from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
-from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
+from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -129,11 +129,13 @@ class WorkerAgent:
         self._http: aiohttp.ClientSession | None = None  # for the WebSocket only, one per run()
         self._handshake = _HandshakeProbe()
         self._pong = asyncio.Event()  # set by the reader at each pong (see _keepalive)
+        # The liveness contract of the current session, from ``registered``: (interval, TTL).
+        self.liveness: tuple[float, float] = (config.heartbeat_interval_s or 1.0, 3.0)
         self._stop = asyncio.Event()
         self.monitor = ResourceMonitor(Limits(
             max_cpu_percent=config.max_cpu_percent, max_memory_percent=config.max_memory_percent,
             max_gpu_percent=config.max_gpu_percent, memory_buffer=config.memory_buffer,
-            cooldown_s=config.limit_cooldown_s))
+            cooldown_s=config.limit_cooldown_s, count_swap=config.enable_swap))
         self._sampler = Sampler(gpu=config.max_gpu_percent is not None)
         self._beat_now = asyncio.Event()  # set: send a heartbeat now (state changed)
         self._acked = asyncio.Event()  # set whenever an ack arrives
@@ -343,7 +345,8 @@ class WorkerAgent:
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
-                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules))
+                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules),
+                          heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0)
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -413,7 +416,9 @@ class WorkerAgent:
 
     async def _on_registered(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Registered)
-        log.info("registered with coordinator as %s (session %s)", msg.worker_id, msg.session_id)
+        self.liveness = (msg.heartbeat_interval_s, msg.worker_ttl_s)
+        log.info("registered with coordinator as %s (session %s); heartbeat every %gs, declared dead after %gs "
+                 "without a frame", msg.worker_id, msg.session_id, msg.heartbeat_interval_s, msg.worker_ttl_s)
         self.registered.set()
         self.sessions += 1
         self._abandoned = []  # the coordinator has heard of them
@@ -525,6 +530,9 @@ class WorkerAgent:
 
     async def _on_error(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ErrorMsg)
+        if msg.fatal and msg.code == "heartbeat_interval":  # refused at registration: retrying cannot help
+            log.error("coordinator refused this worker's heartbeat interval: %s", msg.detail)
+            raise SessionRejected(f"coordinator refused --heartbeat-interval: {msg.detail}")
         log.warning("coordinator rejected our message: %s: %s", msg.code, msg.detail)
         if msg.fatal:
             raise ProtocolError(f"coordinator closed the session: {msg.code}: {msg.detail}")
@@ -691,13 +699,14 @@ class WorkerAgent:
             q.task_done()
 
     async def _keepalive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """A ping every ``heartbeat_interval_s``; no pong within ``max(10, 2 × interval)`` s ends the
-        session (a dead coordinator or path). aiohttp's ``heartbeat=`` is not used: its pong
-        timeout is half the interval (0.5 s at the default 1 s) and cannot be set, so a
-        coordinator busy for half a second would cost a reconnect and every provisional
+        """A ping every heartbeat interval of this session's contract (``registered``); no pong
+        within its TTL ends the session (a dead coordinator or path): the one number that decides
+        death on both sides. The coordinator never pings; each ping is also a sign of life to it.
+        aiohttp's ``heartbeat=`` is not used: its pong timeout is half the interval and cannot be
+        set, so a coordinator busy for half a second would cost a reconnect and every provisional
         assignment with it."""
-        interval = self.config.heartbeat_interval_s
-        timeout = max(10.0, 2 * interval)
+        await self.registered.wait()
+        interval, timeout = self.liveness
         while True:
             await asyncio.sleep(interval)
             self._pong.clear()
@@ -709,11 +718,12 @@ class WorkerAgent:
                 raise ConnectionError(f"no pong from the coordinator within {timeout:g}s") from None
 
     async def _heartbeats(self) -> None:
-        """A heartbeat every ``heartbeat_interval_s``, and one at once when the state changes
-        (limits crossed, cool-down over, draining). Sampling runs in a thread."""
+        """A heartbeat every heartbeat interval of this session's contract (``registered``), and
+        one at once when the state changes (limits crossed, cool-down over, draining). Sampling
+        runs in a thread."""
         await self.registered.wait()
         loop = asyncio.get_running_loop()
-        interval = self.config.heartbeat_interval_s
+        interval = self.liveness[0]
         period = min(interval, SAMPLE_PERIOD_S) if self.monitor.limits.active else interval
         sent_state, sent_at = "ready", loop.time()  # the coordinator starts a session as ready
         while True:
@@ -738,7 +748,7 @@ class WorkerAgent:
                            memory_percent=sample.memory_percent,
                            free_slots=max(0, self.config.max_concurrent_tasks - len(refs)), reason=reason,
                            available_memory_mb=memory_for_tasks_mb(self.monitor.limits, sample),
-                           gpu_percent=sample.gpu_percent)
+                           gpu_percent=sample.gpu_percent, swap_percent=swap_percent(sample))
 
     async def _renew_tokens(self) -> None:
         await self.registered.wait()

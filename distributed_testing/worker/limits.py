@@ -15,7 +15,11 @@ Rules (``--max-cpu-percent``, ``--max-memory-percent``, ``--max-gpu-percent``, `
   stayed within them for ``cooldown_s``; one breach during the cool-down restarts it;
 * ``memory_buffer`` (a fraction of total memory) is kept free: less free memory than that is a
   breach, and the memory offered to tasks (:func:`memory_for_tasks_mb`, sent in heartbeats) is
-  the available memory minus the buffer.
+  the available memory minus the buffer;
+* ``count_swap`` (``--enable-swap``): swap is memory too. Total memory is RAM + swap, available
+  memory is available RAM + free swap, so the memory limit, the buffer and the memory offered to
+  tasks all count swap as overflow space. Without it swap counts for nothing. Heartbeats report
+  swap use either way (:func:`swap_percent`).
 
 Profiles (``--profile``) are presets of concurrency, task timeout and limits; see
 :data:`PROFILES`. Explicit flags always win over a profile.
@@ -46,6 +50,7 @@ class Limits:
     max_gpu_percent: float | None = None
     memory_buffer: float | None = None
     cooldown_s: float = 10.0
+    count_swap: bool = False  # --enable-swap: RAM + swap is the memory the limits and the offer see
 
     @property
     def active(self) -> bool:
@@ -64,6 +69,26 @@ class Sample:
     total_mb: float
     gpu_percent: float | None = None
     gpu_error: str | None = None
+    swap_total_mb: float = 0.0
+    swap_free_mb: float = 0.0
+
+
+def swap_percent(s: Sample) -> float | None:
+    """Swap in use, in percent; None when the machine has no swap."""
+    if s.swap_total_mb <= 0:
+        return None
+    return round(100.0 * (s.swap_total_mb - s.swap_free_mb) / s.swap_total_mb, 1)
+
+
+def _memory(limits: Limits, s: Sample) -> tuple[str, float, float, float]:
+    """(what it is called, used percent, available MB, total MB): RAM, or RAM + swap with
+    ``count_swap``."""
+    if not limits.count_swap:
+        return "memory", s.memory_percent, s.available_mb, s.total_mb
+    total = s.total_mb + s.swap_total_mb
+    available = s.available_mb + s.swap_free_mb
+    used = 100.0 * (total - available) / total if total > 0 else 0.0
+    return "memory+swap", used, available, total
 
 
 def breaches(limits: Limits, s: Sample) -> list[str]:
@@ -71,25 +96,28 @@ def breaches(limits: Limits, s: Sample) -> list[str]:
     out: list[str] = []
     if limits.max_cpu_percent is not None and s.cpu_percent > limits.max_cpu_percent:
         out.append(f"cpu {s.cpu_percent:.0f}% > limit {limits.max_cpu_percent:g}%")
-    if limits.max_memory_percent is not None and s.memory_percent > limits.max_memory_percent:
-        out.append(f"memory {s.memory_percent:.0f}% > limit {limits.max_memory_percent:g}%")
+    what, used, available, total = _memory(limits, s)
+    if limits.max_memory_percent is not None and used > limits.max_memory_percent:
+        out.append(f"{what} {used:.0f}% > limit {limits.max_memory_percent:g}%")
     if limits.max_gpu_percent is not None:
         if s.gpu_error is not None:
             out.append(f"gpu utilisation unreadable: {s.gpu_error}")  # fail safe: no new work
         elif s.gpu_percent is not None and s.gpu_percent > limits.max_gpu_percent:
             out.append(f"gpu {s.gpu_percent:.0f}% > limit {limits.max_gpu_percent:g}%")
-    if limits.memory_buffer is not None and s.total_mb > 0:
-        free = s.available_mb / s.total_mb
+    if limits.memory_buffer is not None and total > 0:
+        free = available / total
         if free < limits.memory_buffer:
-            out.append(f"free memory {free:.0%} < buffer {limits.memory_buffer:.0%}")
+            out.append(f"free {what} {free:.0%} < buffer {limits.memory_buffer:.0%}")
     return out
 
 
 def memory_for_tasks_mb(limits: Limits, s: Sample) -> float | None:
-    """Memory a new task may use: available minus the buffer; None when no buffer is set."""
+    """Memory a new task may use: available minus the buffer (both counting swap with
+    ``count_swap``); None when no buffer is set."""
     if limits.memory_buffer is None:
         return None
-    return round(max(0.0, s.available_mb - limits.memory_buffer * s.total_mb), 1)
+    _, _, available, total = _memory(limits, s)
+    return round(max(0.0, available - limits.memory_buffer * total), 1)
 
 
 class ResourceMonitor:
@@ -148,6 +176,13 @@ PROFILES = ("benchmark", "test", "light")
 
 
 # ------------------------------------------------------------------------------------ sampling
+
+
+def swap_unavailable_reason() -> str | None:
+    """Why ``--enable-swap`` would change nothing here (None: the machine has swap space)."""
+    if psutil.swap_memory().total <= 0:
+        return "this machine has no swap space (swap total is 0 bytes)"
+    return None
 
 
 class GpuUnavailable(Exception):
@@ -230,6 +265,7 @@ class Sampler:
 
     def sample(self) -> Sample:
         vm = psutil.virtual_memory()
+        swap = psutil.swap_memory()
         gpu: float | None = None
         gpu_error: str | None = None
         if self._gpu is not None:
@@ -242,7 +278,8 @@ class Sampler:
             self._gpu_error = gpu_error
         return Sample(cpu_percent=psutil.cpu_percent(None), memory_percent=vm.percent,
                       available_mb=vm.available / _MIB, total_mb=vm.total / _MIB,
-                      gpu_percent=gpu, gpu_error=gpu_error)
+                      gpu_percent=gpu, gpu_error=gpu_error, swap_total_mb=swap.total / _MIB,
+                      swap_free_mb=swap.free / _MIB)
 
     def close(self) -> None:
         if self._gpu is not None:

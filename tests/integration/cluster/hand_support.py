@@ -48,7 +48,8 @@ class HandCoordinator:
             if isinstance(msg, m.Register):
                 self.registers.append(msg)
                 await self.send(m.Registered(worker_id=msg.worker_id, session_id=session_id,
-                                             heartbeat_interval_s=60.0, server_time=time.time()))
+                                             heartbeat_interval_s=60.0, server_time=time.time(),
+                                             worker_ttl_s=180.0))
             elif isinstance(msg, m.TaskStarted):
                 self.started += msg.tasks
             elif not isinstance(msg, m.Heartbeat):

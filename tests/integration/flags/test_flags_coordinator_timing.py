@@ -1,11 +1,13 @@
-"""``dt-coordinator`` --token-ttl, --heartbeat-interval, --worker-ttl and --worker-grace change what
-a real coordinator does. The coordinator runs in-process on port 0 with a config built by the
+"""``dt-coordinator`` --token-ttl, --heartbeat-interval, --worker-ttl, --max-heartbeat-interval and
+--worker-grace change what a real coordinator does. The coordinator runs in-process on port 0 with a config built by the
 real parser (``build_parser().parse_args`` -> ``config_from_args``); workers are real agents or
 hand-driven sessions that speak the signed protocol."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from distributed_testing.coordinator.runtime import RUNTIME
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import ConfigError
 from distributed_testing.testing import Cluster, start_coordinator, wait_for
+from distributed_testing.worker.agent import SessionRejected
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -87,40 +90,89 @@ async def test_token_ttl_that_a_token_cannot_carry_is_refused_at_startup(tmp_pat
 # ----------------------------------------------------------------------- --heartbeat-interval
 
 
-async def test_heartbeat_interval_is_announced_and_pings_close_a_silent_peer(tmp_path: Path) -> None:
-    async with coordinator(tmp_path, "--heartbeat-interval", "0.3") as c:
+async def test_heartbeat_interval_is_announced_and_a_silent_peer_is_closed_after_its_ttl(tmp_path: Path) -> None:
+    """The coordinator never pings: a peer that sends nothing (not even pings) is dropped by the
+    TTL alone, the one rule that decides death."""
+    async with coordinator(tmp_path, "--heartbeat-interval", "0.3", "--worker-ttl", "1") as c:
         key = await c.create_key("worker")
-        async with raw_worker(c.base_url, key, "no-pong", autoping=False) as (ws, registered):
-            assert registered.heartbeat_interval_s == 0.3
-            ping = await ws.receive(timeout=10)
-            assert ping.type == aiohttp.WSMsgType.PING  # WebSocket liveness runs at that interval
-            # never answered: the coordinator drops the connection and marks the worker disconnected
-            await wait_for(lambda: not c.runtime.state.workers["no-pong"].connected, timeout=10,
-                           what="the coordinator to drop a peer that never answers its pings")
-            assert (await workers_by_id(c))["no-pong"]["state"] == "disconnected"
+        async with raw_worker(c.base_url, key, "silent", autoping=False) as (ws, registered):
+            assert (registered.heartbeat_interval_s, registered.worker_ttl_s) == (0.3, 1.0)
+            frame = await ws.receive(timeout=10)  # no ping ever comes: the close is the next frame
+            assert frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), frame
+            assert not c.runtime.state.workers["silent"].connected
+            assert (await workers_by_id(c))["silent"]["state"] == "disconnected"
 
 
-async def test_default_heartbeat_interval_is_announced(tmp_path: Path) -> None:
+async def test_heartbeat_interval_is_the_interval_of_workers_that_ask_for_none(
+        tmp_path: Path, start_cli_worker: StartWorker) -> None:
+    async with coordinator(tmp_path, "--heartbeat-interval", "0.2", "--worker-ttl", "1") as c:
+        agent = await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
+                                           "--worker-id", "w"])
+        assert agent.liveness == (0.2, 1.0)
+        beats: list[float] = []
+        real = c.runtime.state.heartbeat
+
+        def counting(worker_id: str, hb: Any, now: float) -> Any:
+            beats.append(now)
+            return real(worker_id, hb, now)
+
+        c.runtime.state.heartbeat = counting  # type: ignore[method-assign]
+        await wait_for(lambda: len(beats) >= 5, timeout=10, what="five heartbeats at the coordinator's interval")
+
+
+async def test_default_heartbeat_interval_and_ttl_are_announced(tmp_path: Path) -> None:
     async with coordinator(tmp_path) as c:
         async with raw_worker(c.base_url, await c.create_key("worker"), "w") as (_, registered):
-            assert registered.heartbeat_interval_s == 1.0
+            assert (registered.heartbeat_interval_s, registered.worker_ttl_s) == (1.0, 3.0)
+
+
+async def test_liveness_flags_that_contradict_each_other_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--worker-ttl: must be at least twice --heartbeat-interval \(1s\)"):
+        coordinator_config(tmp_path, "--worker-ttl", "1")
+    with pytest.raises(ConfigError, match=r"^--max-heartbeat-interval: must be at least --heartbeat-interval \(5s\)"):
+        coordinator_config(tmp_path, "--heartbeat-interval", "5", "--worker-ttl", "15", "--max-heartbeat-interval", "2")
+    defaults = coordinator_config(tmp_path)
+    assert (defaults.heartbeat_interval_s, defaults.worker_ttl_s, defaults.max_heartbeat_interval_s) == (1.0, 3.0, 60.0)
 
 
 # ------------------------------------------------------------------------------ --worker-ttl
 
 
 async def test_worker_ttl_declares_a_silent_worker_lost(tmp_path: Path, start_cli_worker: StartWorker) -> None:
-    async with coordinator(tmp_path, "--worker-ttl", "1") as c:
+    async with coordinator(tmp_path, "--worker-ttl", "1", "--heartbeat-interval", "0.2") as c:
         await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
                                    "--worker-id", "beating", "--heartbeat-interval", "0.2"])
-        async with raw_worker(c.base_url, await c.create_key("worker"), "silent"):  # answers pings, sends no heartbeat
+        async with raw_worker(c.base_url, await c.create_key("worker"), "silent"):  # sends nothing after register
             registered_at = c.runtime.state.workers["silent"].first_seen
             await wait_for(lambda: not c.runtime.state.workers["silent"].connected, timeout=8,
-                           what="a worker without heartbeats for longer than --worker-ttl 1 to be declared lost")
+                           what="a worker silent for longer than --worker-ttl 1 to be declared lost")
             listed = await workers_by_id(c)
             assert listed["silent"]["state"] == "disconnected"
             assert c.runtime.clock() - registered_at > 1.0
             assert listed["beating"]["state"] == "ready", "a worker that heartbeats must not be declared lost"
+
+
+# ------------------------------------------------------------------------ --max-heartbeat-interval
+
+
+async def test_max_heartbeat_interval_refuses_a_longer_interval_at_registration_on_both_sides(
+        tmp_path: Path, start_cli_worker: StartWorker, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    async with coordinator(tmp_path, "--max-heartbeat-interval", "5") as c:
+        key = await c.create_key("worker")
+        slow = await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", key, "--worker-id", "slow",
+                                          "--heartbeat-interval", "10"], wait=False)
+        with pytest.raises(SessionRejected, match="above this coordinator's maximum of 5s"):
+            await asyncio.wait_for(c.agent_tasks[-1], 20)  # refused: no reconnect loop, exit 2 in dt-worker
+        assert not slow.registered.is_set() and "slow" not in c.runtime.state.workers
+        assert c.runtime.stats["refused_heartbeat_interval"] == 1
+        coordinator_line = ("refused register of worker 'slow': a heartbeat interval of 10s is above this "
+                            "coordinator's maximum of 5s (--max-heartbeat-interval)")
+        assert coordinator_line in caplog.text
+        assert "coordinator refused this worker's heartbeat interval: a heartbeat interval of 10s" in caplog.text
+        ok = await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", key, "--worker-id", "ok",
+                                        "--heartbeat-interval", "5"])
+        assert ok.liveness == (5.0, 15.0)
 
 
 # ---------------------------------------------------------------------------- --worker-grace

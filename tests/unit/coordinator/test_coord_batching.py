@@ -44,7 +44,7 @@ def test_only_matching_models_share_a_batch() -> None:
 
 
 def test_a_lone_task_waits_for_mates_then_goes_alone() -> None:
-    s = CoordinatorState(Policy(batch_max=4, batch_wait_s=0.5))
+    s = CoordinatorState(Policy(batch_max=4, batch_wait_s=0.5, worker_ttl_s=1e9))  # no heartbeats here
     worker(s)
     _, cmds = s.submit(parse_tasks([bench("solo")]), 10.0)
     assert assigns(cmds) == [] and s.tasks["solo"].state == "pending"

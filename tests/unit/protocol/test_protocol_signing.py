@@ -93,7 +93,8 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         abandoned=ref_lists,
     ),
     m.Registered: st.builds(
-        m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite
+        m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite,
+        worker_ttl_s=finite
     ),
     m.Heartbeat: st.builds(
         m.Heartbeat,
