@@ -3,7 +3,8 @@
 Benchmark results carry the fingerprint their benchmark child measured in (``bench/env.py``).
 Every other result gets the worker's: :class:`EnvironmentProbe` runs ``python -m
 distributed_testing.bench.env`` once, in a child process (the worker itself never imports torch),
-the first time a result needs it, and keeps the answer for the worker's life. The fields and the
+as soon as the executors start (so a task's result does not wait for it), and keeps the answer for the
+worker's life. The fields and the
 ``fingerprint_hash`` are those of a benchmark result on this machine's first accelerator (CUDA
 when torch sees one, else the CPU) with torch's default threads.
 
@@ -16,6 +17,7 @@ or failed for its fingerprint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -36,6 +38,19 @@ class EnvironmentProbe:
         self.timeout_s = timeout_s
         self._value: dict[str, Any] | None = None
         self._lock = asyncio.Lock()
+        self._prefetch: asyncio.Task[dict[str, Any]] | None = None
+
+    def prefetch(self) -> None:
+        """Start collecting now, in the background (once); :meth:`get` then finds it ready."""
+        if self._prefetch is None and self._value is None:
+            self._prefetch = asyncio.create_task(self.get(), name="environment-probe")
+
+    async def close(self) -> None:
+        """Stop a collection still under way (its child is killed with it)."""
+        if self._prefetch is not None and not self._prefetch.done():
+            self._prefetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prefetch
 
     async def get(self) -> dict[str, Any]:
         """The environment dict (``fingerprint_hash`` included), or ``{"unavailable": reason}``."""
@@ -54,6 +69,10 @@ class EnvironmentProbe:
             proc.kill()
             await proc.wait()
             return self._unavailable(f"environment probe gave no answer within {self.timeout_s:g} s")
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             return self._unavailable(f"environment probe exited {proc.returncode}: {tail[0]}")
@@ -83,9 +102,11 @@ class WithEnvironment:
 
     async def start(self) -> None:
         await self.inner.start()
+        self.probe.prefetch()
 
     async def close(self) -> None:
         await self.inner.close()
+        await self.probe.close()
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         return await self._stamp(await self.inner.run(ctx))
