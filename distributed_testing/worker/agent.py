@@ -6,6 +6,10 @@ loop, never from task code (tasks run in children), so a task at 100 % CPU canno
 look dead. Results are written to the outbox before they are sent and stay there until the
 coordinator acknowledges them; after a reconnect the unacknowledged ones are sent again and
 still-running tasks are re-announced in ``register``.
+
+The bookkeeping (what runs, what is provisional, what waits to be sent or acknowledged) is the
+pure ``state.WorkerState``; this module feeds it events and executes its instructions
+(``_apply``, dispatched by ``_INSTRUCTIONS``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -35,6 +38,22 @@ from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
+from .state import (
+    ArmHold,
+    Attempt,
+    DisarmHold,
+    FlushSoon,
+    Forget,
+    Instruction,
+    Keep,
+    Kill,
+    RecordFinished,
+    RecordStarted,
+    ResendKept,
+    Send,
+    Start,
+    WorkerState,
+)
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-DT-Session"
@@ -89,13 +108,6 @@ class _HandshakeProbe:
                 self.body = await params.response.content.read(300)
 
 
-@dataclass
-class Running:
-    assignment: m.TaskAssignment
-    task: asyncio.Task[None]
-    cancel_reason: str | None = None
-
-
 class WorkerAgent:
     def __init__(self, config: WorkerConfig, executors: dict[str, Executor], outbox: Outbox,
                  hardware: dict[str, Any], capabilities: list[str], credentials: Credentials,
@@ -107,23 +119,13 @@ class WorkerAgent:
         self.capabilities = capabilities
         self.credentials = credentials
         self.clock = clock
-        self.running: dict[str, Running] = {}
+        self.state = WorkerState(batch_types=frozenset(t for t, ex in executors.items() if hasattr(ex, "run_batch")))
+        self._runs: dict[int, asyncio.Task[None]] = {}  # by run id (state.Start)
         self.registered = asyncio.Event()
         self.draining = False
         self.sessions = 0  # sessions established (registered) since start
         self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
-        self._result_buf: list[m.TaskResult] = []
-        self._started_buf: list[m.TaskRef] = []
-        self._flush_scheduled = False
-        self._unacked_sent: set[tuple[str, int]] = set()  # the last results message, until acked
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
-        # Provisional attempts (see AssignTasks.provisional), by (task id, attempt): their number,
-        # their ``started`` announcements (held until a ``confirm`` covers them) and their results
-        # (sent at once, but kept out of the outbox until confirmed, so never re-sent unconfirmed).
-        self._unconfirmed: dict[tuple[str, int], int] = {}
-        self._unlogged: dict[tuple[str, int], m.TaskResult] = {}
-        self._quiet_started: set[tuple[str, int]] = set()
-        self._abandoned: list[m.TaskRef] = []  # told to the coordinator in the next ``register``
         self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
         self._http: aiohttp.ClientSession | None = None  # for the WebSocket only, one per run()
@@ -144,6 +146,11 @@ class WorkerAgent:
         # The NIC training ranks bind: --interface, else the one carrying this session's
         # coordinator connection (set at each connect); reported in ``register``.
         self.interface: str | None = config.interface
+
+    @property
+    def running(self) -> dict[str, Attempt]:
+        """The attempts running here, by task id (the state's; read-only for the shell)."""
+        return self.state.running
 
     # --------------------------------------------------------------- lifecycle
 
@@ -214,7 +221,7 @@ class WorkerAgent:
         self.draining, self._drain_reason = True, reason
         self._beat_now.set()
         log.info("draining (%s): %d task(s) running, up to %gs to finish", reason, len(self.running), timeout_s)
-        while (busy := {r.task for r in self.running.values() if not r.task.done()}) and (left := deadline - loop.time()) > 0:
+        while (busy := {t for t in self._runs.values() if not t.done()}) and (left := deadline - loop.time()) > 0:
             await asyncio.wait(busy, timeout=left)  # and again for tasks assigned meanwhile
         handed = await self._hand_back(reason, timeout_s)
         await self._await_acks(max(deadline - loop.time(), FLUSH_MIN_S))
@@ -228,19 +235,15 @@ class WorkerAgent:
 
     async def _hand_back(self, reason: str, timeout_s: float) -> list[m.TaskRef]:
         """Kill the tasks still running and tell the coordinator they were not finished."""
-        left = list(self.running.items())
-        if not left:
+        refs, kills = self.state.hand_back()
+        if not refs:
             return []
-        refs = [m.TaskRef(tid, r.assignment.attempt) for tid, r in left]
-        tasks = {r.task for _, r in left}
-        for t in tasks:
-            t.cancel()  # no cancel_reason: no result is reported for them
+        tasks = [self._runs[k.run] for k in kills if k.run in self._runs]
+        self._apply(kills)  # no cancel_reason: no result is reported for them
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(outcome, Exception):
                 log.error("a handed-back task failed while stopping: %r", outcome)
-        for tid, _ in left:
-            self.running.pop(tid, None)
-        self.outbox.running_finished(refs)  # stopped on purpose: not a crash
+        self._apply(self.state.handed_back(refs))  # stopped on purpose: not a crash
         log.warning("handing back %d task(s) still running after the %gs drain timeout: %s", len(refs),
                     timeout_s, ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in refs))
         if self.registered.is_set():
@@ -253,7 +256,7 @@ class WorkerAgent:
         loop = asyncio.get_running_loop()
         until = loop.time() + budget_s
         # results sent before their confirm are not in the outbox yet, but are waited for all the same
-        while (unacked := [*await self.outbox.unacked(), *self._unlogged.values()]):
+        while (unacked := [*await self.outbox.unacked(), *self.state.unlogged.values()]):
             if (left := until - loop.time()) <= 0:
                 log.warning("%d result(s) not acknowledged before the drain deadline; %s", len(unacked),
                             "they stay in the outbox" if self.config.db_path else "they are lost (no --db-path)")
@@ -330,7 +333,7 @@ class WorkerAgent:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
-            self._abandon_unconfirmed()
+            self._apply(self.state.session_ended())
             tasks = (beats, renew, stopper, *ending)
             for t in tasks:
                 t.cancel()
@@ -343,9 +346,9 @@ class WorkerAgent:
                           hardware=self.hardware, capabilities=self.capabilities, tags=list(self.config.tags),
                           max_concurrent=self.config.max_concurrent_tasks,
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
-                          running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
+                          running=self.state.running_refs(),
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
-                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules),
+                          abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0)
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
@@ -421,101 +424,26 @@ class WorkerAgent:
                  "without a frame", msg.worker_id, msg.session_id, msg.heartbeat_interval_s, msg.worker_ttl_s)
         self.registered.set()
         self.sessions += 1
-        self._abandoned = []  # the coordinator has heard of them
         if self.draining:
             self._beat_now.set()  # a new session starts as ready: say at once that we are not
-        self._end_hold()
-        self._result_buf = []  # every one of them is in the outbox, re-sent just below
-        unsent = await self.outbox.unacked()
-        if unsent:
-            log.info("re-sending %d unacknowledged results", len(unsent))
-            self._send(m.Results(unsent))
+        await self._apply_all(self.state.registered())
 
     async def _on_assign(self, msg: m.Message) -> None:
         assert isinstance(msg, m.AssignTasks)
-        fresh = [a for a in msg.tasks
-                 if a.task_id not in self.running or self.running[a.task_id].assignment.attempt < a.attempt]
-        for a in fresh:
-            old = self.running.pop(a.task_id, None)
-            if old is not None:  # the coordinator gave up on that attempt: stop it, report nothing
-                log.warning("task %s: attempt %d supersedes attempt %d still running here; stopping that one",
-                            a.task_id, a.attempt, old.assignment.attempt)
-                if not any(r.task is old.task for r in self.running.values()):  # a batch runs on
-                    old.task.cancel()
-            if msg.provisional:
-                self._unconfirmed[(a.task_id, a.attempt)] = msg.provisional
-        ex = self.executors.get(fresh[0].type) if fresh else None
-        if msg.batch_id and len(fresh) > 1 and hasattr(ex, "run_batch") and len({a.type for a in fresh}) == 1:
-            batch = asyncio.create_task(self._execute_batch(fresh), name=f"batch-{msg.batch_id}")
-            for a in fresh:
-                self.running[a.task_id] = Running(a, batch)
-            return
-        for a in fresh:
-            self.running[a.task_id] = Running(a, asyncio.create_task(self._execute(a), name=f"task-{a.task_id}"))
-
-    def _running(self, task_id: str, attempt: int) -> Running | None:
-        """What runs here for this attempt (None when this task runs another attempt, or none)."""
-        r = self.running.get(task_id)
-        return r if r is not None and r.assignment.attempt == attempt else None
+        self._apply(self.state.assign(msg))
 
     async def _on_confirm(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Confirm)
-        await self._confirm(msg.upto)
-
-    async def _confirm(self, upto: int) -> None:
-        """Provisional assignments up to ``upto`` are on the coordinator's disk: announce the ones
-        still running, and keep the results already sent in the outbox until acknowledged."""
-        for key, n in list(self._unconfirmed.items()):
-            if n > upto:
-                continue
-            del self._unconfirmed[key]
-            if key in self._quiet_started:
-                self._quiet_started.discard(key)
-                self._announce_started(m.TaskRef(*key))
-            sent = self._unlogged.pop(key, None)
-            if sent is not None:
-                await self.outbox.add(sent)
-
-    def _abandon_unconfirmed(self) -> None:
-        """The session ended before these provisional assignments were confirmed: the coordinator
-        may have lost them in a crash, so they are stopped and their results dropped, never sent
-        again (if it did not lose them, it either has the result already or finds the attempt
-        missing when this worker registers again and requeues it)."""
-        if not self._unconfirmed:
-            return
-        log.warning("session ended before %d provisional assignment(s) were confirmed; abandoning them: %s",
-                    len(self._unconfirmed), ", ".join(f"{t}#{a}" for t, a in self._unconfirmed))
-        for task_id, attempt in self._unconfirmed:
-            self._abandoned.append(m.TaskRef(task_id, attempt))
-            if (r := self._running(task_id, attempt)) is not None:
-                del self.running[task_id]  # so the cancelled run reports nothing
-                r.task.cancel()
-        self._result_buf = [r for r in self._result_buf if (r.task_id, r.attempt) not in self._unlogged]
-        self._unconfirmed.clear()
-        self._unlogged.clear()
-        self._quiet_started.clear()
+        await self._apply_all(self.state.confirm(msg.upto))
 
     async def _on_ack(self, msg: m.Message) -> None:
         assert isinstance(msg, m.ResultAck)
-        for r in msg.tasks if self._unlogged else ():  # durable, so its assignment is too: settled
-            key = (r.task_id, r.attempt)
-            if self._unlogged.pop(key, None) is not None:
-                self._unconfirmed.pop(key, None)
-                self._quiet_started.discard(key)
-        if msg.confirm_upto:  # after the settling above: an acked result needs no outbox entry
-            await self._confirm(msg.confirm_upto)
-        self.outbox.ack(msg.tasks)
+        await self._apply_all(self.state.ack(msg))
         self._acked.set()
-        if self._unacked_sent:
-            self._unacked_sent.difference_update((r.task_id, r.attempt) for r in msg.tasks)
-            if not self._unacked_sent and self._result_buf:
-                self._schedule_flush()
 
     async def _on_cancel(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Cancel)
-        if (r := self._running(msg.task.task_id, msg.task.attempt)) is not None:
-            r.cancel_reason = msg.reason
-            r.task.cancel()
+        self._apply(self.state.cancel(msg))
 
     async def _on_drain(self, msg: m.Message) -> None:
         """The coordinator's drain: the same graceful stop as SIGTERM, with its deadline. It runs
@@ -539,6 +467,85 @@ class WorkerAgent:
 
     # --------------------------------------------------------------- executing
 
+    def _apply(self, instructions: Sequence[Instruction]) -> list[asyncio.Future[None]]:
+        """Execute the state's instructions in order; returns the outbox writes' futures (an
+        async caller awaits them before it goes on, as the outbox's durability point)."""
+        writes: list[asyncio.Future[None]] = []
+        for ins in instructions:
+            if (fut := _INSTRUCTIONS[type(ins)](self, ins)) is not None:
+                writes.append(fut)
+        return writes
+
+    async def _apply_all(self, instructions: list[Instruction]) -> None:
+        for write in self._apply(instructions):
+            await write
+
+    def _do_send(self, ins: Instruction) -> None:
+        assert isinstance(ins, Send)
+        self._send(ins.msg)
+
+    def _do_start(self, ins: Instruction) -> None:
+        assert isinstance(ins, Start)
+        first = ins.assignments[0]
+        if ins.batched:
+            coro, name = self._execute_batch(list(ins.assignments)), f"batch-{first.task_id}"
+        else:
+            coro, name = self._execute(first), f"task-{first.task_id}"
+        task = asyncio.create_task(coro, name=name)
+        self._runs[ins.run] = task
+        task.add_done_callback(functools.partial(self._run_ended, ins.run))
+
+    def _run_ended(self, run: int, _task: asyncio.Task[None]) -> None:
+        self._runs.pop(run, None)
+
+    def _do_kill(self, ins: Instruction) -> None:
+        assert isinstance(ins, Kill)
+        if (task := self._runs.get(ins.run)) is not None:
+            task.cancel()
+
+    def _do_keep(self, ins: Instruction) -> asyncio.Future[None]:
+        assert isinstance(ins, Keep)
+        return self.outbox.add(ins.result)
+
+    def _do_forget(self, ins: Instruction) -> None:
+        assert isinstance(ins, Forget)
+        self.outbox.ack(ins.refs)
+
+    def _do_resend_kept(self, ins: Instruction) -> asyncio.Future[None]:
+        """Re-send what the outbox keeps; the returned future completes once it is queued."""
+        async def resend() -> None:
+            unsent = await self.outbox.unacked()
+            if unsent:
+                log.info("re-sending %d unacknowledged results", len(unsent))
+                self._send(m.Results(unsent))
+        return asyncio.ensure_future(resend())
+
+    def _do_record_started(self, ins: Instruction) -> None:
+        assert isinstance(ins, RecordStarted)
+        self.outbox.running_started(ins.refs)
+
+    def _do_record_finished(self, ins: Instruction) -> None:
+        assert isinstance(ins, RecordFinished)
+        self.outbox.running_finished(ins.refs)
+
+    def _do_flush_soon(self, _ins: Instruction) -> None:
+        asyncio.get_running_loop().call_soon(self._flush)
+
+    def _do_arm_hold(self, _ins: Instruction) -> None:
+        self._hold = asyncio.get_running_loop().call_later(RESULT_HOLD_S, self._hold_expired)
+
+    def _do_disarm_hold(self, _ins: Instruction) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
+
+    def _flush(self) -> None:
+        self._apply(self.state.flush(self.clock()))
+
+    def _hold_expired(self) -> None:
+        self._hold = None
+        self._apply(self.state.hold_expired(self.clock()))
+
     async def _execute(self, a: m.TaskAssignment) -> None:
         ref = m.TaskRef(a.task_id, a.attempt)
         async with self._slots:
@@ -561,7 +568,7 @@ class WorkerAgent:
             except ExecutionError as exc:
                 outcomes = [ExecOutcome("error", error=str(exc)) for _ in batch]
             except asyncio.CancelledError:
-                cancelled = [a.task_id for a in batch if self.running.get(a.task_id) and self.running[a.task_id].cancel_reason]
+                cancelled = [a.task_id for a in batch if (r := self.running.get(a.task_id)) and r.cancel_reason]
                 if not cancelled:
                     raise
                 outcomes = [self._batch_cancel_outcome(a, cancelled) for a in batch]
@@ -576,22 +583,12 @@ class WorkerAgent:
                            error=f"stopped because {', '.join(cancelled)} in the same batch was cancelled")
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
-        if self._running(a.task_id, a.attempt) is not None:
-            del self.running[a.task_id]
+        """Sent at once. Written to the outbox too (no fsync of its own: see outbox_duckdb), so an
+        unacked result is re-sent after a reconnect; the coordinator acks only after its fsync."""
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
                               output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
-        # Sent at once. Written to the outbox too (no fsync of its own: see outbox_duckdb), so an
-        # unacked result is re-sent after a reconnect; the coordinator acks only after its fsync.
-        self._result_buf.append(result)
-        self._schedule_flush()
-        if (a.task_id, a.attempt) in self._unconfirmed:
-            # The coordinator journals it after the assignment, so it is durable only once the
-            # assignment is: into the outbox only once confirmed (never re-sent unconfirmed).
-            self._unlogged[(a.task_id, a.attempt)] = result
-            return
-        self.outbox.running_finished([m.TaskRef(a.task_id, a.attempt)])
-        await self.outbox.add(result)
+        await self._apply_all(self.state.finished(result))
 
     def _context(self, a: m.TaskAssignment) -> TaskContext:
         return TaskContext(task_id=a.task_id, attempt=a.attempt, type=a.type, config=a.config,
@@ -603,17 +600,11 @@ class WorkerAgent:
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
         """An executor's progress report (called on the loop) as a ``progress`` message."""
-        if self._running(ref.task_id, ref.attempt) is not None and self.registered.is_set():
+        if self.state.attempt(ref.task_id, ref.attempt) is not None and self.registered.is_set():
             self._send(m.TaskProgress(ref, fraction, message))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
-        if self._running(ref.task_id, ref.attempt) is None:
-            return  # stopped meanwhile (abandoned or superseded): it never started, as far as anyone knows
-        if (ref.task_id, ref.attempt) in self._unconfirmed:
-            self._quiet_started.add((ref.task_id, ref.attempt))  # announced when confirmed
-            return
-        self._started_buf.append(ref)
-        self._schedule_flush()
+        self._apply(self.state.announce(ref))
 
     async def _run_executor(self, a: m.TaskAssignment) -> ExecOutcome:
         started = self.clock()
@@ -631,40 +622,6 @@ class WorkerAgent:
                 raise
             return ExecOutcome("cancelled", error=r.cancel_reason, started_at=started, finished_at=self.clock())
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._started_buf:
-            self._send(m.TaskStarted(self._started_buf, self.clock()))
-            self.outbox.running_started(self._started_buf)
-            self._started_buf = []
-        if self._result_buf:
-            if self._unacked_sent:  # hold them until that ack (or RESULT_HOLD_S)
-                if self._hold is None:
-                    self._hold = asyncio.get_running_loop().call_later(RESULT_HOLD_S, self._hold_expired)
-                return
-            self._end_hold()
-            self._unacked_sent = {(r.task_id, r.attempt) for r in self._result_buf}
-            self._send(m.Results(self._result_buf))
-            self._result_buf = []
-
-    def _hold_expired(self) -> None:
-        """The ack did not come within RESULT_HOLD_S (the coordinator is slow, or holds a gang
-        member's ack until the whole gang reports): send what waits anyway."""
-        self._hold = None
-        self._unacked_sent.clear()
-        self._flush()
-
-    def _end_hold(self) -> None:
-        if self._hold is not None:
-            self._hold.cancel()
-            self._hold = None
-        self._unacked_sent.clear()
-
     async def _shutdown_tasks(self) -> None:
         if self._drain_task is not None:
             self._drain_task.cancel()  # stop() during a drain stops at once; a finished one is unaffected
@@ -674,12 +631,13 @@ class WorkerAgent:
                 pass
             except Exception:
                 log.exception("the drain failed")
-        for r in list(self.running.values()):
-            r.task.cancel()
-        for r in list(self.running.values()):
+        runs = list(self._runs.values())
+        for t in runs:
+            t.cancel()
+        for t in runs:
             with contextlib.suppress(asyncio.CancelledError):
-                await r.task
-        self.outbox.running_finished([m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()])
+                await t
+        self.outbox.running_finished(self.state.running_refs())
         self._sampler.close()
         for ex in self.executors.values():
             await ex.close()
@@ -773,4 +731,18 @@ _HANDLERS: dict[type[Any], Callable[[WorkerAgent, m.Message], Awaitable[None]]] 
     m.Cancel: WorkerAgent._on_cancel,
     m.Drain: WorkerAgent._on_drain,
     m.ErrorMsg: WorkerAgent._on_error,
+}
+
+_INSTRUCTIONS: dict[type[Any], Callable[[WorkerAgent, Instruction], asyncio.Future[None] | None]] = {
+    Send: WorkerAgent._do_send,
+    Start: WorkerAgent._do_start,
+    Kill: WorkerAgent._do_kill,
+    Keep: WorkerAgent._do_keep,
+    Forget: WorkerAgent._do_forget,
+    ResendKept: WorkerAgent._do_resend_kept,
+    RecordStarted: WorkerAgent._do_record_started,
+    RecordFinished: WorkerAgent._do_record_finished,
+    FlushSoon: WorkerAgent._do_flush_soon,
+    ArmHold: WorkerAgent._do_arm_hold,
+    DisarmHold: WorkerAgent._do_disarm_hold,
 }

@@ -129,10 +129,10 @@ async def test_an_ack_settles_a_result_sent_before_its_confirm(tmp_path: Path) -
         await coord.assign("a", provisional=1)
         assert await coord.results() == ["a"]
         await coord.ack("a")
-        await wait_for(lambda: not agent._unlogged, what="the ack")
+        await wait_for(lambda: not agent.state.unlogged, what="the ack")
         await coord.send(m.Confirm(1))
         await asyncio.sleep(0.2)
-        assert agent.outbox.unacked_refs() == [] and agent._unconfirmed == {}
+        assert agent.outbox.unacked_refs() == [] and agent.state.unconfirmed == {}
 
 
 async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,7 +166,7 @@ async def test_an_ack_carrying_a_confirm_settles_its_results_and_confirms_the_re
         await coord.assign("b", provisional=2, config={"name": "noop", "gate": "b"})
         await wait_for(lambda: "b" in agent.running, what="b to start")
         await coord.send(m.ResultAck([m.TaskRef("a", 1)], confirm_upto=2))
-        await wait_for(lambda: not agent._unconfirmed, what="the confirm")
+        await wait_for(lambda: not agent.state.unconfirmed, what="the confirm")
         assert kept == [] and agent.outbox.unacked_refs() == []
         ex.gates["b"].set()
         assert await coord.results() == ["b"]

@@ -1,0 +1,340 @@
+"""The worker's bookkeeping: events in, instructions out. Pure: no awaits, no clock, no sockets.
+
+What a worker knows about its attempts lives here, and only here: which attempts run (and in
+which run, a batch sharing one), which assignments are still *provisional* (sent before the
+coordinator's record was durable, see ``AssignTasks.provisional``), the ``started``
+announcements and results waiting to go out, the results sent before their confirm, and the
+attempts abandoned because their session ended first. ``agent.py`` is the shell: it feeds the
+events below and executes the instructions they return, in order.
+
+Events (one method each): ``assign``, ``announce`` (a task ran past the ``started`` delay),
+``finished``, ``flush`` (the end of the loop iteration a ``FlushSoon`` asked for),
+``hold_expired``, ``registered``, ``ack``, ``confirm``, ``cancel``, ``session_ended``,
+``hand_back`` / ``handed_back`` (a drain's leftovers). Time is passed in where a message carries it.
+
+Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call;
+a killed run reports nothing unless its attempt was cancelled by the coordinator, see
+``cancel``); :class:`Keep` a result in the outbox until acknowledged, :class:`Forget` the
+acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
+/ :class:`RecordFinished` running attempts in the outbox (for ``--recover``); :class:`FlushSoon`
+(call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
+one message); :class:`ArmHold` / :class:`DisarmHold` the result hold (``hold_expired`` after it).
+
+Contracts kept here (docs/protocol.md, "Provisional assignments"):
+
+* an unconfirmed attempt's ``started`` is held until its confirm, and its result is sent at once
+  but kept for a re-send only once confirmed (or settled by an ack, which proves it durable);
+* a session that ends before the confirm abandons its unconfirmed attempts: they are killed, their
+  results dropped, and they are named in the next ``register`` (``abandoned``);
+* a newer attempt of a task supersedes the one running here, which is stopped and reports nothing;
+* only one ``results`` message waits for its ack at a time: results finished meanwhile are held
+  and sent together when the ack comes or the hold ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..protocol import messages as m
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]  # (task id, attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    msg: m.Message
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Run these assignments as run ``run``: one executor call (a batch when ``batched``)."""
+
+    run: int
+    assignments: tuple[m.TaskAssignment, ...]
+    batched: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Stop run ``run`` (its children with it)."""
+
+    run: int
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Write ``result`` to the outbox: it is re-sent after a reconnect until acknowledged."""
+
+    result: m.TaskResult
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """The coordinator has these results on disk: drop them from the outbox."""
+
+    refs: list[m.TaskRef]
+
+
+@dataclass(frozen=True, slots=True)
+class ResendKept:
+    """Send every result the outbox keeps (just registered: they were never acknowledged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordStarted:
+    refs: list[m.TaskRef]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFinished:
+    refs: list[m.TaskRef]
+
+
+@dataclass(frozen=True, slots=True)
+class FlushSoon:
+    """Call ``flush`` once the current loop iteration is done."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmHold:
+    """Call ``hold_expired`` after the result hold (``agent.RESULT_HOLD_S``) unless disarmed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisarmHold:
+    pass
+
+
+Instruction = Send | Start | Kill | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold | DisarmHold
+
+
+@dataclass(slots=True)
+class Attempt:
+    """An attempt running here: its assignment, the run it belongs to, and the coordinator's
+    cancel reason once it asked (a run stopped with a reason reports ``cancelled``)."""
+
+    assignment: m.TaskAssignment
+    run: int
+    cancel_reason: str | None = None
+
+
+@dataclass(slots=True)
+class WorkerState:
+    """``batch_types``: the task types whose executor runs a batch in one call; a batched
+    assignment of another type runs task by task."""
+
+    batch_types: frozenset[str] = frozenset()
+    running: dict[str, Attempt] = field(default_factory=dict)  # by task id
+    # Provisional attempts, by key: their number (confirmed by a ``confirm`` with upto >= it),
+    # their held ``started`` announcements, and their results sent but not yet kept.
+    unconfirmed: dict[Key, int] = field(default_factory=dict)
+    quiet_started: set[Key] = field(default_factory=set)
+    unlogged: dict[Key, m.TaskResult] = field(default_factory=dict)
+    abandoned: list[m.TaskRef] = field(default_factory=list)  # told to the coordinator in the next ``register``
+    started_buf: list[m.TaskRef] = field(default_factory=list)
+    result_buf: list[m.TaskResult] = field(default_factory=list)
+    unacked_sent: set[Key] = field(default_factory=set)  # the last ``results`` message, until acked
+    holding: bool = False  # a hold is armed (ArmHold given, not yet expired or disarmed)
+    flush_due: bool = False  # a FlushSoon was given and its ``flush`` has not come yet
+    runs: int = 0  # runs started so far (run ids)
+
+    # ------------------------------------------------------------------ queries
+
+    def attempt(self, task_id: str, attempt: int) -> Attempt | None:
+        """What runs here for this attempt (None when this task runs another attempt, or none)."""
+        r = self.running.get(task_id)
+        return r if r is not None and r.assignment.attempt == attempt else None
+
+    def running_refs(self) -> list[m.TaskRef]:
+        return [m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()]
+
+    # ------------------------------------------------------------------- events
+
+    def assign(self, msg: m.AssignTasks) -> list[Instruction]:
+        """Start the attempts newer than what runs here (an older attempt of the same task is
+        killed: the coordinator gave up on it); attempts already running, or older, are ignored."""
+        fresh = [a for a in msg.tasks
+                 if a.task_id not in self.running or self.running[a.task_id].assignment.attempt < a.attempt]
+        out: list[Instruction] = []
+        for a in fresh:
+            old = self.running.pop(a.task_id, None)
+            if old is not None:
+                log.warning("task %s: attempt %d supersedes attempt %d still running here; stopping that one",
+                            a.task_id, a.attempt, old.assignment.attempt)
+                if not any(r.run == old.run for r in self.running.values()):  # a batch runs on
+                    out.append(Kill(old.run))
+            if msg.provisional:
+                self.unconfirmed[(a.task_id, a.attempt)] = msg.provisional
+        if not fresh:
+            return out
+        if msg.batch_id and len(fresh) > 1 and len({a.type for a in fresh}) == 1 and fresh[0].type in self.batch_types:
+            out.append(self._start(fresh, batched=True))
+        else:
+            out += [self._start([a]) for a in fresh]
+        return out
+
+    def _start(self, group: list[m.TaskAssignment], batched: bool = False) -> Start:
+        self.runs += 1
+        for a in group:
+            self.running[a.task_id] = Attempt(a, self.runs)
+        return Start(self.runs, tuple(group), batched)
+
+    def announce(self, ref: m.TaskRef) -> list[Instruction]:
+        """``ref`` is running past the ``started`` delay (a batch: at once): announce it, unless
+        it stopped meanwhile (it never started, as far as anyone knows) or is unconfirmed (then
+        announced by its confirm)."""
+        if self.attempt(ref.task_id, ref.attempt) is None:
+            return []
+        if (ref.task_id, ref.attempt) in self.unconfirmed:
+            self.quiet_started.add((ref.task_id, ref.attempt))
+            return []
+        self.started_buf.append(ref)
+        return self._flush_soon()
+
+    def finished(self, result: m.TaskResult) -> list[Instruction]:
+        """An attempt's run ended with ``result``: sent at once, and kept in the outbox unless
+        unconfirmed (the coordinator journals a result after its assignment, so it is durable
+        only once the assignment is: kept only once confirmed, never re-sent unconfirmed).
+        Nothing is reported for an attempt no longer running here (abandoned, superseded or
+        handed back)."""
+        key = (result.task_id, result.attempt)
+        if self.attempt(*key) is None:
+            return []
+        del self.running[result.task_id]
+        self.result_buf.append(result)
+        out = self._flush_soon()
+        if key in self.unconfirmed:
+            self.unlogged[key] = result
+            return out
+        ref = m.TaskRef(*key)
+        out += [RecordFinished([ref]), Keep(result)]
+        return out
+
+    def flush(self, now: float) -> list[Instruction]:
+        """Send the ``started`` announcements and results gathered since the last flush; results
+        wait (a hold is armed) while the previous ``results`` message is unacknowledged."""
+        self.flush_due = False
+        out: list[Instruction] = []
+        if self.started_buf:
+            out += [Send(m.TaskStarted(self.started_buf, now)), RecordStarted(self.started_buf)]
+            self.started_buf = []
+        if self.result_buf:
+            if self.unacked_sent:
+                if not self.holding:
+                    self.holding = True
+                    out.append(ArmHold())
+                return out
+            out += self._end_hold()
+            self.unacked_sent = {(r.task_id, r.attempt) for r in self.result_buf}
+            out.append(Send(m.Results(self.result_buf)))
+            self.result_buf = []
+        return out
+
+    def hold_expired(self, now: float) -> list[Instruction]:
+        """The ack did not come within the hold (the coordinator is slow, or holds a gang
+        member's ack until the whole gang reports): send what waits anyway."""
+        self.holding = False
+        self.unacked_sent.clear()
+        return self.flush(now)
+
+    def registered(self) -> list[Instruction]:
+        """A session is established: the abandoned attempts are told (in its ``register``), every
+        kept result is re-sent, and the results waiting in the buffer go with them (each is kept)."""
+        self.abandoned = []
+        out = self._end_hold()
+        self.result_buf = []
+        out.append(ResendKept())
+        return out
+
+    def ack(self, msg: m.ResultAck) -> list[Instruction]:
+        """These results are durable at the coordinator, and so are their assignments: an
+        unlogged one is settled (no outbox entry needed); then ``confirm_upto`` applies."""
+        for r in msg.tasks if self.unlogged else ():
+            key = (r.task_id, r.attempt)
+            if self.unlogged.pop(key, None) is not None:
+                self.unconfirmed.pop(key, None)
+                self.quiet_started.discard(key)
+        out = self.confirm(msg.confirm_upto) if msg.confirm_upto else []
+        out.append(Forget(msg.tasks))
+        if self.unacked_sent:
+            self.unacked_sent.difference_update((r.task_id, r.attempt) for r in msg.tasks)
+            if not self.unacked_sent and self.result_buf:
+                out += self._flush_soon()
+        return out
+
+    def confirm(self, upto: int) -> list[Instruction]:
+        """Provisional assignments up to ``upto`` are on the coordinator's disk: announce the ones
+        still running, and keep the results already sent until acknowledged."""
+        out: list[Instruction] = []
+        for key, n in list(self.unconfirmed.items()):
+            if n > upto:
+                continue
+            del self.unconfirmed[key]
+            if key in self.quiet_started:
+                self.quiet_started.discard(key)
+                out += self.announce(m.TaskRef(*key))
+            sent = self.unlogged.pop(key, None)
+            if sent is not None:
+                out.append(Keep(sent))
+        return out
+
+    def cancel(self, msg: m.Cancel) -> list[Instruction]:
+        """The coordinator cancels this attempt: its run is killed and reports ``cancelled``."""
+        r = self.attempt(msg.task.task_id, msg.task.attempt)
+        if r is None:
+            return []
+        r.cancel_reason = msg.reason
+        return [Kill(r.run)]
+
+    def session_ended(self) -> list[Instruction]:
+        """The session ended before these provisional assignments were confirmed: the coordinator
+        may have lost them in a crash, so they are stopped and their results dropped, never sent
+        again (if it did not lose them, it either has the result already or finds the attempt
+        missing when this worker registers again and requeues it)."""
+        if not self.unconfirmed:
+            return []
+        log.warning("session ended before %d provisional assignment(s) were confirmed; abandoning them: %s",
+                    len(self.unconfirmed), ", ".join(f"{t}#{a}" for t, a in self.unconfirmed))
+        out: list[Instruction] = []
+        for task_id, attempt in self.unconfirmed:
+            self.abandoned.append(m.TaskRef(task_id, attempt))
+            if (r := self.attempt(task_id, attempt)) is not None:
+                del self.running[task_id]  # so the killed run reports nothing
+                if Kill(r.run) not in out:
+                    out.append(Kill(r.run))
+        self.result_buf = [r for r in self.result_buf if (r.task_id, r.attempt) not in self.unlogged]
+        self.unconfirmed.clear()
+        self.unlogged.clear()
+        self.quiet_started.clear()
+        return out
+
+    def hand_back(self) -> tuple[list[m.TaskRef], list[Kill]]:
+        """A drain's deadline passed: the attempts still running, and the kills that stop them.
+        They stay running here (a cancelled one may still report) until ``handed_back``."""
+        refs = self.running_refs()
+        return refs, [Kill(run) for run in dict.fromkeys(r.run for r in self.running.values())]
+
+    def handed_back(self, refs: list[m.TaskRef]) -> list[Instruction]:
+        """Their runs have stopped: forget them (stopped on purpose, so not a crash to recover)."""
+        for ref in refs:
+            if self.attempt(ref.task_id, ref.attempt) is not None:
+                del self.running[ref.task_id]
+        return [RecordFinished(refs)] if refs else []
+
+    # ------------------------------------------------------------------ helpers
+
+    def _flush_soon(self) -> list[Instruction]:
+        if self.flush_due:
+            return []
+        self.flush_due = True
+        return [FlushSoon()]
+
+    def _end_hold(self) -> list[Instruction]:
+        self.unacked_sent.clear()
+        if not self.holding:
+            return []
+        self.holding = False
+        return [DisarmHold()]
