@@ -29,24 +29,11 @@ NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "")
 def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None,
                     model_module: str | None = None) -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
-    ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend);
+    ``implied_hardware`` adds what the task's config needs (its kind's ``hardware``, :mod:`~distributed_testing.tasks.kinds`);
     ``max_memory_mb`` is the task's memory limit (0: none); ``model_module`` the module a user
     model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
     return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "")
-
-
-def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
-    """Hardware a task's own config demands: a benchmark's ``device`` and the openvino backend;
-    for a training task, CUDA when its backend is ``nccl`` or its precision ``fp16``."""
-    if task_type != "benchmark" or not isinstance(config, dict):
-        return ()
-    if config.get("kind") == "training":
-        return ("cuda",) if config.get("backend") == "nccl" or config.get("precision") == "fp16" else ()
-    needs = [str(config["device"])] if config.get("device") in ("cpu", "cuda", "rocm", "mps") else []
-    if config.get("backend") == "openvino":
-        needs.append("openvino")
-    return tuple(needs)
 
 
 @dataclass

@@ -35,14 +35,13 @@ from ..retry import Backoff
 from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
 from ..tasks.usercode import model_module
-from .gang import Baselines, Gang, PortPool, attempt_row, gang_nodes, success_row
+from .gang import Baselines, Gang, PortPool, attempt_row, success_row
 from .identity import check_owner, held
 from .placement import (
     NO_REQUIREMENTS,
     ReqKey,
     WorkerView,
     gang_pending_reason,
-    implied_hardware,
     model_module_refusal,
     pending_reason,
     pick_gang,
@@ -90,7 +89,6 @@ class Refused:
 Command = Save | Send | CloseWorker | Notify | Refused
 
 
-BATCH_FIELDS = ("model", "backend", "precision", "device", "mode", "tiny")
 
 
 @dataclass(frozen=True)
@@ -128,15 +126,14 @@ class Task:
     gang: Gang | None = None  # multi-node training tasks only
 
     def __post_init__(self) -> None:
-        self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config),
-                                   self.spec.max_memory_mb, model_module(self.type, self.spec.config))
-        nodes = gang_nodes(self.type, self.spec.config)
+        kind = specs.kind_of(self.spec)
+        cfg = kind.decode(self.spec.config)
+        self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
+                                   model_module(kind.imports_model, self.spec.config))
+        nodes = kind.gang_size(cfg)
         if nodes:
             self.gang = Gang(nodes)
-        if self.type == "benchmark" and isinstance(self.spec.config, dict):
-            cfg = self.spec.config
-            if cfg.get("kind", "inference") != "training":
-                self.batch_key = tuple(str(cfg.get(f)) for f in BATCH_FIELDS)
+        self.batch_key = kind.batch_key(cfg)
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
@@ -234,7 +231,7 @@ class CoordinatorState:
         errors: list[dict[str, str]] = []
         for i, s in enumerate(prepared):
             config = specs.config_dict(s)
-            module = model_module(specs.spec_type(s), config)
+            module = model_module(specs.kind_of(s).imports_model, config)
             if module is None or s.task_id in self.tasks:
                 continue
             reason = model_module_refusal(config["model"], module, connected)
