@@ -118,8 +118,8 @@ def _allowed(e: Any) -> str:
     """What a jsonschema error's keyword allows, in words."""
     v = e.validator_value
     words: dict[str, Any] = {
-        "exclusiveMinimum": lambda: f"must be > {v:g}", "minimum": lambda: f"must be >= {v:g}",
-        "exclusiveMaximum": lambda: f"must be < {v:g}", "maximum": lambda: f"must be <= {v:g}",
+        "exclusiveMinimum": lambda: f"must be > {v}", "minimum": lambda: f"must be >= {v}",
+        "exclusiveMaximum": lambda: f"must be < {v}", "maximum": lambda: f"must be <= {v}",
         "enum": lambda: "must be one of " + ", ".join(map(repr, v)), "const": lambda: f"must be {v!r}",
         "minLength": lambda: "must not be empty" if v == 1 else f"must be at least {v} characters",
         "maxLength": lambda: f"must be at most {v} characters",
@@ -138,7 +138,7 @@ def _explain(e: Any, prefix: str) -> list[dict[str, str]]:
     if e.validator == "additionalProperties":
         allowed = ", ".join(sorted(e.schema.get("properties", {})))
         extra = [k for k in e.instance if k not in e.schema.get("properties", {})]
-        return [{"field": _path(prefix, [*where, k]), "error": f"unknown field; allowed: {allowed}"} for k in extra]
+        return [{"field": _path(prefix, [*where, k]), "error": f"unknown field {k!r}; allowed: {allowed}"} for k in extra]
     if e.validator == "required":
         missing = [k for k in e.validator_value if k not in e.instance]
         return [{"field": _path(prefix, [*where, k]), "error": "required"} for k in missing]
@@ -146,8 +146,13 @@ def _explain(e: Any, prefix: str) -> list[dict[str, str]]:
         nullable = any(sub.validator == "type" and sub.validator_value == "null" for sub in e.context)
         options = [_allowed(sub) for sub in e.context if not (sub.validator == "type" and sub.validator_value == "null")]
         said = " or ".join(dict.fromkeys(options)) + (" (or null)" if nullable else "")
-        return [{"field": _path(prefix, where), "error": f"{said}; got {e.instance!r}"}]
-    return [{"field": _path(prefix, where), "error": f"{_allowed(e)}; got {e.instance!r}"}]
+        return [{"field": _path(prefix, where), "error": f"{said}; got {_short(e.instance)}"}]
+    return [{"field": _path(prefix, where), "error": f"{_allowed(e)}; got {_short(e.instance)}"}]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _schema_errors(item: dict[str, Any], prefix: str) -> list[dict[str, str]]:
@@ -231,7 +236,7 @@ def _parse_one(item: Any, prefix: str) -> tuple[TaskSpec, str | None]:
 
 def _free_form_errors(value: Any, path: str) -> list[dict[str, str]]:
     """Where ``value`` nests deeper than MAX_NESTING or holds an integer outside 64 bits."""
-    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]  # the config object itself is level 0
     while stack:
         v, where, depth = stack.pop()
         if isinstance(v, dict | list):
