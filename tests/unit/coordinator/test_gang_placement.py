@@ -10,7 +10,6 @@ from distributed_testing.coordinator.gang import (
     Gang,
     PortPool,
     nodes_summary,
-    scaling_efficiency,
     training_summary,
 )
 from distributed_testing.coordinator.placement import (
