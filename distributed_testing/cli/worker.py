@@ -34,11 +34,10 @@ from ..config import (
     read_key_file,
 )
 from ..errors import ConfigError
+from ..netif import InterfaceError, interface_address
 from ..retry import RetriesExhausted
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes
-from ..training.errors import PreflightError
-from ..training.preflight import interface_address
 from ..worker.agent import SessionRejected, WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings
 from .common import add_log_flag, setup_logging, tune_gc
@@ -198,7 +197,7 @@ def _interface(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
         raise ConfigError(f"{source}: network interface {name!r} is down")
     try:
         interface_address(name)
-    except PreflightError as exc:
+    except InterfaceError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     return name
 

@@ -25,12 +25,11 @@ from multidict import CIMultiDictProxy
 
 from ..config import WorkerConfig
 from ..errors import ExecutionError, ProtocolError
+from ..netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
-from ..training.errors import PreflightError
-from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
@@ -352,7 +351,7 @@ class WorkerAgent:
         if self.config.interface:
             try:
                 return interface_address(self.config.interface)
-            except PreflightError as exc:  # checked at start; the NIC went away since
+            except InterfaceError as exc:  # checked at start; the NIC went away since
                 log.error("--interface %s: %s; reporting no rendezvous address", self.config.interface, exc)
                 return ""
         local = ws.get_extra_info("sockname")

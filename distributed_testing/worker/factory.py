@@ -14,7 +14,7 @@ from typing import Any
 from ..config import WorkerConfig
 from .agent import WorkerAgent
 from .auth import Credentials
-from .bench_cache import DuckDBResultCache, MemoryResultCache, ResultCache
+from .bench_cache import MemoryResultCache, ResultCache
 from .executors import Executor, default_executors
 from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 from .executors.training import TrainingExecutor, TrainingOptions
@@ -36,7 +36,7 @@ async def open_storage(config: WorkerConfig) -> tuple[Outbox, ResultCache]:
     (sharing its one connection), or both in memory."""
     if config.db_path is None:
         return MemoryOutbox(), MemoryResultCache()
-    from .outbox_duckdb import DuckDBOutbox
+    from .outbox_duckdb import DuckDBOutbox, DuckDBResultCache
 
     outbox = DuckDBOutbox(config.db_path)
     await outbox.open()
