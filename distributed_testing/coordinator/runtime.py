@@ -79,7 +79,8 @@ class Runtime:
         self.clock = clock
         self.state = CoordinatorState(Policy(worker_grace_s=config.worker_grace_s, worker_ttl_s=config.worker_ttl_s,
                                              batch_max=config.batch_max, batch_wait_s=config.batch_wait_s,
-                                             gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports))
+                                             gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports,
+                                             strict=config.strict))
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 5  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
-# 4: result_ack.confirm_upto; 5: register.model_modules
+PROTOCOL_VERSION = 6  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+# 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
+# worker that has its handler instead of failing on one that does not)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -60,6 +61,10 @@ class Register(_Msg, frozen=True, tag="register"):
     # ``--allow-model-modules``: module prefixes whose ``module:callable`` models this worker runs;
     # the coordinator places no task with another user model here.
     model_modules: list[str] = []
+    # The custom handler names this worker runs; the coordinator places a custom task only on a
+    # worker that lists its handler. None: not reported (a test double speaking the protocol by
+    # hand); the worker agent always reports its list.
+    handlers: list[str] | None = None
 
 
 class Registered(_Msg, frozen=True, tag="registered"):

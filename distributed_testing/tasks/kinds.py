@@ -8,6 +8,9 @@ A :class:`Kind` says, for one value of a task's ``type``:
 - ``hardware``: the hardware kinds its config implies (added to ``requirements.hardware``).
 - ``gang_size``: how many distinct workers one task needs at once (0: an ordinary task).
 - ``batch_key``: tasks with equal keys may run as one batch on one worker (None: never batched).
+- ``handler``: the custom handler a task calls (None: none); placement waits for a worker that
+  reports it (``Register.handlers``), and ``--strict`` refuses it at submit when no connected
+  worker has it, naming ``config.<handler_field>``.
 - ``imports_model``: its ``config.model`` may name a ``module:callable`` (placement checks the
   workers' ``--allow-model-modules``).
 - ``executor``: ``"package.module:factory"``, the worker-side factory that builds its executor
@@ -53,6 +56,10 @@ def _no_batch(cfg: Any) -> tuple[Any, ...] | None:
     return None
 
 
+def _no_handler(cfg: Any) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Kind:
     """One task type; see the module docstring for each field's contract."""
@@ -64,6 +71,8 @@ class Kind:
     hardware: Callable[[Any], tuple[str, ...]] = _no_hardware
     gang_size: Callable[[Any], int] = _no_gang
     batch_key: Callable[[Any], tuple[Any, ...] | None] = _no_batch
+    handler: Callable[[Any], str | None] = _no_handler
+    handler_field: str = "name"
     imports_model: bool = False
 
     def decode(self, raw: dict[str, Any]) -> Any:
@@ -119,7 +128,7 @@ BUILTIN = Registry((
          check=c.check_training, hardware=c.training_hardware, gang_size=lambda cfg: cfg.nodes,
          imports_model=True),
     Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test),
-    Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build"),
+    Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build", handler=lambda cfg: cfg.name),
 ))
 
 _active: list[Registry] = [BUILTIN]

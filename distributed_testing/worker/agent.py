@@ -31,7 +31,7 @@ from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
 from .auth import Credentials
-from .executors.base import ExecOutcome, Executor, TaskContext
+from .executors.base import ExecOutcome, Executor, TaskContext, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb
 from .outbox import Outbox
 
@@ -342,7 +342,8 @@ class WorkerAgent:
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=[m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()],
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
-                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules))
+                          abandoned=list(self._abandoned), model_modules=list(self.config.allow_model_modules),
+                          handlers=advertised_handlers(self.executors))
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,

@@ -107,3 +107,11 @@ def check_model_allowed(ctx: TaskContext) -> None:
         reason = refusal(name, ctx.allow_model_modules)
         if reason is not None:
             raise ExecutionError(reason)
+
+
+def advertised_handlers(executors: Mapping[str, Any]) -> list[str]:
+    """The custom handler names a worker with ``executors`` runs (its ``Register.handlers``):
+    the ``custom`` executor's ``handler_names()``; none without one."""
+    custom = executors.get("custom")
+    names = getattr(custom, "handler_names", None)
+    return list(names()) if callable(names) else []

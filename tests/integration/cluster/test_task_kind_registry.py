@@ -32,3 +32,17 @@ async def test_a_new_kind_runs_end_to_end_from_a_temporary_registry(tmp_path):
             assert c.runtime.state.tasks[tid].key[0] == ("cpu",)  # the kind's implied hardware
     assert kinds.active() is kinds.BUILTIN
     assert "echo" not in kinds.BUILTIN.names()
+
+
+async def test_a_real_worker_reports_its_handlers_so_an_unknown_one_waits_or_is_refused_when_strict(tmp_path):
+    async with run_cluster(tmp_path / "lenient", workers=1) as c:
+        [tid] = await c.submit({"type": "custom", "config": {"name": "no_such_handler"}})
+        status, task = await c.request("GET", f"/api/v1/tasks/{tid}")
+        assert status == 200 and task["state"] == "pending"
+        assert "lacks custom handler 'no_such_handler' (it has noop, setup_environment, sleep" in task["pending_reason"]
+        [ok] = await c.submit({"type": "custom", "config": {"name": "noop"}})
+        assert (await c.wait(ok))["state"] == "succeeded"
+    async with run_cluster(tmp_path / "strict", workers=1, strict=True) as c:
+        status, body = await c.request("POST", "/api/v1/tasks", json={"type": "custom", "config": {"name": "nope"}})
+        assert status == 400 and body["errors"][0]["field"] == "config.name", body
+        assert "no connected worker has custom handler 'nope'" in body["errors"][0]["error"]
