@@ -76,7 +76,7 @@ def benchmark_hardware(cfg: BenchmarkConfig) -> tuple[str, ...]:
     return tuple(needs)
 
 
-def benchmark_batch_key(cfg: BenchmarkConfig) -> tuple[str, ...]:
+def benchmark_batch_key(cfg: BenchmarkConfig) -> tuple[object, ...]:
     """Benchmarks equal in these share one model load on one worker."""
     return (cfg.model, cfg.backend, cfg.precision, str(cfg.device), cfg.mode, cfg.tiny)
 

@@ -128,7 +128,7 @@ def _allowed(e: Any) -> str:
         "type": lambda: "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in ([v] if isinstance(v, str) else v)),
     }
     say = words.get(e.validator)
-    return say() if say is not None else e.message
+    return str(say()) if say is not None else str(e.message)
 
 
 def _explain(e: Any, prefix: str) -> list[dict[str, str]]:

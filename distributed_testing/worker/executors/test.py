@@ -108,7 +108,10 @@ class TestExecutor:
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
-        spec = msgspec.convert(ctx.config, TestConfig)
+        try:  # validated at submit; only a caller that bypassed the coordinator gets here with a bad one
+            spec = msgspec.convert(ctx.config, TestConfig)
+        except msgspec.ValidationError as exc:
+            raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
         root = ctx.test_root.resolve()
         if (bad := bad_test_file(spec.test_file)) is not None:
             raise ExecutionError(bad)
