@@ -293,7 +293,7 @@ def _wait_ready(api: ApiClient, ids: list[str], procs: dict[str, subprocess.Pope
 def run_policy_cluster(c: Cluster, config: dict[str, Any]) -> dict[str, Any]:
     """Submit one 2-node task for the two workers over the REST API, wait for it, and return
     node 0's metrics with the coordinator's ``global_samples_per_s`` and node placement."""
-    task = {"type": "benchmark", "config": config, "timeout_s": TASK_TIMEOUT_S,
+    task = {"type": "training", "config": config, "timeout_s": TASK_TIMEOUT_S,
             "requirements": {"tags": [c.tag]}}  # fmt: skip
     [accepted] = c.api.post("/api/v1/tasks", task)["tasks"]
     task_id = accepted["task_id"]
@@ -348,7 +348,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def task_config(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "kind": "training", "model": args.model, "nodes": 2, "nproc_per_node": 1,
+        "model": args.model, "nodes": 2, "nproc_per_node": 1,
         "batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup_steps,
         "backend": "gloo", "load_balance": policy,
     }  # fmt: skip

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gang-ports", default="29500-29999", metavar="LOW-HIGH",
                    help="rendezvous ports the coordinator hands to multi-node training tasks, one per running task "
                         "and master address (default 29500-29999)")
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="refuse (400) a custom task whose handler no connected worker has, instead of letting it "
+                        "wait for one (env DT_STRICT=1/0)")
     p.add_argument("--header-timeout", metavar="S",
                    help="close a connection that sends no complete request head within S seconds of opening or "
                         "of its last answer (idle keep-alive included) (default 10; env DT_HEADER_TIMEOUT)")
@@ -135,6 +138,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
         gang_ports=_port_range(ns.gang_ports, "--gang-ports"),
         dashboard=ns.dashboard,
+        strict=ns.strict if ns.strict is not None else _env_bool(env, "DT_STRICT"),
         **_exhaustion_limits(ns, env),
         **_metrics_flags(ns, env),
     )
@@ -156,6 +160,15 @@ def _metrics_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, 
         if not 0 <= port <= 65535:
             raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
     return {"metrics": mode, "metrics_port": port}
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{name}: must be 1/true/yes or 0/false/no, got {env[name]!r}")
 
 
 def _exhaustion_limits(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``python -m distributed_testing.training.launch``: one training node from the command line.
+"""``python -m distributed_testing.cli.train_node``: one training node from the command line.
 
 Runs :func:`~distributed_testing.training.launch.launch` and writes its result dict to stdout as
 JSON (the command's output; logs go to stderr). Exit status 1 when the launch fails.
@@ -19,7 +19,7 @@ logger = logging.getLogger("distributed_testing.training.launch")
 
 
 def _parse_cli(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m distributed_testing.training.launch")
+    parser = argparse.ArgumentParser(prog="python -m distributed_testing.cli.train_node")
     parser.add_argument("--config", required=True, help="task config JSON, or @path to a JSON file")
     parser.add_argument("--node-rank", type=int, required=True)
     parser.add_argument("--nnodes", type=int, required=True)
@@ -61,3 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(json.dumps(result, indent=1))
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -39,12 +39,11 @@ from ..config import (
     read_key_file,
 )
 from ..errors import ConfigError
+from ..netif import InterfaceError, interface_address
 from ..promhttp import serve_metrics
 from ..retry import RetriesExhausted
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes
-from ..training.errors import PreflightError
-from ..training.preflight import interface_address
 from ..worker import metrics as worker_metrics
 from ..worker.agent import SessionRejected, WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings, swap_unavailable_reason
@@ -226,7 +225,7 @@ def _interface(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
         raise ConfigError(f"{source}: network interface {name!r} is down")
     try:
         interface_address(name)
-    except PreflightError as exc:
+    except InterfaceError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     return name
 

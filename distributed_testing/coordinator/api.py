@@ -300,7 +300,9 @@ async def submit_tasks(request: web.Request) -> web.Response:
 async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) -> tuple[int, dict[str, Any]]:
     """``POST /api/v1/tasks`` after authorization, whichever HTTP layer took it (``fast_http``
     or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
-    parsed = specs.parse_task_json(raw)
+    parsed, warnings = specs.parse_task_json_with_warnings(raw)
+    for warning in warnings:
+        log.warning("submission by key %s: %s", principal.key_id, warning)
     accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=principal.key_id)
     rt.metrics.submitted.inc(sum(1 for a in accepted if a["created"]))
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
@@ -310,7 +312,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
         for a in accepted:
             t = rt.state.tasks[a["task_id"]]
             a["state"], a["outcome"] = t.state, t.outcome
-    return status, {"tasks": accepted}
+    return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
 
 
 def task_view(rt: Runtime, t: Task) -> dict[str, Any]:

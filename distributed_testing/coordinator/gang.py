@@ -1,8 +1,7 @@
 """Gang tasks (multi-node DDP training): per-attempt bookkeeping, rendezvous ports, combined
 results and the scaling-efficiency baseline. Pure: no I/O, no clock.
 
-A training task (a benchmark whose config has ``"kind": "training"``) is a gang of ``nodes``
-members. :class:`~.state.CoordinatorState` reserves the members all-or-nothing in one dispatch
+A ``training`` task is a gang of ``nodes`` members (its kind's ``gang_size``). :class:`~.state.CoordinatorState` reserves the members all-or-nothing in one dispatch
 round; this module holds what the state machine needs around that:
 
 - :class:`Gang`: the members of the current attempt by node rank, the rendezvous address and
@@ -24,18 +23,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import messages as m
-from ..training.metrics import scaling_efficiency
 from .store.base import ResultRow
 
 BaselineKey = tuple[str, int, str]  # model, global batch, precision
 
 
-def gang_nodes(task_type: str, config: object) -> int:
-    """Number of nodes of a gang task; 0 for every other task."""
-    if task_type != "benchmark" or not isinstance(config, dict) or config.get("kind") != "training":
-        return 0
-    nodes = config.get("nodes", 1)
-    return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1
+def scaling_efficiency(multi_node: Mapping[str, Any], single_node: Mapping[str, Any]) -> float:
+    """Per-node throughput of ``multi_node`` relative to the single-node baseline (1.0 = linear).
+
+    ``(multi.global_samples_per_s / multi.nnodes) / (single.global_samples_per_s / single.nnodes)``.
+    Both must be results of the same model, global batch and precision.
+    """
+    for key in ("model", "global_batch", "precision"):
+        if multi_node.get(key) != single_node.get(key):
+            raise ValueError(f"results differ in {key!r}: {multi_node.get(key)!r} vs {single_node.get(key)!r}")
+    base = float(single_node["global_samples_per_s"]) / int(single_node["nnodes"])
+    if base <= 0:
+        raise ValueError("single-node baseline has no throughput")
+    return float(multi_node["global_samples_per_s"]) / int(multi_node["nnodes"]) / base
 
 
 @dataclass(slots=True)

@@ -21,32 +21,21 @@ from dataclasses import dataclass, field
 from ..tasks.spec import Requirements
 from ..tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
 
-# (hardware, tags, min memory GB, max_memory_mb, user model module or "")
-ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str]
-NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "")
+# (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "")
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str, str]
+NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "", "")
 
 
 def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None,
-                    model_module: str | None = None) -> ReqKey:
+                    model_module: str | None = None, handler: str | None = None) -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
-    ``implied_hardware`` adds what the task's config needs (a benchmark's device or backend);
+    ``implied_hardware`` adds what the task's config needs (its kind's ``hardware``, :mod:`~distributed_testing.tasks.kinds`);
     ``max_memory_mb`` is the task's memory limit (0: none); ``model_module`` the module a user
-    model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none)."""
+    model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none);
+    ``handler`` the custom handler the task calls (its kind's ``handler``; None: none)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
-    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "")
-
-
-def implied_hardware(task_type: str, config: object) -> tuple[str, ...]:
-    """Hardware a task's own config demands: a benchmark's ``device`` and the openvino backend;
-    for a training task, CUDA when its backend is ``nccl`` or its precision ``fp16``."""
-    if task_type != "benchmark" or not isinstance(config, dict):
-        return ()
-    if config.get("kind") == "training":
-        return ("cuda",) if config.get("backend") == "nccl" or config.get("precision") == "fp16" else ()
-    needs = [str(config["device"])] if config.get("device") in ("cpu", "cuda", "rocm", "mps") else []
-    if config.get("backend") == "openvino":
-        needs.append("openvino")
-    return tuple(needs)
+    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "",
+            handler or "")
 
 
 @dataclass
@@ -62,6 +51,7 @@ class WorkerView:
     accepting: bool = True
     available_memory_mb: float | None = None  # offered to new tasks, from heartbeats; None: not reported
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
+    handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
 
     @property
     def free_slots(self) -> int:
@@ -70,7 +60,7 @@ class WorkerView:
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
-    hardware, tags, min_mem, max_mem_mb, module = key
+    hardware, tags, min_mem, max_mem_mb, module, handler = key
     missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
     missing += [f"tag {t}" for t in tags if t not in w.tags]
     if min_mem and w.memory_gb < min_mem:
@@ -79,6 +69,8 @@ def unmet(key: ReqKey, w: WorkerView) -> list[str]:
         missing.append(f"{max_mem_mb} MB memory for the task (offers {w.available_memory_mb:.0f} MB after its memory buffer)")
     if module and not module_allowed(module, w.model_modules):
         missing.append(f"permission to import model module {module} (worker flag {ALLOW_MODEL_MODULES_FLAG})")
+    if handler and w.handlers is not None and handler not in w.handlers:
+        missing.append(f"custom handler {handler!r} (it has {', '.join(sorted(w.handlers)) or 'none'})")
     return missing
 
 
@@ -104,12 +96,13 @@ def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> list[Wo
 
 def describe(key: ReqKey) -> str:
     """The requirements of ``key`` in words, for pending reasons ("" when there are none)."""
-    hardware, tags, min_mem, max_mem_mb, module = key
+    hardware, tags, min_mem, max_mem_mb, module, handler = key
     parts = [f"hardware {'+'.join(hardware)}"] if hardware else []
     parts += [f"tags {'+'.join(tags)}"] if tags else []
     parts += [f"{min_mem:g} GB memory"] if min_mem else []
     parts += [f"{max_mem_mb} MB for the task"] if max_mem_mb else []
     parts += [f"model module {module} allowed"] if module else []
+    parts += [f"custom handler {handler}"] if handler else []
     return ", ".join(parts)
 
 
@@ -120,6 +113,18 @@ def model_module_refusal(model: str, module: str, workers: Iterable[WorkerView])
         return None
     return (f"model {model!r}: no connected worker allows module {module!r}; a worker's operator allows it "
             f"with the worker flag {ALLOW_MODEL_MODULES_FLAG} {module} (or DT_ALLOW_MODEL_MODULES)")
+
+
+def handler_refusal(handler: str, workers: Iterable[WorkerView]) -> str | None:
+    """Why a task calling custom handler ``handler`` is refused at submit under ``--strict``: no
+    connected worker has it (None when one does, or one does not report its handlers)."""
+    ws = list(workers)
+    if any(w.handlers is None or handler in w.handlers for w in ws):
+        return None
+    known = sorted(set().union(*(w.handlers or () for w in ws)))
+    return (f"no connected worker has custom handler {handler!r} (connected workers have: "
+            f"{', '.join(known) or 'none'}); the coordinator runs with --strict, so the task is refused "
+            "instead of waiting for one")
 
 
 def gang_pending_reason(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> str:

@@ -83,7 +83,8 @@ class Runtime:
                                              heartbeat_interval_s=config.heartbeat_interval_s,
                                              max_heartbeat_interval_s=config.max_heartbeat_interval_s,
                                              batch_max=config.batch_max, batch_wait_s=config.batch_wait_s,
-                                             gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports))
+                                             gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports,
+                                             strict=config.strict))
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""

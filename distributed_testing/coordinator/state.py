@@ -36,14 +36,14 @@ from ..retry import Backoff
 from ..tasks import spec as specs
 from ..tasks.states import ACTIVE, check_transition, is_terminal
 from ..tasks.usercode import model_module
-from .gang import Baselines, Gang, PortPool, attempt_row, gang_nodes, success_row
+from .gang import Baselines, Gang, PortPool, attempt_row, success_row
 from .identity import check_owner, held
 from .placement import (
     NO_REQUIREMENTS,
     ReqKey,
     WorkerView,
     gang_pending_reason,
-    implied_hardware,
+    handler_refusal,
     model_module_refusal,
     pending_reason,
     pick_gang,
@@ -91,7 +91,6 @@ class Refused:
 Command = Save | Send | CloseWorker | Notify | Refused
 
 
-BATCH_FIELDS = ("model", "backend", "precision", "device", "mode", "tiny")
 
 
 @dataclass(frozen=True)
@@ -118,6 +117,7 @@ class Policy:
     retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
     gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
     gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
+    strict: bool = False  # refuse at submit a custom task whose handler no connected worker has
 
     def liveness(self, requested_s: float) -> Liveness:
         """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
@@ -161,15 +161,14 @@ class Task:
     gang: Gang | None = None  # multi-node training tasks only
 
     def __post_init__(self) -> None:
-        self.key = requirement_key(self.spec.requirements, implied_hardware(self.type, self.spec.config),
-                                   self.spec.max_memory_mb, model_module(self.type, self.spec.config))
-        nodes = gang_nodes(self.type, self.spec.config)
+        kind = specs.kind_of(self.spec)
+        cfg = kind.decode(self.spec.config)
+        self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
+                                   model_module(kind.imports_model, self.spec.config), kind.handler(cfg))
+        nodes = kind.gang_size(cfg)
         if nodes:
             self.gang = Gang(nodes)
-        if self.type == "benchmark" and isinstance(self.spec.config, dict):
-            cfg = self.spec.config
-            if cfg.get("kind", "inference") != "training":
-                self.batch_key = tuple(str(cfg.get(f)) for f in BATCH_FIELDS)
+        self.batch_key = kind.batch_key(cfg)
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
@@ -263,18 +262,23 @@ class CoordinatorState:
 
     def _refuse_unrunnable(self, prepared: list[specs.TaskSpec]) -> None:
         """Raise ValidationError when a new task's user model imports a module that no connected
-        worker allows (placement would never find it a worker); resubmissions are not checked."""
+        worker allows (placement would never find it a worker), and with ``Policy.strict`` when it
+        calls a custom handler no connected worker has; resubmissions are not checked."""
         connected = [w.view for w in self.workers.values() if w.connected]
         errors: list[dict[str, str]] = []
         for i, s in enumerate(prepared):
-            config = specs.config_dict(s)
-            module = model_module(specs.spec_type(s), config)
-            if module is None or s.task_id in self.tasks:
+            if s.task_id in self.tasks:
                 continue
-            reason = model_module_refusal(config["model"], module, connected)
+            where = f"[{i}].config." if len(prepared) > 1 else "config."
+            kind, config = specs.kind_of(s), specs.config_dict(s)
+            module = model_module(kind.imports_model, config)
+            reason = None if module is None else model_module_refusal(config["model"], module, connected)
             if reason is not None:
-                errors.append({"field": f"[{i}].config.model" if len(prepared) > 1 else "config.model",
-                               "error": reason})
+                errors.append({"field": where + "model", "error": reason})
+            handler = kind.handler(kind.decode(config)) if self.policy.strict else None
+            reason = None if handler is None else handler_refusal(handler, connected)
+            if reason is not None:
+                errors.append({"field": where + kind.handler_field, "error": reason})
         if errors:
             raise ValidationError(errors)
 
@@ -339,7 +343,8 @@ class CoordinatorState:
         if w is not None and w.connected and w.session_id != session_id and w.session_id:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
         view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
-                          reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules))
+                          reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules),
+                          handlers=None if reg.handlers is None else frozenset(reg.handlers))
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
                    first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id,

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 PROTOCOL_VERSION = 7  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
-# 4: result_ack.confirm_upto; 5: register.model_modules; 7: register.heartbeat_interval_s,
+# 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
+# worker that has its handler instead of failing on one that does not); 7: register.heartbeat_interval_s,
 # registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
@@ -64,6 +65,10 @@ class Register(_Msg, frozen=True, tag="register"):
     # ``--heartbeat-interval``: the interval this worker asks for; 0: the coordinator's default.
     # The coordinator answers with the interval and TTL it applies, or refuses one above its maximum.
     heartbeat_interval_s: float = 0.0
+    # The custom handler names this worker runs; the coordinator places a custom task only on a
+    # worker that lists its handler. None: not reported (a test double speaking the protocol by
+    # hand); the worker agent always reports its list.
+    handlers: list[str] | None = None
 
 
 class Registered(_Msg, frozen=True, tag="registered"):

@@ -7,16 +7,14 @@ A task document is one task object or a list of them::
      "requirements": {"hardware": ["cpu"], "tags": ["transformers"], "min_memory_gb": 4},
      "priority": 5, "timeout_s": 600, "max_retries": 2}
 
-``task_id`` may be omitted; the coordinator assigns one. Validation reports *every* bad field with
-a path such as ``[1].config.batch_sizes[2]`` (:class:`~distributed_testing.errors.ValidationError`),
-so one round trip fixes a whole file. Benchmark configs are checked here for the fields the
-coordinator schedules on (``model``, ``batch_sizes``, ``precision``, ``device``, ``backend``,
-``iterations``); the worker's benchmark runner validates the rest. A benchmark whose config has
-``"kind": "training"`` is a multi-node training task, validated in full by
-:func:`distributed_testing.training.config.parse_config` (errors name ``config.<key>``).
-The JSON must be strict (RFC 8259: no ``NaN``/``Infinity``, no lone surrogates), and the free-form
-parts (custom ``parameters``, benchmark ``config``) may nest at most ``MAX_NESTING`` levels and hold
-only integers that fit 64 bits: they are journalled as MessagePack and stored in DuckDB.
+``type`` names a kind of the task-kind registry (:mod:`.kinds`: ``benchmark``, ``training``,
+``test``, ``custom``), and ``config`` is validated in full, here and only here, against that
+kind's config struct and cross-field rules. ``task_id`` may be omitted; the coordinator assigns
+one. Validation reports *every* bad field with a path such as ``[1].config.batch_sizes[2]`` and
+says what is allowed (:class:`~distributed_testing.errors.ValidationError`), so one round trip
+fixes a whole file. The JSON must be strict (RFC 8259: no ``NaN``/``Infinity``, no lone
+surrogates), and a config may nest at most ``MAX_NESTING`` levels and hold only integers that fit
+64 bits: it is journalled as MessagePack and stored in DuckDB.
 """
 
 from __future__ import annotations
@@ -24,24 +22,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 import uuid
-from functools import cache
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from ..errors import ValidationError
-from ..training.config import TASK_KIND as TRAINING_KIND
-from ..training.config import parse_config as parse_training_config
-from ..training.errors import InvalidTrainingConfig
-from . import usercode
-from .pytest_args import bad_test_file, path_error, refused_test_args
+from . import kinds
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
 INT64_MAX = 2**63 - 1
 PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
-# Free-form parts (custom ``parameters``, benchmark ``config``) may nest at most this deep, and
-# their integers must fit 64 bits: the journal, DuckDB and the wire all store them.
+# A config may nest at most this deep, and its integers must fit 64 bits: the journal, DuckDB
+# and the wire all store them.
 MAX_NESTING = 32
 
 
@@ -51,46 +44,9 @@ class Requirements(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     min_memory_gb: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
-class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    test_file: Annotated[str, msgspec.Meta(min_length=1)]
-    test_args: list[str] = []
+class _TaskFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The fields every task has, whatever its kind."""
 
-
-class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: Annotated[str, msgspec.Meta(min_length=1)]
-    parameters: dict[str, Any] = {}
-
-
-class BenchmarkConfig(msgspec.Struct, frozen=True):
-    """Scheduling-relevant benchmark fields; other keys pass through to the worker's runner."""
-
-    model: Annotated[str, msgspec.Meta(min_length=1)]
-    batch_sizes: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1])
-    precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
-    iterations: PositiveInt = 10
-    backend: Literal["eager", "compile", "openvino"] = "eager"
-    device: HardwareName | None = None
-
-
-class TrainingTaskConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A multi-node DDP training benchmark (``"kind": "training"``); ``batch_size`` is the GLOBAL
-    batch per optimizer step. Published in the schema; :func:`parse_training_config` is the
-    full check (combinations such as ``batch_size`` >= world size)."""
-
-    kind: Literal["training"]
-    model: Annotated[str, msgspec.Meta(min_length=1)]
-    nodes: PositiveInt
-    batch_size: PositiveInt
-    steps: PositiveInt
-    nproc_per_node: PositiveInt | Literal["auto"] = "auto"
-    warmup_steps: Annotated[int, msgspec.Meta(ge=0)] = 5
-    backend: Literal["auto", "gloo", "nccl"] = "auto"
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    load_balance: Literal["none", "proportional", "dynamic", "hybrid"] = "none"
-    rebalance_interval: PositiveInt | None = None
-
-
-class _Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", kw_only=True):
     task_id: TaskId | None = None
     requirements: Requirements = Requirements()
     priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
@@ -100,37 +56,31 @@ class _Task(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="
     cache: bool = False
 
 
-class TestTask(_Task, frozen=True, tag="test"):
-    config: TestConfig
+class TaskSpec(_TaskFields, frozen=True, kw_only=True):
+    """One validated task. ``config`` is the submitted config dict, already checked against its
+    kind (:func:`~.kinds.Registry.get`); :func:`config_struct` decodes it."""
 
-
-class CustomTask(_Task, frozen=True, tag="custom"):
-    config: CustomConfig
-
-
-class BenchmarkTask(_Task, frozen=True, tag="benchmark"):
+    type: str
     config: dict[str, Any]
 
 
-TaskSpec = BenchmarkTask | TestTask | CustomTask
-TASK_TYPES: dict[str, type[_Task]] = {"benchmark": BenchmarkTask, "test": TestTask, "custom": CustomTask}
+def _variant_name(kind: str) -> str:
+    return "".join(p.capitalize() for p in kind.replace("-", "_").split("_")) + "Task"
 
 
-@cache
-def task_json_schema() -> dict[str, Any]:
-    """The published JSON Schema (draft 2020-12) of one task document (object or list)."""
-    (_, defs) = msgspec.json.schema_components(
-        [TestTask, CustomTask, BenchmarkTask, BenchmarkConfig, TrainingTaskConfig], ref_template="#/$defs/{name}"
-    )
-    training = {"if": {"type": "object", "properties": {"kind": {"const": TRAINING_KIND}}, "required": ["kind"]},
-                "then": {"$ref": "#/$defs/TrainingTaskConfig"}, "else": {"$ref": "#/$defs/BenchmarkConfig"}}
-    variants = []
-    for name, conf in (("TestTask", "TestConfig"), ("CustomTask", "CustomConfig"), ("BenchmarkTask", "BenchmarkConfig")):
-        d = defs[name]
-        d["properties"]["config"] = training if name == "BenchmarkTask" else {"$ref": f"#/$defs/{conf}"}
+def _variants(registry: kinds.Registry) -> list[type[msgspec.Struct]]:
+    return [msgspec.defstruct(_variant_name(k.name), [("config", k.config)], bases=(_TaskFields,), tag=k.name,
+                              tag_field="type", frozen=True, forbid_unknown_fields=True, kw_only=True)
+            for k in registry.kinds]
+
+
+def _build_schema(registry: kinds.Registry) -> dict[str, Any]:
+    variants = _variants(registry)
+    (_, defs) = msgspec.json.schema_components(variants, ref_template="#/$defs/{name}")
+    for v in variants:
+        d = defs[v.__name__]
         d["required"] = sorted(set(d.get("required", [])) | {"type", "config"})
-        variants.append({"$ref": f"#/$defs/{name}"})
-    task = {"oneOf": variants, "discriminator": {"propertyName": "type"}}
+    task = {"oneOf": [{"$ref": f"#/$defs/{v.__name__}"} for v in variants], "discriminator": {"propertyName": "type"}}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://distributed-testing.dev/schema/task.json",
@@ -140,10 +90,17 @@ def task_json_schema() -> dict[str, Any]:
     }
 
 
+def task_json_schema() -> dict[str, Any]:
+    """The published JSON Schema (draft 2020-12) of one task document (object or list), built
+    from the active registry's config structs."""
+    registry = kinds.active()
+    schema: dict[str, Any] = registry.cached("schema", lambda: _build_schema(registry))
+    return schema
+
+
 def _variant_schema(type_name: str) -> dict[str, Any]:
     full = task_json_schema()
-    name = {"test": "TestTask", "custom": "CustomTask", "benchmark": "BenchmarkTask"}[type_name]
-    return {"$defs": full["$defs"], "$ref": f"#/$defs/{name}"}
+    return {"$defs": full["$defs"], "$ref": f"#/$defs/{_variant_name(type_name)}"}
 
 
 def _path(prefix: str, parts: Any) -> str:
@@ -153,187 +110,212 @@ def _path(prefix: str, parts: Any) -> str:
     return out or "(document)"
 
 
-def _collect_errors(item: Any, prefix: str) -> list[dict[str, str]]:
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+               "object": "an object", "array": "a list", "null": "null"}
+
+
+def _allowed(e: Any) -> str:
+    """What a jsonschema error's keyword allows, in words."""
+    v = e.validator_value
+    words: dict[str, Any] = {
+        "exclusiveMinimum": lambda: f"must be > {v}", "minimum": lambda: f"must be >= {v}",
+        "exclusiveMaximum": lambda: f"must be < {v}", "maximum": lambda: f"must be <= {v}",
+        "enum": lambda: "must be one of " + ", ".join(map(repr, v)), "const": lambda: f"must be {v!r}",
+        "minLength": lambda: "must not be empty" if v == 1 else f"must be at least {v} characters",
+        "maxLength": lambda: f"must be at most {v} characters",
+        "minItems": lambda: f"must hold at least {v} item(s)", "maxItems": lambda: f"must hold at most {v} item(s)",
+        "pattern": lambda: f"must match {v}",
+        "type": lambda: "must be " + " or ".join(_TYPE_WORDS.get(t, t) for t in ([v] if isinstance(v, str) else v)),
+    }
+    say = words.get(e.validator)
+    return str(say()) if say is not None else str(e.message)
+
+
+def _explain(e: Any, prefix: str) -> list[dict[str, str]]:
+    """One jsonschema error as ``{"field", "error"}`` items that name the field and say what is
+    allowed (never "is not valid under any of the given schemas")."""
+    where = list(e.absolute_path)
+    if e.validator == "additionalProperties":
+        allowed = ", ".join(sorted(e.schema.get("properties", {})))
+        extra = [k for k in e.instance if k not in e.schema.get("properties", {})]
+        return [{"field": _path(prefix, [*where, k]), "error": f"unknown field {k!r}; allowed: {allowed}"} for k in extra]
+    if e.validator == "required":
+        missing = [k for k in e.validator_value if k not in e.instance]
+        return [{"field": _path(prefix, [*where, k]), "error": "required"} for k in missing]
+    if e.validator in ("anyOf", "oneOf") and e.context:
+        nullable = any(sub.validator == "type" and sub.validator_value == "null" for sub in e.context)
+        options = [_allowed(sub) for sub in e.context if not (sub.validator == "type" and sub.validator_value == "null")]
+        said = " or ".join(dict.fromkeys(options)) + (" (or null)" if nullable else "")
+        return [{"field": _path(prefix, where), "error": f"{said}; got {_short(e.instance)}"}]
+    return [{"field": _path(prefix, where), "error": f"{_allowed(e)}; got {_short(e.instance)}"}]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _schema_errors(item: dict[str, Any], prefix: str) -> list[dict[str, str]]:
     import jsonschema  # imported lazily: only invalid input pays for it
 
-    if not isinstance(item, dict):
-        return [{"field": prefix or "(document)", "error": "a task must be a JSON object"}]
-    type_name = item.get("type")
-    if not isinstance(type_name, str) or type_name not in TASK_TYPES:
-        return [{"field": _path(prefix, ["type"]), "error": f"must be one of {sorted(TASK_TYPES)}, got {type_name!r}"}]
-    validator = jsonschema.Draft202012Validator(_variant_schema(type_name))
-    errors = [
-        {"field": _path(prefix, list(e.absolute_path)), "error": e.message}
-        for e in sorted(validator.iter_errors(item), key=lambda e: list(map(str, e.absolute_path)))
-    ]
-    if not errors and type_name == "benchmark":
-        errors = _benchmark_errors(item.get("config"), prefix)
-    return errors
-
-
-def _is_training(config: Any) -> bool:
-    return isinstance(config, dict) and config.get("kind") == TRAINING_KIND
-
-
-def _check_benchmark_config(config: Any) -> None:
-    """Raise msgspec.ValidationError when a benchmark config (inference or training) is invalid."""
-    if not _is_training(config):
-        msgspec.convert(config, BenchmarkConfig)
-        return
-    try:
-        parse_training_config(config)
-    except InvalidTrainingConfig as exc:
-        raise msgspec.ValidationError(str(exc)) from exc
-
-
-def _benchmark_errors(config: Any, prefix: str) -> list[dict[str, str]]:
-    if _is_training(config):
-        try:
-            parse_training_config(config)
-        except InvalidTrainingConfig as exc:
-            return [{"field": _path(prefix, ["config", exc.field] if exc.field else ["config"]), "error": e["error"]}
-                    for e in exc.errors]
-        return []
-    try:
-        msgspec.convert(config, BenchmarkConfig)
-    except msgspec.ValidationError as exc:
-        return [{"field": _path(prefix, ["config"]), "error": str(exc)}]
-    return []
-
-
-_INT_FIELDS = ("priority", "max_retries", "max_memory_mb")
-_BENCH_INT_FIELDS = ("iterations", "warmup", "batch_size", "steps", "warmup_steps", "nodes", "sequence_length", "image_size",
-                     "nproc_per_node", "rebalance_interval")
+    validator = jsonschema.Draft202012Validator(_variant_schema(item["type"]))
+    out: list[dict[str, str]] = []
+    for e in sorted(validator.iter_errors(item), key=lambda e: list(map(str, e.absolute_path))):
+        out += _explain(e, prefix)
+    return out
 
 
 def _whole(v: Any) -> Any:
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
-def _normalize_ints(item: Any) -> Any:
-    """JSON Schema's ``integer`` admits ``5.0``; so do we, for the fields typed int."""
-    if not isinstance(item, dict):
-        return item
-    out = {k: (_whole(v) if k in _INT_FIELDS else v) for k, v in item.items()}
-    cfg = out.get("config")
-    if out.get("type") == "benchmark" and isinstance(cfg, dict):
-        cfg = {k: (_whole(v) if k in _BENCH_INT_FIELDS else v) for k, v in cfg.items()}
-        if isinstance(cfg.get("batch_sizes"), list):
-            cfg["batch_sizes"] = [_whole(v) for v in cfg["batch_sizes"]]
-        out["config"] = cfg
+def _is_int(prop: dict[str, Any]) -> bool:
+    return prop.get("type") == "integer" or any(o.get("type") == "integer" for o in prop.get("anyOf", []))
+
+
+def _normalize_ints(item: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema's ``integer`` admits ``5.0``; so do we, for every field the schema types int
+    (the task's own and its config's, one list level deep)."""
+    defs = task_json_schema()["$defs"]
+    variant = defs[_variant_name(item["type"])]
+
+    def fix(obj: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+        out = dict(obj)
+        for k, prop in props.items():
+            if k not in out:
+                continue
+            if _is_int(prop):
+                out[k] = _whole(out[k])
+            elif prop.get("type") == "array" and _is_int(prop.get("items", {})) and isinstance(out[k], list):
+                out[k] = [_whole(x) for x in out[k]]
+        return out
+
+    out = fix(item, variant["properties"])
+    conf_ref = variant["properties"]["config"].get("$ref", "")
+    if isinstance(out.get("config"), dict) and conf_ref:
+        out["config"] = fix(out["config"], defs[conf_ref.rsplit("/", 1)[-1]].get("properties", {}))
     return out
 
 
-def _convert(item: Any) -> TaskSpec:
-    spec: TaskSpec = msgspec.convert(item, TaskSpec)
-    if isinstance(spec, BenchmarkTask):
-        _check_benchmark_config(spec.config)
-    return spec
-
-
-def _parse_one(item: Any, prefix: str) -> TaskSpec:
-    try:
-        spec = _convert(item)
-    except msgspec.ValidationError:
-        item = _normalize_ints(item)  # only the slow path pays for normalising
-        try:
-            spec = _convert(item)
-        except msgspec.ValidationError as exc:
-            errors = _collect_errors(item, prefix) or [{"field": prefix or "(document)", "error": str(exc)}]
-            raise ValidationError(errors) from exc
-    _check_free_form(spec, prefix)
-    _check_user_code(spec, prefix)
-    return spec
-
-
-def _check_user_code(spec: TaskSpec, prefix: str) -> None:
-    """Raise ValidationError for what no worker would run: a malformed ``module:callable`` model
-    name, ``test_args`` with an '@' file, an unknown short option, or a path climbing out of the
-    test root with '..' (the worker checks the rest against its own root and permissions)."""
-    errors: list[dict[str, str]] = []
-    if isinstance(spec, BenchmarkTask):
-        name = spec.config.get("model")
-        bad = usercode.model_name_error(name) if isinstance(name, str) and usercode.is_user_model(name) else None
-        if bad is not None:
-            errors.append({"field": _path(prefix, ["config", "model"]), "error": bad})
-    elif isinstance(spec, TestTask):
-        bad = bad_test_file(spec.config.test_file) or path_error(None, spec.config.test_file, "test_file")
-        if bad is not None:
-            errors.append({"field": _path(prefix, ["config", "test_file"]), "error": bad})
-        errors += [{"field": _path(prefix, ["config", "test_args"]), "error": e}
-                   for e in refused_test_args(spec.config.test_args)]
+def _check_config(spec: TaskSpec, prefix: str) -> None:
+    """Decode the config into its kind's struct and apply the kind's rules and the free-form
+    limits; ValidationError naming ``config.<field>`` otherwise."""
+    kind = kinds.active().get(spec.type)
+    cfg = kind.decode(spec.config)
+    errors = [{"field": _path(prefix, ["config", f]), "error": e} for f, e in kind.check(spec.config, cfg)]
+    errors += _free_form_errors(spec.config, _path(prefix, ["config"]))
     if errors:
         raise ValidationError(errors)
 
 
-def _check_free_form(spec: TaskSpec, prefix: str) -> None:
-    """Raise ValidationError if the free-form part of ``spec`` nests deeper than MAX_NESTING or
-    holds an integer outside 64 bits (the typed fields are bounded by their annotations)."""
-    if isinstance(spec, CustomTask):
-        value, path = spec.config.parameters, _path(prefix, ["config", "parameters"])
-    elif isinstance(spec, BenchmarkTask):
-        value, path = spec.config, _path(prefix, ["config"])
-    else:
-        return
-    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+def _parse_one(item: Any, prefix: str) -> tuple[TaskSpec, str | None]:
+    item, warning = kinds.upgrade(item)
+    if not isinstance(item, dict):
+        raise ValidationError([{"field": prefix or "(document)", "error": "a task must be a JSON object"}])
+    names = kinds.active().names()
+    if not isinstance(item.get("type"), str) or item["type"] not in names:
+        raise ValidationError([{"field": _path(prefix, ["type"]),
+                                "error": f"must be one of {', '.join(names)}; got {item.get('type')!r}"}])
+    try:
+        spec = msgspec.convert(item, TaskSpec)
+        _check_config(spec, prefix)
+        return spec, warning
+    except msgspec.ValidationError:
+        pass  # the slow path below names every bad field
+    item = _normalize_ints(item)
+    errors = _schema_errors(item, prefix)
+    if errors:
+        raise ValidationError(errors)
+    try:
+        spec = msgspec.convert(item, TaskSpec)
+        _check_config(spec, prefix)
+    except msgspec.ValidationError as exc:  # the schema and the struct disagree: name the struct's view
+        raise ValidationError([{"field": prefix or "(document)", "error": str(exc)}]) from exc
+    return spec, warning
+
+
+def _free_form_errors(value: Any, path: str) -> list[dict[str, str]]:
+    """Where ``value`` nests deeper than MAX_NESTING or holds an integer outside 64 bits."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]  # the config object itself is level 0
     while stack:
         v, where, depth = stack.pop()
         if isinstance(v, dict | list):
             if depth > MAX_NESTING:
-                raise ValidationError([{"field": where, "error": f"nested deeper than {MAX_NESTING} levels"}])
+                return [{"field": where, "error": f"nested deeper than {MAX_NESTING} levels"}]
             items = v.items() if isinstance(v, dict) else enumerate(v)
             stack.extend((child, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}", depth + 1)
                          for k, child in items)
         elif isinstance(v, int) and not isinstance(v, bool) and not -INT64_MAX - 1 <= v <= INT64_MAX:
-            raise ValidationError([{"field": where, "error": "integer does not fit in 64 bits"}])
+            return [{"field": where, "error": "integer does not fit in 64 bits"}]
+    return []
 
 
-def parse_tasks(doc: Any) -> list[TaskSpec]:
-    """Validate a task document (one object or a list) into specs; raises ValidationError
-    listing every bad field of every task."""
+def parse_tasks_with_warnings(doc: Any) -> tuple[list[TaskSpec], list[str]]:
+    """Validate a task document (one object or a list) into specs, with the deprecation warnings
+    of what was accepted; raises ValidationError listing every bad field of every task."""
     items = doc if isinstance(doc, list) else [doc]
     if not items:
         raise ValidationError([{"field": "(document)", "error": "the task list is empty"}])
     specs: list[TaskSpec] = []
+    warnings: list[str] = []
     errors: list[dict[str, str]] = []
     for i, item in enumerate(items):
+        prefix = f"[{i}]" if isinstance(doc, list) else ""
         try:
-            specs.append(_parse_one(item, f"[{i}]" if isinstance(doc, list) else ""))
+            spec, warning = _parse_one(item, prefix)
         except ValidationError as exc:
             errors.extend(exc.errors)
+            continue
+        specs.append(spec)
+        if warning is not None:
+            warnings.append(f"{prefix or 'task'}: {warning}")
     if errors:
         raise ValidationError(errors)
     ids = [s.task_id for s in specs if s.task_id is not None]
     dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
     if dup:
         raise ValidationError([{"field": "task_id", "error": f"duplicate ids in one submission: {dup}"}])
-    return specs
+    return specs, warnings
+
+
+def parse_tasks(doc: Any) -> list[TaskSpec]:
+    """:func:`parse_tasks_with_warnings` without the warnings."""
+    return parse_tasks_with_warnings(doc)[0]
 
 
 _ID_PREFIX = uuid.uuid4().hex[:8]  # random per process; with the counter, ids never repeat
 _id_counter = itertools.count()
-_TYPE_OF: dict[type[Any], str] = {cls: name for name, cls in TASK_TYPES.items()}
-
-
 _FAST_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[TaskSpec] | TaskSpec)
 
 
-def parse_task_json(body: bytes) -> list[TaskSpec]:
-    """Validate a JSON task document given as bytes. Valid input is decoded straight into typed
-    specs in one pass; anything else goes through :func:`parse_tasks` for the full error list."""
+def _fast(body: bytes) -> list[TaskSpec] | None:
+    """Valid, current-spelling input decoded in one pass; None sends it down the full path."""
+    decoded = _FAST_DECODER.decode(body)
+    items = decoded if isinstance(decoded, list) else [decoded]
+    registry = kinds.active()
+    for i, s in enumerate(items):
+        if registry.find(s.type) is None or (s.type == "benchmark" and "kind" in s.config):
+            return None
+        _check_config(s, f"[{i}]" if isinstance(decoded, list) else "")
+    if items and len({s.task_id for s in items if s.task_id is not None}) == sum(s.task_id is not None for s in items):
+        return items
+    return None
+
+
+def parse_task_json_with_warnings(body: bytes) -> tuple[list[TaskSpec], list[str]]:
+    """Validate a JSON task document given as bytes; (specs, deprecation warnings)."""
     try:
-        decoded = _FAST_DECODER.decode(body)
-        items = decoded if isinstance(decoded, list) else [decoded]
-        for i, s in enumerate(items):
-            if isinstance(s, BenchmarkTask):
-                _check_benchmark_config(s.config)
-            _check_free_form(s, f"[{i}]" if isinstance(decoded, list) else "")
-            _check_user_code(s, f"[{i}]" if isinstance(decoded, list) else "")
-        if items and len({s.task_id for s in items if s.task_id is not None}) == sum(s.task_id is not None for s in items):
-            return items
+        fast = _fast(body)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError, UnicodeDecodeError):
-        pass  # the slow path below names every bad field
-    return parse_tasks(decode_json(body))
+        fast = None  # the full path below names every bad field
+    if fast is not None:
+        return fast, []
+    return parse_tasks_with_warnings(decode_json(body))
+
+
+def parse_task_json(body: bytes) -> list[TaskSpec]:
+    """:func:`parse_task_json_with_warnings` without the warnings."""
+    return parse_task_json_with_warnings(body)[0]
 
 
 _ANY_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
@@ -357,16 +339,24 @@ def with_id(spec: TaskSpec) -> TaskSpec:
     """The spec with a coordinator-assigned id (``<type>-<16 hex>``) when the submitter gave none."""
     if spec.task_id is not None:
         return spec
-    return msgspec.structs.replace(spec, task_id=f"{spec_type(spec)}-{_ID_PREFIX}{next(_id_counter):08x}")
+    return msgspec.structs.replace(spec, task_id=f"{spec.type}-{_ID_PREFIX}{next(_id_counter):08x}")
 
 
 def spec_type(spec: TaskSpec) -> str:
-    return _TYPE_OF[type(spec)]
+    return spec.type
+
+
+def kind_of(spec: TaskSpec) -> kinds.Kind:
+    return kinds.active().get(spec.type)
+
+
+def config_struct(spec: TaskSpec) -> Any:
+    """The spec's config decoded into its kind's struct (defaults filled in)."""
+    return kind_of(spec).decode(spec.config)
 
 
 def config_dict(spec: TaskSpec) -> dict[str, Any]:
-    cfg = spec.config
-    return cfg if isinstance(cfg, dict) else msgspec.to_builtins(cfg)
+    return spec.config
 
 
 def spec_digest(spec: TaskSpec) -> str:
@@ -380,5 +370,6 @@ def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:
 
 
 def spec_from_dict(d: dict[str, Any]) -> TaskSpec:
-    spec: TaskSpec = msgspec.convert(d, TaskSpec)
+    """A stored spec (the old training spelling is upgraded, without a warning: it was accepted)."""
+    spec: TaskSpec = msgspec.convert(kinds.upgrade(d)[0], TaskSpec)
     return spec

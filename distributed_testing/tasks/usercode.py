@@ -38,10 +38,10 @@ def model_name_error(name: str) -> str | None:
     return None
 
 
-def model_module(task_type: str, config: object) -> str | None:
+def model_module(imports_model: bool, config: object) -> str | None:
     """The module a task's ``model`` would import on a worker, or None when it names a built-in
-    or registry model (or the task has no model)."""
-    if task_type != "benchmark" or not isinstance(config, Mapping):
+    or registry model (or the task's kind has no model: ``imports_model`` false)."""
+    if not imports_model or not isinstance(config, Mapping):
         return None
     name = config.get("model")
     if not isinstance(name, str) or not is_user_model(name):

@@ -5,7 +5,7 @@
 * :mod:`.launch`      :func:`~.launch.launch`: pre-flight, torchrun, supervision (the executor's entry)
 * :mod:`.preflight`   check-in barrier on the rendezvous port before torch starts
 * :mod:`.worker_main` one rank under ``torch.distributed.run``; :mod:`.loop` its training loop
-* :mod:`.metrics`     the result document and :func:`~.metrics.scaling_efficiency`
+* :mod:`.metrics`     the result document (the coordinator computes the scaling efficiency)
 * :mod:`.models`      built-in model sources (mlp, cnn, transformer) and ``module:factory`` loading
 
 This package's ``__init__`` imports nothing, so light modules (config, balance, launch) stay free of

@@ -2,8 +2,7 @@
 
 Task JSON (every key but the required ones may be left out)::
 
-    {"kind": "training",              # optional; must be "training" when present
-     "model": "mlp",                  # required: built-in name or "package.module:factory"
+    {"model": "mlp",                  # required: built-in name or "package.module:factory"
      "nodes": 2,                      # required: number of worker machines
      "nproc_per_node": "auto",        # "auto" or an int >= 1 (ranks per node)
      "batch_size": 256,               # required: GLOBAL batch per optimizer step (see below)
@@ -25,7 +24,12 @@ one rank. ``backend: "auto"`` is ``nccl`` only when every node of the job has CU
 knows and passes ``all_cuda``), else ``gloo``. A node with CUDA runs its ranks on its CUDA devices
 (one device per local rank) whatever the backend; gloo reduces CUDA tensors through host memory.
 
-Validation raises :class:`~distributed_testing.training.errors.InvalidTrainingConfig` naming the key.
+The config is validated at submit against
+:class:`distributed_testing.tasks.configs.TrainingConfig` (the task kind's struct, with its
+cross-field rules); :func:`parse_config` decodes that struct into the runner's
+:class:`TrainingConfig` and raises
+:class:`~distributed_testing.training.errors.InvalidTrainingConfig` naming the key when a caller
+bypassed submit.
 """
 
 from __future__ import annotations
@@ -34,34 +38,19 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
+import msgspec
+
+from distributed_testing.tasks import configs as task_configs
 from distributed_testing.training.errors import InvalidTrainingConfig
 
-TASK_KIND = "training"
-BUILTIN_MODELS = frozenset({"mlp", "cnn", "transformer"})
-BACKENDS = ("auto", "gloo", "nccl")
-PRECISIONS = ("fp32", "bf16", "fp16")
-LOAD_BALANCE = ("none", "proportional", "dynamic", "hybrid")
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_REBALANCE_INTERVAL = 10
 
 Backend = Literal["gloo", "nccl"]
 Precision = Literal["fp32", "bf16", "fp16"]
 LoadBalance = Literal["none", "proportional", "dynamic", "hybrid"]
-
-_REQUIRED = ("model", "nodes", "batch_size", "steps")
-_OPTIONAL = (
-    "kind",
-    "nproc_per_node",
-    "warmup_steps",
-    "backend",
-    "precision",
-    "load_balance",
-    "rebalance_interval",
-)
-_FACTORY_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-
 
 @dataclass(frozen=True)
 class TrainingConfig:
@@ -115,32 +104,31 @@ class ResolvedTrainingConfig:
 
 
 def parse_config(raw: Mapping[str, Any]) -> TrainingConfig:
-    """Validate a task config dict. Unknown keys and bad values raise, naming the key."""
+    """The runner's view of a task config (a legacy ``"kind": "training"`` key is ignored).
+    Unknown keys and bad values raise InvalidTrainingConfig, naming the key."""
     if not isinstance(raw, Mapping):
         raise InvalidTrainingConfig("", f"config must be an object, got {type(raw).__name__}")
-    for key in raw:
-        if key not in _REQUIRED and key not in _OPTIONAL:
-            raise InvalidTrainingConfig(str(key), "unknown key")
-    for key in _REQUIRED:
-        if key not in raw:
-            raise InvalidTrainingConfig(key, "required")
-    if raw.get("kind", TASK_KIND) != TASK_KIND:
-        raise InvalidTrainingConfig("kind", f"must be {TASK_KIND!r}, got {raw['kind']!r}")
-    load_balance = _choice(raw, "load_balance", LOAD_BALANCE, "none")
-    config = TrainingConfig(
-        model=_model(raw["model"]),
-        nodes=_int(raw, "nodes", minimum=1),
-        batch_size=_int(raw, "batch_size", minimum=1),
-        steps=_int(raw, "steps", minimum=1),
-        warmup_steps=_int(raw, "warmup_steps", minimum=0, default=DEFAULT_WARMUP_STEPS),
-        nproc_per_node=_nproc(raw.get("nproc_per_node", "auto")),
-        backend=cast(Any, _choice(raw, "backend", BACKENDS, "auto")),
-        precision=cast(Precision, _choice(raw, "precision", PRECISIONS, "fp32")),
-        load_balance=cast(LoadBalance, load_balance),
-        rebalance_interval=_rebalance_interval(raw, load_balance),
-    )
-    _check_combinations(config)
-    return config
+    if raw.get("kind", "training") != "training":
+        raise InvalidTrainingConfig("kind", f"must be 'training', got {raw['kind']!r}")
+    plain = {k: v for k, v in raw.items() if k != "kind"}
+    try:
+        cfg = msgspec.convert(plain, task_configs.TrainingConfig)
+    except msgspec.ValidationError as exc:
+        if (unknown := re.search(r"unknown field `(\w+)`", str(exc))) is not None:
+            raise InvalidTrainingConfig(unknown.group(1), "unknown key") from exc
+        if (missing := re.search(r"missing required field `(\w+)`", str(exc))) is not None:
+            raise InvalidTrainingConfig(missing.group(1), "required") from exc
+        where = re.search(r"at `\$\.(\w+)", str(exc))
+        raise InvalidTrainingConfig(where.group(1) if where else "", str(exc)) from exc
+    problems = task_configs.check_training(plain, cfg)
+    if problems:
+        raise InvalidTrainingConfig(*problems[0])
+    interval = cfg.rebalance_interval
+    if cfg.load_balance in ("dynamic", "hybrid") and interval is None:
+        interval = DEFAULT_REBALANCE_INTERVAL
+    return TrainingConfig(model=cfg.model, nodes=cfg.nodes, batch_size=cfg.batch_size, steps=cfg.steps,
+                          warmup_steps=cfg.warmup_steps, nproc_per_node=cfg.nproc_per_node, backend=cfg.backend,
+                          precision=cfg.precision, load_balance=cfg.load_balance, rebalance_interval=interval)
 
 
 def resolve(config: TrainingConfig, *, cuda_device_count: int, all_cuda: bool) -> ResolvedTrainingConfig:
@@ -186,65 +174,3 @@ def resolve(config: TrainingConfig, *, cuda_device_count: int, all_cuda: bool) -
         load_balance=config.load_balance,
         rebalance_interval=config.rebalance_interval or 0,
     )
-
-
-def _check_combinations(config: TrainingConfig) -> None:
-    if config.batch_size < config.nodes:
-        raise InvalidTrainingConfig(
-            "batch_size", f"global batch {config.batch_size} is smaller than nodes={config.nodes}"
-        )
-    if isinstance(config.nproc_per_node, int) and config.batch_size < config.nodes * config.nproc_per_node:
-        raise InvalidTrainingConfig(
-            "batch_size",
-            f"global batch {config.batch_size} is smaller than the world size {config.nodes * config.nproc_per_node}",
-        )
-    if config.load_balance in ("proportional", "hybrid") and config.warmup_steps < 1:
-        raise InvalidTrainingConfig(
-            "warmup_steps", f"{config.load_balance} profiles during warmup; needs warmup_steps >= 1"
-        )
-
-
-def _int(raw: Mapping[str, Any], key: str, *, minimum: int, default: int | None = None) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTrainingConfig(key, f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidTrainingConfig(key, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _choice(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = raw.get(key, default)
-    if value not in allowed:
-        raise InvalidTrainingConfig(key, f"must be one of {', '.join(allowed)}; got {value!r}")
-    return str(value)
-
-
-def _model(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidTrainingConfig("model", f"must be a non-empty string, got {value!r}")
-    if value not in BUILTIN_MODELS and not _FACTORY_PATH.match(value):
-        raise InvalidTrainingConfig(
-            "model",
-            f"{value!r} is neither a built-in model ({', '.join(sorted(BUILTIN_MODELS))}) "
-            "nor a 'package.module:factory' path",
-        )
-    return value
-
-
-def _nproc(value: Any) -> int | Literal["auto"]:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidTrainingConfig("nproc_per_node", f"must be 'auto' or an integer >= 1, got {value!r}")
-    return value
-
-
-def _rebalance_interval(raw: Mapping[str, Any], load_balance: str) -> int | None:
-    if load_balance not in ("dynamic", "hybrid"):
-        if "rebalance_interval" in raw:
-            raise InvalidTrainingConfig(
-                "rebalance_interval", f"only applies to dynamic or hybrid, not {load_balance!r}"
-            )
-        return None
-    return _int(raw, "rebalance_interval", minimum=1, default=DEFAULT_REBALANCE_INTERVAL)

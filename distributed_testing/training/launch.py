@@ -25,7 +25,7 @@ Raises :class:`~.errors.InvalidTrainingConfig`, :class:`~.errors.PreflightError`
 
 CLI (prints the returned dict as JSON; see :mod:`distributed_testing.cli.train_node`)::
 
-    python -m distributed_testing.training.launch --config '{"model": "mlp", ...}' \\
+    python -m distributed_testing.cli.train_node --config '{"model": "mlp", ...}' \\
         --node-rank 0 --nnodes 2 --master-addr 10.0.0.1 --master-port 29500 \\
         --interface eth0 --result-path /tmp/run/result.json
 """
@@ -46,6 +46,7 @@ from typing import Any
 
 import distributed_testing
 from distributed_testing.childenv import child_environ
+from distributed_testing.netif import interface_address
 from distributed_testing.training.config import ResolvedTrainingConfig, parse_config, resolve
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
@@ -56,7 +57,6 @@ from distributed_testing.training.errors import (
 from distributed_testing.training.preflight import (
     check_in,
     gather_check_ins,
-    interface_address,
     route_source_address,
 )
 from distributed_testing.training.proctree import ProcessTree
@@ -321,8 +321,3 @@ def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
     return "\n".join(text.splitlines()[-lines:])
 
-
-if __name__ == "__main__":
-    from distributed_testing.cli.train_node import main
-
-    sys.exit(main())

@@ -64,18 +64,3 @@ def build_result(
         },
         "ranks": [dict(r) for r in ordered],
     }
-
-
-def scaling_efficiency(multi_node: Mapping[str, Any], single_node: Mapping[str, Any]) -> float:
-    """Per-node throughput of ``multi_node`` relative to the single-node baseline (1.0 = linear).
-
-    ``(multi.global_samples_per_s / multi.nnodes) / (single.global_samples_per_s / single.nnodes)``.
-    Both must be results of the same model, global batch and precision.
-    """
-    for key in ("model", "global_batch", "precision"):
-        if multi_node.get(key) != single_node.get(key):
-            raise ValueError(f"results differ in {key!r}: {multi_node.get(key)!r} vs {single_node.get(key)!r}")
-    base = float(single_node["global_samples_per_s"]) / int(single_node["nnodes"])
-    if base <= 0:
-        raise ValueError("single-node baseline has no throughput")
-    return float(multi_node["global_samples_per_s"]) / int(multi_node["nnodes"]) / base

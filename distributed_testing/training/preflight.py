@@ -24,8 +24,6 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-import psutil
-
 from distributed_testing.training.errors import PreflightError
 
 logger = logging.getLogger(__name__)
@@ -34,27 +32,6 @@ MAGIC = "dt-preflight/1"
 _RETRY_REFUSED_S = 0.1
 _LINGER_S = 2.0
 _MAX_LINE = 256
-
-
-def interface_address(interface: str) -> str:
-    """The first IPv4 (else IPv6) address of ``interface``; raises PreflightError if none."""
-    addresses = psutil.net_if_addrs().get(interface)
-    if addresses is None:
-        raise PreflightError(f"network interface {interface!r} does not exist on this node")
-    for family in (socket.AF_INET, socket.AF_INET6):
-        for address in addresses:
-            if address.family == family:
-                return str(address.address).split("%")[0]
-    raise PreflightError(f"network interface {interface!r} has no IP address")
-
-
-def interface_of(address: str) -> str | None:
-    """The network interface that holds ``address`` on this node, or None when none does (an
-    address seen through NAT, or one that went away)."""
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(str(a.address).split("%")[0] == address for a in addresses):
-            return str(name)
-    return None
 
 
 def route_source_address(host: str, port: int) -> str:

@@ -28,14 +28,13 @@ from multidict import CIMultiDictProxy
 
 from ..config import WorkerConfig
 from ..errors import ExecutionError, ProtocolError
+from ..netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
-from ..training.errors import PreflightError
-from ..training.preflight import interface_address, interface_of
 from .auth import Credentials
-from .executors.base import ExecOutcome, Executor, TaskContext
+from .executors.base import ExecOutcome, Executor, TaskContext, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
 from .state import (
@@ -349,7 +348,8 @@ class WorkerAgent:
                           running=self.state.running_refs(),
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
                           abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
-                          heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0)
+                          heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
+                          handlers=advertised_handlers(self.executors))
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -358,7 +358,7 @@ class WorkerAgent:
         if self.config.interface:
             try:
                 return interface_address(self.config.interface)
-            except PreflightError as exc:  # checked at start; the NIC went away since
+            except InterfaceError as exc:  # checked at start; the NIC went away since
                 log.error("--interface %s: %s; reporting no rendezvous address", self.config.interface, exc)
                 return ""
         local = ws.get_extra_info("sockname")

@@ -9,7 +9,7 @@ backend and device. Equal keys mean the same measurement on the same software, h
 thread settings.
 
 :class:`ResultCache` is what the benchmark executor needs; :class:`MemoryResultCache` lives as
-long as the worker process, :class:`DuckDBResultCache` keeps entries in the ``bench_cache`` table
+long as the worker process, :class:`~.outbox_duckdb.DuckDBResultCache` keeps entries in the ``bench_cache`` table
 of the worker's ``--db-path`` file through the outbox's connection (one writer per file). Cache
 implementations raise :class:`~distributed_testing.errors.StoreError` when storage fails.
 """
@@ -20,10 +20,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from .outbox_duckdb import DuckDBOutbox
+from typing import Any, Protocol
 
 UNKEYED_CONFIG_KEYS = frozenset({"name"})
 """Config keys echoed in the result that do not change what is measured."""
@@ -76,16 +73,3 @@ class MemoryResultCache:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-class DuckDBResultCache:
-    """Entries in the worker's DuckDB file (table ``bench_cache``), via the open outbox."""
-
-    def __init__(self, outbox: DuckDBOutbox) -> None:
-        self.outbox = outbox
-
-    async def get(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
-        return await self.outbox.cache_get(keys)
-
-    async def put(self, entries: Sequence[CacheEntry]) -> None:
-        await self.outbox.cache_put(entries)

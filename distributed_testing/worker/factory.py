@@ -15,11 +15,11 @@ from typing import Any
 from ..config import WorkerConfig
 from .agent import WorkerAgent
 from .auth import Credentials
-from .bench_cache import DuckDBResultCache, MemoryResultCache, ResultCache
+from .bench_cache import MemoryResultCache, ResultCache
 from .environment import EnvironmentProbe, with_environment
 from .executors import Executor, default_executors
 from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
-from .executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
+from .executors.training import TrainingExecutor, TrainingOptions
 from .hardware import capabilities, detect_hardware
 from .outbox import MemoryOutbox, Outbox
 
@@ -38,7 +38,7 @@ async def open_storage(config: WorkerConfig) -> tuple[Outbox, ResultCache]:
     (sharing its one connection), or both in memory."""
     if config.db_path is None:
         return MemoryOutbox(), MemoryResultCache()
-    from .outbox_duckdb import DuckDBOutbox
+    from .outbox_duckdb import DuckDBOutbox, DuckDBResultCache
 
     outbox = DuckDBOutbox(config.db_path)
     await outbox.open()
@@ -64,16 +64,17 @@ def cuda_device_count(hardware: dict[str, Any]) -> int:
 
 def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
                          cache: ResultCache) -> dict[str, Executor]:
-    """``executors`` with the benchmark executor replaced by one that uses ``cache``; the training
-    executor is kept, bound to ``config.interface`` and ``config.allow_model_modules``."""
-    current = executors.get(BenchmarkRouter.task_type)
-    if isinstance(current, BenchmarkRouter):
-        training = TrainingExecutor(replace(current.training.options, interface=config.interface,
-                                            allow_model_modules=config.allow_model_modules))
+    """``executors`` with the benchmark executor replaced by one that uses ``cache`` and the
+    worker's benchmark flags, and the training executor bound to ``config.interface`` and
+    ``config.allow_model_modules``; the two keep sharing one lock."""
+    current = executors.get("training")
+    if isinstance(current, TrainingExecutor):
+        training = TrainingExecutor(replace(current.options, interface=config.interface,
+                                            allow_model_modules=config.allow_model_modules), current.exclusive)
     else:
         training = TrainingExecutor(training_options(config, {}))
-    benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache)
-    return {**executors, BenchmarkRouter.task_type: BenchmarkRouter(benchmark, training)}
+    benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache, exclusive=training.exclusive)
+    return {**executors, "benchmark": benchmark, "training": training}
 
 
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
@@ -86,6 +87,7 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
     outbox, results = await open_storage(config)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
-                                  benchmark=benchmark_options(config), training=training_options(config, hardware))
-    executors = with_environment(with_benchmark_cache(executors, config, results), EnvironmentProbe())
+                                  benchmark=benchmark_options(config), training=training_options(config, hardware),
+                                  result_cache=results)
+    executors = with_environment(executors, EnvironmentProbe())
     return WorkerAgent(config, executors, outbox, hardware, caps, creds)

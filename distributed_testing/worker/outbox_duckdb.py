@@ -32,7 +32,7 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from ..coordinator.store.duckdb import lock_holder
+from ..duckfile import lock_holder
 from ..errors import ConfigError, StoreError
 from ..journal import Journal
 from ..protocol import messages as m
@@ -335,3 +335,16 @@ def _log_running_failure(fut: Any) -> None:
 def _log_failure(fut: asyncio.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("journalling an acknowledgement failed: %s", fut.exception())
+
+
+class DuckDBResultCache:
+    """Entries in the worker's DuckDB file (table ``bench_cache``), via the open outbox."""
+
+    def __init__(self, outbox: DuckDBOutbox) -> None:
+        self.outbox = outbox
+
+    async def get(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        return await self.outbox.cache_get(keys)
+
+    async def put(self, entries: Sequence[CacheEntry]) -> None:
+        await self.outbox.cache_put(entries)

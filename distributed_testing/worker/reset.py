@@ -112,7 +112,7 @@ def _check_not_in_use(db: Path | None) -> None:
         return
     import duckdb
 
-    from ..coordinator.store.duckdb import lock_holder
+    from ..duckfile import lock_holder
 
     try:
         duckdb.connect(str(db)).close()

@@ -46,7 +46,7 @@ VALID_TASKS: list[dict[str, Any]] = [
     {"type": "test", "config": {"test_file": "test_x.py", "test_args": ["-k", "fast"]}, "timeout_s": 30},
     {"type": "benchmark", "config": {"model": "bert-base-uncased", "batch_sizes": [1, 2], "precision": "fp16",
                                      "iterations": 5}, "max_memory_mb": 512},
-    {"type": "benchmark", "config": {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 256, "steps": 50}},
+    {"type": "training", "config": {"model": "mlp", "nodes": 2, "batch_size": 256, "steps": 50}},
 ]
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import types
 import typing
 from collections.abc import Callable
@@ -41,6 +40,7 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
+from ...duckfile import lock_holder
 from ...errors import StoreError
 from ...journal import Journal
 from ...security import files
@@ -71,16 +71,6 @@ _result_decode = msgspec.msgpack.Decoder(ResultRow).decode
 def _copy_result(row: ResultRow) -> ResultRow:
     """A deep copy, so later changes to the caller's dicts do not show in pending results."""
     return _result_decode(_msgpack_encode(row))
-
-
-def lock_holder(exc: BaseException) -> str | None:
-    """For DuckDB's "could not set lock" error (another process has the file open): a one-line
-    reason naming the holder's PID when DuckDB gives it; None for any other error."""
-    text = str(exc)
-    if not isinstance(exc, duckdb.IOException) or "Could not set lock" not in text:
-        return None
-    pid = re.search(r"\(PID (\d+)\)", text)
-    return f"it is locked by another process{f' (PID {pid.group(1)})' if pid else ''}"
 
 
 # ---------------------------------------------------------------------------- table mapping

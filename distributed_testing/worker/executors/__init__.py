@@ -9,36 +9,36 @@ process; executors start their children in ``start()``.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from distributed_testing.worker.executors.base import ExecOutcome, Executor, TaskContext
+from distributed_testing.tasks import kinds
+from distributed_testing.worker.executors.base import ExecOutcome, Executor, ExecutorSettings, TaskContext
 
 if TYPE_CHECKING:
     from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
     from distributed_testing.worker.executors.custom import CustomExecutor
     from distributed_testing.worker.executors.test import TestExecutor
-    from distributed_testing.worker.executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
+    from distributed_testing.worker.executors.training import TrainingExecutor, TrainingOptions
 
 __all__ = [
     "CustomExecutor",
     "ExecOutcome",
     "Executor",
+    "ExecutorSettings",
     "TaskContext",
     "TestExecutor",
     "BenchmarkExecutor",
     "BenchmarkOptions",
-    "BenchmarkRouter",
     "TrainingExecutor",
     "TrainingOptions",
+    "build_executor",
     "default_executors",
 ]
 
 _LAZY = {"CustomExecutor": "custom", "TestExecutor": "test", "BenchmarkExecutor": "benchmark",
-         "BenchmarkOptions": "benchmark", "BenchmarkRouter": "training", "TrainingExecutor": "training",
-         "TrainingOptions": "training"}
+         "BenchmarkOptions": "benchmark", "TrainingExecutor": "training", "TrainingOptions": "training"}
 
 
 def __getattr__(name: str) -> Any:
@@ -46,6 +46,18 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def build_executor(kind: kinds.Kind, settings: ExecutorSettings) -> Executor:
+    """Import ``kind.executor`` (``package.module:factory``) and build the kind's executor;
+    ConfigError-free by design: a bad path is a programming error and raises ImportError or
+    AttributeError naming it."""
+    module, _, attr = kind.executor.partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    executor: Executor = factory(settings)
+    if executor.task_type != kind.name:
+        raise TypeError(f"{kind.executor} built an executor for {executor.task_type!r}, not {kind.name!r}")
+    return executor
 
 
 def default_executors(
@@ -58,38 +70,25 @@ def default_executors(
     pytest_env: Mapping[str, str] | None = None,
     benchmark: BenchmarkOptions | None = None,
     training: TrainingOptions | None = None,
+    result_cache: Any = None,
+    registry: kinds.Registry | None = None,
 ) -> dict[str, Executor]:
-    """The executors a worker runs, keyed by task type (``test``, ``custom``, ``benchmark``).
+    """The executors a worker runs, keyed by task type: one per kind of ``registry`` (default:
+    :func:`~distributed_testing.tasks.kinds.active`), each built by its kind's factory.
 
     ``max_concurrency`` is the worker's task slot count. The custom pool defaults to
     ``min(max_concurrency, 2 × CPU cores)`` children: more interpreters than that only contend for
-    the cores, and a task beyond it waits (holding its slot) for the next free child.
-    ``benchmark`` is a :class:`~.training.BenchmarkRouter`: configs with ``"kind": "training"``
-    run as one node of a DDP job (``training.py``; files under ``training.run_dir``, by default
-    ``<cache_dir>/training``), the rest in the benchmark child process (``benchmark.py``); one
-    benchmark or training node at a time.
-    Call ``start()`` on each before the first task and ``close()`` at shutdown.
+    the cores, and a task beyond it waits (holding its slot) for the next free child. Benchmarks
+    and training nodes share one lock (one measurement at a time); training files go under
+    ``training.run_dir``, by default ``<cache_dir>/training``; ``result_cache`` is the benchmark
+    result cache (default: in memory). Call ``start()`` on each before the first task and
+    ``close()`` at shutdown.
     """
     import tempfile
 
-    from distributed_testing.worker.executors.benchmark import BenchmarkExecutor
-    from distributed_testing.worker.executors.custom import CustomExecutor
-    from distributed_testing.worker.executors.test import TestExecutor
-    from distributed_testing.worker.executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
-
-    if training is None:
-        base = cache_dir if cache_dir is not None else Path(tempfile.gettempdir()) / "distributed_testing"
-        training = TrainingOptions(run_dir=base / "training")
-
-    executors: list[Executor] = [
-        TestExecutor(extra_env=pytest_env),
-        CustomExecutor(
-            max_concurrency,
-            pool_size=custom_pool_size or min(max_concurrency, 2 * (os.cpu_count() or 1)),
-            cache_dir=cache_dir,
-            handlers=custom_handlers,
-            pythonpath=custom_pythonpath,
-        ),
-        BenchmarkRouter(BenchmarkExecutor(benchmark), TrainingExecutor(training)),
-    ]
-    return {e.task_type: e for e in executors}
+    base = cache_dir if cache_dir is not None else Path(tempfile.gettempdir()) / "distributed_testing"
+    settings = ExecutorSettings(max_concurrency=max_concurrency, cache_dir=base, custom_pool_size=custom_pool_size,
+                                custom_handlers=custom_handlers, custom_pythonpath=custom_pythonpath,
+                                pytest_env=pytest_env, benchmark=benchmark, training=training,
+                                result_cache=result_cache)
+    return {k.name: build_executor(k, settings) for k in (registry or kinds.active()).kinds}

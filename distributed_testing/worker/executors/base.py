@@ -16,12 +16,14 @@ starts or reuses a child process and awaits it. The contract:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from distributed_testing.errors import ExecutionError
 from distributed_testing.protocol.messages import GangAssignment
+from distributed_testing.tasks.usercode import is_user_model, refusal
 
 OutcomeStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 
@@ -69,3 +71,47 @@ class Executor(Protocol):
 
     async def close(self) -> None:
         """Kill children and free resources. Idempotent."""
+
+
+def _new_lock() -> Any:
+    import asyncio  # lazily: a custom-handler pool child imports this module without asyncio
+
+    return asyncio.Lock()
+
+
+@dataclass
+class ExecutorSettings:
+    """Everything a task kind's executor factory (``Kind.executor``, a ``module:build`` path)
+    may use to build its executor: the worker's flags and shared resources. ``exclusive`` is the
+    lock that keeps benchmarks and training nodes from measuring at the same time; ``extra``
+    carries options of kinds added outside this package, by kind name."""
+
+    max_concurrency: int = 1
+    cache_dir: Path = field(default_factory=lambda: Path("/tmp/distributed_testing"))
+    custom_pool_size: int | None = None
+    custom_handlers: Mapping[str, str] | None = None
+    custom_pythonpath: Sequence[Path] = ()
+    pytest_env: Mapping[str, str] | None = None
+    benchmark: Any = None  # BenchmarkOptions | None
+    training: Any = None  # TrainingOptions | None
+    result_cache: Any = None  # bench_cache.ResultCache | None
+    exclusive: Any = field(default_factory=_new_lock)  # asyncio.Lock
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def check_model_allowed(ctx: TaskContext) -> None:
+    """Raise ExecutionError before anything starts when the task's ``module:callable`` model
+    imports a module the worker's ``--allow-model-modules`` does not allow."""
+    name = ctx.config.get("model") if isinstance(ctx.config, dict) else None
+    if isinstance(name, str) and is_user_model(name):
+        reason = refusal(name, ctx.allow_model_modules)
+        if reason is not None:
+            raise ExecutionError(reason)
+
+
+def advertised_handlers(executors: Mapping[str, Any]) -> list[str]:
+    """The custom handler names a worker with ``executors`` runs (its ``Register.handlers``):
+    the ``custom`` executor's ``handler_names()``; none without one."""
+    custom = executors.get("custom")
+    names = getattr(custom, "handler_names", None)
+    return list(names()) if callable(names) else []

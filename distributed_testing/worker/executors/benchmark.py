@@ -33,7 +33,7 @@ from typing import Any
 from ...childenv import child_environ
 from ...errors import StoreError
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
-from .base import ExecOutcome, OutcomeStatus, TaskContext
+from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed
 from .proc import describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
@@ -64,10 +64,13 @@ class BenchmarkOptions:
 class BenchmarkExecutor:
     task_type = "benchmark"
 
-    def __init__(self, options: BenchmarkOptions | None = None, cache: ResultCache | None = None) -> None:
+    def __init__(self, options: BenchmarkOptions | None = None, cache: ResultCache | None = None,
+                 exclusive: asyncio.Lock | None = None) -> None:
         self.options = options or BenchmarkOptions()
         self.cache: ResultCache = cache if cache is not None else MemoryResultCache()
         self._lock = asyncio.Lock()
+        # shared with the training executor (ExecutorSettings.exclusive): one measurement at a time
+        self.exclusive = exclusive or asyncio.Lock()
         self._child: asyncio.subprocess.Process | None = None
         self._ids = itertools.count(1)
         self._fingerprints: dict[tuple[str, str], str | None] = {}  # (backend kind, device JSON) -> hash
@@ -86,7 +89,9 @@ class BenchmarkExecutor:
 
     async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
         """Answer cache hits, run the rest in one child request, in order; one outcome per task."""
-        async with self._lock:
+        for ctx in ctxs:
+            check_model_allowed(ctx)
+        async with self.exclusive, self._lock:
             started = time.time()
             try:
                 configs = [self._config(c) for c in ctxs]
@@ -268,3 +273,8 @@ def _outcomes(reply: dict[str, Any], n: int, started: float) -> list[ExecOutcome
     if len(out) != n:
         raise RuntimeError(f"benchmark child answered {len(out)} results for {n} tasks")
     return out
+
+
+def build(settings: ExecutorSettings) -> BenchmarkExecutor:
+    """The ``benchmark`` kind's executor (``tasks.kinds``)."""
+    return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive)

@@ -14,6 +14,7 @@ Config: ``{"name": str, "parameters": dict}``. Handlers and how to add more are 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 import msgspec
 
 from distributed_testing.errors import ExecutionError
-from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
+from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
 from distributed_testing.worker.executors.handlers import (
     BUILTIN_HANDLERS,
     ENTRY_POINT_GROUP,
@@ -155,3 +156,12 @@ def _outcome(name: str, result: PoolResult, ctx: TaskContext) -> ExecOutcome:
     if reply.kind == "raised":
         return ExecOutcome("failed", output={"traceback": reply.traceback}, error=reply.error)
     raise ExecutionError(f"custom handler {name!r}: {reply.error}")
+
+
+def build(settings: ExecutorSettings) -> CustomExecutor:
+    """The ``custom`` kind's executor (``tasks.kinds``): a pool of ``min(slots, 2 × cores)``
+    children unless ``custom_pool_size`` says otherwise."""
+    return CustomExecutor(settings.max_concurrency,
+                          pool_size=settings.custom_pool_size or min(settings.max_concurrency, 2 * (os.cpu_count() or 1)),
+                          cache_dir=settings.cache_dir, handlers=settings.custom_handlers,
+                          pythonpath=settings.custom_pythonpath)

@@ -93,16 +93,15 @@ def sleep(parameters: dict[str, Any], ctx: HandlerContext) -> dict[str, Any]:
     return {"slept_s": round(time.monotonic() - start, 6)}
 
 
-def _setup_environment(parameters: dict[str, Any], ctx: HandlerContext) -> dict[str, Any]:
-    """Delegate to :func:`.setup_env.setup_environment` (imported here: it imports this module)."""
-    from distributed_testing.worker.executors.setup_env import setup_environment
-
-    return setup_environment(parameters, ctx)
 
 BUILTIN_HANDLERS: Mapping[str, Handler] = {
     "noop": noop,
     "sleep": sleep,
-    "setup_environment": _setup_environment,
+}
+# Built-ins that live in their own module, loaded by name on first use like any spec (that module
+# imports this one, so this one never imports it).
+BUILTIN_SPECS: Mapping[str, str] = {
+    "setup_environment": "distributed_testing.worker.executors.setup_env:setup_environment",
 }
 
 
@@ -128,7 +127,7 @@ class HandlerRegistry:
 
     def __init__(self, extra: Mapping[str, str] | None = None, *, use_entry_points: bool = True) -> None:
         self._loaded: dict[str, Handler] = dict(BUILTIN_HANDLERS)
-        self._specs: dict[str, str] = {}
+        self._specs: dict[str, str] = dict(BUILTIN_SPECS)
         for name, spec in (extra or {}).items():
             self._add_spec(name, spec, source="executor config")
         if use_entry_points:

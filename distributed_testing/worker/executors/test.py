@@ -1,6 +1,7 @@
 """The ``test`` task type: run real pytest on a file under the worker's test root.
 
-Config: ``{"test_file": str, "test_args": [str], "timeout_s": float}`` (the last two optional).
+Config: :class:`distributed_testing.tasks.configs.TestConfig` (``test_file``, ``test_args``,
+``timeout_s``), validated at submit; ``run`` decodes the struct and does not validate again.
 ``test_file`` is relative to ``ctx.test_root`` (an absolute path must lie inside it) and may carry
 a ``::node`` suffix. pytest runs as ``sys.executable -m pytest`` in its own process group with the
 test root as cwd and rootdir; arguments are passed as a list, never through a shell.
@@ -14,14 +15,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import bad_test_file, refused_test_args
-from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
+from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
 from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
     DEFAULT_TAIL_BYTES,
@@ -44,34 +47,6 @@ _PYTEST_EXIT = {
 }
 _ERROR_TAIL_CHARS = 2000
 _DRAIN_GRACE_S = 2.0
-
-
-@dataclass(frozen=True)
-class TestSpec:
-    """A validated ``test`` task config."""
-
-    __test__ = False  # not a pytest test class
-
-    test_file: str
-    test_args: tuple[str, ...] = ()
-    timeout_s: float | None = None
-
-
-def parse_test_config(config: Mapping[str, Any]) -> TestSpec:
-    """Validate a ``test`` task config; ExecutionError names the offending key."""
-    unknown = sorted(set(config) - {"test_file", "test_args", "timeout_s"})
-    if unknown:
-        raise ExecutionError(f"test task config has unknown key(s): {', '.join(unknown)}")
-    test_file = config.get("test_file")
-    if not isinstance(test_file, str) or not test_file.strip():
-        raise ExecutionError(f"test task config needs test_file as a non-empty string, got {test_file!r}")
-    args = config.get("test_args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ExecutionError(f"test_args must be a list of strings, got {args!r}")
-    timeout = config.get("timeout_s")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ExecutionError(f"timeout_s must be a positive number, got {timeout!r}")
-    return TestSpec(test_file, tuple(args), None if timeout is None else float(timeout))
 
 
 def resolve_test_path(root: Path, test_file: str) -> str:
@@ -133,7 +108,10 @@ class TestExecutor:
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
-        spec = parse_test_config(ctx.config)
+        try:  # validated at submit; only a caller that bypassed the coordinator gets here with a bad one
+            spec = msgspec.convert(ctx.config, TestConfig)
+        except msgspec.ValidationError as exc:
+            raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
         root = ctx.test_root.resolve()
         if (bad := bad_test_file(spec.test_file)) is not None:
             raise ExecutionError(bad)
@@ -239,3 +217,8 @@ def _failure_summary(summary: JUnitSummary) -> str:
         return f"{errors} of {total} tests errored"
     text = f"{failed} of {total} tests failed"
     return f"{text}; {errors} errored" if errors else text
+
+
+def build(settings: ExecutorSettings) -> TestExecutor:
+    """The ``test`` kind's executor (``tasks.kinds``)."""
+    return TestExecutor(extra_env=settings.pytest_env)

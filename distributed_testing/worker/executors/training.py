@@ -1,7 +1,6 @@
 """Multi-node DDP training tasks: one node of a gang, run by :func:`~distributed_testing.training.launch.launch`.
 
-A ``benchmark`` task whose config says ``"kind": "training"`` is one node of a training job
-(:class:`BenchmarkRouter` sends it here; every other benchmark goes to the benchmark executor).
+A ``training`` task (``tasks.kinds``) is one node of a training job per worker.
 The coordinator gives each member of the gang a :class:`~distributed_testing.protocol.messages.GangAssignment`
 (node rank, world, rendezvous address and port, whether every node has CUDA). Without one the
 config must say ``nodes: 1``: the task runs as a single node on ``127.0.0.1`` with a free port this
@@ -59,7 +58,6 @@ from typing import Any
 
 from distributed_testing.errors import ExecutionError
 from distributed_testing.protocol.messages import GangAssignment
-from distributed_testing.tasks.usercode import is_user_model, refusal
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
     LaunchCancelled,
@@ -68,11 +66,15 @@ from distributed_testing.training.errors import (
     PreflightError,
 )
 from distributed_testing.training.launch import NodeAssignment, launch
-from distributed_testing.worker.executors.base import ExecOutcome, Executor, OutcomeStatus, TaskContext
+from distributed_testing.worker.executors.base import (
+    ExecOutcome,
+    ExecutorSettings,
+    OutcomeStatus,
+    TaskContext,
+)
 
 logger = logging.getLogger(__name__)
 
-TRAINING_KIND = "training"
 # A task with no timeout (and a worker without --task-timeout) still needs a finite bound for
 # torch's collective timeout: a day.
 NO_TIMEOUT_S = 86400.0
@@ -109,11 +111,11 @@ class TrainingOptions:
 class TrainingExecutor:
     """Runs one node of a training task per call; see the module doc for the contract."""
 
-    task_type = "benchmark"
+    task_type = "training"
 
     def __init__(self, options: TrainingOptions, exclusive: asyncio.Lock | None = None) -> None:
         self.options = options
-        # Shared with the benchmark executor's callers (BenchmarkRouter): one measurement at a time.
+        # Shared with the benchmark executor (ExecutorSettings.exclusive): one measurement at a time.
         self.exclusive = exclusive or asyncio.Lock()
         self._threads: ThreadPoolExecutor | None = None
 
@@ -199,57 +201,6 @@ class TrainingExecutor:
             shutil.rmtree(path)
         path.mkdir()
         return path
-
-
-class BenchmarkRouter:
-    """The executor of the ``benchmark`` task type: configs with ``"kind": "training"`` go to the
-    training executor, the rest (and every batch) to the benchmark executor, under the lock the
-    two share (see the module doc)."""
-
-    task_type = "benchmark"
-
-    def __init__(self, benchmark: Executor, training: TrainingExecutor) -> None:
-        self.benchmark = benchmark
-        self.training = training
-
-    async def start(self) -> None:
-        await self.benchmark.start()
-        await self.training.start()
-
-    async def close(self) -> None:
-        await self.benchmark.close()
-        await self.training.close()
-
-    async def run(self, ctx: TaskContext) -> ExecOutcome:
-        check_model_allowed(ctx)
-        if is_training(ctx.config):
-            return await self.training.run(ctx)
-        async with self.training.exclusive:
-            return await self.benchmark.run(ctx)
-
-    async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
-        """Batches are inference benchmarks sharing a model (the coordinator never batches training)."""
-        for ctx in ctxs:
-            check_model_allowed(ctx)
-        if any(is_training(c.config) for c in ctxs):
-            return [await self.run(c) for c in ctxs]
-        async with self.training.exclusive:
-            outcomes: list[ExecOutcome] = await self.benchmark.run_batch(ctxs)  # type: ignore[attr-defined]
-            return outcomes
-
-
-def check_model_allowed(ctx: TaskContext) -> None:
-    """Raise ExecutionError before anything starts when the task's ``module:callable`` model
-    imports a module the worker's ``--allow-model-modules`` does not allow."""
-    name = ctx.config.get("model") if isinstance(ctx.config, dict) else None
-    if isinstance(name, str) and is_user_model(name):
-        reason = refusal(name, ctx.allow_model_modules)
-        if reason is not None:
-            raise ExecutionError(reason)
-
-
-def is_training(config: dict[str, Any]) -> bool:
-    return isinstance(config, dict) and config.get("kind") == TRAINING_KIND
 
 
 def classify_failure(log: str) -> tuple[OutcomeStatus, str]:
@@ -341,3 +292,10 @@ def _prune(run_dir: Path, keep: int) -> None:
     runs = sorted((p for p in run_dir.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in runs[keep:]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def build(settings: ExecutorSettings) -> TrainingExecutor:
+    """The ``training`` kind's executor (``tasks.kinds``); files under ``settings.training.run_dir``
+    (default ``<cache_dir>/training``)."""
+    options = settings.training or TrainingOptions(run_dir=settings.cache_dir / "training")
+    return TrainingExecutor(options, settings.exclusive)

@@ -17,8 +17,8 @@ from distributed_testing.testing import Cluster, next_message, raw_worker, run_c
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
-TRAINING = {"task_id": "ddp-1", "type": "benchmark",
-            "config": {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
+TRAINING = {"task_id": "ddp-1", "type": "training",
+            "config": {"model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
 
 
 async def send(ws: aiohttp.ClientWebSocketResponse, msg: m.Message) -> None:

@@ -216,8 +216,8 @@ async def test_a_real_workers_refused_result_is_settled_in_its_outbox(tmp_path: 
 async def test_a_non_member_cannot_report_for_a_gang_attempt(tmp_path: Path) -> None:
     """Before, a non-member's result for a running gang attempt was stored under that attempt,
     and (the first row per attempt is kept) stood in for the gang's own combined row."""
-    training = {"task_id": "ddp", "type": "benchmark", "requirements": {"tags": ["gang"]},
-                "config": {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
+    training = {"task_id": "ddp", "type": "training", "requirements": {"tags": ["gang"]},
+                "config": {"model": "mlp", "nodes": 2, "batch_size": 32, "steps": 3}}
     async with run_cluster(tmp_path, workers=0, worker_ttl_s=TTL) as c:
         keys = [await c.create_key("worker") for _ in range(3)]
         async with (raw_worker(c.base_url, keys[0], "ga", autoping=False, tags=["gang"]) as (ga, _),

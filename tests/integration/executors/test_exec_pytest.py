@@ -179,9 +179,9 @@ def test_symlink_escaping_the_root_is_rejected(tmp_path: Path) -> None:
 def test_missing_file_and_bad_config_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ExecutionError, match="not found under the test root"):
         execute(ctx(tmp_path, "test_missing.py"))
-    with pytest.raises(ExecutionError, match="test_args must be a list of strings"):
+    with pytest.raises(ExecutionError, match=r"Expected `array`, got `str` - at `\$.test_args`"):
         execute(TaskContext("t", 1, "test", {"test_file": "x.py", "test_args": "-q"}, test_root=tmp_path))
-    with pytest.raises(ExecutionError, match="unknown key"):
+    with pytest.raises(ExecutionError, match="unknown field `shell`"):
         execute(TaskContext("t", 1, "test", {"test_file": "x.py", "shell": True}, test_root=tmp_path))
 
 

@@ -77,8 +77,8 @@ async def train_on_one_worker(tmp_path: Path, start_cli_worker: StartWorker, fla
         argv = ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"),
                 "--db-path", str(tmp_path / "w.duckdb"), *flags]
         await start_cli_worker(c, argv)
-        [tid] = await c.submit({"type": "benchmark", "timeout_s": 100, "config": {
-            "kind": "training", "model": "mlp", "nodes": 1, "nproc_per_node": nproc_per_node,
+        [tid] = await c.submit({"type": "training", "timeout_s": 100, "config": {
+            "model": "mlp", "nodes": 1, "nproc_per_node": nproc_per_node,
             "batch_size": 4 * nproc_per_node, "steps": 2, "warmup_steps": 0}})
         task = await c.wait(tid, timeout=100)
     assert task["state"] == "succeeded", task["outcome"]

@@ -22,9 +22,9 @@ WORKER_MODULE = "distributed_testing.training.worker_main"
 
 
 def training(nodes: int, **extra: Any) -> dict[str, Any]:
-    config = {"kind": "training", "model": "mlp", "nodes": nodes, "nproc_per_node": 1, "batch_size": 16,
+    config = {"model": "mlp", "nodes": nodes, "nproc_per_node": 1, "batch_size": 16,
               "steps": 4, "warmup_steps": 1, "load_balance": "none", **extra}
-    return {"type": "benchmark", "timeout_s": 120, "config": config}
+    return {"type": "training", "timeout_s": 120, "config": config}
 
 
 def training_processes(root: Path) -> list[psutil.Process]:

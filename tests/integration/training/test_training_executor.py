@@ -20,17 +20,18 @@ from distributed_testing.protocol.messages import GangAssignment
 from distributed_testing.testing import free_port, wait_for
 from distributed_testing.worker.executors import default_executors
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
-from distributed_testing.worker.executors.training import BenchmarkRouter, TrainingExecutor, TrainingOptions
+from distributed_testing.worker.executors.benchmark import BenchmarkExecutor
+from distributed_testing.worker.executors.training import TrainingExecutor, TrainingOptions
 
 pytestmark = pytest.mark.asyncio
 WORKER_MODULE = "distributed_testing.training.worker_main"
-LONG_RUN = {"kind": "training", "model": "mlp", "nodes": 2, "nproc_per_node": 1, "batch_size": 16,
+LONG_RUN = {"model": "mlp", "nodes": 2, "nproc_per_node": 1, "batch_size": 16,
             "steps": 1_000_000, "warmup_steps": 0}
 
 
 def context(config: dict[str, Any], *, gang: GangAssignment | None = None, timeout_s: float | None = 120.0,
             progress: Any = None, task_id: str = "train-1") -> TaskContext:
-    return TaskContext(task_id=task_id, attempt=1, type="benchmark", config=config, timeout_s=timeout_s,
+    return TaskContext(task_id=task_id, attempt=1, type="training", config=config, timeout_s=timeout_s,
                        gang=gang, progress=progress)
 
 
@@ -71,7 +72,7 @@ class Progress:
 async def test_single_node_without_gang_runs_on_loopback_and_reports_progress(tmp_path: Path) -> None:
     progress = Progress()
     ex = executor(tmp_path, "w0")
-    config = {"kind": "training", "model": "mlp", "nodes": 1, "batch_size": 8, "steps": 4, "warmup_steps": 1}
+    config = {"model": "mlp", "nodes": 1, "batch_size": 8, "steps": 4, "warmup_steps": 1}
     try:
         outcome = await ex.run(context(config, progress=progress))
     finally:
@@ -108,10 +109,12 @@ async def test_unreachable_master_fails_the_preflight_as_retryable(tmp_path: Pat
 
 
 async def test_a_gang_member_on_a_worker_busy_with_a_benchmark_fails_at_once_as_retryable(tmp_path: Path) -> None:
-    router = default_executors(cache_dir=tmp_path)["benchmark"]
-    assert isinstance(router, BenchmarkRouter)
-    async with router.training.exclusive:  # what a running benchmark holds
-        outcome = await router.run(context(LONG_RUN, gang=gang(0, free_port())))
+    executors = default_executors(cache_dir=tmp_path)
+    bench, training = executors["benchmark"], executors["training"]
+    assert isinstance(bench, BenchmarkExecutor) and isinstance(training, TrainingExecutor)
+    assert bench.exclusive is training.exclusive  # one measurement at a time on a worker
+    async with bench.exclusive:  # what a running benchmark holds
+        outcome = await training.run(context(LONG_RUN, gang=gang(0, free_port())))
     assert outcome.status == "error" and outcome.output["retryable"] is True
     assert "busy with another benchmark or training task" in (outcome.error or "")
 
@@ -167,37 +170,6 @@ async def test_cancel_stops_this_nodes_ranks_before_returning_and_the_peer_fails
     await wait_for(lambda: not training_processes(tmp_path), timeout=30, what="every training process to exit")
 
 
-class RecordingBenchmark:
-    """Stands in for the benchmark executor: records what it was given."""
-
-    task_type = "benchmark"
-
-    def __init__(self, router_lock: asyncio.Lock | None = None) -> None:
-        self.seen: list[str] = []
-        self.lock_held: list[bool] = []
-        self.router_lock = router_lock
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def run(self, ctx: TaskContext) -> ExecOutcome:
-        self.seen.append(ctx.task_id)
-        self.lock_held.append(self.router_lock is not None and self.router_lock.locked())
-        return ExecOutcome("succeeded", output={"model": ctx.config["model"]})
-
-    async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
-        return [await self.run(c) for c in ctxs]
-
-
-async def test_router_sends_training_configs_to_training_and_the_rest_to_benchmark_under_the_lock(
-        tmp_path: Path) -> None:
-    training = executor(tmp_path, "w0")
-    bench = RecordingBenchmark(training.exclusive)
-    router = BenchmarkRouter(bench, training)  # type: ignore[arg-type]
-    inference = await router.run(context({"model": "resnet18"}, task_id="inf-1"))
-    batch = await router.run_batch([context({"model": "resnet18"}, task_id=f"b-{i}") for i in range(2)])
-    train = await router.run(context({**LONG_RUN, "steps": 2}, task_id="ddp-1"))  # no gang: refused
-    assert inference.status == "succeeded" and [o.status for o in batch] == ["succeeded"] * 2
-    assert bench.seen == ["inf-1", "b-0", "b-1"] and all(bench.lock_held)
+async def test_a_multi_node_config_without_a_gang_assignment_is_refused(tmp_path: Path) -> None:
+    train = await executor(tmp_path, "w0").run(context({**LONG_RUN, "steps": 2}, task_id="ddp-1"))
     assert train.status == "error" and "need a gang assignment" in (train.error or "")

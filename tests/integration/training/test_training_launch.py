@@ -23,7 +23,7 @@ WORKER_MODULE = "distributed_testing.training.worker_main"
 
 def node_command(config: dict[str, Any], node_rank: int, port: int, result: Path) -> list[str]:
     return [
-        sys.executable, "-m", "distributed_testing.training.launch",
+        sys.executable, "-m", "distributed_testing.cli.train_node",
         "--config", json.dumps(config), "--node-rank", str(node_rank), "--nnodes", "2",
         "--master-addr", "127.0.0.1", "--master-port", str(port), "--interface", "lo",
         "--result-path", str(result), "--cuda-device-count", "0", "--timeout-s", "150",

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from distributed_testing.netif import InterfaceError, interface_address
 from distributed_testing.training.errors import PreflightError
 from distributed_testing.training.launch import NodeAssignment, launch
-from distributed_testing.training.preflight import check_in, gather_check_ins, interface_address
+from distributed_testing.training.preflight import check_in, gather_check_ins
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -84,5 +85,5 @@ def test_port_in_use_on_node_zero_is_reported(free_port: int) -> None:
 
 def test_interface_address() -> None:
     assert interface_address("lo") == "127.0.0.1"
-    with pytest.raises(PreflightError, match="does not exist"):
+    with pytest.raises(InterfaceError, match="does not exist"):
         interface_address("no-such-nic0")

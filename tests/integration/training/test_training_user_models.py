@@ -28,7 +28,7 @@ def factory():
 
 
 def config(model: str) -> dict[str, object]:
-    return {"kind": "training", "model": model, "nodes": 1, "nproc_per_node": 1, "batch_size": 4, "steps": 2,
+    return {"model": model, "nodes": 1, "nproc_per_node": 1, "batch_size": 4, "steps": 2,
             "warmup_steps": 0}
 
 
@@ -43,8 +43,8 @@ async def test_a_rank_refuses_a_factory_from_a_module_the_worker_does_not_allow(
     ex = TrainingExecutor(TrainingOptions(run_dir=tmp_path / "runs", interface="lo",
                                          allow_model_modules=("dt_train_ok",)))
     try:
-        refused = await ex.run(TaskContext("evil", 1, "benchmark", config("dt_train_evil:factory"), timeout_s=90))
-        allowed = await ex.run(TaskContext("ok", 1, "benchmark", config("dt_train_ok:factory"), timeout_s=90))
+        refused = await ex.run(TaskContext("evil", 1, "training", config("dt_train_evil:factory"), timeout_s=90))
+        allowed = await ex.run(TaskContext("ok", 1, "training", config("dt_train_ok:factory"), timeout_s=90))
     finally:
         await ex.close()
     assert refused.status == "failed", refused

@@ -30,8 +30,8 @@ def spec(task_id: str, max_retries: int = 0) -> specs.TaskSpec:
 
 
 def training(task_id: str) -> specs.TaskSpec:
-    config = {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 64, "steps": 5}
-    return specs.parse_tasks({"task_id": task_id, "type": "benchmark", "config": config})[0]
+    config = {"model": "mlp", "nodes": 2, "batch_size": 64, "steps": 5}
+    return specs.parse_tasks({"task_id": task_id, "type": "training", "config": config})[0]
 
 
 def register(wid: str, running: tuple[tuple[str, int], ...] = ()) -> m.Register:

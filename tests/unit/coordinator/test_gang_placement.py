@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.gang import Baselines, Gang, PortPool, gang_nodes, nodes_summary, training_summary
+from distributed_testing.coordinator.gang import (
+    Baselines,
+    Gang,
+    PortPool,
+    nodes_summary,
+    training_summary,
+)
 from distributed_testing.coordinator.placement import (
     WorkerView,
     describe,
     gang_pending_reason,
-    implied_hardware,
     pick_gang,
     requirement_key,
 )
 from distributed_testing.protocol import messages as m
+from distributed_testing.tasks.kinds import BUILTIN
 from distributed_testing.tasks.spec import Requirements
 
 ANY = requirement_key(Requirements())
@@ -51,13 +57,14 @@ def test_gang_pending_reasons() -> None:
 
 
 def test_training_needs_cuda_only_for_nccl_or_fp16() -> None:
-    base = {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 8, "steps": 1}
-    assert implied_hardware("benchmark", base) == ()
-    assert implied_hardware("benchmark", {**base, "backend": "auto"}) == ()
-    assert implied_hardware("benchmark", {**base, "backend": "nccl"}) == ("cuda",)
-    assert implied_hardware("benchmark", {**base, "precision": "fp16"}) == ("cuda",)
-    assert gang_nodes("benchmark", base) == 2 and gang_nodes("benchmark", {"model": "mlp"}) == 0
-    assert gang_nodes("custom", base) == 0
+    base = {"model": "mlp", "nodes": 2, "batch_size": 8, "steps": 1}
+    training, bench, custom = BUILTIN.get("training"), BUILTIN.get("benchmark"), BUILTIN.get("custom")
+    assert training.hardware(training.decode(base)) == ()
+    assert training.hardware(training.decode({**base, "backend": "auto"})) == ()
+    assert training.hardware(training.decode({**base, "backend": "nccl"})) == ("cuda",)
+    assert training.hardware(training.decode({**base, "precision": "fp16"})) == ("cuda",)
+    assert training.gang_size(training.decode(base)) == 2 and bench.gang_size(bench.decode({"model": "mlp"})) == 0
+    assert custom.gang_size(custom.decode({"name": "noop"})) == 0
 
 
 def test_port_pool_unique_per_address_rotating_and_bounded() -> None:

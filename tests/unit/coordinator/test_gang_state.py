@@ -27,8 +27,8 @@ POLICY = Policy(worker_grace_s=GRACE, worker_ttl_s=1e9, gang_max_wait_s=WAIT,
 
 
 def training(task_id: str, nodes: int = 2, *, max_retries: int = 0, priority: int = 0, **cfg: Any) -> specs.TaskSpec:
-    config = {"kind": "training", "model": "mlp", "nodes": nodes, "batch_size": 64, "steps": 5, **cfg}
-    return specs.parse_tasks({"task_id": task_id, "type": "benchmark", "config": config,
+    config = {"model": "mlp", "nodes": nodes, "batch_size": 64, "steps": 5, **cfg}
+    return specs.parse_tasks({"task_id": task_id, "type": "training", "config": config,
                               "max_retries": max_retries, "priority": priority})[0]
 
 
@@ -108,7 +108,7 @@ def test_gang_is_reserved_all_or_nothing(sim: Sim) -> None:
     assert a0.gang == m.GangAssignment(node_rank=0, nnodes=2, master_addr="10.0.0.1", master_port=29500,
                                        all_cuda=False, members=["w1", "w2"])
     assert a1.gang is not None and a1.gang.node_rank == 1 and a1.gang.master_addr == "10.0.0.1"
-    assert a0.config["kind"] == "training" and a0.type == "benchmark"
+    assert "kind" not in a0.config and a0.type == "training"
     assert sim.running("w1") == sim.running("w2") == {"g"}
     t = sim.task("g")
     assert t.state == "assigned" and t.worker_id == "w1"

@@ -30,11 +30,11 @@ def test_refusal_names_the_module_and_the_flag() -> None:
 
 
 def test_model_module_only_for_user_models() -> None:
-    assert model_module("benchmark", {"model": "os:system"}) == "os"
-    assert model_module("benchmark", {"kind": "training", "model": "pkg.m:factory"}) == "pkg.m"
-    assert model_module("benchmark", {"model": "bert-base-uncased"}) is None
-    assert model_module("benchmark", {"model": "mlp"}) is None
-    assert model_module("test", {"test_file": "a:b"}) is None
+    assert model_module(True, {"model": "os:system"}) == "os"
+    assert model_module(True, {"model": "pkg.m:factory"}) == "pkg.m"
+    assert model_module(True, {"model": "bert-base-uncased"}) is None
+    assert model_module(True, {"model": "mlp"}) is None
+    assert model_module(False, {"test_file": "a:b"}) is None
 
 
 def test_flag_values_are_checked() -> None:

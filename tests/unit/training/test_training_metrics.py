@@ -2,7 +2,8 @@ from typing import Any
 
 import pytest
 
-from distributed_testing.training.metrics import build_result, scaling_efficiency
+from distributed_testing.coordinator.gang import scaling_efficiency
+from distributed_testing.training.metrics import build_result
 
 CONFIG = {
     "model": "mlp",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.worker.executors.training import classify_failure, is_training
+from distributed_testing.worker.executors.training import classify_failure
 from distributed_testing.worker.factory import cuda_device_count
 
 KILLED = """
@@ -56,11 +56,6 @@ def test_only_the_root_cause_counts_for_a_killed_rank() -> None:
     """Ranks the agent stopped after the first failure (SIGTERM, -15) are listed under Failures:
     that is the agent's cleanup, not why the node failed."""
     assert classify_failure(PEER_LOST)[0] == "error" and "signal" not in classify_failure(PEER_LOST)[1]
-
-
-def test_is_training() -> None:
-    assert is_training({"kind": "training", "model": "mlp"})
-    assert not is_training({"model": "resnet18"}) and not is_training({"kind": "inference"})
 
 
 @pytest.mark.parametrize(("hardware", "count"), [

@@ -1,0 +1,150 @@
+"""The config struct of each built-in task kind, with the defaults its runner really uses, and
+the cross-field rules a JSON Schema cannot say. Pure: imports no runner.
+
+Each ``check_*`` function takes the raw config dict (it knows which keys were given) and the
+struct decoded from it, and returns ``(field, error)`` pairs; an empty list means valid. The
+worker decodes the same struct from the assignment and never validates again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .pytest_args import bad_test_file, path_error, refused_test_args
+from .usercode import is_user_model, model_name_error
+
+INT64_MAX = 2**63 - 1
+PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Problems = list[tuple[str, str]]
+
+# torch devices (cuda/rocm may carry an index) and the openvino device names
+DEVICE_PATTERN = r"^(cpu|mps|gpu|npu|(cuda|rocm)(:[0-9]+)?)$"
+TORCH_HARDWARE = ("cpu", "cuda", "rocm", "mps")
+TRAINING_BUILTIN_MODELS = ("cnn", "mlp", "transformer")
+
+
+class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One inference (or single-node training-mode) benchmark; every key the runner reads.
+    ``device`` and ``autocast`` left out take the worker's defaults."""
+
+    model: NonEmpty
+    batch_sizes: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1])
+    backend: Literal["eager", "compile", "openvino"] = "eager"
+    device: Annotated[str, msgspec.Meta(pattern=DEVICE_PATTERN)] | None = None
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+    autocast: bool | None = None
+    mode: Literal["inference", "training"] = "inference"
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    learning_rate: Annotated[float, msgspec.Meta(gt=0)] = 1e-4
+    warmup: PositiveInt = 3
+    iterations: PositiveInt = 30
+    min_duration_s: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    sequence_length: PositiveInt = 128
+    image_size: PositiveInt = 224
+    input_shape: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] | None = None
+    tiny: bool = False
+    model_config: dict[str, Any] = {}
+    weights: Literal["auto", "pretrained", "random"] = "auto"
+    optimize_for: Literal["latency", "throughput"] = "latency"
+    cuda_streams: PositiveInt = 1
+    seed: NonNegativeInt = 0
+    name: str | None = None
+
+
+TRAINING_ONLY_KEYS = ("optimizer", "learning_rate")
+
+
+def check_benchmark(raw: dict[str, Any], cfg: BenchmarkConfig) -> Problems:
+    out: Problems = []
+    if cfg.mode != "training":
+        out += [(k, "only applies to mode: training") for k in TRAINING_ONLY_KEYS if k in raw]
+    if is_user_model(cfg.model) and (bad := model_name_error(cfg.model)) is not None:
+        out.append(("model", bad))
+    return out
+
+
+def benchmark_hardware(cfg: BenchmarkConfig) -> tuple[str, ...]:
+    """A torch device names its hardware; the openvino backend needs openvino."""
+    base = (cfg.device or "").partition(":")[0]
+    needs = [base] if base in TORCH_HARDWARE else []
+    if cfg.backend == "openvino":
+        needs.append("openvino")
+    return tuple(needs)
+
+
+def benchmark_batch_key(cfg: BenchmarkConfig) -> tuple[object, ...]:
+    """Benchmarks equal in these share one model load on one worker."""
+    return (cfg.model, cfg.backend, cfg.precision, str(cfg.device), cfg.mode, cfg.tiny)
+
+
+class TrainingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A multi-node DDP training benchmark; ``batch_size`` is the GLOBAL batch per optimizer step
+    (see docs/tasks.md). ``rebalance_interval`` applies to ``dynamic``/``hybrid`` only and
+    defaults to 10 there."""
+
+    model: NonEmpty
+    nodes: PositiveInt
+    batch_size: PositiveInt
+    steps: PositiveInt
+    nproc_per_node: PositiveInt | Literal["auto"] = "auto"
+    warmup_steps: NonNegativeInt = 5
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    load_balance: Literal["none", "proportional", "dynamic", "hybrid"] = "none"
+    rebalance_interval: PositiveInt | None = None
+
+
+def check_training(raw: dict[str, Any], cfg: TrainingConfig) -> Problems:
+    out: Problems = []
+    if cfg.model not in TRAINING_BUILTIN_MODELS:
+        if not is_user_model(cfg.model):
+            out.append(("model", f"{cfg.model!r} is neither a built-in model ({', '.join(TRAINING_BUILTIN_MODELS)}) "
+                                 "nor a 'package.module:factory' path"))
+        elif (bad := model_name_error(cfg.model)) is not None:
+            out.append(("model", bad))
+    if cfg.batch_size < cfg.nodes:
+        out.append(("batch_size", f"global batch {cfg.batch_size} is smaller than nodes={cfg.nodes}"))
+    elif isinstance(cfg.nproc_per_node, int) and cfg.batch_size < cfg.nodes * cfg.nproc_per_node:
+        out.append(("batch_size", f"global batch {cfg.batch_size} is smaller than the world size "
+                                  f"{cfg.nodes * cfg.nproc_per_node}"))
+    if cfg.load_balance in ("proportional", "hybrid") and cfg.warmup_steps < 1:
+        out.append(("warmup_steps", f"{cfg.load_balance} profiles during warmup; needs warmup_steps >= 1"))
+    if cfg.load_balance not in ("dynamic", "hybrid") and "rebalance_interval" in raw:
+        out.append(("rebalance_interval", f"only applies to dynamic or hybrid, not {cfg.load_balance!r}"))
+    return out
+
+
+def training_hardware(cfg: TrainingConfig) -> tuple[str, ...]:
+    """nccl and fp16 need CUDA on every node."""
+    return ("cuda",) if cfg.backend == "nccl" or cfg.precision == "fp16" else ()
+
+
+class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A pytest run: ``test_file`` under the worker's test root (``path::node`` allowed).
+    ``timeout_s`` bounds the pytest run; the task's own ``timeout_s`` applies too (the lower wins)."""
+
+    __test__ = False  # not a pytest test class
+
+    test_file: NonEmpty
+    test_args: list[str] = []
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
+def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
+    out: Problems = []
+    bad = bad_test_file(cfg.test_file) or path_error(None, cfg.test_file, "test_file")
+    if bad is not None:
+        out.append(("test_file", bad))
+    out += [("test_args", e) for e in refused_test_args(cfg.test_args)]
+    return out
+
+
+class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A named handler the worker's operator installed, called with ``parameters``."""
+
+    name: NonEmpty
+    parameters: dict[str, Any] = {}
