@@ -27,6 +27,7 @@ A failed user task is data (a result with a status), never one of these.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -115,3 +116,28 @@ class StoreError(DTError):
 
 class ExecutionError(DTError):
     """The executor itself could not run the task (bad config, missing library, crash)."""
+
+
+# The HTTP answer for each error the REST API and the dashboard may raise (the tree above);
+# anything else is a 500. Most specific first: PermissionDenied before AuthError.
+HTTP_STATUS: tuple[tuple[type[DTError], int], ...] = (
+    (ValidationError, 400), (PermissionDenied, 403), (AuthError, 401), (NotFound, 404), (Conflict, 409),
+    (RateLimited, 429), (Unavailable, 503), (StoreError, 503))
+
+
+def http_status(exc: DTError) -> int:
+    return next((code for cls, code in HTTP_STATUS if isinstance(exc, cls)), 500)
+
+
+def http_body(exc: DTError) -> dict[str, Any]:
+    """The JSON error body every 4xx/5xx of ours has: ``error``, ``message`` (and ``errors``)."""
+    body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, ValidationError):
+        body["errors"] = exc.errors
+    return body
+
+
+def http_headers(exc: DTError, status: int) -> dict[str, str] | None:
+    if isinstance(exc, RateLimited | Unavailable):
+        return {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return {"WWW-Authenticate": "Bearer"} if status == 401 else None

@@ -16,14 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # Lowest first. A unit is a top-level module or package of distributed_testing.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif"),
+    ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif", "promhttp", "regress"),
     ("journal", "protocol", "tasks"),
     ("security",),
-    ("bench", "training"),  # the runners, used by worker executors
+    ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts
     ("coordinator", "worker"),
-    ("dashboard",),
     ("cli",),
-    ("testing",),
+    ("testing", "pytest_plugin"),
 ]
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 RUNNERS = ("bench", "training")

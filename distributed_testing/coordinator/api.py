@@ -25,14 +25,15 @@ from aiohttp import web
 
 from ..errors import (
     AuthError,
-    Conflict,
     DTError,
     NotFound,
     PermissionDenied,
     RateLimited,
-    StoreError,
     Unavailable,
     ValidationError,
+    http_body,
+    http_headers,
+    http_status,
 )
 from ..security import auth as sa
 from ..security import keys as sk
@@ -72,21 +73,14 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
                         content_type="application/json", charset="utf-8")
 
 
-# StoreError: the write failed and the coordinator is stopping (coordinator/supervisor.py)
-_STATUS = {ValidationError: 400, PermissionDenied: 403, AuthError: 401, NotFound: 404, Conflict: 409,
-           RateLimited: 429, Unavailable: 503, StoreError: 503}
-
-
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
-    """A domain error as (status, JSON body, extra headers); ``where`` names the request in the log
-    when the error is unexpected (500)."""
-    status = next((code for cls, code in _STATUS.items() if isinstance(exc, cls)), 500)
+    """A domain error as (status, JSON body, extra headers) (``errors.HTTP_STATUS``); ``where``
+    names the request in the log when the error is unexpected (500). A StoreError is 503: the
+    write failed and the coordinator is stopping (coordinator/supervisor.py)."""
+    status = http_status(exc)
     if status == 500:
         log.error("unexpected domain error on %s", where, exc_info=exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if isinstance(exc, RateLimited | Unavailable):
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
-    return status, _error_body(exc), headers
+    return status, http_body(exc), http_headers(exc, status)
 
 
 def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
@@ -128,13 +122,6 @@ def check_worker_capacity(app: web.Application) -> None:
     if len(app[RUNTIME].sessions) >= cap:
         _failure_log(time.monotonic(), "refused a worker handshake: %d worker sessions open (--max-worker-sessions)", cap)
         raise Unavailable(f"the coordinator serves at most {cap} worker sessions (--max-worker-sessions)", 5.0)
-
-
-def _error_body(exc: DTError) -> dict[str, Any]:
-    body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, ValidationError):
-        body["errors"] = exc.errors
-    return body
 
 
 @web.middleware

@@ -16,16 +16,23 @@ Metric names (all prefixed ``dt_``) are listed in docs/operations.md, "Metrics".
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..promhttp import CONTENT_TYPE, serve_metrics
+from .state import CoordinatorState
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class Runtime(Protocol):
+    """What the collector reads of ``runtime.Runtime`` (named here, not imported: the runtime
+    imports this module)."""
+
+    state: CoordinatorState
+    stats: Any
+    sessions: Any
 
 __all__ = ["CONTENT_TYPE", "Metrics", "StateCollector", "serve_metrics"]
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

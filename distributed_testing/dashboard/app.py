@@ -27,7 +27,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from ..errors import DTError, PermissionDenied
+from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
 
@@ -120,10 +120,10 @@ async def _session_middleware(request: web.Request, handler: Handler) -> web.Str
     try:
         return await handler(request)
     except DTError as exc:
-        from ..coordinator.api import error_parts
-
-        status, body, headers = error_parts(exc, f"dashboard {request.method} {request.path}")
-        return _json(body, status, headers)
+        status = http_status(exc)
+        if status == 500:
+            log.error("unexpected error on dashboard %s %s", request.method, request.path, exc_info=exc)
+        return _json(http_body(exc), status, http_headers(exc, status))
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
