@@ -100,6 +100,10 @@ class WithEnvironment:
         if hasattr(inner, "run_batch"):  # the agent batches only executors that can
             self.run_batch = self._run_batch
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the inner executor's (``handler_names`` of the custom executor, ...)."""
+        return getattr(self.inner, name)
+
     async def start(self) -> None:
         await self.inner.start()
         self.probe.prefetch()
