@@ -248,6 +248,7 @@ class Runtime:
             elif isinstance(c, CloseWorker):
                 s = self.sessions.get(c.worker_id)
                 if s is not None and s.session_id == c.session_id:
+                    log.warning("worker %s: closing its session: %s", c.worker_id, c.reason)
                     s.close(c.reason)
             elif isinstance(c, Notify):
                 self._observe_outcomes(c.task_ids)
