@@ -29,7 +29,10 @@ from fuzz_support import CASES, Background, background_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distributed_testing.coordinator.api import ROUTES
+from distributed_testing.coordinator.api import ROUTES as ALL_ROUTES
+
+# the change feed never ends a 200 answer (server-sent events): its own tests cover it
+ROUTES = [r for r in ALL_ROUTES if r[1] != "/api/v1/events"]
 from distributed_testing.tasks.spec import parse_tasks, task_json_schema
 from distributed_testing.testing import Cluster
 
