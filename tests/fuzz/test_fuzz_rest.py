@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 
 from distributed_testing.coordinator.api import ROUTES as ALL_ROUTES
 
-# the change feed never ends a 200 answer (server-sent events): its own tests cover it
-ROUTES = [r for r in ALL_ROUTES if r[1] != "/api/v1/events"]
 from distributed_testing.tasks.spec import parse_tasks, task_json_schema
 from distributed_testing.testing import Cluster
+
+# the change feed never ends a 200 answer (server-sent events): its own tests cover it
+ROUTES = [r for r in ALL_ROUTES if r[1] != "/api/v1/events"]
 
 pytestmark = pytest.mark.timeout(180)
 
