@@ -30,7 +30,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distributed_testing.coordinator.api import ROUTES as ALL_ROUTES
-
 from distributed_testing.tasks.spec import parse_tasks, task_json_schema
 from distributed_testing.testing import Cluster
 
