@@ -45,6 +45,18 @@ class EnvironmentProbe:
         if self._prefetch is None and self._value is None:
             self._prefetch = asyncio.create_task(self.get(), name="environment-probe")
 
+    async def ready(self, wait_s: float = 1.0) -> dict[str, Any]:
+        """:meth:`get` when it answers within ``wait_s``; else ``{"unavailable": ...}`` saying the
+        probe is still running: a result is never held back for its fingerprint."""
+        self.prefetch()
+        if self._value is not None:
+            return dict(self._value)
+        assert self._prefetch is not None
+        try:
+            return dict(await asyncio.wait_for(asyncio.shield(self._prefetch), wait_s))
+        except TimeoutError:
+            return {"unavailable": f"the environment probe had not finished {wait_s:g} s after the task"}
+
     async def close(self) -> None:
         """Stop a collection still under way (its child is killed with it)."""
         if self._prefetch is not None and not self._prefetch.done():
@@ -121,7 +133,7 @@ class WithEnvironment:
 
     async def _stamp(self, outcome: ExecOutcome) -> ExecOutcome:
         if "environment" not in outcome.output:
-            outcome.output["environment"] = await self.probe.get()
+            outcome.output["environment"] = await self.probe.ready()
         return outcome
 
 
