@@ -37,7 +37,7 @@ from ..coordinator.server import create_app, make_runner, nofile
 from ..coordinator.supervisor import EXIT_FATAL
 from ..errors import ConfigError, StoreError
 from ..security import secret_file, tls
-from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
+from .common import add_log_flag, metrics_port, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
 
@@ -149,16 +149,7 @@ def _metrics_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, 
     if mode not in METRICS_MODES:
         raise ConfigError(f"{'--metrics' if source == 'flag' else 'DT_METRICS'}: must be one of "
                           f"{', '.join(METRICS_MODES)}, got {mode!r}")
-    raw, source = env_pick(ns.metrics_port, env, "DT_METRICS_PORT")
-    port = None
-    if raw is not None:
-        where = "--metrics-port" if source == "flag" else "DT_METRICS_PORT"
-        try:
-            port = int(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: expected a port number, got {raw!r}") from exc
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
+    port = metrics_port(ns.metrics_port, env)
     return {"metrics": mode, "metrics_port": port}
 
 

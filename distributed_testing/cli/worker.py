@@ -47,7 +47,7 @@ from ..tasks.usercode import parse_module_prefixes
 from ..worker import metrics as worker_metrics
 from ..worker.agent import SessionRejected, WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings, swap_unavailable_reason
-from .common import add_log_flag, setup_logging, tune_gc
+from .common import add_log_flag, metrics_port, setup_logging, tune_gc
 
 log = logging.getLogger(__name__)
 
@@ -251,16 +251,9 @@ def _limit_flags(ns: argparse.Namespace) -> dict[str, float]:
 
 def _metrics(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
     """``--metrics-port`` / DT_METRICS_PORT and ``--metrics-host`` / DT_METRICS_HOST."""
-    raw, src = env_pick(ns.metrics_port, env, "DT_METRICS_PORT")
-    if raw is None:
+    port = metrics_port(ns.metrics_port, env)
+    if port is None:
         return {}
-    where = "--metrics-port" if src == "flag" else "DT_METRICS_PORT"
-    try:
-        port = int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: expected a port number, got {raw!r}") from exc
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
     host, _ = env_pick(ns.metrics_host, env, "DT_METRICS_HOST", "127.0.0.1")
     return {"metrics_port": port, "metrics_host": host}
 
