@@ -11,9 +11,12 @@ is on disk. The coordinator acknowledges a submission or a worker's result only 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
+
+from ...tasks.states import TERMINAL as TERMINAL
 
 SCHEMA_VERSION = 2
 
@@ -88,12 +91,21 @@ Record = TaskRow | ResultRow | WorkerRow | KeyRow | MetaRow
 
 
 class Snapshot(msgspec.Struct):
-    """Everything loaded at start. Results are not loaded; they are queried."""
+    """What a coordinator loads at start: the active work, not the history.
+
+    ``tasks`` holds only tasks whose state is not in ``TERMINAL`` (pending, assigned, running), in
+    ``seq`` order; finished tasks and results stay in the store and are queried
+    (``get_tasks``, ``query_tasks``, ``query_results``), so start time and memory follow the
+    active work, not everything ever submitted. ``task_counts`` counts every stored task by state
+    (terminal ones included) and ``max_seq`` is the largest ``seq`` of any stored task (0 when
+    none), so submission order continues after a restart."""
 
     tasks: list[TaskRow] = []
     workers: list[WorkerRow] = []
     keys: list[KeyRow] = []
     meta: dict[str, str] = {}
+    task_counts: dict[str, int] = {}
+    max_seq: int = 0
 
 
 class ResultQuery(msgspec.Struct, frozen=True):
@@ -114,6 +126,43 @@ class ResultQuery(msgspec.Struct, frozen=True):
     offset: int = 0
 
 
+class TaskQuery(msgspec.Struct, frozen=True):
+    """A page of tasks (``GET /api/v1/tasks``): every given filter must hold.
+
+    - ``state``, ``type``, ``worker_id``, ``submitted_by``: equal to the task's field.
+    - ``tag``: in ``spec["requirements"]["tags"]`` (a list of strings; absent means none).
+    - ``since`` <= ``submitted_at`` < ``until``.
+
+    Order: newest first by ``submitted_at``, ties by ``seq`` descending; then ``offset`` and
+    ``limit``. ``total`` in the answer counts every match, before offset and limit."""
+
+    state: str | None = None
+    type: str | None = None
+    worker_id: str | None = None
+    tag: str | None = None
+    submitted_by: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+class TaskPage(msgspec.Struct):
+    tasks: list[TaskRow]
+    total: int
+
+
+class TaskStats(msgspec.Struct):
+    """History for the overview, computed by the store over ``[since, since + n * bucket_s)``:
+    ``submitted[i]`` counts tasks with ``submitted_at`` in bucket ``i``, ``finished[i]`` tasks
+    in a terminal state with ``updated_at`` in bucket ``i``; ``recent_failures`` are the newest
+    (by ``updated_at``, at most ``failures`` of them) tasks in state failed, timed_out or error."""
+
+    submitted: list[int]
+    finished: list[int]
+    recent_failures: list[TaskRow]
+
+
 class Store(Protocol):
     async def open(self) -> Snapshot:
         """Open (creating and migrating the schema when needed) and load the snapshot."""
@@ -123,6 +172,15 @@ class Store(Protocol):
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
         """Results matching every given filter, newest first. Sees every completed append."""
+
+    async def get_tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
+        """The stored rows of these tasks (ids not stored are absent). Sees every completed append."""
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        """One page of tasks matching ``query`` (see ``TaskQuery``). Sees every completed append."""
+
+    async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
+        """Per-bucket submitted/finished counts and the latest failures (see ``TaskStats``)."""
 
     async def watch(self) -> None:
         """Run while the store is open; raise ``StoreError`` if its background work (a writer, a
