@@ -13,15 +13,18 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 7  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+PROTOCOL_VERSION = 8  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
 # 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
 # worker that has its handler instead of failing on one that does not); 7: register.heartbeat_interval_s,
-# registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract)
+# registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract);
+# 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
 Attempt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 WorkerState = Literal["ready", "constrained", "draining"]
+MAX_PIPELINE_DEPTH = 256
+PipelineDepth = Annotated[int, msgspec.Meta(ge=0, le=MAX_PIPELINE_DEPTH)]
 
 
 class _Msg(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True):
@@ -69,6 +72,10 @@ class Register(_Msg, frozen=True, tag="register"):
     # worker that lists its handler. None: not reported (a test double speaking the protocol by
     # hand); the worker agent always reports its list.
     handlers: list[str] | None = None
+    # ``--pipeline-depth``: how many assigned tasks this worker accepts beyond its slots, queued
+    # to run one after another as slots free (0: none). The coordinator decides how many it
+    # actually sends ahead from the durations it observes (docs/protocol.md, "Pipelining").
+    pipeline_depth: PipelineDepth = 0
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
@@ -193,6 +200,22 @@ class Cancel(_Msg, frozen=True, tag="cancel"):
     reason: str
 
 
+class TakeBack(_Msg, frozen=True, tag="take_back"):
+    """C→W: give back these attempts if they have not started here (they wait behind a long task
+    while another worker is idle). Answered with one ``taken_back``."""
+
+    tasks: list[TaskRef]
+
+
+class TakenBack(_Msg, frozen=True, tag="taken_back"):
+    """W→C, the answer to ``take_back``. ``dropped``: these attempts had not started and never will
+    here (the coordinator may requeue them as a new attempt); ``kept``: these had already started,
+    or are not held here at all: their results come (or came) as usual."""
+
+    dropped: list[TaskRef]
+    kept: list[TaskRef]
+
+
 class ErrorMsg(_Msg, frozen=True, tag="error"):
     """Either direction: the peer's last message was rejected. ``code`` is a ProtocolError code."""
 
@@ -221,7 +244,8 @@ class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
     token: str
 
 
-Message = Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck | Cancel | ErrorMsg | Drain | Goodbye | AuthRenew
+Message = (Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck
+           | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew)
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls

@@ -13,6 +13,10 @@ A :class:`Kind` says, for one value of a task's ``type``:
   worker has it, naming ``config.<handler_field>``.
 - ``imports_model``: its ``config.model`` may name a ``module:callable`` (placement checks the
   workers' ``--allow-model-modules``).
+- ``pipelined``: a task of this kind may be sent to a busy worker ahead of a free slot, to run
+  there once the tasks before it finish (``--pipeline-depth``; docs/protocol.md, "Pipelining").
+  Off for kinds that must run alone on their worker (benchmark, training): they are placed only
+  on a free slot, and no task is queued behind one.
 - ``executor``: ``"package.module:factory"``, the worker-side factory that builds its executor
   from :class:`~distributed_testing.worker.executors.base.ExecutorSettings`. It is a string so
   that this package imports no runner.
@@ -74,6 +78,7 @@ class Kind:
     handler: Callable[[Any], str | None] = _no_handler
     handler_field: str = "name"
     imports_model: bool = False
+    pipelined: bool = False
 
     def decode(self, raw: dict[str, Any]) -> Any:
         """The config struct of a config that passed submit validation (raises
@@ -127,8 +132,9 @@ BUILTIN = Registry((
     Kind("training", c.TrainingConfig, "distributed_testing.worker.executors.training:build",
          check=c.check_training, hardware=c.training_hardware, gang_size=lambda cfg: cfg.nodes,
          imports_model=True),
-    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test),
-    Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build", handler=lambda cfg: cfg.name),
+    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test, pipelined=True),
+    Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build", handler=lambda cfg: cfg.name,
+         pipelined=True),
 ))
 
 _active: list[Registry] = [BUILTIN]

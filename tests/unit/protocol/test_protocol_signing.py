@@ -91,6 +91,7 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         memory_gb=finite,
         running=ref_lists,
         abandoned=ref_lists,
+        pipeline_depth=st.integers(min_value=0, max_value=m.MAX_PIPELINE_DEPTH),
     ),
     m.Registered: st.builds(
         m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite,
@@ -113,6 +114,8 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     m.Results: st.builds(m.Results, results=st.lists(task_results, max_size=3)),
     m.ResultAck: st.builds(m.ResultAck, tasks=ref_lists),
     m.Cancel: st.builds(m.Cancel, task=task_refs, reason=text),
+    m.TakeBack: st.builds(m.TakeBack, tasks=ref_lists),
+    m.TakenBack: st.builds(m.TakenBack, dropped=ref_lists, kept=ref_lists),
     m.ErrorMsg: st.builds(m.ErrorMsg, code=text, detail=text, fatal=st.booleans()),
     m.Drain: st.builds(m.Drain, reason=text, deadline_s=finite),
     m.Goodbye: st.builds(m.Goodbye, reason=text, handed_back=ref_lists),
