@@ -8,6 +8,11 @@ that module (``--allow-model-modules``, reported at registration). Among eligibl
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
 
+A worker that pipelines (``--pipeline-depth``) may also take a *pipelined* task (custom, test)
+when none has a free slot: it holds it ahead of its slots and runs it once the tasks before it
+finish (:func:`pick_ahead`; ``WorkerView.ahead_room`` says how many more it may hold now). A task
+that must run alone (benchmark, training) goes only to a free slot, and no task is queued behind one.
+
 A gang task (multi-node training) needs ``nodes`` *distinct* eligible workers, each with a free
 slot, at once: :func:`pick_gang` returns all of them or nothing, ordered the same way (the first
 is node rank 0).
@@ -52,10 +57,47 @@ class WorkerView:
     available_memory_mb: float | None = None  # offered to new tasks, from heartbeats; None: not reported
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
+    # Pipelining (coordinator/pipeline.py): how many tasks it may hold beyond its slots now, and
+    # which held slots stop anything from being queued behind them: tasks that must run alone
+    # (``exclusive``), and pipelined tasks that ran past the worker's started delay (``started``).
+    window: int = 0
+    started: set[str] = field(default_factory=set)
+    exclusive: set[str] = field(default_factory=set)
 
     @property
     def free_slots(self) -> int:
         return max(0, self.max_concurrent - len(self.running)) if self.accepting else 0
+
+    @property
+    def ahead_room(self) -> int:
+        """How many more pipelined tasks it may hold beyond its slots now (0 while it holds a task
+        that must run alone, or every slot runs a task that announced itself started)."""
+        if self.window <= 0 or not self.accepting or self.exclusive or len(self.started) >= self.max_concurrent:
+            return 0
+        return max(0, self.max_concurrent + self.window - len(self.running))
+
+    @property
+    def stuck(self) -> bool:
+        """It holds tasks ahead of its slots while every slot runs a long or exclusive task: those
+        tasks wait for an unknown time (candidates for a take-back)."""
+        return len(self.running) > self.max_concurrent and len(self.started) + len(self.exclusive) >= self.max_concurrent
+
+    def hold(self, slot: str, *, exclusive: bool = False, started: bool = False) -> None:
+        self.running.add(slot)
+        if exclusive:
+            self.exclusive.add(slot)
+        elif started:
+            self.started.add(slot)
+
+    def release(self, slot: str) -> None:
+        self.running.discard(slot)
+        self.started.discard(slot)
+        self.exclusive.discard(slot)
+
+    def release_all(self) -> None:
+        self.running.clear()
+        self.started.clear()
+        self.exclusive.clear()
 
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
@@ -81,6 +123,20 @@ def pick_worker(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None
             continue
         if best is None or (w.free_slots, best.worker_id) > (best.free_slots, w.worker_id):
             best = w
+    return best
+
+
+def pick_ahead(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None:
+    """The eligible worker with the most ``ahead_room`` (ties: lowest id) for a pipelined task that
+    found no free slot, or None."""
+    best: WorkerView | None = None
+    best_room = 0
+    for w in workers:
+        room = w.ahead_room
+        if room <= 0 or unmet(key, w):
+            continue
+        if best is None or (room, best.worker_id) > (best_room, w.worker_id):
+            best, best_room = w, room
     return best
 
 

@@ -38,6 +38,7 @@ from ..tasks.states import ACTIVE, check_transition, is_terminal
 from ..tasks.usercode import model_module
 from .gang import Baselines, Gang, PortPool, attempt_row, success_row
 from .identity import check_owner, held
+from .pipeline import Pace
 from .placement import (
     NO_REQUIREMENTS,
     ReqKey,
@@ -46,6 +47,7 @@ from .placement import (
     handler_refusal,
     model_module_refusal,
     pending_reason,
+    pick_ahead,
     pick_gang,
     pick_worker,
     requirement_key,
@@ -118,6 +120,9 @@ class Policy:
     gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
     gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
     strict: bool = False  # refuse at submit a custom task whose handler no connected worker has
+    # Pipelining (coordinator/pipeline.py): a task sent ahead waits behind at most about this much
+    # queued work on its worker, judged by the durations the worker reports
+    pipeline_budget_s: float = 0.02
 
     def liveness(self, requested_s: float) -> Liveness:
         """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
@@ -159,9 +164,11 @@ class Task:
     batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
     gang: Gang | None = None  # multi-node training tasks only
+    pipelined: bool = False  # may wait on a busy worker ahead of a free slot (its kind's ``pipelined``)
 
     def __post_init__(self) -> None:
         kind = specs.kind_of(self.spec)
+        self.pipelined = kind.pipelined
         cfg = kind.decode(self.spec.config)
         self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
                                    model_module(kind.imports_model, self.spec.config), kind.handler(cfg))
@@ -199,6 +206,7 @@ class Worker:
     address: str = ""  # where other workers reach it (gang rendezvous); Register.address
     key_id: str = ""  # the key this worker id is bound to ("": none yet, or released by an admin)
     liveness: Liveness = Liveness(1.0, 3.0)  # this session's contract (set at registration)
+    pace: Pace = field(default_factory=lambda: Pace(0))  # this session's pipelining window
 
     @property
     def worker_id(self) -> str:
@@ -228,6 +236,10 @@ class CoordinatorState:
         self._gangs_active: dict[str, Task] = {}  # gang tasks assigned or running
         self._ports = PortPool(*self.policy.gang_port_range)
         self.baselines = Baselines()  # single-node training throughput, for scaling efficiency
+        # Take-backs asked and not answered yet: task id -> (worker holding it, attempt, idle
+        # worker it is meant for). At most one per task; each counts against its idle worker's slots.
+        self._taking_back: dict[str, tuple[str, int, str]] = {}
+        self._ahead: set[str] = set()  # workers given tasks ahead of their slots (maybe holding some still)
 
     # ----------------------------------------------------------------- tasks
 
@@ -348,11 +360,14 @@ class CoordinatorState:
         first = w.first_seen if w else now
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
                    first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id,
-                   liveness=liveness)
+                   liveness=liveness, pace=Pace(reg.pipeline_depth))
         self.workers[reg.worker_id] = w
+        self._forget_take_backs(reg.worker_id)  # asked of an older session: that answer never comes
         cmds += self._reconcile(w, {r.task_id: r.attempt for r in reg.running},
                                 {r.task_id: r.attempt for r in reg.finished}, now,
                                 {(r.task_id, r.attempt) for r in reg.abandoned})
+        if len(view.running) > view.max_concurrent:  # it still holds tasks sent ahead to its last session
+            self._ahead.add(reg.worker_id)
         cmds.append(Save(w.row()))
         return cmds + self.dispatch(now)
 
@@ -364,7 +379,7 @@ class CoordinatorState:
         for t in self.tasks.values():
             if t.worker_id == w.worker_id and t.state in ACTIVE and t.gang is None:
                 if announced.get(t.task_id) == t.attempt:
-                    w.view.running.add(t.slot or t.task_id)
+                    w.view.hold(t.slot or t.task_id, exclusive=not t.pipelined, started=t.state == "running")
                 elif finished.get(t.task_id) == t.attempt:
                     self._free_slot(t)  # done there; the re-sent result makes the outcome
                 elif (t.task_id, t.attempt) in abandoned:
@@ -407,7 +422,7 @@ class CoordinatorState:
         if w.worker_id not in g.members or w.worker_id in g.held:
             return
         if announced.get(t.task_id) == t.attempt:
-            w.view.running.add(t.task_id)
+            w.view.hold(t.task_id, exclusive=True)
             g.awaiting.pop(w.worker_id, None)
         else:
             g.awaiting.setdefault(w.worker_id, now + self.policy.worker_grace_s)
@@ -440,6 +455,7 @@ class CoordinatorState:
         if w is None or w.session_id != session_id or not w.connected:
             return []
         w.connected, w.disconnected_at = False, now
+        self._forget_take_backs(worker_id)
         return [Save(w.row())]
 
     def goodbye(self, worker_id: str, msg: m.Goodbye, now: float) -> list[Command]:
@@ -506,6 +522,11 @@ class CoordinatorState:
                     (worker_id in t.gang.members) if t.gang is not None else t.worker_id == worker_id):
                 self._transition(t, "running", f"started on {worker_id}", now)
                 cmds.append(Save(t.row()))
+                if t.pipelined and (w := self.workers.get(worker_id)) is not None:
+                    w.view.started.add(t.slot or t.task_id)  # ran past the started delay: nothing queues behind it
+        w = self.workers.get(worker_id)
+        if w is not None and w.view.stuck:  # tasks held ahead now wait behind a long one: maybe take them back
+            cmds += self.dispatch(now)
         return cmds
 
     def progress(self, worker_id: str, msg: m.TaskProgress, now: float) -> list[Command]:
@@ -520,6 +541,7 @@ class CoordinatorState:
         cmds: list[Command] = []
         notify: list[str] = []
         acked: list[m.TaskRef] = []
+        w = self.workers.get(worker_id)
         for r in msg.results:
             t = self.tasks.get(r.task_id)
             why = self._refusal(t, worker_id, r.attempt)
@@ -533,6 +555,8 @@ class CoordinatorState:
             acked.append(m.TaskRef(r.task_id, r.attempt))
             if t.attempt == r.attempt and t.worker_id == worker_id:
                 self._free_slot(t)
+                if t.pipelined and w is not None:
+                    w.view.window = w.pace.observe(r.finished_at - r.started_at, self.policy.pipeline_budget_s)
             cmds.append(Save(ResultRow(
                 task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status,
                 started_at=r.started_at, finished_at=r.finished_at, received_at=now,
@@ -576,7 +600,7 @@ class CoordinatorState:
                 for t in [t for t in self.tasks.values() if t.worker_id == w.worker_id and t.state in ACTIVE and t.gang is None]:
                     cmds += self._lose(t, cause, now)
                 cmds += self._gang_member_lost(w.worker_id, cause, now)
-                w.view.running.clear()
+                w.view.release_all()
         if self._gangs_active:
             cmds += self._gang_deadlines(now)
         return cmds + self.dispatch(now)
@@ -584,10 +608,19 @@ class CoordinatorState:
     # --------------------------------------------------------------- dispatch
 
     def dispatch(self, now: float) -> list[Command]:
-        """Assign as many pending tasks as eligible workers have free slots for."""
-        workers = [w.view for w in self.workers.values() if w.connected and w.view.free_slots > 0]
-        if not workers or not (self._queues or self._gangs_pending):
+        """Assign as many pending tasks as eligible workers have free slots for, then pipelined
+        ones ahead of the slots of workers whose window allows (:mod:`.pipeline`); then ask
+        workers stuck behind a long task for the tasks they hold ahead, for the workers still
+        idle (``TakeBack``)."""
+        workers = [w.view for w in self.workers.values() if w.connected and (w.view.free_slots > 0 or w.view.window > 0)]
+        if not workers:
             return []
+        cmds = self._assign(workers, now) if (self._queues or self._gangs_pending) else []
+        if self._taking_back or (self._ahead and any(v.free_slots > 0 for v in workers)):
+            cmds += self._take_back(workers)
+        return cmds
+
+    def _assign(self, workers: list[WorkerView], now: float) -> list[Command]:
         singles: dict[str, list[list[Task]]] = defaultdict(list)
         batched: dict[str, list[list[Task]]] = defaultdict(list)
         blocked: set[ReqKey] = set()
@@ -601,13 +634,18 @@ class CoordinatorState:
                 if placed is not None:
                     gang_cmds += placed
                 elif self._starving(g, now):
-                    workers = [w for w in workers if unmet(g.key, w)]  # the rest of this round keeps off its workers
+                    workers[:] = [w for w in workers if unmet(g.key, w)]  # the rest of this round keeps off its workers
                 continue
             if best is None:
                 break
             key, t = best
             group = self._batch_group(key, t, now)
             w = pick_worker(key, workers) if group else None
+            ahead = w is None and t.pipelined and len(group) == 1
+            if ahead:
+                w = pick_ahead(key, workers)
+                if w is not None:
+                    self._ahead.add(w.worker_id)
             if w is None:
                 blocked.add(key)
                 continue
@@ -616,8 +654,9 @@ class CoordinatorState:
                 member.attempt += 1
                 member.worker_id, member.slot = w.worker_id, slot
                 self._transition(member, "assigned", f"dispatched to {w.worker_id}"
-                                 + (f" in {slot} of {len(group)}" if len(group) > 1 else ""), now)
-            w.running.add(slot)
+                                 + (f" in {slot} of {len(group)}" if len(group) > 1 else "")
+                                 + (" ahead of a free slot" if ahead else ""), now)
+            w.hold(slot, exclusive=not t.pipelined)
             if len(group) > 1:
                 self._batches[slot] = {member.task_id for member in group}
             if w.available_memory_mb is not None and key[3]:
@@ -628,6 +667,70 @@ class CoordinatorState:
         cmds += [Send(wid, m.AssignTasks([self._assignment(t) for t in g], batch_id=g[0].slot))
                  for wid, gs in batched.items() for g in gs]
         return cmds + gang_cmds if gang_cmds else cmds
+
+    def _take_back(self, workers: list[WorkerView]) -> list[Command]:
+        """Ask workers stuck behind a long or exclusive task (``WorkerView.stuck``) for the tasks
+        they hold ahead of their slots, oldest first (priority, then FIFO), one for each free slot
+        of an eligible worker not already promised one. Sends ``TakeBack``; the task moves only
+        when the worker answers that it had not started it (:meth:`taken_back`)."""
+        for tid, (holder, attempt, _) in list(self._taking_back.items()):
+            t = self.tasks.get(tid)
+            if t is None or t.state != "assigned" or t.attempt != attempt or t.worker_id != holder:
+                del self._taking_back[tid]  # settled otherwise (result, cancel, loss): no longer a claim
+        idle = {v.worker_id: v.free_slots for v in workers if v.free_slots > 0}
+        for _, _, to in self._taking_back.values():
+            if to in idle:
+                idle[to] -= 1
+        if not any(n > 0 for n in idle.values()):
+            return []
+        waiting: list[Task] = []
+        for wid in list(self._ahead):
+            w = self.workers.get(wid)
+            if w is None or len(w.view.running) <= w.view.max_concurrent:
+                self._ahead.discard(wid)  # holds nothing ahead any more
+            elif w.connected and w.view.stuck:
+                waiting += [t for tid in w.view.running if tid not in w.view.started and tid not in self._taking_back
+                            and (t := self.tasks.get(tid)) is not None and t.state == "assigned" and t.pipelined]
+        if not waiting:
+            return []
+        views = {v.worker_id: v for v in workers}
+        asks: dict[str, list[m.TaskRef]] = defaultdict(list)
+        for t in sorted(waiting, key=lambda t: (-t.spec.priority, t.seq)):
+            dest = next((i for i, n in idle.items() if n > 0 and i != t.worker_id and not unmet(t.key, views[i])), None)
+            if dest is None:
+                continue
+            assert t.worker_id is not None
+            idle[dest] -= 1
+            self._taking_back[t.task_id] = (t.worker_id, t.attempt, dest)
+            asks[t.worker_id].append(t.ref())
+        return [Send(wid, m.TakeBack(refs)) for wid, refs in asks.items()]
+
+    def taken_back(self, worker_id: str, msg: m.TakenBack, now: float) -> list[Command]:
+        """The answer to a ``TakeBack``. A ``dropped`` attempt never started and never will on
+        ``worker_id``: it is requeued (at no retry cost) and dispatched as a new attempt. A
+        ``kept`` one had started: it stays, and its result counts. A drop of an attempt nobody
+        asked this worker for is refused and changes nothing."""
+        cmds: list[Command] = []
+        for ref in msg.dropped:
+            claim = self._taking_back.get(ref.task_id)
+            if claim is None or claim[:2] != (worker_id, ref.attempt):
+                cmds.append(Refused(worker_id, "taken_back", ref, "no take-back of this attempt was asked of this worker"))
+                continue
+            del self._taking_back[ref.task_id]
+            t = self.tasks[ref.task_id]
+            if t.state in ACTIVE and t.attempt == ref.attempt and t.worker_id == worker_id:
+                cmds += self._requeue(t, f"taken back from {worker_id} before it started (waiting behind a long task "
+                                         f"while {claim[2]} was idle)", now, count=False)
+        for ref in msg.kept:
+            claim = self._taking_back.get(ref.task_id)
+            if claim is not None and claim[:2] == (worker_id, ref.attempt):
+                del self._taking_back[ref.task_id]
+        return cmds + self.dispatch(now)
+
+    def _forget_take_backs(self, worker_id: str) -> None:
+        """The session ``worker_id`` was asked on is gone: its answers never come."""
+        for tid in [tid for tid, (holder, _, _) in self._taking_back.items() if holder == worker_id]:
+            del self._taking_back[tid]
 
     def _batch_group(self, key: ReqKey, head: Task, now: float) -> list[Task]:
         """``head`` plus the pending tasks that can share its model load (at most batch_max);
@@ -688,7 +791,7 @@ class CoordinatorState:
         g.place([w.worker_id for w in chosen], addresses, port, all("cuda" in w.capabilities for w in chosen), now)
         t.worker_id, t.slot = chosen[0].worker_id, t.task_id
         for w in chosen:
-            w.running.add(t.task_id)
+            w.hold(t.task_id, exclusive=True)
             if w.available_memory_mb is not None and t.key[3]:
                 w.available_memory_mb -= t.key[3]
         ranks = ", ".join(f"{wid} (rank {r})" for r, wid in enumerate(g.members))
@@ -721,7 +824,7 @@ class CoordinatorState:
                 finished_at=r.finished_at, received_at=now, output=r.output, error=r.error, task_type=t.type))]
         w = self.workers.get(worker_id)
         if w is not None:
-            w.view.running.discard(t.task_id)  # this node is done
+            w.view.release(t.task_id)  # this node is done
         g.held[worker_id] = r
         g.awaiting.pop(worker_id, None)
         if r.status != "succeeded":
@@ -776,7 +879,7 @@ class CoordinatorState:
         for wid in g.members:
             w = self.workers.get(wid)
             if w is not None:
-                w.view.running.discard(t.task_id)
+                w.view.release(t.task_id)
         if g.master_port:
             self._ports.release(g.master_addr, g.master_port)
         g.clear()
@@ -878,7 +981,7 @@ class CoordinatorState:
                 return  # the rest of the batch still runs in this slot
             del self._batches[slot]
         if w is not None:
-            w.view.running.discard(slot)
+            w.view.release(slot)
 
     # ---------------------------------------------------------------- restore
 

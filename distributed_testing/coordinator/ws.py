@@ -68,6 +68,11 @@ def _results(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Comman
     return rt.state.results(s.worker_id, msg, now)
 
 
+def _taken_back(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.TakenBack)
+    return rt.state.taken_back(s.worker_id, msg, now)
+
+
 def _goodbye(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
     assert isinstance(msg, m.Goodbye)
     return rt.state.goodbye(s.worker_id, msg, now)
@@ -93,6 +98,7 @@ HANDLERS: dict[type[m.Message], Handler] = {
     m.TaskStarted: _started,
     m.TaskProgress: _progress,
     m.Results: _results,
+    m.TakenBack: _taken_back,
     m.Goodbye: _goodbye,
     m.AuthRenew: _auth_renew,
     m.ErrorMsg: _peer_error,
