@@ -129,6 +129,9 @@ class WorkerConfig:
     reconnect_attempts: int = 10
     reconnect_interval_s: float = 1.0
     max_concurrent_tasks: int = 1
+    # --pipeline-depth: tasks the coordinator may send beyond the slots, to wait here and start as
+    # slots free (it decides how many from the durations it observes; docs/protocol.md, "Pipelining")
+    pipeline_depth: int = 16
     task_timeout_s: float | None = None
     cache_models: bool = False
     mixed_precision: bool = False

@@ -2,9 +2,10 @@
 
 Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_API_KEY_FILE,
 DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_CA_FILE, DT_ALLOW_MODEL_MODULES and
-DT_ALLOW_TEST_OPTIONS, DT_METRICS_PORT and DT_METRICS_HOST stand in for --coordinator, --api-key,
---api-key-file, --name, --db-path, --interface, --ca-file, --allow-model-modules,
---allow-test-options, --metrics-port and --metrics-host (flags win). Once the
+DT_ALLOW_TEST_OPTIONS, DT_METRICS_PORT, DT_METRICS_HOST and DT_PIPELINE_DEPTH stand in for
+--coordinator, --api-key, --api-key-file, --name, --db-path, --interface, --ca-file,
+--allow-model-modules, --allow-test-options, --metrics-port, --metrics-host and --pipeline-depth
+(flags win). Once the
 configuration is read, the credential variables are removed from the process environment, so no
 task child inherits them.
 """
@@ -41,6 +42,7 @@ from ..config import (
 from ..errors import ConfigError
 from ..netif import InterfaceError, interface_address
 from ..promhttp import serve_metrics
+from ..protocol.messages import MAX_PIPELINE_DEPTH
 from ..retry import RetriesExhausted
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes
@@ -79,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=PROFILES,
                    help="preset of concurrency, task timeout and limits (see README); explicit flags win")
     p.add_argument("--max-concurrent-tasks", type=int, help="tasks run at once (default 1, or the profile's)")
+    p.add_argument("--pipeline-depth", metavar="N",
+                   help="short tasks the coordinator may send beyond --max-concurrent-tasks, queued here to start "
+                        "as slots free, so a worker does not wait a round trip between millisecond tasks; the "
+                        "coordinator sends fewer (none for tasks of 20 ms or more) and never queues anything "
+                        f"behind a benchmark or training task; 0 turns pipelining off (0..{MAX_PIPELINE_DEPTH}, "
+                        "default 16; env DT_PIPELINE_DEPTH)")
     p.add_argument("--task-timeout", type=float, help="seconds a task may run when it sets no timeout_s (default: none)")
     limits = p.add_argument_group("resource limits (over a limit: no new tasks until back under it for the cool-down)")
     limits.add_argument("--max-cpu-percent", type=float, help="system-wide CPU use above which no new task is taken")
@@ -169,9 +177,23 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         cuda_streams=int(positive(ns.cuda_streams, "--cuda-streams")) if ns.cuda_streams is not None else None,
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
         interface=_interface(ns, env), allow_model_modules=_allow_model_modules(ns, env),
+        pipeline_depth=_pipeline_depth(ns, env),
         allow_test_options=_allow_test_options(ns, env), **_metrics(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _pipeline_depth(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """``--pipeline-depth`` / DT_PIPELINE_DEPTH: an integer 0..MAX_PIPELINE_DEPTH (default 16)."""
+    raw, src = env_pick(ns.pipeline_depth, env, "DT_PIPELINE_DEPTH", str(WorkerConfig.pipeline_depth))
+    where = "--pipeline-depth" if src in ("flag", "default") else src
+    try:
+        depth = int(str(raw))
+    except ValueError:
+        raise ConfigError(f"{where}: expected a whole number of tasks, got {raw!r}") from None
+    if not 0 <= depth <= MAX_PIPELINE_DEPTH:
+        raise ConfigError(f"{where}: must be 0..{MAX_PIPELINE_DEPTH} (0: no pipelining), got {depth}")
+    return depth
 
 
 def _heartbeat_interval(value: float | None) -> float | None:

@@ -118,14 +118,14 @@ class WorkerAgent:
         self.capabilities = capabilities
         self.credentials = credentials
         self.clock = clock
-        self.state = WorkerState(batch_types=frozenset(t for t, ex in executors.items() if hasattr(ex, "run_batch")))
+        self.state = WorkerState(batch_types=frozenset(t for t, ex in executors.items() if hasattr(ex, "run_batch")),
+                                 slots=config.max_concurrent_tasks)
         self._runs: dict[int, asyncio.Task[None]] = {}  # by run id (state.Start)
         self.registered = asyncio.Event()
         self.draining = False
         self.sessions = 0  # sessions established (registered) since start
         self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
-        self._slots = asyncio.Semaphore(config.max_concurrent_tasks)
         self._channel: Channel | None = None
         self._http: aiohttp.ClientSession | None = None  # for the WebSocket only, one per run()
         self._handshake = _HandshakeProbe()
@@ -349,7 +349,7 @@ class WorkerAgent:
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
                           abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
-                          handlers=advertised_handlers(self.executors))
+                          handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth)
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -443,7 +443,11 @@ class WorkerAgent:
 
     async def _on_cancel(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Cancel)
-        self._apply(self.state.cancel(msg))
+        await self._apply_all(self.state.cancel(msg, self.clock()))
+
+    async def _on_take_back(self, msg: m.Message) -> None:
+        assert isinstance(msg, m.TakeBack)
+        self._apply(self.state.take_back(msg))
 
     async def _on_drain(self, msg: m.Message) -> None:
         """The coordinator's drain: the same graceful stop as SIGTERM, with its deadline. It runs
@@ -497,6 +501,7 @@ class WorkerAgent:
 
     def _run_ended(self, run: int, _task: asyncio.Task[None]) -> None:
         self._runs.pop(run, None)
+        self._apply(self.state.run_ended(run))  # its slot goes to the next queued run
 
     def _do_kill(self, ins: Instruction) -> None:
         assert isinstance(ins, Kill)
@@ -547,31 +552,30 @@ class WorkerAgent:
         self._apply(self.state.hold_expired(self.clock()))
 
     async def _execute(self, a: m.TaskAssignment) -> None:
+        """One task; started by the state only once a slot is free (``state.Start``)."""
         ref = m.TaskRef(a.task_id, a.attempt)
-        async with self._slots:
-            announce = asyncio.get_running_loop().call_later(STARTED_DELAY_S, self._announce_started, ref)
-            try:
-                outcome = await self._run_executor(a)
-            finally:
-                announce.cancel()
+        announce = asyncio.get_running_loop().call_later(STARTED_DELAY_S, self._announce_started, ref)
+        try:
+            outcome = await self._run_executor(a)
+        finally:
+            announce.cancel()
         await self._report(a, outcome)
 
     async def _execute_batch(self, batch: list[m.TaskAssignment]) -> None:
         """Several tasks in one executor call (one model load); one slot for the whole batch."""
         ex = self.executors[batch[0].type]
-        async with self._slots:
-            for a in batch:
-                self._announce_started(m.TaskRef(a.task_id, a.attempt))
-            ctxs = [self._context(a) for a in batch]
-            try:
-                outcomes = await ex.run_batch(ctxs)  # type: ignore[attr-defined]
-            except ExecutionError as exc:
-                outcomes = [ExecOutcome("error", error=str(exc)) for _ in batch]
-            except asyncio.CancelledError:
-                cancelled = [a.task_id for a in batch if (r := self.running.get(a.task_id)) and r.cancel_reason]
-                if not cancelled:
-                    raise
-                outcomes = [self._batch_cancel_outcome(a, cancelled) for a in batch]
+        for a in batch:
+            self._announce_started(m.TaskRef(a.task_id, a.attempt))
+        ctxs = [self._context(a) for a in batch]
+        try:
+            outcomes = await ex.run_batch(ctxs)  # type: ignore[attr-defined]
+        except ExecutionError as exc:
+            outcomes = [ExecOutcome("error", error=str(exc)) for _ in batch]
+        except asyncio.CancelledError:
+            cancelled = [a.task_id for a in batch if (r := self.running.get(a.task_id)) and r.cancel_reason]
+            if not cancelled:
+                raise
+            outcomes = [self._batch_cancel_outcome(a, cancelled) for a in batch]
         for a, outcome in zip(batch, outcomes, strict=True):
             await self._report(a, outcome)
 
@@ -631,6 +635,7 @@ class WorkerAgent:
                 pass
             except Exception:
                 log.exception("the drain failed")
+        self.state.closing()  # a cancelled run's slot must not start a queued one now
         runs = list(self._runs.values())
         for t in runs:
             t.cancel()
@@ -729,6 +734,7 @@ _HANDLERS: dict[type[Any], Callable[[WorkerAgent, m.Message], Awaitable[None]]] 
     m.ResultAck: WorkerAgent._on_ack,
     m.Confirm: WorkerAgent._on_confirm,
     m.Cancel: WorkerAgent._on_cancel,
+    m.TakeBack: WorkerAgent._on_take_back,
     m.Drain: WorkerAgent._on_drain,
     m.ErrorMsg: WorkerAgent._on_error,
 }

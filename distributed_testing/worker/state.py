@@ -1,20 +1,22 @@
 """The worker's bookkeeping: events in, instructions out. Pure: no awaits, no clock, no sockets.
 
-What a worker knows about its attempts lives here, and only here: which attempts run (and in
-which run, a batch sharing one), which assignments are still *provisional* (sent before the
+What a worker knows about its attempts lives here, and only here: which attempts it holds (and in
+which run, a batch sharing one), which runs have started and which wait for a slot (the
+coordinator may send tasks ahead of the worker's slots: pipelining), which assignments are still *provisional* (sent before the
 coordinator's record was durable, see ``AssignTasks.provisional``), the ``started``
 announcements and results waiting to go out, the results sent before their confirm, and the
 attempts abandoned because their session ended first. ``agent.py`` is the shell: it feeds the
 events below and executes the instructions they return, in order.
 
 Events (one method each): ``assign``, ``announce`` (a task ran past the ``started`` delay),
-``finished``, ``flush`` (the end of the loop iteration a ``FlushSoon`` asked for),
-``hold_expired``, ``registered``, ``ack``, ``confirm``, ``cancel``, ``session_ended``,
-``hand_back`` / ``handed_back`` (a drain's leftovers). Time is passed in where a message carries it.
+``finished``, ``run_ended`` (a run's coroutine is over: its slot is free), ``flush`` (the end of
+the loop iteration a ``FlushSoon`` asked for), ``hold_expired``, ``registered``, ``ack``,
+``confirm``, ``cancel``, ``take_back``, ``session_ended``, ``hand_back`` / ``handed_back`` (a
+drain's leftovers), ``closing`` (the worker stops). Time is passed in where a message carries it.
 
-Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call;
-a killed run reports nothing unless its attempt was cancelled by the coordinator, see
-``cancel``); :class:`Keep` a result in the outbox until acknowledged, :class:`Forget` the
+Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call,
+started only while fewer than ``slots`` runs are under way, in the order assigned; a killed run
+reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the outbox until acknowledged, :class:`Forget` the
 acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
 / :class:`RecordFinished` running attempts in the outbox (for ``--recover``); :class:`FlushSoon`
 (call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
@@ -28,13 +30,16 @@ Contracts kept here (docs/protocol.md, "Provisional assignments"):
   results dropped, and they are named in the next ``register`` (``abandoned``);
 * a newer attempt of a task supersedes the one running here, which is stopped and reports nothing;
 * only one ``results`` message waits for its ack at a time: results finished meanwhile are held
-  and sent together when the ack comes or the hold ends.
+  and sent together when the ack comes or the hold ends;
+* a run waiting for a slot has not started: a ``take_back`` drops it (it never starts here, and
+  the answer says so, so the coordinator may give the task to another worker as a new attempt);
+  a run that has started is never dropped by a ``take_back``, and its result is reported as usual.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..protocol import messages as m
 
@@ -124,10 +129,15 @@ class Attempt:
 @dataclass(slots=True)
 class WorkerState:
     """``batch_types``: the task types whose executor runs a batch in one call; a batched
-    assignment of another type runs task by task."""
+    assignment of another type runs task by task. ``slots``: runs under way at once
+    (``--max-concurrent-tasks``); later ones wait in ``queued``, in the order assigned."""
 
     batch_types: frozenset[str] = frozenset()
-    running: dict[str, Attempt] = field(default_factory=dict)  # by task id
+    slots: int = 1
+    running: dict[str, Attempt] = field(default_factory=dict)  # every attempt held here, by task id
+    queued: dict[int, Start] = field(default_factory=dict)  # runs waiting for a slot, in order (not started)
+    active: set[int] = field(default_factory=set)  # runs started and not ended
+    closed: bool = False  # the worker stops: nothing more starts
     # Provisional attempts, by key: their number (confirmed by a ``confirm`` with upto >= it),
     # their held ``started`` announcements, and their results sent but not yet kept.
     unconfirmed: dict[Key, int] = field(default_factory=dict)
@@ -160,27 +170,81 @@ class WorkerState:
                  if a.task_id not in self.running or self.running[a.task_id].assignment.attempt < a.attempt]
         out: list[Instruction] = []
         for a in fresh:
-            old = self.running.pop(a.task_id, None)
+            old = self.running.get(a.task_id)
             if old is not None:
                 log.warning("task %s: attempt %d supersedes attempt %d still running here; stopping that one",
                             a.task_id, a.attempt, old.assignment.attempt)
-                if not any(r.run == old.run for r in self.running.values()):  # a batch runs on
-                    out.append(Kill(old.run))
+                out += self._drop(a.task_id)
             if msg.provisional:
                 self.unconfirmed[(a.task_id, a.attempt)] = msg.provisional
         if not fresh:
             return out
         if msg.batch_id and len(fresh) > 1 and len({a.type for a in fresh}) == 1 and fresh[0].type in self.batch_types:
-            out.append(self._start(fresh, batched=True))
+            self._queue(fresh, batched=True)
         else:
-            out += [self._start([a]) for a in fresh]
-        return out
+            for a in fresh:
+                self._queue([a])
+        return out + self._admit()
 
-    def _start(self, group: list[m.TaskAssignment], batched: bool = False) -> Start:
+    def _queue(self, group: list[m.TaskAssignment], batched: bool = False) -> None:
         self.runs += 1
         for a in group:
             self.running[a.task_id] = Attempt(a, self.runs)
-        return Start(self.runs, tuple(group), batched)
+        self.queued[self.runs] = Start(self.runs, tuple(group), batched)
+
+    def _admit(self) -> list[Instruction]:
+        """Start queued runs, oldest first, while a slot is free."""
+        out: list[Instruction] = []
+        while self.queued and len(self.active) < self.slots and not self.closed:
+            run = next(iter(self.queued))
+            out.append(self.queued.pop(run))
+            self.active.add(run)
+        return out
+
+    def _drop(self, task_id: str) -> list[Instruction]:
+        """Stop holding ``task_id``'s attempt: a queued one leaves its run (never started), a
+        started run is killed once no other attempt shares it. It reports nothing."""
+        r = self.running.pop(task_id)
+        start = self.queued.get(r.run)
+        if start is not None:
+            rest = tuple(a for a in start.assignments if a.task_id != task_id)
+            if rest:
+                self.queued[r.run] = replace(start, assignments=rest)
+            else:
+                del self.queued[r.run]
+            return []
+        if any(o.run == r.run for o in self.running.values()):  # a batch runs on
+            return []
+        return [Kill(r.run)]
+
+    def run_ended(self, run: int) -> list[Instruction]:
+        """Run ``run`` is over (finished, killed or failed): its slot goes to the next queued run."""
+        self.active.discard(run)
+        return self._admit()
+
+    def take_back(self, msg: m.TakeBack) -> list[Instruction]:
+        """The coordinator wants these attempts back if they have not started: each still waiting
+        for a slot is dropped (never started here, so nothing is ever reported for it); the answer
+        lists the rest as kept (started here, finished, or not held: their results stand)."""
+        dropped: list[m.TaskRef] = []
+        kept: list[m.TaskRef] = []
+        for ref in msg.tasks:
+            r = self.attempt(ref.task_id, ref.attempt)
+            if r is not None and r.run in self.queued:
+                self._drop(ref.task_id)
+                key = (ref.task_id, ref.attempt)
+                self.unconfirmed.pop(key, None)
+                self.quiet_started.discard(key)
+                dropped.append(ref)
+            else:
+                kept.append(ref)
+        return [Send(m.TakenBack(dropped, kept))]
+
+    def closing(self) -> None:
+        """The worker stops: no queued run starts any more (the attempts stay held, so they are
+        recorded as interrupted like the running ones)."""
+        self.closed = True
+        self.queued.clear()
 
     def announce(self, ref: m.TaskRef) -> list[Instruction]:
         """``ref`` is running past the ``started`` delay (a batch: at once): announce it, unless
@@ -281,13 +345,23 @@ class WorkerState:
                 out.append(Keep(sent))
         return out
 
-    def cancel(self, msg: m.Cancel) -> list[Instruction]:
-        """The coordinator cancels this attempt: its run is killed and reports ``cancelled``."""
+    def cancel(self, msg: m.Cancel, now: float) -> list[Instruction]:
+        """The coordinator cancels this attempt: its run is killed and reports ``cancelled``; one
+        still waiting for a slot never starts and reports ``cancelled`` at once."""
         r = self.attempt(msg.task.task_id, msg.task.attempt)
         if r is None:
             return []
         r.cancel_reason = msg.reason
-        return [Kill(r.run)]
+        if r.run not in self.queued:
+            return [Kill(r.run)]
+        start = self.queued[r.run]
+        rest = tuple(a for a in start.assignments if a.task_id != msg.task.task_id)
+        if rest:
+            self.queued[r.run] = replace(start, assignments=rest)
+        else:
+            del self.queued[r.run]
+        return self.finished(m.TaskResult(task_id=msg.task.task_id, attempt=msg.task.attempt, status="cancelled",
+                                          started_at=now, finished_at=now, error=msg.reason))
 
     def session_ended(self) -> list[Instruction]:
         """The session ended before these provisional assignments were confirmed: the coordinator
@@ -301,10 +375,10 @@ class WorkerState:
         out: list[Instruction] = []
         for task_id, attempt in self.unconfirmed:
             self.abandoned.append(m.TaskRef(task_id, attempt))
-            if (r := self.attempt(task_id, attempt)) is not None:
-                del self.running[task_id]  # so the killed run reports nothing
-                if Kill(r.run) not in out:
-                    out.append(Kill(r.run))
+            if self.attempt(task_id, attempt) is not None:
+                for kill in self._drop(task_id):  # so the killed run reports nothing
+                    if kill not in out:
+                        out.append(kill)
         self.result_buf = [r for r in self.result_buf if (r.task_id, r.attempt) not in self.unlogged]
         self.unconfirmed.clear()
         self.unlogged.clear()
@@ -315,7 +389,8 @@ class WorkerState:
         """A drain's deadline passed: the attempts still running, and the kills that stop them.
         They stay running here (a cancelled one may still report) until ``handed_back``."""
         refs = self.running_refs()
-        return refs, [Kill(run) for run in dict.fromkeys(r.run for r in self.running.values())]
+        self.queued.clear()  # never to start: handed back with the rest
+        return refs, [Kill(run) for run in dict.fromkeys(r.run for r in self.running.values()) if run in self.active]
 
     def handed_back(self, refs: list[m.TaskRef]) -> list[Instruction]:
         """Their runs have stopped: forget them (stopped on purpose, so not a crash to recover)."""

@@ -14,7 +14,11 @@ which goes out at once as *provisional* and is confirmed once durable. After eve
   really produced for that attempt (no task runs twice to an outcome);
 * the current attempt of an active task runs on at most one worker, and no worker starts an
   attempt the coordinator handed out once a second time;
-* the coordinator never refuses a worker's report (a worker only speaks for attempts it held).
+* the coordinator never refuses a worker's report (a worker only speaks for attempts it held);
+* pipelining: the workers register with a ``pipeline_depth``, so the coordinator sends tasks ahead
+  of their slots once short results come back, and takes them back for an idle worker when they
+  wait behind a task that announced itself started. An attempt a worker dropped for a take-back
+  never starts there, and one it kept stays where it is (its result counts).
 
 At the end everyone reconnects and the system is left to settle: every task ends, and every
 result is acknowledged or superseded (no outbox holds anything) — no task lost.
@@ -41,7 +45,7 @@ from distributed_testing.worker import state as ws
 
 POLICY = Policy(worker_grace_s=10.0, worker_ttl_s=30.0,
                 retry_backoff=Backoff(base_s=1.0, factor=2.0, max_s=4.0, jitter=0.0))
-FLEET = {"w1": {"slots": 2, "recover": True}, "w2": {"slots": 1, "recover": False}}
+FLEET = {"w1": {"slots": 2, "recover": True, "depth": 2}, "w2": {"slots": 1, "recover": False, "depth": 1}}
 Key = tuple[str, int]
 
 
@@ -67,11 +71,16 @@ class Worker:
     """One worker process: its pure state and its runs (lost when killed), and its durable
     outbox: kept results and running records (kept when killed)."""
 
-    state: ws.WorkerState = field(default_factory=ws.WorkerState)
+    state: ws.WorkerState
     runs: dict[int, Run] = field(default_factory=dict)
     hold_armed: bool = False
     kept: dict[Key, m.TaskResult] = field(default_factory=dict)
     records: set[Key] = field(default_factory=set)
+    dropped: set[Key] = field(default_factory=set)  # attempts this process gave back (take_back)
+
+
+def fresh_worker(wid: str, kept: dict[Key, m.TaskResult] | None = None) -> Worker:
+    return Worker(state=ws.WorkerState(slots=int(FLEET[wid]["slots"])), kept=kept or {})  # type: ignore[call-overload]
 
 
 @dataclass
@@ -93,7 +102,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         self.pending: deque[Pending] = deque()
         self.epoch = 0
         self.sessions: dict[str, Session | None] = {w: None for w in FLEET}
-        self.workers = {w: Worker() for w in FLEET}
+        self.workers = {w: fresh_worker(w) for w in FLEET}
         self.n_tasks = 0
         self.sids = itertools.count(1)
         self.produced: set[tuple[str, int, str, str]] = set()  # (task, attempt, worker, status)
@@ -150,14 +159,18 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
     def worker_apply(self, wid: str, out: list[ws.Instruction]) -> None:
         w = self.workers[wid]
         flush = False
+        ended: list[int] = []
         for ins in out:
             if isinstance(ins, ws.Send):
+                if isinstance(ins.msg, m.TakenBack):
+                    w.dropped.update((r.task_id, r.attempt) for r in ins.msg.dropped)
                 if (s := self.sessions[wid]) is not None:
                     s.to_coord.append(ins.msg)
             elif isinstance(ins, ws.Start):
                 for a in ins.assignments:
                     key = (a.task_id, a.attempt, self.assign_epoch)
                     assert key not in self.started, f"{wid} starts {key} a second time"
+                    assert (a.task_id, a.attempt) not in w.dropped, f"{wid} starts {key} after giving it back"
                     self.started.add(key)
                 w.runs[ins.run] = Run(ins.assignments, self.assign_epoch)
             elif isinstance(ins, ws.Kill):
@@ -168,6 +181,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
                         run.cancelled = True  # reports "cancelled"
                     else:
                         del w.runs[ins.run]  # stopped without a report
+                        ended.append(ins.run)
             elif isinstance(ins, ws.Keep):
                 w.kept[(ins.result.task_id, ins.result.attempt)] = ins.result
             elif isinstance(ins, ws.Forget):
@@ -188,6 +202,8 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
                 w.hold_armed = False
             else:
                 raise AssertionError(f"unhandled instruction {ins!r}")
+        for run in ended:  # the run's coroutine ends: its slot goes to the next queued run
+            self.worker_apply(wid, w.state.run_ended(run))
         if flush:  # call_soon: after the current event, before the next frame is read
             self.worker_apply(wid, w.state.flush(self.now))
 
@@ -200,7 +216,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         for wid in FLEET:
             self.connect(wid)
 
-    @rule(retries=st.integers(0, 2), n=st.integers(1, 2))
+    @rule(retries=st.integers(0, 2), n=st.integers(1, 4))
     def submit(self, retries: int, n: int) -> None:
         docs = []
         for _ in range(n):
@@ -234,7 +250,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         reg = m.Register(worker_id=wid, name=wid, protocol_version=m.PROTOCOL_VERSION, hardware={},
                          capabilities=["cpu"], tags=[], max_concurrent=int(FLEET[wid]["slots"]),  # type: ignore[call-overload]
                          running=w.state.running_refs(), finished=[m.TaskRef(*k) for k in w.kept],
-                         abandoned=list(w.state.abandoned))
+                         abandoned=list(w.state.abandoned), pipeline_depth=int(FLEET[wid]["depth"]))  # type: ignore[call-overload]
         self.execute(self.coord.register(reg, s.sid, self.now, key_id=f"key-{wid}"))
         self.worker_apply(wid, w.state.registered())
 
@@ -251,7 +267,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         st_ = self.workers[wid].state
         self.assign_epoch = epoch
         handlers = {m.AssignTasks: st_.assign, m.Confirm: lambda c: st_.confirm(c.upto), m.ResultAck: st_.ack,
-                    m.Cancel: st_.cancel}
+                    m.Cancel: lambda c: st_.cancel(c, self.now), m.TakeBack: st_.take_back}
         self.worker_apply(wid, handlers[type(msg)](msg))  # type: ignore[operator]
 
     @precondition(lambda self: any(self.has_to_coord(w) for w in FLEET))
@@ -268,6 +284,13 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
             self.execute(self.coord.results(wid, msg, self.now))
         elif isinstance(msg, m.TaskStarted):
             self.execute(self.coord.started(wid, msg, self.now))
+        elif isinstance(msg, m.TakenBack):
+            stays = [r for r in msg.kept if (t := self.coord.tasks.get(r.task_id)) is not None
+                     and t.state in ACTIVE and (t.attempt, t.worker_id) == (r.attempt, wid)]
+            self.execute(self.coord.taken_back(wid, msg, self.now))
+            for r in stays:  # a kept attempt had started: it is not given to anyone else
+                t = self.coord.tasks[r.task_id]
+                assert (t.attempt, t.worker_id) == (r.attempt, wid), (r, t.history)
         else:
             raise AssertionError(f"unexpected {msg!r}")
 
@@ -287,8 +310,10 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
     @rule(data=st.data(), status=st.sampled_from(["succeeded", "failed", "retryable"]))
     def finish(self, data: st.DataObject, status: str) -> None:
         wid = self.pick(data, lambda w: bool(self.workers[w].runs))
+        self.finish_run(wid, data.draw(st.sampled_from(sorted(self.workers[wid].runs))), status)
+
+    def finish_run(self, wid: str, run_id: int, status: str) -> None:
         w = self.workers[wid]
-        run_id = data.draw(st.sampled_from(sorted(w.runs)))
         run = w.runs.pop(run_id)
         for a in run.assignments:
             final = "cancelled" if run.cancelled else ("error" if status == "retryable" else status)
@@ -296,14 +321,18 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
             r = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=final,  # type: ignore[arg-type]
                              started_at=self.now, finished_at=self.now, output={"retryable": status == "retryable"})
             self.worker_apply(wid, w.state.finished(r))
+        self.worker_apply(wid, w.state.run_ended(run_id))
 
     @precondition(lambda self: any(not r.announced for w in self.workers.values() for r in w.runs.values()))
     @rule(data=st.data())
     def started_delay_passes(self, data: st.DataObject) -> None:
         wid = self.pick(data, lambda w: any(not r.announced for r in self.workers[w].runs.values()))
+        quiet = sorted(k for k, r in self.workers[wid].runs.items() if not r.announced)
+        self.announce_run(wid, data.draw(st.sampled_from(quiet)))
+
+    def announce_run(self, wid: str, run_id: int) -> None:
         w = self.workers[wid]
-        quiet = sorted(k for k, r in w.runs.items() if not r.announced)
-        run = w.runs[data.draw(st.sampled_from(quiet))]
+        run = w.runs[run_id]
         run.announced = True
         for a in run.assignments:
             self.worker_apply(wid, w.state.announce(m.TaskRef(a.task_id, a.attempt)))
@@ -334,7 +363,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
             self.sessions[wid] = None
             self.execute(self.coord.disconnect(wid, s.sid, self.now))
         old = self.workers[wid]
-        fresh = Worker(kept=old.kept)
+        fresh = fresh_worker(wid, kept=old.kept)
         if FLEET[wid]["recover"]:
             for task_id, attempt in sorted(old.records):
                 self.produced.add((task_id, attempt, wid, "error"))
@@ -423,6 +452,7 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
                             r = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=status,  # type: ignore[arg-type]
                                              started_at=self.now, finished_at=self.now)
                             self.worker_apply(wid, w.state.finished(r))
+                        self.worker_apply(wid, w.state.run_ended(run_id))
                 self.hold_ends(wid)
             self.now += 2.0
             self.heartbeats()
@@ -479,3 +509,113 @@ def test_a_confirmed_result_lost_in_a_disconnect_is_resent_and_makes_the_outcome
     x.disconnect(_First())  # the results frame is lost
     x.teardown()
     assert x.coord.tasks["t1"].outcome is not None and x.coord.tasks["t1"].outcome["status"] == "succeeded"
+
+
+# ------------------------------------------------------------- pipelining, step by step
+# w2 has one slot and a pipeline depth of 1: once a short result has opened its window, it holds
+# one task ahead of its slot.
+
+def _pump(x: WorkerCoordinatorMachine) -> None:
+    """Every write durable and every message delivered, until nothing is in flight."""
+    while x.pending or any(s is not None and (s.to_worker or s.to_coord) for s in x.sessions.values()):
+        while x.pending:
+            x.fsync()
+        for wid in FLEET:
+            while x.has_to_worker(wid) or x.has_to_coord(wid):
+                x.deliver_to_worker(wid)
+                x.deliver_to_coordinator(wid)
+
+
+def _run_of(x: WorkerCoordinatorMachine, wid: str, task_id: str) -> int:
+    (run_id,) = [k for k, r in x.workers[wid].runs.items() if any(a.task_id == task_id for a in r.assignments)]
+    return run_id
+
+
+def _finish(x: WorkerCoordinatorMachine, wid: str, task_id: str) -> None:
+    x.finish_run(wid, _run_of(x, wid, task_id), "succeeded")
+
+
+def _w2_holds_long_with_short_ahead() -> WorkerCoordinatorMachine:
+    """w1 offline; w2 ran one short task (its window is open), then holds t2 (started: it ran past
+    the started delay) in its slot and t3 ahead of it; everything durable and delivered."""
+    x = WorkerCoordinatorMachine()
+    x.fleet_connects()
+    x.end_session("w1")
+    x.submit(retries=0, n=1)
+    _pump(x)
+    _finish(x, "w2", "t1")
+    _pump(x)
+    assert x.coord.workers["w2"].view.window == 1
+    x.submit(retries=0, n=2)
+    _pump(x)
+    w2 = x.workers["w2"].state
+    assert [r.task_id for r in w2.running_refs()] == ["t2", "t3"] and len(w2.queued) == 1  # t3 waits for the slot
+    assert "ahead of a free slot" in x.coord.tasks["t3"].history[-1]["cause"]
+    x.announce_run("w2", _run_of(x, "w2", "t2"))
+    _pump(x)
+    assert x.coord.tasks["t2"].state == "running"
+    return x
+
+
+def test_a_task_waiting_behind_a_long_one_is_taken_back_for_an_idle_worker_as_a_new_attempt() -> None:
+    x = _w2_holds_long_with_short_ahead()
+    x.connect("w1")  # an idle worker: w2 is asked for t3 back, drops it, and t3 goes to w1
+    _pump(x)
+    t3 = x.coord.tasks["t3"]
+    assert (t3.attempt, t3.worker_id) == (2, "w1") and x.workers["w2"].dropped == {("t3", 1)}
+    assert any("taken back from w2 before it started" in h["cause"] for h in t3.history)
+    _finish(x, "w1", "t3")
+    _finish(x, "w2", "t2")
+    _pump(x)
+    assert {tid: (t.state, t.outcome["attempt"], t.outcome["worker_id"]) for tid, t in x.coord.tasks.items()  # type: ignore[index]
+            if tid != "t1"} == {"t2": ("succeeded", 1, "w2"), "t3": ("succeeded", 2, "w1")}
+    assert retries_used(x) == 0
+    x.teardown()
+
+
+def test_a_task_that_started_before_the_take_back_arrived_stays_and_its_result_counts() -> None:
+    x = _w2_holds_long_with_short_ahead()
+    x.connect("w1")
+    while x.pending:
+        x.fsync()  # the take-back is on its way to w2 ...
+    assert [type(msg) for _, msg in x.sessions["w2"].to_worker] == [m.TakeBack]  # type: ignore[union-attr]
+    _finish(x, "w2", "t2")  # ... when t2 ends and t3 starts in its slot
+    assert "t3" in {a.task_id for r in x.workers["w2"].runs.values() for a in r.assignments}
+    _pump(x)  # w2 answers kept: t3 stays there, at attempt 1
+    t3 = x.coord.tasks["t3"]
+    assert (t3.attempt, t3.worker_id, t3.state) == (1, "w2", "assigned") and x.workers["w2"].dropped == set()
+    _finish(x, "w2", "t3")
+    _pump(x)
+    assert t3.outcome is not None and (t3.outcome["attempt"], t3.outcome["worker_id"]) == (1, "w2")
+    assert not [s for s in x.started if s[0] == "t3" and s[1] != 1]  # it ran once, as attempt 1
+    x.teardown()
+
+
+def test_tasks_held_ahead_survive_a_coordinator_restart_and_are_still_taken_back() -> None:
+    x = _w2_holds_long_with_short_ahead()
+    x.restart_coordinator()  # the sessions end; w2 keeps t2 running and t3 queued (both confirmed)
+    x.connect("w2")
+    x.connect("w1")
+    _pump(x)
+    t3 = x.coord.tasks["t3"]
+    assert (t3.attempt, t3.worker_id) == (2, "w1") and x.workers["w2"].dropped == {("t3", 1)}
+    x.teardown()
+    assert {tid: t.state for tid, t in x.coord.tasks.items()} == {"t1": "succeeded", "t2": "succeeded", "t3": "succeeded"}
+
+
+def test_tasks_held_ahead_are_kept_across_a_reconnect_and_requeued_when_the_worker_lost_them() -> None:
+    x = _w2_holds_long_with_short_ahead()
+    x.end_session("w2")
+    x.connect("w2")  # re-announces t2 (running) and t3 (queued): both stay
+    _pump(x)
+    assert {tid: (t.worker_id, t.attempt) for tid, t in x.coord.tasks.items() if tid != "t1"} == {
+        "t2": ("w2", 1), "t3": ("w2", 1)}
+    x.kill_worker("w2")  # this time it loses both: requeued after the grace (a retry each; none left)
+    x.time_passes(11.0, beat=False)
+    _pump(x)
+    assert {tid: x.coord.tasks[tid].state for tid in ("t2", "t3")} == {"t2": "error", "t3": "error"}
+    x.teardown()
+
+
+def retries_used(x: WorkerCoordinatorMachine) -> int:
+    return sum(t.retries_used for t in x.coord.tasks.values())

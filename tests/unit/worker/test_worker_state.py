@@ -48,7 +48,7 @@ def run_of(out: list[Instruction]) -> int:
 
 
 def test_an_assignment_starts_one_run_per_task_and_ignores_what_already_runs() -> None:
-    s = WorkerState()
+    s = WorkerState(slots=2)
     out = s.assign(m.AssignTasks([a("x"), a("y")]))
     assert [(i.assignments[0].task_id, i.batched) for i in out if isinstance(i, Start)] == [("x", False), ("y", False)]
     assert s.assign(m.AssignTasks([a("x"), a("y", attempt=0)])) == []  # the same attempt, or an older one
@@ -90,7 +90,7 @@ def test_an_unconfirmed_start_is_announced_only_by_its_confirm() -> None:
 
 
 def test_unconfirmed_assignments_are_abandoned_when_the_session_ends() -> None:
-    s = WorkerState()
+    s = WorkerState(slots=2)
     s.assign(m.AssignTasks([a("done")], provisional=1))
     s.finished(result("done"))  # its result waits in the buffer (not flushed yet)
     long_run = run_of(s.assign(m.AssignTasks([a("long")], provisional=2)))
@@ -114,7 +114,9 @@ def test_a_newer_attempt_stops_the_older_one_which_reports_nothing() -> None:
     s = WorkerState()
     first = run_of(s.assign(m.AssignTasks([a("t", 1)])))
     out = s.assign(m.AssignTasks([a("t", 2)]))
-    assert out[0] == Kill(first) and [i.assignments[0].attempt for i in out if isinstance(i, Start)] == [2]
+    assert out == [Kill(first)]  # attempt 2 waits for the slot attempt 1 still holds while it stops
+    out = s.run_ended(first)
+    assert [i.assignments[0].attempt for i in out if isinstance(i, Start)] == [2]
     assert s.finished(result("t", 1)) == []
     assert kept(s.finished(result("t", 2))) == [("t", 2)]
 
@@ -184,14 +186,14 @@ def test_registering_again_resends_what_is_kept_and_ends_the_hold() -> None:
 def test_a_cancel_kills_the_attempt_with_its_reason_and_ignores_other_attempts() -> None:
     s = WorkerState()
     run = run_of(s.assign(m.AssignTasks([a("x", 2)])))
-    assert s.cancel(m.Cancel(m.TaskRef("x", 1), "stale")) == []
-    assert s.cancel(m.Cancel(m.TaskRef("x", 2), "by request")) == [Kill(run)]
+    assert s.cancel(m.Cancel(m.TaskRef("x", 1), "stale"), NOW) == []
+    assert s.cancel(m.Cancel(m.TaskRef("x", 2), "by request"), NOW) == [Kill(run)]
     assert s.running["x"].cancel_reason == "by request"
 
 
 def test_a_batch_runs_in_one_call_only_for_a_batching_executor() -> None:
     msg = m.AssignTasks([a("p", type="benchmark"), a("q", type="benchmark")], batch_id="batch-p")
-    assert [len(i.assignments) for i in WorkerState().assign(msg) if isinstance(i, Start)] == [1, 1]
+    assert [len(i.assignments) for i in WorkerState(slots=2).assign(msg) if isinstance(i, Start)] == [1, 1]
     s = WorkerState(batch_types=frozenset({"benchmark"}))
     out = s.assign(msg)
     assert [(len(i.assignments), i.batched) for i in out if isinstance(i, Start)] == [(2, True)]
@@ -200,10 +202,78 @@ def test_a_batch_runs_in_one_call_only_for_a_batching_executor() -> None:
 
 
 def test_a_hand_back_kills_every_run_and_forgets_them_once_stopped() -> None:
-    s = WorkerState()
+    s = WorkerState(slots=2)
     runs = [run_of(s.assign(m.AssignTasks([a(t)]))) for t in "xy"]
     refs, kills = s.hand_back()
     assert refs == [m.TaskRef("x", 1), m.TaskRef("y", 1)] and kills == [Kill(r) for r in runs]
     assert len(s.running) == 2  # until their runs have stopped
     assert s.handed_back(refs) == [RecordFinished(refs)] and s.running == {}
     assert WorkerState().hand_back() == ([], [])
+
+
+# ------------------------------------------------------------------ pipelining
+
+def starts(out: list[Instruction]) -> list[str]:
+    return [a.task_id for i in out if isinstance(i, Start) for a in i.assignments]
+
+
+def test_assignments_beyond_the_slots_wait_and_start_in_order_as_runs_end() -> None:
+    s = WorkerState(slots=1)
+    out = s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
+    assert starts(out) == ["x"] and [r.task_id for r in s.running_refs()] == ["x", "y", "z"]  # all three held
+    x_run = run_of(out)
+    s.finished(result("x"))
+    assert starts(s.run_ended(x_run)) == ["y"]  # the slot frees when x's run is over, not before
+    assert s.run_ended(x_run) == []  # (told twice: nothing more starts)
+
+
+def test_a_take_back_drops_only_what_has_not_started() -> None:
+    s = WorkerState(slots=1)
+    s.assign(m.AssignTasks([a("x"), a("y"), a("z")], provisional=1))
+    out = s.take_back(m.TakeBack([m.TaskRef("x", 1), m.TaskRef("y", 1), m.TaskRef("q", 1), m.TaskRef("z", 2)]))
+    assert sent(out, m.TakenBack) == [m.TakenBack(dropped=[m.TaskRef("y", 1)],
+                                                  kept=[m.TaskRef("x", 1), m.TaskRef("q", 1), m.TaskRef("z", 2)])]
+    assert [r.task_id for r in s.running_refs()] == ["x", "z"] and ("y", 1) not in s.unconfirmed
+    assert s.finished(result("y")) == []  # never reported
+    assert starts(s.run_ended(1)) == ["z"]  # y never starts
+
+
+def test_a_cancel_of_a_queued_task_reports_cancelled_at_once_without_starting_it() -> None:
+    s = WorkerState(slots=1)
+    s.assign(m.AssignTasks([a("x"), a("y")]))
+    out = s.cancel(m.Cancel(m.TaskRef("y", 1), "by request"), NOW)
+    assert kept(out) == [("y", 1)] and not [i for i in out if isinstance(i, Kill | Start)]
+    (msg,) = sent(s.flush(NOW), m.Results)
+    assert [(r.task_id, r.status, r.error) for r in msg.results] == [("y", "cancelled", "by request")]
+    assert s.run_ended(1) == []  # y never starts
+
+
+def test_a_newer_attempt_of_a_queued_task_replaces_it_in_the_queue() -> None:
+    s = WorkerState(slots=1)
+    s.assign(m.AssignTasks([a("x"), a("y")]))
+    assert s.assign(m.AssignTasks([a("y", 2)])) == []  # no kill: attempt 1 never started
+    assert [i.assignments[0].attempt for i in s.run_ended(1) if isinstance(i, Start)] == [2]
+
+
+def test_a_session_end_abandons_unconfirmed_queued_tasks_without_starting_them() -> None:
+    s = WorkerState(slots=1)
+    s.assign(m.AssignTasks([a("x")]))
+    s.assign(m.AssignTasks([a("y")], provisional=1))
+    assert s.session_ended() == [] and s.abandoned == [m.TaskRef("y", 1)]
+    assert s.run_ended(1) == []
+
+
+def test_a_hand_back_never_starts_the_queued_tasks_and_kills_only_started_runs() -> None:
+    s = WorkerState(slots=1)
+    first = run_of(s.assign(m.AssignTasks([a("x"), a("y")])))
+    refs, kills = s.hand_back()
+    assert refs == [m.TaskRef("x", 1), m.TaskRef("y", 1)] and kills == [Kill(first)]
+    assert s.run_ended(first) == []
+    assert s.handed_back(refs) == [RecordFinished(refs)] and s.running == {}
+
+
+def test_nothing_starts_once_the_worker_is_closing() -> None:
+    s = WorkerState(slots=1)
+    first = run_of(s.assign(m.AssignTasks([a("x"), a("y")])))
+    s.closing()
+    assert s.run_ended(first) == [] and [r.task_id for r in s.running_refs()] == ["x", "y"]
