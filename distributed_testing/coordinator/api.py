@@ -381,7 +381,8 @@ async def list_workers(request: web.Request) -> web.Response:
         out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
                     "reason": w.health_reason, "capabilities": sorted(w.view.capabilities), "tags": sorted(w.view.tags),
                     "max_concurrent": w.view.max_concurrent, "running": sorted(w.view.running), "load": w.load,
-                    "last_seen": w.last_seen, "hardware": w.hardware})
+                    "last_seen": w.last_seen, "hardware": w.hardware,
+                    "pipeline": {"depth": w.pace.limit, "window": w.view.window}})
     return json_response({"workers": out})
 
 

@@ -52,13 +52,18 @@ TASK_VIEW = {"type": "object", "required": [*sorted(_TASK_COMMON), "spec", "hist
                             "result": {"type": ["object", "null"]}}}
 WORKER_VIEW = {"type": "object",
                "required": ["worker_id", "name", "state", "reason", "capabilities", "tags", "max_concurrent",
-                            "running", "load", "last_seen", "hardware"],
+                            "running", "load", "last_seen", "hardware", "pipeline"],
                "properties": {"worker_id": {"type": "string"}, "name": {"type": "string"}, "state": {"type": "string"},
                               "reason": NULLABLE_STR, "capabilities": {"type": "array", "items": {"type": "string"}},
                               "tags": {"type": "array", "items": {"type": "string"}},
                               "max_concurrent": {"type": "integer"}, "running": {"type": "array"},
                               "load": {"type": "object"}, "last_seen": {"type": "number"},
-                              "hardware": {"type": "object"}}}
+                              "hardware": {"type": "object"},
+                              "pipeline": {"type": "object", "required": ["depth", "window"],
+                                           "description": "depth: the worker's --pipeline-depth; window: how many "
+                                                          "tasks beyond its slots it may be sent now",
+                                           "properties": {"depth": {"type": "integer"},
+                                                          "window": {"type": "integer"}}}}}
 RESULT_VIEW = {"type": "object", "required": ["task_id", "attempt", "worker_id", "status"],
                "properties": {"task_id": {"type": "string"}, "attempt": {"type": "integer"},
                               "worker_id": {"type": "string"}, "status": {"type": "string"},

@@ -28,6 +28,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert re.fullmatch(r"worker-[0-9a-f]{12}", c.worker_id) and cfg().worker_id != c.worker_id
     assert c.tags == () and c.test_root == tmp_path.resolve()
     assert (c.heartbeat_interval_s, c.reconnect_attempts, c.reconnect_interval_s, c.max_concurrent_tasks) == (None, 10, 1.0, 1)  # None: the coordinator's interval
+    assert c.pipeline_depth == 16
 
 
 @pytest.mark.parametrize(("argv", "field", "value"), [
@@ -43,6 +44,8 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (["--reconnect-attempts", "3"], "reconnect_attempts", 3),
     (["--reconnect-interval", "0.25"], "reconnect_interval_s", 0.25),
     (["--max-concurrent-tasks", "4"], "max_concurrent_tasks", 4),
+    (["--pipeline-depth", "0"], "pipeline_depth", 0),
+    (["--pipeline-depth", "256"], "pipeline_depth", 256),
     (["--task-timeout", "90"], "task_timeout_s", 90.0),
     (["--ca-file", "/etc/dt/ca.pem"], "ca_file", Path("/etc/dt/ca.pem")),
 ])
@@ -64,6 +67,7 @@ def test_test_root_is_resolved(tmp_path: Path) -> None:
     ("DT_API_KEY", "api_key", "dtk_env_key", "dtk_env_key"),
     ("DT_WORKER_NAME", "name", "env-name", "env-name"),
     ("DT_DB_PATH", "db_path", "/var/lib/dt/w.duckdb", Path("/var/lib/dt/w.duckdb")),
+    ("DT_PIPELINE_DEPTH", "pipeline_depth", "4", 4),
 ])
 def test_each_variable_sets_its_field(var: str, field: str, value: str, expected: object) -> None:
     assert getattr(cfg(env={var: value}), field) == expected
@@ -74,6 +78,7 @@ def test_each_variable_sets_its_field(var: str, field: str, value: str, expected
     ("--api-key", "dtk_flag_key", "DT_API_KEY", "api_key", "dtk_flag_key"),
     ("--name", "flag-name", "DT_WORKER_NAME", "name", "flag-name"),
     ("--db-path", "/flag.duckdb", "DT_DB_PATH", "db_path", Path("/flag.duckdb")),
+    ("--pipeline-depth", "2", "DT_PIPELINE_DEPTH", "pipeline_depth", 2),
 ])
 def test_flags_win_over_variables(flag: str, flag_value: str, var: str, field: str, expected: object) -> None:
     assert getattr(cfg(flag, flag_value, env={var: "from-env" if var != "DT_COORDINATOR_URL" else "http://env:2"}),
@@ -106,6 +111,11 @@ def test_an_explicit_token_beats_dt_api_key(argv: list[str]) -> None:
     (["--task-timeout", "0"], {}, "--task-timeout"),
     (["--task-timeout", "-5"], {}, "--task-timeout"),
     (["--test-root", "/nonexistent/dt-test-root"], {}, "--test-root"),
+    (["--pipeline-depth", "-1"], {}, "--pipeline-depth"),
+    (["--pipeline-depth", "257"], {}, "--pipeline-depth"),
+    (["--pipeline-depth", "deep"], {}, "--pipeline-depth"),
+    ([], {"DT_PIPELINE_DEPTH": "1.5"}, "DT_PIPELINE_DEPTH"),
+    ([], {"DT_PIPELINE_DEPTH": "-3"}, "DT_PIPELINE_DEPTH"),
 ])
 def test_bad_values_raise_config_error_naming_the_source(argv: list[str], env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
