@@ -244,3 +244,25 @@ async def test_a_non_member_cannot_report_for_a_gang_attempt(tmp_path: Path) -> 
             assert await result_rows(c, "ddp") == [(1, "ga", "succeeded")]
             status, body = await c.request("GET", "/api/v1/results", params={"task_id": "ddp"})
             assert "planted" not in body["results"][0]["output"]
+
+
+async def test_only_the_holder_asked_for_a_task_back_can_give_it_back(tmp_path: Path) -> None:
+    """``taken_back`` is the worker's answer to the coordinator's ``take_back``: a drop of a task
+    nobody asked the sender for (another worker's, or its own unasked) is refused and moves
+    nothing; ``take_back`` itself is the coordinator's message, refused from a worker."""
+    async with run_cluster(tmp_path, workers=0, worker_ttl_s=TTL) as c:
+        victim_key, attacker_key = await c.create_key("worker"), await c.create_key("worker")
+        async with (raw_worker(c.base_url, victim_key, "victim", tags=["victim"]) as (_victim, _),
+                    raw_worker(c.base_url, attacker_key, "mallory", autoping=False) as (mallory, _)):
+            (tid,) = await c.submit(task("held", "victim"))
+            await wait_for(lambda: c.runtime.state.tasks[tid].worker_id == "victim", what="the task on the victim")
+            await send(mallory, m.TakenBack(dropped=[m.TaskRef(tid, 1)], kept=[]))
+            err = await next_message(mallory, m.ErrorMsg)
+            assert err.code == "taken_back_refused" and tid in err.detail and not err.fatal
+            assert c.runtime.stats["refused_taken_back"] == 1
+            t = c.runtime.state.tasks[tid]
+            assert (t.state, t.worker_id, t.attempt) == ("assigned", "victim", 1)
+            await send(mallory, m.TakeBack([m.TaskRef(tid, 1)]))
+            err = await next_message(mallory, m.ErrorMsg)
+            assert err.code == "protocol_error" and "TakeBack is not accepted from a worker" in err.detail
+            assert (t.state, t.worker_id, t.attempt) == ("assigned", "victim", 1)
