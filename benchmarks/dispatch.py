@@ -174,18 +174,22 @@ def settle(procs: list[subprocess.Popen[bytes]], quiet_s: float = 1.0, timeout: 
 
 class Cluster:
     """A coordinator and ``workers`` worker processes started from the launchers in ``root``
-    (this checkout by default), on loopback, with DuckDB stores in ``tmp``."""
+    (this checkout by default), on loopback, with DuckDB stores in ``tmp``. ``worker_args``, when
+    given, replaces the workers' ``--max-concurrent-tasks SLOTS --log-level WARNING`` (``[]``:
+    the workers' defaults, as a new user starts them)."""
 
     def __init__(self, tmp: Path, *, workers: int, slots: int, db: str = "duckdb", worker_outbox: str = "duckdb",
-                 root: Path = ROOT) -> None:
+                 root: Path = ROOT, worker_args: list[str] | None = None) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.worker_args = ["--max-concurrent-tasks", str(slots), "--log-level", "WARNING"] if worker_args is None \
+            else worker_args
         try:
-            self._start(tmp, workers, slots, db, worker_outbox, root)
+            self._start(tmp, workers, db, worker_outbox, root)
         except BaseException:
             self.stop()
             raise
 
-    def _start(self, tmp: Path, workers: int, slots: int, db: str, worker_outbox: str, root: Path) -> None:
+    def _start(self, tmp: Path, workers: int, db: str, worker_outbox: str, root: Path) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         db_url = str(tmp / "c.duckdb") if db == "duckdb" else "memory://"
         c = subprocess.Popen([sys.executable, str(root / "run_coordinator.py"), "--port", "0", "--port-file", str(tmp / "port"),
@@ -197,7 +201,7 @@ class Cluster:
         for i, key in enumerate(asyncio.run(self._make_keys(workers))):
             self.procs.append(subprocess.Popen(
                 [sys.executable, str(root / "run_worker_example.py"), "--coordinator", self.base, "--api-key", key,
-                 "--worker-id", f"bench-{i}", "--max-concurrent-tasks", str(slots), "--log-level", "WARNING",
+                 "--worker-id", f"bench-{i}", *self.worker_args,
                  *(["--db-path", str(tmp / f"w{i}.duckdb")] if worker_outbox == "duckdb" else [])],
                 env=env, stdout=open(tmp / f"w{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=root))
         asyncio.run(asyncio.wait_for(self._ready(workers), 120))

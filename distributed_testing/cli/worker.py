@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as slots free, so a worker does not wait a round trip between millisecond tasks; the "
                         "coordinator sends fewer (none for tasks of 20 ms or more) and never queues anything "
                         f"behind a benchmark or training task; 0 turns pipelining off (0..{MAX_PIPELINE_DEPTH}, "
-                        "default 16; env DT_PIPELINE_DEPTH)")
+                        "default 64; env DT_PIPELINE_DEPTH)")
     p.add_argument("--task-timeout", type=float, help="seconds a task may run when it sets no timeout_s (default: none)")
     limits = p.add_argument_group("resource limits (over a limit: no new tasks until back under it for the cool-down)")
     limits.add_argument("--max-cpu-percent", type=float, help="system-wide CPU use above which no new task is taken")
@@ -184,7 +184,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
 
 
 def _pipeline_depth(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
-    """``--pipeline-depth`` / DT_PIPELINE_DEPTH: an integer 0..MAX_PIPELINE_DEPTH (default 16)."""
+    """``--pipeline-depth`` / DT_PIPELINE_DEPTH: an integer 0..MAX_PIPELINE_DEPTH (default 64)."""
     raw, src = env_pick(ns.pipeline_depth, env, "DT_PIPELINE_DEPTH", str(WorkerConfig.pipeline_depth))
     where = "--pipeline-depth" if src in ("flag", "default") else src
     try:

@@ -612,7 +612,7 @@ class CoordinatorState:
         ones ahead of the slots of workers whose window allows (:mod:`.pipeline`); then ask
         workers stuck behind a long task for the tasks they hold ahead, for the workers still
         idle (``TakeBack``)."""
-        workers = [w.view for w in self.workers.values() if w.connected and (w.view.free_slots > 0 or w.view.window > 0)]
+        workers = [w.view for w in self.workers.values() if w.connected and (w.view.free_slots > 0 or w.view.ahead_room > 0)]
         if not workers:
             return []
         cmds = self._assign(workers, now) if (self._queues or self._gangs_pending) else []

@@ -58,7 +58,7 @@ def test_short_tasks_are_not_stuck_behind_a_long_one_and_each_runs_once(procs: P
     for tid in warm:
         assert admin.ok("GET", f"/api/v1/tasks/{tid}", params={"wait": 60})["state"] == "succeeded"
     windows = {wid: w["pipeline"] for wid, w in admin.workers().items()}
-    assert all(p["depth"] == 16 and p["window"] > 0 for p in windows.values()), windows
+    assert all(p["depth"] == 64 and p["window"] > 0 for p in windows.values()), windows
 
     long_id, *short = admin.submit([{"type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 120}}},
                                     *[NOOP] * 60])

@@ -40,7 +40,7 @@ async def test_the_default_depth_pipelines_and_zero_by_flag_or_variable_turns_it
         await start("env-off", env={"DT_PIPELINE_DEPTH": "0"})
         listed = await workers_by_id(c)
         assert {w: listed[w]["pipeline"]["depth"] for w in ("default", "flag-off", "env-off")} == {
-            "default": 16, "flag-off": 0, "env-off": 0}
+            "default": 64, "flag-off": 0, "env-off": 0}
 
         ids = {w: await c.submit([noop(w) for _ in range(40)]) for w in ("default", "flag-off", "env-off")}
         done = await asyncio.gather(*(c.wait(i, 60) for group in ids.values() for i in group))
