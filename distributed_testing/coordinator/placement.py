@@ -78,9 +78,11 @@ class WorkerView:
 
     @property
     def stuck(self) -> bool:
-        """It holds tasks ahead of its slots while every slot runs a long or exclusive task: those
-        tasks wait for an unknown time (candidates for a take-back)."""
-        return len(self.running) > self.max_concurrent and len(self.started) + len(self.exclusive) >= self.max_concurrent
+        """It holds tasks ahead of its slots while every slot runs a long or exclusive task (they
+        wait for an unknown time), or while it takes no new work (constrained, draining): those
+        tasks are candidates for a take-back."""
+        return len(self.running) > self.max_concurrent and (
+            not self.accepting or len(self.started) + len(self.exclusive) >= self.max_concurrent)
 
     def hold(self, slot: str, *, exclusive: bool = False, started: bool = False) -> None:
         self.running.add(slot)

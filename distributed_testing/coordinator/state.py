@@ -448,7 +448,9 @@ class CoordinatorState:
             w.load["gpu_percent"] = hb.gpu_percent
         if hb.swap_percent is not None:
             w.load["swap_percent"] = hb.swap_percent
-        return self.dispatch(now) if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None else []
+        if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None or w.view.stuck:
+            return self.dispatch(now)  # free slots again, or tasks held ahead it should not start now
+        return []
 
     def disconnect(self, worker_id: str, session_id: str, now: float) -> list[Command]:
         w = self.workers.get(worker_id)
@@ -689,8 +691,12 @@ class CoordinatorState:
             if w is None or len(w.view.running) <= w.view.max_concurrent:
                 self._ahead.discard(wid)  # holds nothing ahead any more
             elif w.connected and w.view.stuck:
-                waiting += [t for tid in w.view.running if tid not in w.view.started and tid not in self._taking_back
-                            and (t := self.tasks.get(tid)) is not None and t.state == "assigned" and t.pipelined]
+                held = sorted((t for tid in w.view.running if tid not in w.view.started
+                               and (t := self.tasks.get(tid)) is not None and t.state == "assigned" and t.pipelined),
+                              key=lambda t: (t.history[-1]["at"], t.seq))  # in the order the worker got them
+                # the oldest fill the slots no started or exclusive task holds: likely running already
+                busy = max(0, w.view.max_concurrent - len(w.view.started) - len(w.view.exclusive))
+                waiting += [t for t in held[busy:] if t.task_id not in self._taking_back]
         if not waiting:
             return []
         views = {v.worker_id: v for v in workers}
@@ -719,8 +725,8 @@ class CoordinatorState:
             del self._taking_back[ref.task_id]
             t = self.tasks[ref.task_id]
             if t.state in ACTIVE and t.attempt == ref.attempt and t.worker_id == worker_id:
-                cmds += self._requeue(t, f"taken back from {worker_id} before it started (waiting behind a long task "
-                                         f"while {claim[2]} was idle)", now, count=False)
+                cmds += self._requeue(t, f"taken back from {worker_id} before it started (waiting there while "
+                                         f"{claim[2]} was idle)", now, count=False)
         for ref in msg.kept:
             claim = self._taking_back.get(ref.task_id)
             if claim is not None and claim[:2] == (worker_id, ref.attempt):

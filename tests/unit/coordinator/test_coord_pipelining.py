@@ -203,3 +203,15 @@ def test_a_cancelled_task_being_taken_back_is_not_requeued(sim: Sim) -> None:
     sim.cancel("s1")
     cmds = sim.run(sim.state.taken_back("a", m.TakenBack(dropped=[m.TaskRef("s1", 1)], kept=[]), T0))
     assert sim.task("s1").state == "cancelled" and assigned(cmds) == {}
+
+
+def test_tasks_held_ahead_by_a_worker_that_turns_constrained_are_taken_back_for_an_idle_one(sim: Sim) -> None:
+    worker(sim, "a")
+    warm(sim, "a")
+    sim.submit(custom("s0"), custom("s1"), custom("s2"))
+    assert sim.running("a") == {"s0", "s1", "s2"}
+    worker(sim, "b")  # idle, but a is not stuck: its tasks are short and it takes work
+    assert not sim.state._taking_back
+    cmds = sim.heartbeat("a", "constrained", reason="memory 91% > limit 75%")
+    assert sent(cmds, m.TakeBack) == [("a", m.TakeBack([m.TaskRef("s1", 1)]))]  # oldest waiting first
+
