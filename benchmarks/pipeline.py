@@ -13,6 +13,8 @@ the phases alternate between them, so every configuration meets the same machine
   outcome, with the window (defaults) and without (``--pipeline-depth 0``). Goal: no worse.
 
 Each phase runs ``--rounds`` times per configuration, in turn; ratios are taken within a round.
+``--also-depth N`` (repeatable) adds a cluster whose workers run ``--pipeline-depth N`` to the
+throughput phase (how deep the default should be).
 
 Run: ``python benchmarks/pipeline.py --rounds 3``
 """
@@ -77,11 +79,14 @@ def main() -> int:
     ap.add_argument("--long", type=int, default=10, help="2 s tasks per mixed run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip", choices=["throughput", "mixed"], help="leave one phase out")
+    ap.add_argument("--also-depth", type=int, action="append", default=[], metavar="N",
+                    help="also measure no-op throughput with --pipeline-depth N (repeatable)")
     args = ap.parse_args()
+    configs = {**CONFIGS, **{f"--pipeline-depth {n}": ["--pipeline-depth", str(n)] for n in args.also_depth}}
     tmp = Path(tempfile.mkdtemp(prefix="dt-pipeline-"))
     clusters: dict[str, Cluster] = {}
     try:
-        for name, worker_args in CONFIGS.items():
+        for name, worker_args in configs.items():
             d = tmp / name.replace(" ", "_").replace("-", "")
             d.mkdir()
             clusters[name] = Cluster(d, workers=args.workers, slots=1, worker_outbox="memory", worker_args=worker_args)
@@ -91,8 +96,8 @@ def main() -> int:
         settle(procs)
         print(f"pipelining benchmark: {args.workers} worker processes per cluster, signing on, coordinator DuckDB "
               f"store, worker outbox in memory, event loop {aio.loop_choice()}; clusters up at once, runs in turn")
-        tps: dict[str, list[float]] = {n: [] for n in CONFIGS}
-        cpu: dict[str, list[dict[str, float]]] = {n: [] for n in CONFIGS}  # CPU µs per task, by process kind
+        tps: dict[str, list[float]] = {n: [] for n in configs}
+        cpu: dict[str, list[dict[str, float]]] = {n: [] for n in configs}  # CPU µs per task, by process kind
         spans: dict[str, list[float]] = {n: [] for n in MIXED}
         for r in range(args.rounds):
             if args.skip != "throughput":
@@ -130,7 +135,7 @@ def report(args: argparse.Namespace, tps: dict[str, list[float]], cpu: dict[str,
         for name, rows in cpu.items():
             print(f"  {name:20s} " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.0f}" for k in rows[0])
                   + f"; total {statistics.median(sum(r.values()) for r in rows):.0f}")
-        for other in ("64 slots", "--pipeline-depth 0"):
+        for other in [n for n in tps if n != "defaults"]:
             ratios = [a / b for a, b in zip(tps["defaults"], tps[other], strict=True)]
             print(f"  defaults / {other}: " + " / ".join(f"{x:.2f}" for x in ratios))
     if args.skip != "mixed":
