@@ -42,7 +42,6 @@ from ..tasks import spec as specs
 from . import events, limits, openapi, views
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
-from .state import Task
 from .store.base import ResultQuery, ResultRow
 
 log = logging.getLogger(__name__)
@@ -225,8 +224,9 @@ def _rt(request: web.Request) -> Runtime:
 async def healthz(request: web.Request) -> web.Response:
     rt = _rt(request)
     connected = sum(1 for w in rt.state.workers.values() if w.connected)
-    return json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks),
-                          "tasks_by_state": {k: v for k, v in rt.state.counts.items() if v}})
+    by_state = {k: v for k, v in rt.state.counts.items() if v}
+    return json_response({"status": "ok", "workers": connected, "tasks": sum(by_state.values()),
+                          "tasks_by_state": by_state})
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -290,32 +290,34 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     parsed, warnings = specs.parse_task_json_with_warnings(raw)
     for warning in warnings:
         log.warning("submission by key %s: %s", principal.key_id, warning)
-    accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=principal.key_id)
-    rt.metrics.submitted.inc(sum(1 for a in accepted if a["created"]))
+    # a resubmitted id may belong to a task that finished and left memory: read it back first, so
+    # the answer is the same (created false, or a conflict) as while it was in memory
+    await views.load_missing(rt.state, rt.store, [s.task_id for s in parsed if s.task_id is not None])
+    now = rt.clock()
+    accepted, cmds = rt.state.submit(parsed, now, submitted_by=principal.key_id)
+    created = sum(1 for a in accepted if a["created"])
+    rt.metrics.submitted.inc(created)
+    rt.activity.submitted(now, created)
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
-    status = 201 if any(a["created"] for a in accepted) else 200
+    status = 201 if created else 200
     if wait > 0:
         await rt.wait_terminal([a["task_id"] for a in accepted], wait)
         for a in accepted:
-            t = rt.state.tasks[a["task_id"]]
+            t = await views.find_task(rt.state, rt.store, a["task_id"])
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
 
 
-def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
-    return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
-            "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
-            "pending_reason": rt.state.why_pending(t), "unschedulable": rt.state.unschedulable(t), "outcome": t.outcome, "retries_used": t.retries_used,
-            "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history, "gang": rt.state.gang_view(t)}
-
-
 async def get_task(request: web.Request) -> web.Response:
+    """One task, from memory or else from the store. An outcome is shown only once it is on
+    disk (so whatever this shows, the list and a restarted coordinator show too)."""
     rt = _rt(request)
-    t = rt.state.get(request.match_info["task_id"])
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
-    if wait > 0:  # returns at once for an outcome already on disk
-        await rt.wait_terminal([t.task_id], wait)
-    view = task_view(rt, t)
+    t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
+    if wait > 0 or rt.undurable(t.task_id):  # at once for an outcome on disk; else until it is
+        await rt.wait_terminal([t.task_id], wait if wait > 0 else MAX_WAIT_S)
+        t = await views.find_task(rt.state, rt.store, t.task_id)  # the same task; maybe retired meanwhile
+    view = views.task_view(rt.state, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))
         mine = [r for r in rows if r.attempt == t.outcome.get("attempt")]
@@ -324,18 +326,18 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def list_tasks(request: web.Request) -> web.Response:
-    """One page of tasks, newest first: filters and paging of ``views.TaskFilter``; ``total``
+    """One page of tasks, newest first: filters and paging of ``TaskQuery`` (state, type,
+    worker_id, tag, submitted_by, since, until, limit, offset), done by the store; ``total``
     counts every match."""
     rt = _rt(request)
-    page, total = views.list_tasks(rt.state, views.parse_filter(dict(request.query)))
-    return json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
-                                    for t in page], "total": total})
+    page, total = await views.task_page(rt.state, rt.store, views.parse_filter(request.query))
+    return json_response({"tasks": page, "total": total})
 
 
 async def overview(request: web.Request) -> web.Response:
     """Workers and tasks by state, the last hour's per-minute series, the latest failures."""
     rt = _rt(request)
-    return json_response(views.overview(rt.state, rt.clock()))
+    return json_response(views.overview(rt.state, rt.activity, rt.clock()))
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
@@ -367,22 +369,20 @@ async def cancel_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     task_id = request.match_info["task_id"]
     principal = request[PRINCIPAL]
-    owner = rt.state.get(task_id).submitted_by
+    owner = (await views.find_task(rt.state, rt.store, task_id)).submitted_by  # no await after this
     if principal.role != roles.Role.ADMIN and owner not in (None, principal.key_id):
         raise PermissionDenied(f"task {task_id} was submitted by another key; only it or an admin may cancel it")
     await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {principal.name}"))
-    return json_response(task_view(rt, rt.state.get(task_id)))
+    return json_response(views.task_view(rt.state, await views.find_task(rt.state, rt.store, task_id)))
 
 
 async def list_workers(request: web.Request) -> web.Response:
+    """Known workers in worker id order, ``limit`` (1 to 10000, default 10000) from ``offset``;
+    ``total`` counts them all."""
     rt = _rt(request)
-    out = []
-    for w in rt.state.workers.values():
-        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
-                    "reason": w.health_reason, "capabilities": sorted(w.view.capabilities), "tags": sorted(w.view.tags),
-                    "max_concurrent": w.view.max_concurrent, "running": sorted(w.view.running), "load": w.load,
-                    "last_seen": w.last_seen, "hardware": w.hardware})
-    return json_response({"workers": out})
+    limit, offset = views.parse_page(request.query)
+    page, total = views.worker_page(rt.state, limit, offset)
+    return json_response({"workers": page, "total": total})
 
 
 async def drain_worker(request: web.Request) -> web.Response:

@@ -1,7 +1,7 @@
 """``create_app(config)``: the coordinator as an aiohttp application.
 
-The app owns its background work through ``cleanup_ctx``: the store (opened, restored into the
-state machine, closed with a final checkpoint) and the ticker that drives time-based transitions
+The app owns its background work through ``cleanup_ctx``: the store (opened, its snapshot of the
+active work restored into the state machine, closed with a final checkpoint) and the ticker that drives time-based transitions
 (retry backoff, worker TTL and grace). On the first start with an empty store it creates an admin
 key and writes it to ``admin_key_file`` (mode 0600); there are no built-in credentials.
 
@@ -26,11 +26,12 @@ from . import limits
 from .api import AUTH_THROTTLE, LIMITS, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
 from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
-from .store.base import Store
+from .store.base import Store, TaskQuery
 from .ws import worker_endpoint
 
 log = logging.getLogger(__name__)
 TICK_S = 0.25
+BASELINE_ROWS = 1000  # the newest succeeded training tasks read at start for scaling baselines
 LINGER_S = 2.0  # how long an unread body is dropped before closing (aiohttp's default: 10 s)
 DASHBOARD_PREFIX = "/dashboard"
 CONFIG = web.AppKey("config", CoordinatorConfig)
@@ -93,12 +94,14 @@ async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
     snap = await store.open()
     try:
         rt.keys = {k.key_id: key_record(k) for k in snap.keys}
-        rt.state.restore(snap, rt.clock())
+        now = rt.clock()
+        rt.state.restore(snap, now)
+        await _read_history(rt, store, now)
         await rt.ensure_secret(snap.meta)
         if not rt.keys:
             await _bootstrap_admin(rt)
-        log.info("coordinator state: %d tasks, %d workers known, %d keys", len(rt.state.tasks),
-                 len(rt.state.workers), len(rt.keys))
+        log.info("coordinator state: %d active tasks restored (%d stored in all), %d workers known, %d keys",
+                 len(snap.tasks), sum(rt.state.counts.values()), len(rt.state.workers), len(rt.keys))
         rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
         rt.supervisor.spawn(store.watch(), "store-watch")
         yield
@@ -110,6 +113,17 @@ async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
             await store.close()
         except StoreError as exc:  # the records stay in the journal; the next start applies them
             rt.supervisor.fail("closing the store failed", exc)
+
+
+async def _read_history(rt: Runtime, store: Store, now: float) -> None:
+    """What the start needs of the history beyond the snapshot, each a bounded query: the
+    overview's last hour and latest failures, and the single-node training runs that multi-node
+    runs are compared with."""
+    activity = rt.activity
+    since = activity.since(now)
+    activity.seed(await store.task_stats(since, activity.bucket_s, activity.n, activity.failures_kept), since)
+    page = await store.query_tasks(TaskQuery(type="training", state="succeeded", limit=BASELINE_ROWS))
+    rt.state.note_baselines(page.tasks)
 
 
 async def _metrics_port_ctx(app: web.Application) -> AsyncIterator[None]:

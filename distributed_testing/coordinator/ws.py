@@ -10,6 +10,8 @@ A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker i
 key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
 owner's session stays open; a result, ``started`` or ``progress`` about an attempt the worker was
 never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``).
+A report on a task that finished and left memory is answered as if it had not: its row is read
+back from the store first (``Runtime.load_tasks``), the one await a frame may take.
 
 Liveness: the coordinator owns the contract and the worker does the pinging. ``registered`` tells
 the worker its heartbeat interval and TTL (:meth:`.state.Policy.liveness`: the interval it asked
@@ -85,6 +87,17 @@ def _auth_renew(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Com
 def _peer_error(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
     assert isinstance(msg, m.ErrorMsg)
     log.warning("worker %s rejected our message: %s (%s)", s.worker_id, msg.code, msg.detail)
+    return []
+
+
+def _named_tasks(msg: m.Message) -> list[str]:
+    """The task ids a worker's report names (they must be in memory for the state machine)."""
+    if isinstance(msg, m.Results):
+        return [r.task_id for r in msg.results]
+    if isinstance(msg, m.TaskStarted):
+        return [r.task_id for r in msg.tasks]
+    if isinstance(msg, m.TaskProgress):
+        return [msg.task.task_id]
     return []
 
 
@@ -198,20 +211,24 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
         elif raw.type != WSMsgType.BINARY:
             violations += _reject(rt, s, "malformed", f"unexpected {raw.type.name} frame")
         else:
-            violations += _handle_frame(rt, s, raw.data)
+            violations += await _handle_frame(rt, s, raw.data)
         if violations >= rt.config.max_violations:
             s.send(m.ErrorMsg("too_many_violations", f"{violations} rejected messages; closing", fatal=True))
             s.closing = "too many protocol violations"
             break
 
 
-def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
+async def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
     now = rt.clock()
     try:
         msg = s.channel.open(data, now)
         handler = HANDLERS.get(type(msg))
         if handler is None:
             raise ProtocolError(f"{type(msg).__name__} is not accepted from a worker")
+        named = _named_tasks(msg)
+        if named and rt.state.missing(named):  # finished and left memory: read back from the store
+            await rt.load_tasks(named)
+            now = rt.clock()
         rt.execute(handler(rt, s, msg, now))
         return 0
     except ProtocolError as exc:

@@ -8,7 +8,10 @@ coordinator restarts (everything lost but the journal's durable prefix).
 
 Between them sits a model of ``coordinator/runtime.py``: a call's records go to the journal and
 its sends wait until they are durable, except an assignment for a session with nothing waiting,
-which goes out at once as *provisional* and is confirmed once durable. After every step:
+which goes out at once as *provisional* and is confirmed once durable. Its memory holds the active
+work and no finished task (``finished_cache=0``): a finished task leaves it once durable, and a
+report on one that left memory is preceded by reading its row back from the journal, as the
+runtime does from the store; a restart restores only the active tasks. After every step:
 
 * a terminal task stays terminal with the same outcome, and an outcome is a result some worker
   really produced for that attempt (no task runs twice to an outcome);
@@ -39,7 +42,7 @@ from distributed_testing.tasks import spec as specs
 from distributed_testing.tasks.states import ACTIVE, is_terminal
 from distributed_testing.worker import state as ws
 
-POLICY = Policy(worker_grace_s=10.0, worker_ttl_s=30.0,
+POLICY = Policy(worker_grace_s=10.0, worker_ttl_s=30.0, finished_cache=0,
                 retry_backoff=Backoff(base_s=1.0, factor=2.0, max_s=4.0, jitter=0.0))
 FLEET = {"w1": {"slots": 2, "recover": True}, "w2": {"slots": 1, "recover": False}}
 Key = tuple[str, int]
@@ -264,6 +267,10 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         if s is None or not s.to_coord:
             return
         msg = s.to_coord.popleft()
+        named = [r.task_id for r in msg.results] if isinstance(msg, m.Results) else \
+            [r.task_id for r in msg.tasks] if isinstance(msg, m.TaskStarted) else []
+        rows = self.durable_rows()  # what the store would read back (coordinator/views.load_missing)
+        self.coord.load(rows[t] for t in self.coord.missing(named) if t in rows)
         if isinstance(msg, m.Results):
             self.execute(self.coord.results(wid, msg, self.now))
         elif isinstance(msg, m.TaskStarted):
@@ -282,6 +289,10 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
             if self.sessions.get(wid) is s:
                 s.to_worker.append((self.epoch, m.Confirm(upto)))
         self.run_commands(p.rest)
+        self.coord.retire(r.task_id for r in p.records if isinstance(r, TaskRow) and is_terminal(r.state))
+
+    def durable_rows(self) -> dict[str, TaskRow]:
+        return {r.task_id: r for r in self.journal if isinstance(r, TaskRow)}
 
     @precondition(lambda self: any(w.runs for w in self.workers.values()))
     @rule(data=st.data(), status=st.sampled_from(["succeeded", "failed", "retryable"]))
@@ -353,14 +364,11 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
                 self.worker_apply(wid, self.workers[wid].state.session_ended())
         self.epoch += 1
         self.coord = CoordinatorState(POLICY)
-        tasks: dict[str, TaskRow] = {}
-        workers: dict[str, WorkerRow] = {}
-        for r in self.journal:
-            if isinstance(r, TaskRow):
-                tasks[r.task_id] = r
-            elif isinstance(r, WorkerRow):
-                workers[r.worker_id] = r
-        self.coord.restore(Snapshot(tasks=list(tasks.values()), workers=list(workers.values())), self.now)
+        tasks = self.durable_rows()
+        workers = {r.worker_id: r for r in self.journal if isinstance(r, WorkerRow)}
+        active = sorted((r for r in tasks.values() if not is_terminal(r.state)), key=lambda r: r.seq)
+        self.coord.restore(Snapshot(tasks=active, workers=list(workers.values()),
+                                    max_seq=max((r.seq for r in tasks.values()), default=0)), self.now)
 
     @rule(dt=st.sampled_from([0.5, 2.0, 11.0, 31.0]), beat=st.booleans())
     def time_passes(self, dt: float, beat: bool) -> None:
@@ -478,4 +486,5 @@ def test_a_confirmed_result_lost_in_a_disconnect_is_resent_and_makes_the_outcome
     assert list(x.workers["w1"].kept) == [("t1", 1)]
     x.disconnect(_First())  # the results frame is lost
     x.teardown()
-    assert x.coord.tasks["t1"].outcome is not None and x.coord.tasks["t1"].outcome["status"] == "succeeded"
+    outcome = x.durable_rows()["t1"].outcome  # durable, so it has left memory (finished_cache=0)
+    assert "t1" not in x.coord.tasks and outcome is not None and outcome["status"] == "succeeded"
