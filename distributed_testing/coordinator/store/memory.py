@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -164,10 +165,13 @@ def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
 
 
 def bucket_of(at: float, since: float, bucket_s: float, buckets: int) -> int | None:
-    """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None."""
+    """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None.
+
+    The index is ``floor((at - since) / bucket_s)`` in float arithmetic, which SQL computes
+    identically; Python's ``//`` differs at some edges (``1.0 // 0.1`` is 9, ``1.0 / 0.1`` is 10)."""
     if not at >= since:
         return None
-    i = int((at - since) // bucket_s)
+    i = math.floor((at - since) / bucket_s)
     return i if i < buckets else None
 
 
