@@ -151,17 +151,9 @@ def task_order_key(t: TaskRow) -> tuple[float, int]:
 def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
     """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python; ``total`` counts every match."""
     validate_query(q)
-    total = 0
-
-    def counted() -> Iterable[TaskRow]:
-        nonlocal total
-        for t in rows:
-            if task_matches(t, q):
-                total += 1
-                yield t
-
-    top = heapq.nlargest(q.offset + q.limit, counted(), key=task_order_key)
-    return TaskPage(tasks=top[q.offset :], total=total)
+    hits = [t for t in rows if task_matches(t, q)]  # all of them: nlargest(0, ...) would read none
+    top = heapq.nlargest(q.offset + q.limit, hits, key=task_order_key)
+    return TaskPage(tasks=top[q.offset :], total=len(hits))
 
 
 def bucket_of(at: float, since: float, bucket_s: float, buckets: int) -> int | None:
