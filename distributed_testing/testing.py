@@ -448,8 +448,9 @@ async def pg_database(server: str = PG_SERVER, prefix: str = "dt_test") -> Async
         await drop_pg_database(url)
 
 
-def _run_in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
-    # A thread of its own, so this works whether or not the caller runs an event loop.
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a new event loop in a thread of its own, so this works
+    whether or not the caller runs an event loop (which it blocks meanwhile)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
 
@@ -457,11 +458,11 @@ def _run_in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
 @contextlib.contextmanager
 def pg_database_sync(server: str = PG_SERVER, prefix: str = "dt_test") -> Iterator[str]:
     """Blocking :func:`pg_database`, for session fixtures and scripts."""
-    url = _run_in_own_loop(create_pg_database(server, prefix))
+    url = run_sync(create_pg_database(server, prefix))
     try:
         yield url
     finally:
-        _run_in_own_loop(drop_pg_database(url))
+        run_sync(drop_pg_database(url))
 
 
 async def pg_schema_url(database_url: str, schema: str) -> str:

@@ -96,6 +96,9 @@ RETRYABLE: tuple[type[BaseException], ...] = (
     TimeoutError,
     asyncpg.PostgresConnectionError,  # class 08 (connection exceptions)
     asyncpg.InterfaceError,  # "connection is closed", the connection was lost mid-query
+    # A query on a connection whose idle backend was just terminated: the server's FATAL arrived
+    # unasked and left asyncpg's protocol in a state it refuses to leave; nothing was sent.
+    asyncpg.InternalClientError,
     asyncpg.exceptions.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
     asyncpg.exceptions.CrashShutdownError,  # 57P02
     asyncpg.exceptions.CannotConnectNowError,  # 57P03: the server is starting up
@@ -112,13 +115,6 @@ MIGRATIONS: dict[int, Migration] = {}
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}
 _KEY_AT = {t: table.key_index for t, table in TABLES.items()}
-
-
-def _validate_page(limit: int, offset: int) -> None:
-    errors = [{"field": name, "error": "must be >= 0"} for name, value in (("limit", limit), ("offset", offset))
-              if value < 0]
-    if errors:
-        raise ValidationError(errors)
 
 
 def redact(url: str) -> str:
@@ -362,37 +358,37 @@ class PostgresStore:
         return batch
 
     async def _write_loop(self) -> None:
-        """Owned background task: one batch at a time, in append order (see the module doc)."""
+        """Owned background task: one batch at a time, in append order (see the module doc);
+        after ``close`` it writes what is queued, then ends."""
         while True:
             await self._wake.wait()
             self._wake.clear()
             if self._linger is not None:
                 self._linger.cancel()
                 self._linger = None
-            if not self._queue:
-                if self._state != "open":
-                    return
-                continue
-            batch = self._take()
-            if self._queue:
-                self._wake.set()
-            try:
-                await self._write([row for p in batch for row in p.rows])
-            except Fenced as exc:
-                for p in batch:
-                    _resolve(p.fut, exc)
-                continue
-            except BaseException as exc:
-                err = exc if isinstance(exc, StoreError) else StoreError(f"writing to {self.where} failed: {exc!r}")
-                if err is not exc:
-                    err.__cause__ = exc
-                self._failure = err
-                for p in batch + self._queue:
-                    _resolve(p.fut, err)
-                self._queue = []
-                raise
+            while self._queue:  # appends made while a batch commits go in the next one
+                await self._write_batch(self._take())
+            if self._state != "open":
+                return
+
+    async def _write_batch(self, batch: list[_Pending]) -> None:
+        try:
+            await self._write([row for p in batch for row in p.rows])
+        except Fenced as exc:
             for p in batch:
-                _resolve(p.fut, None)
+                _resolve(p.fut, exc)
+            return
+        except BaseException as exc:
+            err = exc if isinstance(exc, StoreError) else StoreError(f"writing to {self.where} failed: {exc!r}")
+            if err is not exc:
+                err.__cause__ = exc
+            self._failure = err
+            for p in batch + self._queue:
+                _resolve(p.fut, err)
+            self._queue = []
+            raise
+        for p in batch:
+            _resolve(p.fut, None)
 
     def _writer_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -598,7 +594,7 @@ class PostgresStore:
         return {r.task_id: r for r in rows}
 
     async def query_tasks(self, query: TaskQuery) -> TaskPage:
-        _validate_page(query.limit, query.offset)
+        validate_query(query)
         p = Params()
         where = tasks_where(query, p)
         t = TABLES[TaskRow]
@@ -616,9 +612,10 @@ class PostgresStore:
         return TaskPage(tasks=[_DECODE[TaskRow](r) for r in fetched], total=total)
 
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
-        if bucket_s <= 0 or buckets < 0 or failures < 0:
-            raise StoreError("task_stats needs bucket_s > 0, buckets >= 0 and failures >= 0")
-        end = since + bucket_s * buckets
+        if not bucket_s > 0 or buckets < 0 or failures < 0:
+            raise ValidationError([{"field": "(stats)", "error": "bucket_s must be > 0, buckets and failures >= 0"}])
+        # A loose upper bound for the index; the bucket index itself decides (memory.bucket_of).
+        end = since + bucket_s * (buckets + 1)
         t = TABLES[TaskRow]
         bucket = "floor(({col} - $1) / $2)::bigint"
         submitted_sql = (f"SELECT {bucket.format(col='submitted_at')} AS b, count(*) FROM tasks "
@@ -639,7 +636,7 @@ class PostgresStore:
         def spread(counts: list[Any]) -> list[int]:
             out = [0] * buckets
             for b, n in counts:
-                if 0 <= b < buckets:  # rounding at the window's end
+                if 0 <= b < buckets:
                     out[b] += int(n)
             return out
 
