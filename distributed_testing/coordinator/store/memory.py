@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -150,24 +151,19 @@ def task_order_key(t: TaskRow) -> tuple[float, int]:
 def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
     """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python; ``total`` counts every match."""
     validate_query(q)
-    total = 0
-
-    def counted() -> Iterable[TaskRow]:
-        nonlocal total
-        for t in rows:
-            if task_matches(t, q):
-                total += 1
-                yield t
-
-    top = heapq.nlargest(q.offset + q.limit, counted(), key=task_order_key)
-    return TaskPage(tasks=top[q.offset :], total=total)
+    hits = [t for t in rows if task_matches(t, q)]  # all of them: nlargest(0, ...) would read none
+    top = heapq.nlargest(q.offset + q.limit, hits, key=task_order_key)
+    return TaskPage(tasks=top[q.offset :], total=len(hits))
 
 
 def bucket_of(at: float, since: float, bucket_s: float, buckets: int) -> int | None:
-    """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None."""
+    """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None.
+
+    The index is ``floor((at - since) / bucket_s)`` in float arithmetic, which SQL computes
+    identically; Python's ``//`` differs at some edges (``1.0 // 0.1`` is 9, ``1.0 / 0.1`` is 10)."""
     if not at >= since:
         return None
-    i = int((at - since) // bucket_s)
+    i = math.floor((at - since) / bucket_s)
     return i if i < buckets else None
 
 

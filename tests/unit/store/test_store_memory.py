@@ -127,9 +127,15 @@ def test_open_store_urls(tmp_path: Path) -> None:
         store = open_store(spec)
         assert isinstance(store, DuckDBStore) and store.path == tmp_path / "a.duckdb"
     assert open_store("duckdb://rel/x.duckdb").path == Path("rel/x.duckdb")  # type: ignore[attr-defined]
-    with pytest.raises(StoreError, match="PostgreSQL store is not implemented yet"):
-        open_store("postgresql://u@h/db")
-    with pytest.raises(StoreError, match="unknown store URL scheme"):
+    from distributed_testing.coordinator.store.postgres import PostgresStore
+
+    for url in ("postgresql://u@h/db", "postgres://u:secret@h:5433/db?search_path=dt", "postgresql:///db"):
+        pg = open_store(url)
+        assert isinstance(pg, PostgresStore) and pg.url == url and "secret" not in pg.where
+    with pytest.raises(StoreError, match="names no database") as err:
+        open_store("postgresql://u:secret@h:5432")
+    assert "secret" not in str(err.value)
+    with pytest.raises(StoreError, match="unknown store URL scheme .*postgresql://"):
         open_store("mysql://h/db")
     with pytest.raises(StoreError):
         open_store("")
