@@ -4,7 +4,9 @@ One coordinator process on a DuckDB file and two worker processes (``run_worker_
 DuckDB outboxes), on loopback. For each size in ``--tasks`` (cumulative: ``--tasks 20000 200000``
 first brings the history to 20,000 tasks, measures, then to 200,000 and measures again), it
 submits no-op custom tasks (the built-in ``noop`` handler) in lists of ``--chunk`` from
-``--clients`` concurrent submitters until the store holds that many finished tasks, then reports:
+``--clients`` concurrent submitters, each list with ``?wait`` (answered once all of it finished),
+so the active work stays at most ``chunk x clients`` tasks whatever the history, until the store
+holds that many finished tasks, then reports:
 
 * the coordinator's RSS (psutil) before the first submission, and once the tasks are done and the
   cluster is idle;
@@ -177,9 +179,10 @@ async def fill(c: Cluster, target: int, chunk: int, clients: int) -> tuple[float
         async def submitter() -> None:
             while lists:
                 size = lists.pop()
-                async with http.post(f"{c.base}/api/v1/tasks", json=[NOOP] * size, headers=c.h) as r:
+                async with http.post(f"{c.base}/api/v1/tasks?wait=300", json=[NOOP] * size, headers=c.h) as r:
                     body = await r.json()
                     assert r.status == 201, body
+                    assert all(t["state"] == "succeeded" for t in body["tasks"]), body
                     if not first:
                         first.append(body["tasks"][0]["task_id"])
 

@@ -309,8 +309,10 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
 
 
 async def get_task(request: web.Request) -> web.Response:
-    """One task, from memory or else from the store. An outcome is shown only once it is on
-    disk (so whatever this shows, the list and a restarted coordinator show too)."""
+    """One task, from memory or else from the store.
+
+    An outcome is shown only once it is on disk, so whatever this shows, the task list and a
+    restarted coordinator show too."""
     rt = _rt(request)
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
     t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
@@ -326,9 +328,10 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def list_tasks(request: web.Request) -> web.Response:
-    """One page of tasks, newest first: filters and paging of ``TaskQuery`` (state, type,
-    worker_id, tag, submitted_by, since, until, limit, offset), done by the store; ``total``
-    counts every match."""
+    """One page of tasks, newest first, filtered and cut by the store.
+
+    Filters and paging of ``TaskQuery`` (state, type, worker_id, tag, submitted_by, since, until,
+    limit, offset); ``total`` counts every match."""
     rt = _rt(request)
     page, total = await views.task_page(rt.state, rt.store, views.parse_filter(request.query))
     return json_response({"tasks": page, "total": total})
@@ -377,8 +380,9 @@ async def cancel_task(request: web.Request) -> web.Response:
 
 
 async def list_workers(request: web.Request) -> web.Response:
-    """Known workers in worker id order, ``limit`` (1 to 10000, default 10000) from ``offset``;
-    ``total`` counts them all."""
+    """One page of the known workers, in worker id order.
+
+    ``limit`` (1 to 10000, default 10000) from ``offset``; ``total`` counts them all."""
     rt = _rt(request)
     limit, offset = views.parse_page(request.query)
     page, total = views.worker_page(rt.state, limit, offset)

@@ -159,7 +159,12 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
         _ok({"$ref": REF + "TaskView"}),
         query=(WAIT, _q("result", {"type": "string"}, "0: leave out the stored result")), errors=(400, 404)),
     ("POST", "/api/v1/tasks/{task_id}/cancel"): RouteSpec(_ok({"$ref": REF + "TaskView"}), errors=(404, 409)),
-    ("GET", "/api/v1/workers"): RouteSpec(_ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}))),
+    ("GET", "/api/v1/workers"): RouteSpec(
+        _ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}, total={"type": "integer"})),
+        query=(_q("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "most workers listed (default 10000)"),
+               _q("offset", {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+                  "workers skipped, in worker id order (default 0)")),
+        errors=(400,)),
     ("POST", "/api/v1/workers/{worker_id}/drain"): RouteSpec(
         _ok(_obj(worker_id={"type": "string"}, state={"const": "draining"}, deadline_s={"type": "number"},
                  reason={"type": "string"}), 202, "the worker was told to drain"),
