@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "a failed write (see docs/operations.md).")
     p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
     p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
-    p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
+    p.add_argument("--db-path", help="DuckDB state file, postgresql://user@host:port/db, or memory:// "
+                   "(default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
     p.add_argument("--jwt-secret-file", type=Path,
