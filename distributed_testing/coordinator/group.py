@@ -98,11 +98,13 @@ class LeadershipLost(DTError):
 
 
 class NotLeader(DTError):
-    """A request only the leader can serve reached a standby. ``leader``: the URL to use, or None
-    while no member leads (then 503 with ``Retry-After: 1``)."""
+    """A request only the leader can serve reached a standby (or a leader whose lease ran out).
+    ``leader``: the URL to use, or None while no member leads; ``path_qs``: the request's path and
+    query, for a redirect (``api.error_parts``: 307 to ``leader + path_qs``, else 503)."""
 
-    def __init__(self, leader: str | None) -> None:
+    def __init__(self, leader: str | None, path_qs: str = "") -> None:
         self.leader = leader
+        self.path_qs = path_qs
         super().__init__(f"this coordinator is a standby; the leader is {leader}" if leader
                          else "this coordinator is a standby and no leader is known yet; retry shortly")
 
@@ -346,10 +348,27 @@ class Group:
                              "last_seen_age_s": round(m.age_s, 3), "healthy": m.healthy, "started_at": m.started_at}
                             for m in self.members]}
 
-    async def run(self, on_elected: Callable[[int], Awaitable[None]]) -> None:
+    async def connect(self) -> None:
+        """Open the lease and membership connections and create the group's tables if missing."""
         self._lease_conn = await connect(self.dsn)
         self._beat_conn = await connect(self.dsn)
         await ensure_schema(self._lease_conn)
+
+    async def secret(self, generate: Callable[[], bytes]) -> bytes:
+        """The group's token-signing secret (created by the first member to ask)."""
+        assert self._beat_conn is not None, "connect() first"
+        return await load_or_create_secret(self._beat_conn, generate)
+
+    async def on_keys_changed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on every ``NOTIFY dt_keys`` (a key made, changed or revoked by the
+        leader, or the token-signing secret rotated)."""
+        assert self._beat_conn is not None, "connect() first"
+        await self._beat_conn.add_listener("dt_keys", lambda *_args: callback())
+
+    async def run(self, on_elected: Callable[[int], Awaitable[None]]) -> None:
+        """Register, stand by until this member holds the lease, take over, hold it. Raises
+        LeadershipLost when the leadership ends. ``url`` must be set (the port bound) first."""
+        assert self._lease_conn is not None, "connect() first"
         lease = self.lease = Lease(self._lease_conn, self.member_id, self.url, ttl_s=self.ttl_s,
                                    margin_s=self.margin_s)
         beats = asyncio.create_task(self._beat_loop(), name="group-members")

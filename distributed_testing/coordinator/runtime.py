@@ -44,6 +44,7 @@ from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
 from .events import EventHub
+from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
@@ -99,6 +100,31 @@ class Runtime:
         self.events = EventHub()
         self._loads_sent: dict[str, tuple[Any, ...]] = {}
         self._loads_at = 0.0
+        # HA (coordinator/group.py): the group this coordinator is a member of, None for a lone
+        # coordinator (DuckDB or memory store), which always leads. advertise_url: where clients
+        # reach this process (--advertise-url, else set once the port is bound).
+        self.group: Group | None = None
+        self.advertise_url: str | None = config.advertise_url
+        self.bound = asyncio.Event()  # set by bind() once the server listens
+
+    def bind(self, scheme: str, host: str, port: int) -> None:
+        """The server listens on ``port``: the advertised URL is known (``--advertise-url``, else
+        derived from the bind address; see ``group.default_advertise_url``)."""
+        if self.advertise_url is None:
+            self.advertise_url = default_advertise_url(scheme, host, port)
+        self.bound.set()
+
+    def leading(self) -> bool:
+        """Whether this coordinator may act (dispatch, send, write) now. A lone coordinator always
+        may; a group member only while it holds the lease (one monotonic comparison)."""
+        return self.group is None or self.group.leading
+
+    def not_leader(self, path_qs: str = "") -> NotLeader:
+        return NotLeader(self.group.leader_url if self.group is not None else None, path_qs)
+
+    def lost_leadership(self, reason: str) -> None:
+        """Stop this leader term at once (the CLI starts a new standby term; see cli/coordinator.py)."""
+        self.supervisor.fail("lost the leadership", LeadershipLost(reason))
 
     @property
     def supervisor(self) -> Supervisor:
@@ -147,7 +173,10 @@ class Runtime:
         if f.cancelled():
             self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
         elif (exc := f.exception()) is not None:
-            self.supervisor.fail(f"persisting {n} records failed", exc)
+            if self.group is not None and not self.group.leading:  # fenced: another member leads now
+                self.lost_leadership(f"the store refused a write after the lease ran out: {exc}")
+            else:
+                self.supervisor.fail(f"persisting {n} records failed", exc)
 
     # ------------------------------------------------------------- commands
 
@@ -158,6 +187,8 @@ class Runtime:
         ``?wait`` submission, answered only with its outcome), so their write may wait up to
         that long for the next records (a fast task's result) and share one fsync with them. Only
         when nothing else waits for them (every assignment went out provisionally)."""
+        if not self.leading():  # a replaced leader writes nothing and sends nothing (docs/architecture.md)
+            raise self.not_leader()
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         self._observe_assignments(rest)
@@ -188,6 +219,13 @@ class Runtime:
                 if not finished.done():  # its caller may have been cancelled
                     finished.set_exception(exc or StoreError("the store cancelled the write"))
                     finished.exception()  # reported by the supervisor; an awaiting caller still gets it
+                return
+            if not self.leading():  # durable, but the lease ran out meanwhile: nothing more goes out
+                for s in confirms:
+                    s.close("this coordinator is no longer the leader")
+                if not finished.done():
+                    finished.set_exception(self.not_leader())
+                    finished.exception()
                 return
             if not finished.done():  # first, so a request waiting on it answers before the sends go out
                 finished.set_result(None)
@@ -354,6 +392,8 @@ class Runtime:
             await self.persist([MetaRow(secret_file.LEGACY_META_KEY, "")])  # an empty value deletes it
 
     def tick(self) -> None:
+        if not self.leading():
+            return
         self.execute(self.state.tick(self.clock()))
         now = self.clock()
         self.publish_loads(now)
