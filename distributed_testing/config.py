@@ -128,6 +128,11 @@ class CoordinatorConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     coordinator_url: str = DEFAULT_COORDINATOR_URL
+    # every --coordinator URL in order (the first is coordinator_url); () means (coordinator_url,)
+    coordinator_urls: tuple[str, ...] = ()
+    # --high-availability (worker/agent.py, "High availability"): learn the group from
+    # GET /api/v1/cluster, switch to the next coordinator at once, never give up, beat twice as often
+    high_availability: bool = False
     api_key: str | None = None
     token: str | None = None
     token_file: Path | None = None
@@ -173,6 +178,11 @@ class WorkerConfig:
     def ws_url(self) -> str:
         return ws_url(self.coordinator_url)
 
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every configured coordinator URL, the first one first."""
+        return self.coordinator_urls or (self.coordinator_url,)
+
 
 def normalize_url(url: str, source: str) -> str:
     """Validate an http(s) coordinator URL; the error names ``source`` (flag or variable)."""
@@ -180,6 +190,15 @@ def normalize_url(url: str, source: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{source}: expected an http(s) URL such as {DEFAULT_COORDINATOR_URL}, got {url!r}")
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def parse_urls(raw: str, source: str) -> tuple[str, ...]:
+    """Comma-separated coordinator URLs (``--coordinator``, ``DT_COORDINATOR_URL``), each checked
+    by :func:`normalize_url`, duplicates dropped; ConfigError naming ``source`` otherwise."""
+    urls = tuple(dict.fromkeys(normalize_url(u.strip(), source) for u in raw.split(",") if u.strip()))
+    if not urls:
+        raise ConfigError(f"{source}: give at least one coordinator URL, got {raw!r}")
+    return urls
 
 
 def ws_url(http_url: str) -> str:
