@@ -52,7 +52,7 @@ from typing import Any
 
 import asyncpg
 
-from ..errors import DTError
+from ..errors import DTError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +68,23 @@ LOCK_BASE = 0x4454_4C45_0000_0000  # "DTLE": advisory lock key of epoch e is LOC
 SCHEMA_LOCK = LOCK_BASE - 1
 SECRET_NAME = "jwt"
 
+# The store creates dt_lease with its schema (store/pgsql.py); the group adds its own tables and
+# the lease row ("" holder: nobody).
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS dt_lease (
-    name text PRIMARY KEY, holder text, epoch bigint NOT NULL DEFAULT 0, expires_at timestamptz, url text);
 CREATE TABLE IF NOT EXISTS dt_members (
     member_id text PRIMARY KEY, url text NOT NULL, role text NOT NULL, epoch bigint,
     started_at timestamptz NOT NULL, last_seen timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS dt_secret (name text PRIMARY KEY, secret bytea NOT NULL);
-INSERT INTO dt_lease (name, holder, epoch, expires_at, url) VALUES ('leader', NULL, 0, '-infinity', NULL)
-    ON CONFLICT (name) DO NOTHING;
 """
+LEASE_ROW = """INSERT INTO dt_lease (name, holder, epoch, expires_at, url) VALUES ('leader', '', 0, '-infinity', '')
+               ON CONFLICT (name) DO NOTHING"""
+DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
-_READ_LEASE = """SELECT holder, coalesce(epoch, 0) AS epoch, url,
-                        coalesce(expires_at < clock_timestamp(), true) AS expired
+_READ_LEASE = """SELECT holder, epoch, url, expires_at < clock_timestamp() AS expired
                  FROM dt_lease WHERE name = 'leader'"""
-_TAKE = """UPDATE dt_lease SET holder = $1, epoch = coalesce(epoch, 0) + 1, url = $3,
+_TAKE = """UPDATE dt_lease SET holder = $1, epoch = epoch + 1, url = $3,
                   expires_at = clock_timestamp() + make_interval(secs => $2)
-           WHERE name = 'leader' AND coalesce(epoch, 0) = $4 RETURNING epoch"""
+           WHERE name = 'leader' AND epoch = $4 RETURNING epoch"""
 _RENEW = """UPDATE dt_lease SET expires_at = clock_timestamp() + make_interval(secs => $3)
             WHERE name = 'leader' AND holder = $1 AND epoch = $2 AND expires_at > clock_timestamp()
             RETURNING true"""
@@ -135,10 +135,13 @@ async def connect(dsn: str) -> asyncpg.Connection:
 
 
 async def ensure_schema(conn: asyncpg.Connection) -> None:
-    """Create the group's tables and the lease row if missing; safe when members start at once."""
+    """Create the group's tables, and the lease row once the store created ``dt_lease``; safe when
+    members start at once."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
         await conn.execute(SCHEMA)
+        if await conn.fetchval("SELECT to_regclass('dt_lease') IS NOT NULL"):
+            await conn.execute(LEASE_ROW)
 
 
 async def load_or_create_secret(conn: asyncpg.Connection, generate: Callable[[], bytes]) -> bytes:
@@ -161,11 +164,6 @@ async def rotate_secret(dsn: str, secret: bytes) -> None:
             await conn.execute("NOTIFY dt_keys, 'secret'")
     finally:
         await conn.close()
-
-
-async def read_secret(conn: asyncpg.Connection) -> bytes | None:
-    value: bytes | None = await conn.fetchval("SELECT secret FROM dt_secret WHERE name = $1", SECRET_NAME)
-    return value
 
 
 class _Busy(Exception):
@@ -208,13 +206,13 @@ class Lease:
     async def observe(self) -> LeaseRow:
         row = await self.conn.fetchrow(_READ_LEASE)
         assert row is not None, "the lease row is created with the schema"
-        return LeaseRow(holder=row["holder"], epoch=int(row["epoch"]), url=row["url"], expired=bool(row["expired"]))
+        return _lease_row(row)
 
     async def try_acquire(self) -> int | None:
         """Take the lease if it expired or its holder's session is gone; the new epoch, or None."""
         seen = await self.observe()
         fast = False
-        if not seen.expired and seen.holder is not None:
+        if not seen.expired and seen.holder:
             if not await self.conn.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_BASE + seen.epoch):
                 return None  # its holder's session is alive: wait for it to expire
             await self.conn.fetchval("SELECT pg_advisory_unlock($1)", LOCK_BASE + seen.epoch)
@@ -281,10 +279,15 @@ class Lease:
 
 @dataclass(frozen=True)
 class LeaseRow:
-    holder: str | None
+    holder: str | None  # None: nobody
     epoch: int
     url: str | None
     expired: bool
+
+
+def _lease_row(row: Any) -> LeaseRow:
+    return LeaseRow(holder=row["holder"] or None, epoch=int(row["epoch"]), url=row["url"] or None,
+                    expired=bool(row["expired"]))
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ class Group:
         self._started_at = time.time()
         self._lease_conn: asyncpg.Connection | None = None
         self._beat_conn: asyncpg.Connection | None = None
+        self._beat_lock = asyncio.Lock()
 
     @property
     def leading(self) -> bool:
@@ -355,15 +359,13 @@ class Group:
         await ensure_schema(self._lease_conn)
 
     async def secret(self, generate: Callable[[], bytes]) -> bytes:
-        """The group's token-signing secret (created by the first member to ask)."""
-        assert self._beat_conn is not None, "connect() first"
-        return await load_or_create_secret(self._beat_conn, generate)
-
-    async def on_keys_changed(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` on every ``NOTIFY dt_keys`` (a key made, changed or revoked by the
-        leader, or the token-signing secret rotated)."""
-        assert self._beat_conn is not None, "connect() first"
-        await self._beat_conn.add_listener("dt_keys", lambda *_args: callback())
+        """The group's token-signing secret (created by the first member to ask), on a connection
+        of its own (the membership one may be in use)."""
+        conn = await connect(self.dsn)
+        try:
+            return await load_or_create_secret(conn, generate)
+        finally:
+            await conn.close()
 
     async def run(self, on_elected: Callable[[int], Awaitable[None]]) -> None:
         """Register, stand by until this member holds the lease, take over, hold it. Raises
@@ -373,12 +375,16 @@ class Group:
                                    margin_s=self.margin_s)
         beats = asyncio.create_task(self._beat_loop(), name="group-members")
         try:
-            while (epoch := await lease.try_acquire()) is None:
-                self.known = await lease.observe()
-                await asyncio.sleep(STANDBY_POLL_S)
+            epoch = await self._stand_by()
+            lease = self.lease
+            assert lease is not None
             self.known = LeaseRow(self.member_id, epoch, self.url, False)
-            await self._beat()  # the cluster view says so at once
-            await on_elected(epoch)
+            with contextlib.suppress(*DB_ERRORS):
+                await self._beat()  # the cluster view says so at once
+            try:
+                await on_elected(epoch)
+            except (*DB_ERRORS, StoreError) as exc:  # the database went away meanwhile: stand by again
+                raise LeadershipLost(f"taking over failed: {exc}") from exc
             if not lease.holds():
                 raise LeadershipLost("the lease ran out while taking over")
             self.elected = True
@@ -389,15 +395,47 @@ class Group:
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
 
+    async def _stand_by(self) -> int:
+        """Poll the lease until this member takes it; a lost connection is replaced (a standby
+        holds nothing a new connection could not)."""
+        while True:
+            lease = self.lease
+            assert lease is not None
+            try:
+                if (epoch := await lease.try_acquire()) is not None:
+                    return epoch
+                self.known = await lease.observe()
+            except DB_ERRORS as exc:
+                log.warning("standby: checking the lease failed (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+                with contextlib.suppress(*DB_ERRORS):
+                    await self._reconnect_lease()
+                continue
+            await asyncio.sleep(STANDBY_POLL_S)
+
+    async def _reconnect_lease(self) -> None:
+        old = self._lease_conn
+        self._lease_conn = None
+        if old is not None:
+            old.terminate()
+        self._lease_conn = await connect(self.dsn)
+        self.lease = Lease(self._lease_conn, self.member_id, self.url, ttl_s=self.ttl_s, margin_s=self.margin_s)
+
     async def _beat_loop(self) -> None:
         while True:
             try:
+                if self._beat_conn is None or self._beat_conn.is_closed():
+                    self._beat_conn = await connect(self.dsn)
                 await self._beat()
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            except DB_ERRORS as exc:
                 log.warning("member heartbeat failed: %s", exc)
             await asyncio.sleep(MEMBER_BEAT_S)
 
     async def _beat(self) -> None:
+        async with self._beat_lock:  # the loop's and the one at election share the connection
+            await self._beat_once()
+
+    async def _beat_once(self) -> None:
         conn = self._beat_conn
         assert conn is not None
         role = "leader" if self.leading else "standby"
@@ -419,7 +457,7 @@ class Group:
         self.members = [Member(r["member_id"], r["url"], "leader" if r["leads"] else "standby", r["epoch"],
                                float(r["age"]), float(r["started_at"])) for r in rows]
         if known is not None and not self.leading:
-            self.known = LeaseRow(known["holder"], int(known["epoch"]), known["url"], bool(known["expired"]))
+            self.known = _lease_row(known)
 
     async def close(self, *, leave: bool = True) -> None:
         """Release the lease if held (call once nothing acts any more), drop this member's row,

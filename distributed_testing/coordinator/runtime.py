@@ -36,7 +36,7 @@ import msgspec
 from aiohttp import web
 
 from ..config import CoordinatorConfig
-from ..errors import NotFound, StoreError
+from ..errors import Fenced, NotFound, StoreError
 from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
@@ -173,7 +173,7 @@ class Runtime:
         if f.cancelled():
             self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
         elif (exc := f.exception()) is not None:
-            if self.group is not None and not self.group.leading:  # fenced: another member leads now
+            if self.group is not None and (isinstance(exc, Fenced) or not self.group.leading):  # another member leads
                 self.lost_leadership(f"the store refused a write after the lease ran out: {exc}")
             else:
                 self.supervisor.fail(f"persisting {n} records failed", exc)

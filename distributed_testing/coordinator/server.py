@@ -20,10 +20,11 @@ a new standby term in the same process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import resource
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from aiohttp import web
@@ -135,6 +136,10 @@ class GroupStore(Store, Protocol):
     async def load_keys(self) -> Sequence[KeyRow]:
         """Every key as committed now."""
 
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback`` for every notification on ``channel`` (and with "" whenever it
+        (re)starts listening) until cancelled."""
+
 
 async def _member_ctx(app: web.Application) -> AsyncIterator[None]:
     """A group member's term: standby until it holds the lease, then leader (module docstring)."""
@@ -182,16 +187,26 @@ async def _refresh_keys(rt: Runtime, store: GroupStore, group: Group) -> None:
     """On every ``NOTIFY dt_keys``: a standby reloads every key (a leader's own are current: every
     key change goes through it) and every member the group's secret (``--rotate-jwt-secret``)."""
     changed = asyncio.Event()
-    await group.on_keys_changed(changed.set)
-    while True:
-        await changed.wait()
-        changed.clear()
-        try:
-            if not rt.leading():
-                rt.keys = {k.key_id: key_record(k) for k in await store.load_keys()}
-            await _load_secret(rt, group)
-        except (StoreError, ConfigError, OSError) as exc:  # the next notification or term reloads them
-            log.warning("reloading keys after a change notification failed: %s", exc)
+    listening = asyncio.create_task(store.listen("dt_keys", lambda _payload: changed.set()), name="keys-listen")
+    try:
+        while True:
+            waiter = asyncio.ensure_future(changed.wait())
+            done, _ = await asyncio.wait([waiter, listening], return_when=asyncio.FIRST_COMPLETED)
+            if listening in done:
+                waiter.cancel()
+                listening.result()  # raises why it stopped
+                raise StoreError("listening for key changes stopped")
+            changed.clear()
+            try:
+                if not rt.leading():
+                    rt.keys = {k.key_id: key_record(k) for k in await store.load_keys()}
+                await _load_secret(rt, group)
+            except (StoreError, ConfigError, OSError) as exc:  # the next notification or term reloads them
+                log.warning("reloading keys after a change notification failed: %s", exc)
+    finally:
+        listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StoreError):
+            await listening
 
 
 async def _member(rt: Runtime, store: GroupStore, group: Group) -> None:

@@ -298,6 +298,12 @@ class PostgresStore:
                         task_counts={r[0]: int(r[1]) for r in counts},
                         max_seq=max((int(r[2]) for r in counts), default=0))
 
+    async def snapshot(self) -> Snapshot:
+        """The snapshot as committed now, of an open store: what a group member loads when it
+        takes over (the old leader can commit nothing more once the lease changed hands)."""
+        snapshot: Snapshot = await self._read("loading the snapshot", self._load_snapshot)
+        return snapshot
+
     # ------------------------------------------------------------------ fencing
 
     def set_fence(self, holder: str, epoch: int) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distributed_testing.testing import Procs, Rest, wait_until
+from distributed_testing.testing import Procs, Rest, run_sync, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -126,3 +126,19 @@ def _hidden_accelerators(tmp: Path) -> dict[str, str]:
         (site / hidden / "__init__.py").write_text(f"raise ImportError('{hidden} is hidden from these workers')\n")
     paths = [str(site), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
     return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
+def db_tasks(dsn: str) -> dict[str, dict[str, Any]]:
+    """Every task row as the database holds it (``state``, ``history``, ``outcome``): the truth a
+    takeover starts from, whatever a member keeps in memory."""
+    async def read() -> list[Any]:
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            return list(await conn.fetch("SELECT task_id, state, history::text AS h, outcome::text AS o FROM tasks"))
+        finally:
+            await conn.close()
+
+    return {r["task_id"]: {"state": r["state"], "history": json.loads(r["h"]), "outcome": json.loads(r["o"] or "null")}
+            for r in run_sync(read())}

@@ -9,16 +9,18 @@ from collections.abc import Iterator
 
 import asyncpg
 import pytest
-from pg_support import private_database
 
 from distributed_testing.coordinator import group as g
+from distributed_testing.coordinator.store.postgres import PostgresStore
+from distributed_testing.testing import pg_database_sync
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 
 @pytest.fixture(scope="module")
 def dsn() -> Iterator[str]:
-    yield from private_database()
+    with pg_database_sync(prefix="dt_ha_lease") as url:
+        yield url
 
 
 async def _lease(dsn: str, member: str, ttl_s: float = 5.0, margin_s: float = 1.0) -> g.Lease:
@@ -28,9 +30,12 @@ async def _lease(dsn: str, member: str, ttl_s: float = 5.0, margin_s: float = 1.
 
 
 async def _reset(dsn: str) -> None:
+    store = PostgresStore(dsn)  # the store's schema holds dt_lease
+    await store.open()
+    await store.close()
     conn = await g.connect(dsn)
     await g.ensure_schema(conn)
-    await conn.execute("UPDATE dt_lease SET holder = NULL, expires_at = '-infinity' WHERE name = 'leader'")
+    await conn.execute("UPDATE dt_lease SET holder = '', expires_at = '-infinity' WHERE name = 'leader'")
     await conn.close()
 
 
@@ -104,6 +109,7 @@ async def test_a_released_lease_is_taken_at_once(dsn: str) -> None:
 
 
 async def test_schema_setup_is_safe_when_members_start_together(dsn: str) -> None:
+    await _reset(dsn)
     conns = [await g.connect(dsn) for _ in range(4)]
     await asyncio.gather(*(g.ensure_schema(c) for c in conns))
     assert await conns[0].fetchval("SELECT count(*) FROM dt_lease") == 1
