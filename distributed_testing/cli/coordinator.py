@@ -49,6 +49,7 @@ from ..security import secret_file, tls
 from .common import add_log_flag, metrics_port, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
+TERM_RETRY_S = 1.0  # a group member whose next term cannot start (database away) retries this often
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,12 +252,27 @@ async def serve(config: CoordinatorConfig, port_file: Path | None, ssl_context: 
     check_listen(config.host, config.port)  # before the store and the admin key file are created
     for path, source in state_files(config):
         check_writable(path, source)
-    while True:
-        code, port = await _term(config, port_file, ssl_context)
-        if code is not None:
-            return code
+    code, port = await _term(config, port_file, ssl_context)
+    while code is None:
         log.warning("lost the leadership: rejoining the group as a standby on port %d", port)
         config = dataclasses.replace(config, port=port)  # a restarted term keeps the advertised port
+        try:
+            code, port = await _term(config, port_file, ssl_context)
+        except (ConfigError, StoreError) as exc:  # the database is away (restarting?): try again
+            log.warning("cannot start the next term: %s; retrying in %gs", exc, TERM_RETRY_S)
+            if await _signalled_within(TERM_RETRY_S):
+                return 0
+    return code
+
+
+async def _signalled_within(seconds: float) -> bool:
+    """Wait ``seconds``; True if SIGINT/SIGTERM came first."""
+    pause: asyncio.Future[None] = asyncio.ensure_future(asyncio.sleep(seconds))
+    try:
+        await _until_signal_or(pause)
+        return not pause.done()
+    finally:
+        pause.cancel()
 
 
 async def _term(config: CoordinatorConfig, port_file: Path | None,

@@ -332,6 +332,11 @@ class Group:
         return self.elected and self.lease is not None and self.lease.holds()
 
     @property
+    def took_lease(self) -> bool:
+        """This term took the lease (it leads, is taking over, or lost it): its keys are its own."""
+        return self.lease is not None and self.lease.epoch is not None
+
+    @property
     def epoch(self) -> int | None:
         return self.lease.epoch if self.lease is not None and self.leading else None
 
@@ -353,19 +358,26 @@ class Group:
                             for m in self.members]}
 
     async def connect(self) -> None:
-        """Open the lease and membership connections and create the group's tables if missing."""
-        self._lease_conn = await connect(self.dsn)
-        self._beat_conn = await connect(self.dsn)
-        await ensure_schema(self._lease_conn)
+        """Open the lease and membership connections and create the group's tables if missing;
+        StoreError when the database cannot be reached."""
+        try:
+            self._lease_conn = await connect(self.dsn)
+            self._beat_conn = await connect(self.dsn)
+            await ensure_schema(self._lease_conn)
+        except DB_ERRORS as exc:
+            raise StoreError(f"the group cannot use its database: {exc}") from exc
 
     async def secret(self, generate: Callable[[], bytes]) -> bytes:
         """The group's token-signing secret (created by the first member to ask), on a connection
         of its own (the membership one may be in use)."""
-        conn = await connect(self.dsn)
         try:
-            return await load_or_create_secret(conn, generate)
-        finally:
-            await conn.close()
+            conn = await connect(self.dsn)
+            try:
+                return await load_or_create_secret(conn, generate)
+            finally:
+                await conn.close()
+        except DB_ERRORS as exc:
+            raise StoreError(f"reading the group's token-signing secret failed: {exc}") from exc
 
     async def run(self, on_elected: Callable[[int], Awaitable[None]]) -> None:
         """Register, stand by until this member holds the lease, take over, hold it. Raises

@@ -198,8 +198,10 @@ async def _refresh_keys(rt: Runtime, store: GroupStore, group: Group) -> None:
                 raise StoreError("listening for key changes stopped")
             changed.clear()
             try:
-                if not rt.leading():
-                    rt.keys = {k.key_id: key_record(k) for k in await store.load_keys()}
+                if not group.took_lease:
+                    keys = {k.key_id: key_record(k) for k in await store.load_keys()}
+                    if not group.took_lease:  # a takeover meanwhile loaded (and may have made) newer ones
+                        rt.keys = keys
                 await _load_secret(rt, group)
             except (StoreError, ConfigError, OSError) as exc:  # the next notification or term reloads them
                 log.warning("reloading keys after a change notification failed: %s", exc)
