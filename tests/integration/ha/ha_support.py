@@ -55,11 +55,12 @@ class HaGroup:
         self.admin_file = tmp / "admin.key"
         self.env = _hidden_accelerators(tmp)
 
-    def start_member(self, name: str, *extra: str) -> Member:
+    def start_member(self, name: str, *extra: str, env: dict[str, str] | None = None) -> Member:
         port_file = self.tmp / f"{name}.port"
         log = self.tmp / f"{name}.log"
         p = self.procs.start(["run_coordinator.py", "--host", "127.0.0.1", "--port", "0", "--db-path", self.dsn,
-                              "--port-file", str(port_file), "--admin-key-file", str(self.admin_file), *extra], log)
+                              "--port-file", str(port_file), "--admin-key-file", str(self.admin_file), *extra], log,
+                             env=env)
 
         def listening() -> bool:
             if p.poll() is not None:

@@ -95,6 +95,25 @@ def test_standby_answers_keys_reach_every_member_and_cluster_roles(group: HaGrou
     # a JWT issued by one member is accepted by the others: the signing secret is the group's
     token = admin.ok("POST", "/api/v1/auth/token")["token"]
     assert request(b.url + "/api/v1/cluster", key=token)[0] == 200
+    # DT_ADVERTISE_URL is what the group lists (and would send clients to)
+    c = group.start_member("c", env={"DT_ADVERTISE_URL": "http://c.example:9/"})
+    group.wait_role(c, "standby")
+    wait_until(lambda: "http://c.example:9" in {mm["url"] for mm in admin.ok("GET", "/api/v1/cluster")["members"]},
+               10, "the third member's advertised URL")
+
+
+def test_rotating_the_group_secret_reaches_every_member(group: HaGroup) -> None:
+    a, b, admin = two_members(group)
+    token = admin.ok("POST", "/api/v1/auth/token")["token"]
+    assert request(b.url + "/api/v1/cluster", key=token)[0] == 200
+    rotate = subprocess.run([sys.executable, "run_coordinator.py", "--db-path", group.dsn, "--rotate-jwt-secret"],
+                            cwd=ROOT, capture_output=True, timeout=60)
+    assert rotate.returncode == 0 and b"rotated the group's token-signing secret" in rotate.stderr
+    for member in (a, b):  # no restart: the members reload it on the notification
+        wait_until(lambda m=member: request(m.url + "/api/v1/cluster", key=token)[0] == 401, 10,
+                   f"{member.name} to refuse the old secret's token")
+    fresh = admin.ok("POST", "/api/v1/auth/token")["token"]
+    assert request(b.url + "/api/v1/cluster", key=fresh)[0] == 200
 
 
 def test_a_killed_leader_is_replaced_and_every_task_finishes_once(group: HaGroup) -> None:
