@@ -230,7 +230,7 @@ class Lease:
         self.epoch = int(epoch)
         self.deadline = sent + self.ttl_s - self.margin_s
         log.warning("took the leader lease, epoch %d (previous holder %s, epoch %d, %s)", self.epoch, seen.holder,
-                    seen.epoch, "its database session ended" if fast else "its lease expired")
+                    seen.epoch, "its database session ended" if fast else "its lease expired or was released")
         return self.epoch
 
     async def renew(self) -> None:

@@ -114,13 +114,19 @@ def test_rotating_the_group_secret_reaches_every_member(group: HaGroup) -> None:
                    f"{member.name} to refuse the old secret's token")
     fresh = admin.ok("POST", "/api/v1/auth/token")["token"]
     assert request(b.url + "/api/v1/cluster", key=fresh)[0] == 200
+    # a graceful stop of the leader: exit 0, it leaves the member list and hands the lease over
+    assert group.procs.stop(a.proc) == 0
+    group.wait_role(b, "leader", timeout=20)
+    view = request(b.url + "/api/v1/cluster", key=fresh)[2]
+    assert [mm["url"] for mm in view["members"]] == [b.url] and view["leader"] == b.url
 
 
 def test_a_killed_leader_is_replaced_and_every_task_finishes_once(group: HaGroup) -> None:
     a, b, admin = two_members(group)
     key = admin.create_key("worker")
-    for w in ("w1", "w2"):
-        group.start_worker(w, [a.url, b.url], key, "--high-availability", "--max-concurrent-tasks", "2")
+    # w2 is told only of the leader: --high-availability learns the standby from GET /api/v1/cluster
+    for w, urls in (("w1", [a.url, b.url]), ("w2", [a.url])):
+        group.start_worker(w, urls, key, "--high-availability", "--max-concurrent-tasks", "2")
     wait_until(lambda: len(admin.workers()) == 2 and all(w["state"] == "ready" for w in admin.workers().values()),
                60, "both workers to register")
     ids = admin.submit([{"task_id": f"t{i}", "type": "custom", "max_retries": 3,
@@ -129,6 +135,7 @@ def test_a_killed_leader_is_replaced_and_every_task_finishes_once(group: HaGroup
     killed = group.kill(a)
     group.wait_role(b, "leader", timeout=10)
     took = time.time()
+    new_leader = Rest(b.url, admin.key)
     wait_until(lambda: all(t["state"] in TERMINAL for t in db_tasks(group.dsn).values()), 60, "every task to end")
     tasks = db_tasks(group.dsn)
     assert sorted(tasks) == sorted(ids) and {t["state"] for t in tasks.values()} == {"succeeded"}
@@ -136,6 +143,8 @@ def test_a_killed_leader_is_replaced_and_every_task_finishes_once(group: HaGroup
         assigned = [h for h in t["history"] if h["to"] == "assigned"]
         assert len({h["attempt"] for h in assigned}) == len(assigned)  # no attempt assigned twice
         assert sum(h["to"] == "succeeded" for h in t["history"]) == 1  # one outcome
+    workers = new_leader.workers()
+    assert {w: workers[w]["state"] for w in ("w1", "w2")} == {"w1": "ready", "w2": "ready"}  # both switched
     later = [h["at"] for t in tasks.values() for h in t["history"] if h["to"] == "assigned" and h["at"] > killed]
     print(f"\nfailover: kill -> new leader {took - killed:.2f}s (polled), kill -> next assignment "
           f"{min(later) - killed:.2f}s")
