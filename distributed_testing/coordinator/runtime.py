@@ -220,15 +220,12 @@ class Runtime:
                     finished.set_exception(exc or StoreError("the store cancelled the write"))
                     finished.exception()  # reported by the supervisor; an awaiting caller still gets it
                 return
-            if not self.leading():  # durable, but the lease ran out meanwhile: nothing more goes out
-                for s in confirms:
-                    s.close("this coordinator is no longer the leader")
-                if not finished.done():
-                    finished.set_exception(self.not_leader())
-                    finished.exception()
-                return
             if not finished.done():  # first, so a request waiting on it answers before the sends go out
                 finished.set_result(None)
+            if not self.leading():  # durable (so acknowledged), but the lease ran out meanwhile: nothing goes out
+                for s in confirms:
+                    s.close("this coordinator is no longer the leader")
+                return
             for s, upto in confirms.items():
                 if self.sessions.get(s.worker_id) is s and not s.closing:
                     s.send(m.Confirm(upto))
