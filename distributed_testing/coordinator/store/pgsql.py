@@ -17,6 +17,7 @@ strings holding NUL, which no field of ours means to.
 
 from __future__ import annotations
 
+import operator
 import re
 import types
 import typing
@@ -106,22 +107,20 @@ class Table:
 
     def encoder(self) -> Callable[[Any], tuple[Any, ...]]:
         """A function from a record to its row values in column order (JSON encoded, NUL-free)."""
-        names = [c.name for c in self.columns]
-        kinds = [c.kind for c in self.columns]
+        fields = operator.attrgetter(*(c.name for c in self.columns))
+        json_at = [i for i, c in enumerate(self.columns) if c.kind == "json"]
+        text_at = [i for i, c in enumerate(self.columns) if c.kind == "text"]
 
         def encode(rec: Any) -> tuple[Any, ...]:
-            out: list[Any] = []
-            for name, kind in zip(names, kinds, strict=True):
-                v = getattr(rec, name)
-                if v is None:
-                    out.append(None)
-                elif kind == "json":
-                    out.append(encode_json(v))
-                elif kind == "text":
-                    out.append(clean_text(v))
-                else:
-                    out.append(v)
-            return tuple(out)
+            values = list(fields(rec))
+            for i in json_at:
+                if values[i] is not None:
+                    values[i] = encode_json(values[i])
+            for i in text_at:
+                v = values[i]
+                if v is not None and "\x00" in v:
+                    values[i] = v.replace("\x00", "\ufffd")
+            return tuple(values)
 
         return encode
 

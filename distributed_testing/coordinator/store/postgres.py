@@ -170,7 +170,8 @@ class PostgresStore:
         self.write_timeout_s = write_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.max_batch_records = max_batch_records
-        self.backoff = Backoff(base_s=0.05, factor=2.0, max_s=1.0)
+        # at most 0.5 s between attempts: a server back from a restart is used soon after
+        self.backoff = Backoff(base_s=0.05, factor=2.0, max_s=0.5)
         self._pool: asyncpg.Pool | None = None
         self._conn: asyncpg.Connection | None = None  # the writer's own connection
         self._conn_id: tuple[int, Any] | None = None  # its backend (pid, backend_start)
@@ -219,21 +220,26 @@ class PostgresStore:
     # ------------------------------------------------------------------ open
 
     async def open(self) -> Snapshot:
-        """Connect, create or migrate the schema, load the snapshot, start the writer."""
+        """Connect, create or migrate the schema, load the snapshot, start the writer. Raises
+        ``StoreError`` (naming the server, never its password) when any of it fails."""
         if self._state != "new":
             raise StoreError(f"store {self.where} was already opened")
         self._state = "open"
         try:
-            self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=self.pool_size,
+            con = await self.connect()
+            try:
+                await self._ensure_schema(con)
+                snapshot = await self._load_snapshot(con)
+            finally:
+                await con.close()
+            # min_size 0: connections on demand (a pool keeping a floor logs a traceback for every
+            # failed attempt to restore it while the server is down)
+            self._pool = await asyncpg.create_pool(self.url, min_size=0, max_size=self.pool_size,
                                                    timeout=self.connect_timeout_s)
-        except CONNECT_ERRORS as exc:
-            self._state = "closed"
-            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {exc}") from exc
-        try:
-            await self._read("creating the schema", self._ensure_schema)
-            snapshot: Snapshot = await self._read("loading the snapshot", self._load_snapshot)
-        except BaseException:
+        except BaseException as exc:
             await self._release()
+            if isinstance(exc, CONNECT_ERRORS):
+                raise StoreError(f"opening the store at {self.where} failed: {exc}") from exc
             raise
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name=f"pg-writer:{self.where}")
         self._writer.add_done_callback(self._writer_done)

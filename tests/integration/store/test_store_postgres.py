@@ -252,6 +252,20 @@ async def test_a_listener_whose_connection_is_killed_reconnects_and_asks_for_a_f
         await asyncio.gather(listener, return_exceptions=True)
 
 
+@pytest.mark.asyncio
+async def test_snapshot_of_an_open_store_shows_what_another_store_committed(store: PostgresStore,
+                                                                            pg_url: str) -> None:
+    standby = PostgresStore(pg_url)
+    assert (await standby.open()).tasks == []
+    try:
+        await store.append([task("t1", seq=1), task("t2", "succeeded", seq=2), key("k1"), MetaRow("m", "v")])
+        snap = await standby.snapshot()
+        assert [t.task_id for t in snap.tasks] == ["t1"] and [k.key_id for k in snap.keys] == ["k1"]
+        assert (snap.meta, snap.task_counts, snap.max_seq) == ({"m": "v"}, {"pending": 1, "succeeded": 1}, 2)
+    finally:
+        await standby.close()
+
+
 # ---------------------------------------------------------------------------- lost connections
 
 
