@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "free one); for a scraper on a trusted network (env DT_METRICS_PORT)")
     p.add_argument("--dashboard", action="store_true",
                    help="also serve the web dashboard under /dashboard (sign in with any key that may read tasks)")
-    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
+    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using "
+                                                  "--port 0); a group member once it leads or stands by")
     add_log_flag(p)
     return p
 
@@ -291,11 +292,15 @@ async def _term(config: CoordinatorConfig, port_file: Path | None,
         log.info("coordinator listening on %s://%s:%d", config.scheme, config.host, port)
         rt = runner.app[RUNTIME]
         rt.bind(config.scheme, config.host, port)
+        supervisor = rt.supervisor
+        if rt.group is not None:  # a group member announces its port once it leads or knows it stands by
+            settled = asyncio.ensure_future(rt.group.settled.wait())
+            await asyncio.wait([settled, supervisor.failed], return_when=asyncio.FIRST_COMPLETED)
+            settled.cancel()
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")
             tmp.write_text(f"{port}\n")
             tmp.replace(port_file)
-        supervisor = rt.supervisor
         await _until_signal_or(supervisor.failed)
     finally:
         await runner.cleanup()

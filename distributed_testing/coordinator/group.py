@@ -326,6 +326,8 @@ class Group:
         self._lease_conn: asyncpg.Connection | None = None
         self._beat_conn: asyncpg.Connection | None = None
         self._beat_lock = asyncio.Lock()
+        # set once this term knows its place: it leads, or it looked at the lease and stands by
+        self.settled = asyncio.Event()
 
     @property
     def leading(self) -> bool:
@@ -400,6 +402,7 @@ class Group:
             if not lease.holds():
                 raise LeadershipLost("the lease ran out while taking over")
             self.elected = True
+            self.settled.set()
             log.warning("leading the group as %s at %s (epoch %d)", self.member_id, self.url, epoch)
             await lease.hold()
         finally:
@@ -417,6 +420,7 @@ class Group:
                 if (epoch := await lease.try_acquire()) is not None:
                     return epoch
                 self.known = await lease.observe()
+                self.settled.set()
             except DB_ERRORS as exc:
                 log.warning("standby: checking the lease failed (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
