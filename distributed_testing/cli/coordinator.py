@@ -294,7 +294,7 @@ async def _term(config: CoordinatorConfig, port_file: Path | None,
         rt.bind(config.scheme, config.host, port)
         supervisor = rt.supervisor
         if rt.group is not None:  # a group member announces its port once it leads or knows it stands by
-            settled = asyncio.ensure_future(rt.group.settled.wait())
+            settled: asyncio.Future[Any] = asyncio.ensure_future(rt.group.settled.wait())
             await asyncio.wait([settled, supervisor.failed], return_when=asyncio.FIRST_COMPLETED)
             settled.cancel()
         if port_file is not None:
