@@ -166,6 +166,7 @@ async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> t
     site = FastSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
     port = int(runner.addresses[0][1])
+    runner.app[RUNTIME].bind(config.scheme, "127.0.0.1", port)
     return runner, f"{config.scheme}://127.0.0.1:{port}"
 
 

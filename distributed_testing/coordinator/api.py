@@ -40,6 +40,7 @@ from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
 from . import events, limits, openapi, views
+from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
 from .store.base import ResultQuery, ResultRow
@@ -75,11 +76,23 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """A domain error as (status, JSON body, extra headers) (``errors.HTTP_STATUS``); ``where``
     names the request in the log when the error is unexpected (500). A StoreError is 503: the
-    write failed and the coordinator is stopping (coordinator/supervisor.py)."""
+    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader``: 307
+    to the leader (same path and query) when it is known and the request's path is, else 503 with
+    ``Retry-After: 1``; the body says ``{"error": "not_leader", "leader": URL or null}``."""
+    if isinstance(exc, NotLeader):
+        return not_leader_parts(exc)
     status = http_status(exc)
     if status == 500:
         log.error("unexpected domain error on %s", where, exc_info=exc)
     return status, http_body(exc), http_headers(exc, status)
+
+
+def not_leader_parts(exc: NotLeader, *, redirect: bool = True) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """A standby's answer (see ``error_parts``)."""
+    body = {"error": "not_leader", "leader": exc.leader, "message": str(exc)}
+    if exc.leader and exc.path_qs and redirect:
+        return 307, body, {"Location": exc.leader + exc.path_qs}
+    return 503, body, {"Retry-After": "1"}
 
 
 def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
@@ -141,6 +154,9 @@ def _admit(request: web.Request) -> None:
     (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource else ""
+    rt = request.app[RUNTIME]
+    if not rt.leading() and route not in STANDBY_ROUTES:
+        raise rt.not_leader(request.path_qs)
     perm = PERMISSIONS.get((request.method, route))
     if perm is not None or route == WORKER_ROUTE:
         check_address(request.app, request.remote)
@@ -151,6 +167,9 @@ def _admit(request: web.Request) -> None:
 
 
 def _refusal(request: web.Request, exc: DTError) -> web.Response:
+    if isinstance(exc, NotLeader) and request.path == WORKER_ROUTE:  # a WebSocket client follows no redirect
+        _, body, _ = not_leader_parts(exc, redirect=False)
+        return json_response(body, status=503, headers={"Retry-After": "1"})
     if isinstance(exc, AuthError):
         note_failure(request.app, request.remote, request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
@@ -227,6 +246,31 @@ async def healthz(request: web.Request) -> web.Response:
     by_state = {k: v for k, v in rt.state.counts.items() if v}
     return json_response({"status": "ok", "workers": connected, "tasks": sum(by_state.values()),
                           "tasks_by_state": by_state})
+
+
+async def health(request: web.Request) -> web.Response:
+    """Whether this coordinator answers, and its part in the group: ``role`` is ``leader``,
+    ``standby`` or ``single`` (not in a group); ``leader`` is the URL clients should use. No
+    credential; every member serves it."""
+    rt = _rt(request)
+    g = rt.group
+    if g is None:
+        return json_response({"status": "ok", "role": "single", "leader": rt.advertise_url, "epoch": None,
+                              "member_id": None})
+    return json_response({"status": "ok", "role": "leader" if g.leading else "standby", "leader": g.leader_url,
+                          "epoch": g.epoch, "member_id": g.member_id})
+
+
+async def cluster(request: web.Request) -> web.Response:
+    """The group's members (URL, role, epoch, seconds since its last heartbeat, healthy) and
+    ``leader``, the URL clients should use (null while none leads). Any valid credential, a
+    worker's included: workers learn the group from it. A lone coordinator lists itself."""
+    rt = _rt(request)
+    if rt.group is None:
+        me = {"member_id": None, "url": rt.advertise_url, "role": "leader", "epoch": None, "last_seen_age_s": 0.0,
+              "healthy": True, "started_at": None}
+        return json_response({"leader": rt.advertise_url, "epoch": None, "self": None, "members": [me]})
+    return json_response(rt.group.view())
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -495,6 +539,8 @@ def float_param(query: Mapping[str, str], name: str, default: float, lo: float, 
 
 ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]], str | None]] = [
     ("GET", "/healthz", healthz, None),
+    ("GET", "/api/v1/health", health, None),
+    ("GET", "/api/v1/cluster", cluster, AUTHENTICATED),
     ("POST", "/api/v1/auth/token", issue_token, AUTHENTICATED),
     ("POST", "/api/v1/keys", create_key, "keys:manage"),
     ("GET", "/api/v1/keys", list_keys, "keys:manage"),
@@ -515,6 +561,10 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", METRICS_ROUTE, metrics, "metrics:read"),
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
+# What a standby answers itself; it redirects every other request to the leader (307, or 503 with
+# Retry-After while none is known), the worker endpoint included (503: WebSocket clients follow no
+# redirect). See coordinator/group.py.
+STANDBY_ROUTES = frozenset({"/api/v1/health", "/api/v1/cluster"})
 # Not in ROUTES (ws.py checks it itself, after the session cap), but what the route needs all the same.
 WORKER_PERMISSION = "worker:connect"
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")

@@ -245,7 +245,7 @@ class FastProtocol(asyncio.Protocol):
             return
         if self._head is None:
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
-            if parsed is False:
+            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby redirects
                 self._hand_over()
                 return
             if isinstance(parsed, _Head):

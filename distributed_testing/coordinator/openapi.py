@@ -116,6 +116,15 @@ _RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "
 SPECS: dict[tuple[str, str], RouteSpec] = {
     ("GET", "/healthz"): RouteSpec(_ok(_obj(status={"const": "ok"}, workers={"type": "integer"},
                                             tasks={"type": "integer"}, tasks_by_state={"type": "object"}))),
+    ("GET", "/api/v1/health"): RouteSpec(_ok(_obj(status={"const": "ok"}, role={"enum": ["leader", "standby", "single"]},
+                                                 leader=NULLABLE_STR, epoch={"type": ["integer", "null"]},
+                                                 member_id=NULLABLE_STR))),
+    ("GET", "/api/v1/cluster"): RouteSpec(_ok(_obj(
+        leader=NULLABLE_STR, epoch={"type": ["integer", "null"]}, self=NULLABLE_STR,
+        members={"type": "array", "items": _obj(
+            member_id=NULLABLE_STR, url=NULLABLE_STR, role={"enum": ["leader", "standby"]},
+            epoch={"type": ["integer", "null"]}, last_seen_age_s={"type": "number"}, healthy={"type": "boolean"},
+            started_at={"type": ["number", "null"]})}))),
     ("GET", "/metrics"): RouteSpec({200: ("Prometheus text format (docs/operations.md lists the metrics)",
                                           "text/plain", {"type": "string"})}),
     ("GET", "/api/v1/openapi.json"): RouteSpec(_ok({"type": "object"}, what="this document")),

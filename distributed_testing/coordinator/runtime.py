@@ -40,7 +40,7 @@ import msgspec
 from aiohttp import web
 
 from ..config import CoordinatorConfig
-from ..errors import NotFound, StoreError
+from ..errors import Fenced, NotFound, StoreError
 from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
@@ -49,6 +49,7 @@ from ..security import secret_file, tokens
 from ..security.roles import Role
 from . import views
 from .events import EventHub
+from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
 from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
@@ -105,6 +106,31 @@ class Runtime:
         self.activity = views.Activity()  # the overview's last hour (seeded from the store at start)
         self._loads_sent: dict[str, tuple[Any, ...]] = {}
         self._loads_at = 0.0
+        # HA (coordinator/group.py): the group this coordinator is a member of, None for a lone
+        # coordinator (DuckDB or memory store), which always leads. advertise_url: where clients
+        # reach this process (--advertise-url, else set once the port is bound).
+        self.group: Group | None = None
+        self.advertise_url: str | None = config.advertise_url
+        self.bound = asyncio.Event()  # set by bind() once the server listens
+
+    def bind(self, scheme: str, host: str, port: int) -> None:
+        """The server listens on ``port``: the advertised URL is known (``--advertise-url``, else
+        derived from the bind address; see ``group.default_advertise_url``)."""
+        if self.advertise_url is None:
+            self.advertise_url = default_advertise_url(scheme, host, port)
+        self.bound.set()
+
+    def leading(self) -> bool:
+        """Whether this coordinator may act (dispatch, send, write) now. A lone coordinator always
+        may; a group member only while it holds the lease (one monotonic comparison)."""
+        return self.group is None or self.group.leading
+
+    def not_leader(self, path_qs: str = "") -> NotLeader:
+        return NotLeader(self.group.leader_url if self.group is not None else None, path_qs)
+
+    def lost_leadership(self, reason: str) -> None:
+        """Stop this leader term at once (the CLI starts a new standby term; see cli/coordinator.py)."""
+        self.supervisor.fail("lost the leadership", LeadershipLost(reason))
 
     @property
     def supervisor(self) -> Supervisor:
@@ -153,7 +179,10 @@ class Runtime:
         if f.cancelled():
             self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
         elif (exc := f.exception()) is not None:
-            self.supervisor.fail(f"persisting {n} records failed", exc)
+            if self.group is not None and (isinstance(exc, Fenced) or not self.group.leading):  # another member leads
+                self.lost_leadership(f"the store refused a write after the lease ran out: {exc}")
+            else:
+                self.supervisor.fail(f"persisting {n} records failed", exc)
 
     # ------------------------------------------------------------- commands
 
@@ -164,6 +193,8 @@ class Runtime:
         ``?wait`` submission, answered only with its outcome), so their write may wait up to
         that long for the next records (a fast task's result) and share one fsync with them. Only
         when nothing else waits for them (every assignment went out provisionally)."""
+        if not self.leading():  # a replaced leader writes nothing and sends nothing (docs/architecture.md)
+            raise self.not_leader()
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         self._observe_assignments(rest)
@@ -198,6 +229,10 @@ class Runtime:
                 return
             if not finished.done():  # first, so a request waiting on it answers before the sends go out
                 finished.set_result(None)
+            if not self.leading():  # durable (so acknowledged), but the lease ran out meanwhile: nothing goes out
+                for s in confirms:
+                    s.close("this coordinator is no longer the leader")
+                return
             for s, upto in confirms.items():
                 if self.sessions.get(s.worker_id) is s and not s.closing:
                     s.send(m.Confirm(upto))
@@ -374,6 +409,8 @@ class Runtime:
             await self.persist([MetaRow(secret_file.LEGACY_META_KEY, "")])  # an empty value deletes it
 
     def tick(self) -> None:
+        if not self.leading():
+            return
         self.execute(self.state.tick(self.clock()))
         now = self.clock()
         self.activity.sample_depth(now, self.state.counts.get("pending", 0))

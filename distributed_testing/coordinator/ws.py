@@ -38,6 +38,7 @@ from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
+from .group import NotLeader
 from .runtime import RUNTIME, Runtime, Session
 from .state import Command
 
@@ -139,7 +140,7 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
         await writer
         if session.worker_id and rt.sessions.get(session.worker_id) is session:
             del rt.sessions[session.worker_id]
-            with contextlib.suppress(StoreError):  # fatal, and already reported by rt.persist
+            with contextlib.suppress(StoreError, NotLeader):  # fatal (reported by rt.persist), or demoted
                 rt.execute(rt.state.disconnect(session.worker_id, session_id, rt.clock()))
         await ws.close()
     return ws
@@ -193,12 +194,19 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
     live = rt.state.workers[reg.worker_id].liveness
     s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
                         server_time=now, worker_ttl_s=live.ttl_s))
-    rt.execute(cmds)
+    try:
+        rt.execute(cmds)
+    except NotLeader:
+        s.close("this coordinator is no longer the leader")
+        return
     log.info("worker %s (%s) registered: %s tags=%s; heartbeat every %gs, TTL %gs", reg.worker_id, reg.name,
              reg.capabilities, reg.tags, live.interval_s, live.ttl_s)
     violations = 0
     async for raw in ws:
         if s.closing:
+            break
+        if not rt.leading():
+            s.close("this coordinator is no longer the leader")
             break
         if raw.type == WSMsgType.ERROR:  # the transport broke: the session is over
             log.info("worker %s: connection lost: %s", s.worker_id, ws.exception() or raw.data)
@@ -240,6 +248,9 @@ async def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
     except StoreError as exc:  # fatal (rt.persist reported it): the worker keeps its results for the restart
         s.close(f"the coordinator could not persist: {exc}")
         return 0
+    except NotLeader:  # the lease ran out: the worker takes its results to the next leader
+        s.close("this coordinator is no longer the leader")
+        return 0
     except (DTError, KeyError) as exc:
         log.warning("worker %s message rejected: %s", s.worker_id, exc)
         return _reject(rt, s, "rejected", str(exc))
@@ -264,6 +275,9 @@ async def _writer(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> None:
                 taken.append(nxt)
         if ws.closed:
             continue
+        if not rt.leading():  # the fence on the way out: a replaced leader sends nothing more
+            s.closing = s.closing or "this coordinator is no longer the leader"
+            break
         try:
             await ws.send_bytes(s.channel.seal(msg, rt.clock()))
         except (ConnectionError, RuntimeError) as exc:
