@@ -1,6 +1,7 @@
 """Dispatch benchmark: coordinator + N worker processes on loopback, no-op custom tasks.
 
-Signing is always on and results are persisted (DuckDB store with its journal). Two phases:
+Signing is always on and results are persisted (by default the DuckDB store with its journal;
+``--store`` picks another, or several to compare in one run). Two phases:
 
 * throughput: submit ``--tasks`` no-op tasks in lists of ``--chunk`` from ``--clients`` concurrent
   submitters; tasks/s from the first submit to the last terminal state;
@@ -12,20 +13,32 @@ Signing is always on and results are persisted (DuckDB store with its journal). 
   long-poll ``GET /api/v1/tasks/{id}?wait=``; p50/p90/p99 of each.
 
 Run: ``python benchmarks/dispatch.py --workers 2 --tasks 20000``
+
+``--store duckdb,postgresql`` compares stores the way ``vs_ray.py`` does, fairly on a machine
+whose speed drifts (a shared CI box): one cluster per store, all up at once, and ``--rounds``
+throughput rounds of ``--tasks / --rounds`` tasks, then as many blocks of serial ``POST ?wait``
+tasks, alternating between the clusters; it reports for each store the tasks/s over all its
+rounds, the median round, the submit->result p50 and p90, the coordinator's (and for
+PostgreSQL the database backends') CPU per task, and the ratios to the first store. ``postgresql`` alone means a temporary database on the local server
+(``distributed_testing.testing.PG_SERVER``), dropped afterwards; a full ``postgresql://`` URL is
+used as it is (its tables are created if missing and left behind).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -148,6 +161,29 @@ def cpu_seconds(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     return out
 
 
+def pg_backend_cpu(url: str, last: dict[int, float]) -> float:
+    """CPU seconds used so far by the server processes serving ``url``'s database (its backends;
+    not the server's shared WAL writer and checkpointer). ``last`` keeps each backend's latest
+    reading, so one that ended in between still counts."""
+    import asyncpg
+
+    async def pids() -> list[int]:
+        con = await asyncpg.connect(url)
+        try:
+            return [r[0] for r in await con.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        finally:
+            await con.close()
+
+    for pid in set(asyncio.run(pids())) | set(last):
+        try:
+            t = psutil.Process(pid).cpu_times()
+            last[pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return sum(last.values())
+
+
 def settle(procs: list[subprocess.Popen[bytes]], quiet_s: float = 1.0, timeout: float = 60) -> float:
     """Wait until the cluster is idle (background checkpoints of the throughput phase done).
 
@@ -180,6 +216,7 @@ class Cluster:
 
     def __init__(self, tmp: Path, *, workers: int, slots: int, db: str = "duckdb", worker_outbox: str = "duckdb",
                  root: Path = ROOT, worker_args: list[str] | None = None) -> None:
+        """``db``: ``duckdb`` (a file in ``tmp``), ``memory`` or a ``postgresql://`` URL."""
         self.procs: list[subprocess.Popen[bytes]] = []
         self.worker_args = ["--max-concurrent-tasks", str(slots), "--log-level", "WARNING"] if worker_args is None \
             else worker_args
@@ -191,9 +228,10 @@ class Cluster:
 
     def _start(self, tmp: Path, workers: int, db: str, worker_outbox: str, root: Path) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        db_url = str(tmp / "c.duckdb") if db == "duckdb" else "memory://"
+        db_url = {"duckdb": str(tmp / "c.duckdb"), "memory": "memory://"}.get(db, db)
         c = subprocess.Popen([sys.executable, str(root / "run_coordinator.py"), "--port", "0", "--port-file", str(tmp / "port"),
-                              "--db-path", db_url, "--admin-key-file", str(tmp / "admin.key"), "--log-level", "WARNING"],
+                              "--db-path", db_url, "--admin-key-file", str(tmp / "admin.key"),
+                              "--jwt-secret-file", str(tmp / "jwt.secret"), "--log-level", "WARNING"],
                              env=env, stdout=open(tmp / "coordinator.log", "wb"), stderr=subprocess.STDOUT, cwd=root)
         self.procs.append(c)
         self.base = f"http://127.0.0.1:{_wait_file(tmp / 'port', c)}"
@@ -233,31 +271,29 @@ class Cluster:
                 p.kill()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--slots", type=int, default=64, help="--max-concurrent-tasks per worker")
-    ap.add_argument("--tasks", type=int, default=20000)
-    ap.add_argument("--chunk", type=int, default=500)
-    ap.add_argument("--clients", type=int, default=2)
-    ap.add_argument("--latency-samples", type=int, default=500)
-    ap.add_argument("--db", choices=["duckdb", "memory"], default="duckdb", help="coordinator store")
-    ap.add_argument("--worker-outbox", choices=["duckdb", "memory"], default="duckdb", help="worker --db-path or none")
-    args = ap.parse_args()
+def run_one(args: argparse.Namespace, store: str) -> None:
+    """The whole benchmark on one coordinator store; prints its report."""
     tmp = Path(tempfile.mkdtemp(prefix="dt-dispatch-"))
     cluster: Cluster | None = None
     try:
-        cluster = Cluster(tmp, workers=args.workers, slots=args.slots, db=args.db, worker_outbox=args.worker_outbox)
+        cluster = Cluster(tmp, workers=args.workers, slots=args.slots, db=store, worker_outbox=args.worker_outbox)
         procs, base, admin = cluster.procs, cluster.base, cluster.admin
+        pg = store if store.startswith(("postgresql://", "postgres://")) else None
+        backends: dict[int, float] = {}
         aio.run(throughput(base, admin, 2000, args.chunk, args.clients))  # warm-up
         cpu0, me0 = cpu_seconds(procs), time.process_time()
+        if pg:
+            cpu0["database backends"] = pg_backend_cpu(pg, backends)
         tps = aio.run(throughput(base, admin, args.tasks, args.chunk, args.clients))
         cpu1, me1 = cpu_seconds(procs), time.process_time()
+        if pg:
+            cpu1["database backends"] = pg_backend_cpu(pg, backends)
         settled = settle(procs)
         lat = {mode: aio.run(latency(base, admin, args.latency_samples, mode == "POST ?wait"))
                for mode in ("POST ?wait", "POST + GET ?wait")}
         lat["POST ?wait, http.client"] = sync_latency(base, admin, args.latency_samples)
-        print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={args.db}, "
+        name = store if "://" not in store else store.split("://", 1)[0]
+        print(f"dispatch benchmark: {args.workers} worker processes x {args.slots} slots, store={name}, "
               f"worker outbox={args.worker_outbox}, signing on, event loop {aio.loop_choice()} (client too)")
         print(f"  throughput: {tps:,.0f} tasks/s over {args.tasks} no-op tasks (lists of {args.chunk}, {args.clients} clients)")
         per_task = {k: (cpu1[k] - cpu0[k]) / args.tasks * 1e6 for k in cpu0}
@@ -267,11 +303,107 @@ def main() -> int:
         print(f"  cluster idle {settled:.1f} s after the throughput phase; latency measured after that")
         for mode, xs in lat.items():
             print(f"  latency submit->result, {mode} (n={len(xs)}): {summary_ms(xs)}")
-        return 0
     finally:
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def store_url(store: str) -> Iterator[str]:
+    """``store`` as ``Cluster`` takes it; ``postgresql`` becomes a temporary database, dropped after."""
+    if store != "postgresql":
+        yield store
+        return
+    from distributed_testing.testing import create_pg_database, drop_pg_database
+
+    url = asyncio.run(create_pg_database(prefix="dt_bench"))
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_pg_database(url))
+
+
+def run_store(args: argparse.Namespace, store: str) -> None:
+    with store_url(store) as url:
+        run_one(args, url)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """All stores up at once, rounds alternating between them (see the module doc)."""
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for store in args.stores:
+            tmp = Path(tempfile.mkdtemp(prefix="dt-dispatch-"))
+            stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+            url = stack.enter_context(store_url(store))
+            cluster = Cluster(tmp, workers=args.workers, slots=args.slots, db=url, worker_outbox=args.worker_outbox)
+            stack.callback(cluster.stop)
+            runs.append({"store": store.split("://", 1)[0], "url": url, "cluster": cluster, "rounds": [],
+                         "lat": [], "cpu": 0.0, "db_cpu": 0.0, "backends": {}})
+        per_round = args.tasks // args.rounds
+        for r in runs:
+            aio.run(throughput(r["cluster"].base, r["cluster"].admin, 2000, args.chunk, args.clients))  # warm-up
+        for _ in range(args.rounds):
+            for r in runs:
+                c = r["cluster"]
+                pg = r["url"] if r["url"].startswith(("postgresql://", "postgres://")) else None
+                cpu0 = cpu_seconds(c.procs)["coordinator"]
+                db0 = pg_backend_cpu(pg, r["backends"]) if pg else 0.0
+                r["rounds"].append(aio.run(throughput(c.base, c.admin, per_round, args.chunk, args.clients)))
+                r["cpu"] += cpu_seconds(c.procs)["coordinator"] - cpu0
+                r["db_cpu"] += (pg_backend_cpu(pg, r["backends"]) - db0) if pg else 0.0
+        settle([p for r in runs for p in r["cluster"].procs])
+        block = max(1, args.latency_samples // args.rounds)
+        for _ in range(args.rounds):
+            for r in runs:
+                r["lat"] += aio.run(latency(r["cluster"].base, r["cluster"].admin, block, True))
+        print(f"dispatch benchmark, stores compared: {args.workers} worker processes x {args.slots} slots each, "
+              f"{args.rounds} alternating rounds of {per_round} no-op tasks (lists of {args.chunk}, {args.clients} "
+              f"clients), then {args.rounds} blocks of {block} serial POST ?wait tasks; event loop {aio.loop_choice()}")
+        first = None
+        for r in runs:
+            tps = per_round * len(r["rounds"]) / sum(per_round / x for x in r["rounds"])  # tasks over total time
+            p50 = statistics.median(r["lat"]) * 1e3
+            first = first or (tps, p50)
+            n = per_round * args.rounds
+            db = f", database backends {r['db_cpu'] / n * 1e6:.0f}" if r["db_cpu"] else ""
+            print(f"  {r['store']:>10}: {tps:,.0f} tasks/s ({tps / first[0]:.0%}; rounds "
+                  f"{', '.join(f'{x:,.0f}' for x in r['rounds'])}), submit->result {summary_ms(r['lat'])} "
+                  f"(p50 {p50 / first[1]:.2f}x); CPU per task (us): coordinator {r['cpu'] / n * 1e6:.0f}{db}")
+
+
+def parse_stores(text: str) -> list[str]:
+    stores = [s.strip() for s in text.split(",") if s.strip()]
+    for s in stores:
+        if s not in ("duckdb", "memory", "postgresql") and not s.startswith(("postgresql://", "postgres://")):
+            raise argparse.ArgumentTypeError(f"unknown store {s!r}: use duckdb, memory, postgresql or a postgresql:// URL")
+    if not stores:
+        raise argparse.ArgumentTypeError("no store given")
+    return stores
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=64, help="--max-concurrent-tasks per worker")
+    ap.add_argument("--tasks", type=int, default=20000)
+    ap.add_argument("--chunk", type=int, default=500)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--latency-samples", type=int, default=500)
+    ap.add_argument("--store", "--db", dest="stores", type=parse_stores, default=["duckdb"],
+                    help="coordinator store(s), comma-separated: duckdb (default), memory, postgresql (a temporary "
+                         "database on the local server) or a postgresql:// URL; several are compared (see above)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds when comparing stores (default 5)")
+    ap.add_argument("--worker-outbox", choices=["duckdb", "memory"], default="duckdb", help="worker --db-path or none")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.tasks // args.rounds < args.chunk:
+        ap.error("--rounds must be at least 1, and --tasks / --rounds at least --chunk")
+    if len(args.stores) > 1:
+        compare(args)
+    else:
+        run_store(args, args.stores[0])
+    return 0
 
 
 if __name__ == "__main__":

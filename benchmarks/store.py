@@ -8,6 +8,10 @@ Scenarios (each on a fresh DuckDB file in a fresh directory under ``--dir``):
   latency and what it costs the appenders.
 - ``raw``: DuckDB alone, one ``INSERT OR REPLACE`` + commit per row (no journal), for comparison.
 
+With ``--postgres`` (``postgresql``: a temporary database on the local server, dropped after; or a
+``postgresql://`` URL) the three store scenarios also run on ``PostgresStore``, whose "fsyncs" are
+its commits (one statement per batch).
+
 The DuckDB store runs with its background checkpointer on, as in production, so the figures
 include the checkpointer competing for the GIL and the disk.
 
@@ -33,6 +37,9 @@ import duckdb
 
 from distributed_testing.coordinator.store.base import ResultQuery, TaskRow
 from distributed_testing.coordinator.store.duckdb import TABLES, DuckDBStore
+from distributed_testing.coordinator.store.postgres import PostgresStore
+
+Store = DuckDBStore | PostgresStore
 
 
 @dataclass
@@ -82,7 +89,7 @@ def make_task(i: int, state: str = "queued") -> TaskRow:
     )
 
 
-async def appender(store: DuckDBStore, ids: range, deadline: float, out: list[float]) -> None:
+async def appender(store: Store, ids: range, deadline: float, out: list[float]) -> None:
     for i in ids:
         if time.perf_counter() >= deadline:
             return
@@ -91,7 +98,7 @@ async def appender(store: DuckDBStore, ids: range, deadline: float, out: list[fl
         out.append(time.perf_counter() - t0)
 
 
-async def querier(store: DuckDBStore, deadline: float, out: list[float]) -> None:
+async def querier(store: Store, deadline: float, out: list[float]) -> None:
     while time.perf_counter() < deadline:
         t0 = time.perf_counter()
         await store.query_results(ResultQuery(task_id="task-000000001", limit=10))
@@ -99,13 +106,18 @@ async def querier(store: DuckDBStore, deadline: float, out: list[float]) -> None
 
 
 async def run_store(
-    directory: Path, name: str, concurrency: int, args: argparse.Namespace, query: bool = False
+    directory: Path | str, name: str, concurrency: int, args: argparse.Namespace, query: bool = False
 ) -> list[Figures]:
-    store = DuckDBStore(
-        directory / "bench.duckdb",
-        checkpoint_interval_s=args.checkpoint_interval_s,
-        checkpoint_max_records=args.checkpoint_max_records,
-    )
+    """``directory``: where the DuckDB file goes, or a ``postgresql://`` URL (a PostgresStore)."""
+    store: Store
+    if isinstance(directory, str):
+        store = PostgresStore(directory)
+    else:
+        store = DuckDBStore(
+            directory / "bench.duckdb",
+            checkpoint_interval_s=args.checkpoint_interval_s,
+            checkpoint_max_records=args.checkpoint_max_records,
+        )
     await store.open()
     latencies: list[float] = []
     start = time.perf_counter()
@@ -117,7 +129,7 @@ async def run_store(
         *([querier(store, deadline, queries)] if query else []),
     )
     elapsed = time.perf_counter() - start
-    fsyncs = store.journal.flush_count
+    fsyncs = store.journal.flush_count if isinstance(store, DuckDBStore) else store.batch_count
     t0 = time.perf_counter()
     await store.close()
     print(f"  {name}: final checkpoint + close took {(time.perf_counter() - t0) * 1e3:.0f} ms")
@@ -152,6 +164,9 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--checkpoint-interval-s", type=float, default=0.2, help="DuckDBStore checkpoint interval")
     parser.add_argument("--checkpoint-max-records", type=int, default=5000, help="DuckDBStore checkpoint trigger")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the files go")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="also run the store scenarios on PostgreSQL: 'postgresql' (a temporary database on the "
+                             "local server) or a postgresql:// URL")
     args = parser.parse_args(argv)
     print("command:", shlex.join([Path(sys.executable).name, "benchmarks/store.py", *argv]))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -168,9 +183,27 @@ async def main(argv: list[str]) -> None:
             results += await run_store(Path(d), name, concurrency, args, query)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         results.append(await asyncio.to_thread(run_raw, Path(d), args.seconds))
+    if args.postgres:
+        results += await run_postgres(args, scenarios)
     print(HEADER)
     for fig in results:
         print(fig.row())
+
+
+async def run_postgres(args: argparse.Namespace, scenarios: list[tuple[str, int, bool]]) -> list[Figures]:
+    from distributed_testing.testing import create_pg_database, drop_pg_database, pg_schema_url
+
+    temporary = args.postgres == "postgresql"
+    url = await create_pg_database(prefix="dt_bench") if temporary else args.postgres
+    results = []
+    try:
+        for i, (name, concurrency, query) in enumerate(scenarios):
+            fresh = await pg_schema_url(url, f"bench_{i}") if temporary else url
+            results += await run_store(fresh, name.replace("DuckDBStore", "PostgresStore"), concurrency, args, query)
+    finally:
+        if temporary:
+            await drop_pg_database(url)
+    return results
 
 
 if __name__ == "__main__":

@@ -55,6 +55,11 @@ class CoordinatorConfig:
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"
     metrics_port: int | None = None  # also serve /metrics, open, on this port of ``host`` (0: any free one)
     dashboard: bool = False  # also serve the dashboard under /dashboard (distributed_testing/dashboard)
+    # HA group (PostgreSQL store only; coordinator/group.py): the URL other members, workers and
+    # clients reach this coordinator on (None: derived from the bound address), and a stable
+    # member id (None: hostname plus a random suffix per process)
+    advertise_url: str | None = None
+    member_id: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
@@ -89,6 +94,11 @@ class CoordinatorConfig:
             raise ConfigError(f"--metrics-port: must be 0..65535, got {self.metrics_port}")
 
     @property
+    def postgres(self) -> bool:
+        """Whether the store is PostgreSQL (the coordinator is then a member of an HA group)."""
+        return self.db_path.strip().lower().startswith(("postgresql://", "postgres://"))
+
+    @property
     def state_dir(self) -> Path:
         """The database's directory (``duckdb://`` URLs included); ``state`` for other stores."""
         scheme, sep, rest = self.db_path.partition("://")
@@ -102,9 +112,12 @@ class CoordinatorConfig:
 
     @property
     def jwt_secret_path(self) -> Path | None:
-        """Where the token-signing secret lives; None: a memory:// store keeps it in memory only."""
+        """Where the token-signing secret lives; None: a memory:// store keeps it in memory only,
+        and a PostgreSQL group shares it in the database."""
         if self.jwt_secret_file is not None:
             return self.jwt_secret_file
+        if self.postgres:  # the group's secret lives in the database (coordinator/group.py)
+            return None
         return None if self.db_path.startswith("memory://") else self.state_dir / "jwt.secret"
 
     @property
@@ -115,6 +128,11 @@ class CoordinatorConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     coordinator_url: str = DEFAULT_COORDINATOR_URL
+    # every --coordinator URL in order (the first is coordinator_url); () means (coordinator_url,)
+    coordinator_urls: tuple[str, ...] = ()
+    # --high-availability (worker/agent.py, "High availability"): learn the group from
+    # GET /api/v1/cluster, switch to the next coordinator at once, never give up, beat twice as often
+    high_availability: bool = False
     api_key: str | None = None
     token: str | None = None
     token_file: Path | None = None
@@ -163,6 +181,11 @@ class WorkerConfig:
     def ws_url(self) -> str:
         return ws_url(self.coordinator_url)
 
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every configured coordinator URL, the first one first."""
+        return self.coordinator_urls or (self.coordinator_url,)
+
 
 def normalize_url(url: str, source: str) -> str:
     """Validate an http(s) coordinator URL; the error names ``source`` (flag or variable)."""
@@ -170,6 +193,15 @@ def normalize_url(url: str, source: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{source}: expected an http(s) URL such as {DEFAULT_COORDINATOR_URL}, got {url!r}")
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def parse_urls(raw: str, source: str) -> tuple[str, ...]:
+    """Comma-separated coordinator URLs (``--coordinator``, ``DT_COORDINATOR_URL``), each checked
+    by :func:`normalize_url`, duplicates dropped; ConfigError naming ``source`` otherwise."""
+    urls = tuple(dict.fromkeys(normalize_url(u.strip(), source) for u in raw.split(",") if u.strip()))
+    if not urls:
+        raise ConfigError(f"{source}: give at least one coordinator URL, got {raw!r}")
+    return urls
 
 
 def ws_url(http_url: str) -> str:

@@ -19,6 +19,7 @@
     ├── Conflict                 same id, different body                        (HTTP 409)
     ├── IllegalTransition        task state machine asked to do the impossible
     ├── StoreError               persistence failed; fatal to the coordinator      (HTTP 503)
+    │   └── Fenced               a write refused: this coordinator no longer holds the lease
     └── ExecutionError           an executor could not run a task (infrastructure, not the
                                  user's test failing: that is a result, not an exception)
 
@@ -112,6 +113,12 @@ class IllegalTransition(DTError):
 
 class StoreError(DTError):
     pass
+
+
+class Fenced(StoreError):
+    """A store write was refused because the fence set on the store (a lease holder and epoch)
+    no longer matches the lease row: another coordinator took over, or the lease expired. Nothing
+    of the refused write was committed."""
 
 
 class ExecutionError(DTError):

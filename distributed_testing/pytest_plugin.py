@@ -34,7 +34,7 @@ from typing import Any, Literal
 import pytest
 
 from .cli.http import ApiClient, ApiError
-from .config import env_pick, environ, normalize_url
+from .config import env_pick, environ, parse_urls
 from .errors import ConfigError
 from .security import tls
 
@@ -43,7 +43,7 @@ WAIT_CHUNK_S = 30.0
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("distributed_testing", "run the tests on a distributed_testing fleet")
-    group.addoption("--dt-coordinator", metavar="URL", help="run the collected tests on this coordinator's workers")
+    group.addoption("--dt-coordinator", metavar="URL", help="run the collected tests on this coordinator's workers (or the comma-separated URLs of an HA group)")
     group.addoption("--dt-api-key", metavar="KEY", help="submitter API key or JWT (env DT_API_KEY)")
     group.addoption("--dt-ca-file", metavar="PATH", help="PEM CA bundle for an https coordinator (env DT_CA_FILE)")
     group.addoption("--dt-test-root", metavar="DIR",
@@ -121,7 +121,7 @@ def task_doc(g: Group, index: int, run_id: str) -> dict[str, Any]:
 
 def _client(config: pytest.Config) -> ApiClient:
     env = environ()
-    url = normalize_url(config.getoption("--dt-coordinator"), "--dt-coordinator")
+    urls = parse_urls(config.getoption("--dt-coordinator"), "--dt-coordinator")
     key, _ = env_pick(config.getoption("--dt-api-key"), env, "DT_API_KEY")
     if not key:
         raise pytest.UsageError("--dt-coordinator needs credentials: pass --dt-api-key or set DT_API_KEY")
@@ -130,7 +130,7 @@ def _client(config: pytest.Config) -> ApiClient:
         context = tls.client_context(Path(ca) if ca else None, "--dt-ca-file" if ca_src == "flag" else ca_src)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    return ApiClient(url, key, ssl_context=context if url.startswith("https://") else None)
+    return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
 
 
 class FleetRunner:
@@ -157,7 +157,8 @@ class FleetRunner:
     def _run(self, session: pytest.Session, api: ApiClient) -> None:
         groups = group_items(session.items, self.root)
         run_id = f"{int(time.time() * 1000):x}"
-        accepted = api.post("/api/v1/tasks", [task_doc(g, i, run_id) for i, g in enumerate(groups)])["tasks"]
+        accepted = api.post("/api/v1/tasks", [task_doc(g, i, run_id) for i, g in enumerate(groups)],
+                            repeatable=True)["tasks"]  # every task has its id: a re-send is the same tasks
         task_ids = [a["task_id"] for a in accepted]
         deadline = time.monotonic() + self.config.getoption("--dt-timeout")
         for n, (g, task_id) in enumerate(zip(groups, task_ids, strict=True)):

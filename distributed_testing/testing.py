@@ -14,9 +14,11 @@ that connect to it over WebSockets and run tasks in real child processes. Only t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json as jsonlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,7 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -49,6 +51,7 @@ from .worker.executors import default_executors
 from .worker.factory import benchmark_options, open_storage, with_benchmark_cache
 
 M = TypeVar("M", bound=m.Message)
+T = TypeVar("T")
 
 CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
 
@@ -163,6 +166,7 @@ async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> t
     site = FastSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
     port = int(runner.addresses[0][1])
+    runner.app[RUNTIME].bind(config.scheme, "127.0.0.1", port)
     return runner, f"{config.scheme}://127.0.0.1:{port}"
 
 
@@ -392,3 +396,86 @@ def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, hos
 
     wait_until(listening, timeout, "the coordinator to listen")
     return p, int(port_file.read_text())
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+
+# The server every test machine runs (trust authentication for user postgres); tests make their
+# own databases on it and drop them, never touching any other.
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+
+
+def _pg_split(url: str) -> tuple[str, str]:
+    """``(server URL without a database, database name)`` of a ``postgresql://`` URL."""
+    parts = urllib.parse.urlsplit(url)
+    name = parts.path.strip("/")
+    if not name:
+        raise ValueError(f"{url!r} names no database")
+    return urllib.parse.urlunsplit(parts._replace(path="", query="")), name
+
+
+async def create_pg_database(server: str = PG_SERVER, prefix: str = "dt_test") -> str:
+    """Create an empty database ``<prefix>_<pid>_<random>`` on ``server``; returns its URL."""
+    import asyncpg
+
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+    con = await asyncpg.connect(f"{server}/postgres")
+    try:
+        await con.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await con.close()
+    return f"{server}/{name}"
+
+
+async def drop_pg_database(url: str) -> None:
+    """Drop the database of ``url``, ending its sessions first (no error if it is gone)."""
+    import asyncpg
+
+    server, name = _pg_split(url)
+    con = await asyncpg.connect(f"{server}/postgres")
+    try:
+        await con.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await con.close()
+
+
+@contextlib.asynccontextmanager
+async def pg_database(server: str = PG_SERVER, prefix: str = "dt_test") -> AsyncIterator[str]:
+    """A new empty database for the block (its URL), dropped afterwards."""
+    url = await create_pg_database(server, prefix)
+    try:
+        yield url
+    finally:
+        await drop_pg_database(url)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a new event loop in a thread of its own, so this works
+    whether or not the caller runs an event loop (which it blocks meanwhile)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@contextlib.contextmanager
+def pg_database_sync(server: str = PG_SERVER, prefix: str = "dt_test") -> Iterator[str]:
+    """Blocking :func:`pg_database`, for session fixtures and scripts."""
+    url = run_sync(create_pg_database(server, prefix))
+    try:
+        yield url
+    finally:
+        run_sync(drop_pg_database(url))
+
+
+async def pg_schema_url(database_url: str, schema: str) -> str:
+    """Create ``schema`` in the database (empty) and return a URL whose sessions use only it
+    (``?search_path=``): a fresh namespace for one test, much cheaper than a database."""
+    import asyncpg
+
+    if not schema.isidentifier():
+        raise ValueError(f"invalid schema name {schema!r}")
+    con = await asyncpg.connect(database_url)
+    try:
+        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
+    finally:
+        await con.close()
+    return f"{database_url}?search_path={schema}"

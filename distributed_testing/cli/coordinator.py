@@ -2,7 +2,13 @@
 
 Variables (flags win): DT_COORDINATOR_HOST, DT_COORDINATOR_PORT, DT_COORDINATOR_DB, DT_ADMIN_KEY_FILE,
 DT_HEADER_TIMEOUT, DT_MAX_CONNECTIONS, DT_MAX_WORKER_SESSIONS, DT_AUTH_FAIL_LIMIT, DT_AUTH_FAIL_WINDOW,
-DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY, DT_METRICS, DT_METRICS_PORT.
+DT_JWT_SECRET_FILE, DT_MAX_SESSION_AGE, DT_TLS_CERT, DT_TLS_KEY, DT_METRICS, DT_METRICS_PORT,
+DT_ADVERTISE_URL.
+
+With a PostgreSQL ``--db-path`` the coordinator is a member of an HA group (coordinator/group.py):
+a standby until it holds the leader lease. A leader that loses the lease stops acting at once and
+starts a new standby term in the same process, on the same port (it logs "ending this term"); the
+exit status stays as below.
 
 Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
 use, the database locked by another coordinator or not openable), with one line on stderr and
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -28,18 +35,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from .. import aio
-from ..config import METRICS_MODES, CoordinatorConfig, env_pick, environ, positive
+from ..config import METRICS_MODES, CoordinatorConfig, env_pick, environ, normalize_url, positive
 from ..coordinator.fast_http import FastSite
 from ..coordinator.limits import connection_limits
 from ..coordinator.runtime import RUNTIME
 from ..coordinator.server import create_app, make_runner, nofile
-from ..coordinator.supervisor import EXIT_FATAL
+from ..coordinator.supervisor import EXIT_FATAL, demoted
 from ..errors import ConfigError, StoreError
 from ..security import secret_file, tls
 from .common import add_log_flag, metrics_port, setup_logging, tune_gc, wait_for_signal
 
 log = logging.getLogger(__name__)
+TERM_RETRY_S = 1.0  # a group member whose next term cannot start (database away) retries this often
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,15 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
                                        "a failed write (see docs/operations.md).")
     p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_COORDINATOR_HOST)")
     p.add_argument("--port", type=int, help="port to bind, 0 for any free one (default 8080; env DT_COORDINATOR_PORT)")
-    p.add_argument("--db-path", help="DuckDB state file, or memory:// (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
+    p.add_argument("--db-path", help="DuckDB state file, memory://, or postgresql://user@host:port/db: several "
+                                     "coordinators on one PostgreSQL database form an HA group, one leader and hot "
+                                     "standbys (default state/coordinator.duckdb; env DT_COORDINATOR_DB)")
+    p.add_argument("--advertise-url", metavar="URL",
+                   help="the URL workers, clients and the other members reach this coordinator on, as GET "
+                        "/api/v1/cluster lists it and standbys redirect to it (default: scheme://host:port as bound; "
+                        "the machine's host name when bound to 0.0.0.0 or ::; env DT_ADVERTISE_URL)")
     p.add_argument("--admin-key-file", type=Path,
                    help="where the first start writes the admin key (default: admin.key beside the database; env DT_ADMIN_KEY_FILE)")
     p.add_argument("--jwt-secret-file", type=Path,
                    help="file holding the token-signing secret, created 0600 on the first start (default: jwt.secret "
-                        "beside the database; with memory:// the secret lives in memory only; env DT_JWT_SECRET_FILE)")
+                        "beside the database; with memory:// the secret lives in memory only; with PostgreSQL it is "
+                        "shared in the database, unless this is given: then give every member the same file; env "
+                        "DT_JWT_SECRET_FILE)")
     p.add_argument("--rotate-jwt-secret", action="store_true",
                    help="write a new token-signing secret to the secret file and exit; after the coordinator restarts, "
-                        "JWTs signed with the old one are refused (API keys keep working)")
+                        "JWTs signed with the old one are refused (API keys keep working). With PostgreSQL and no "
+                        "--jwt-secret-file: replace the group's secret in the database; every member uses it within "
+                        "a second, no restart")
     p.add_argument("--token-ttl", type=int, default=900, help="JWT lifetime in whole seconds, at least 1 (default 900)")
     p.add_argument("--max-session-age", type=int,
                    help="seconds after a JWT was first obtained with an API key during which it (and its renewals) may "
@@ -109,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "free one); for a scraper on a trusted network (env DT_METRICS_PORT)")
     p.add_argument("--dashboard", action="store_true",
                    help="also serve the web dashboard under /dashboard (sign in with any key that may read tasks)")
-    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using --port 0)")
+    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening (for scripts using "
+                                                  "--port 0); a group member once it leads or stands by")
     add_log_flag(p)
     return p
 
@@ -119,7 +140,9 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
     if not 0 <= port <= 65535:
         raise ConfigError(f"{source}: must be 0..65535, got {port}")
     admin = ns.admin_key_file or (Path(env["DT_ADMIN_KEY_FILE"]) if env.get("DT_ADMIN_KEY_FILE") else None)
+    advertise, adv_src = env_pick(ns.advertise_url, env, "DT_ADVERTISE_URL")
     return CoordinatorConfig(
+        advertise_url=normalize_url(advertise, "--advertise-url" if adv_src == "flag" else adv_src) if advertise else None,
         jwt_secret_file=_path_flag(ns.jwt_secret_file, env, "DT_JWT_SECRET_FILE"),
         max_session_age_s=float(_int_flag(ns.max_session_age, env, "DT_MAX_SESSION_AGE", "--max-session-age", 86400)),
         tls_cert=_path_flag(ns.tls_cert, env, "DT_TLS_CERT"),
@@ -222,11 +245,42 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
 
 async def serve(config: CoordinatorConfig, port_file: Path | None, ssl_context: ssl.SSLContext | None = None) -> int:
     """Run until SIGINT/SIGTERM (0) or a fatal failure (``EXIT_FATAL``); write the bound port to
-    ``port_file`` once listening. Raises ``ConfigError`` or ``StoreError`` if it cannot start."""
+    ``port_file`` once listening. Raises ``ConfigError`` or ``StoreError`` if it cannot start.
+
+    A group member that loses the leadership ends its term and starts a new standby term at once,
+    in this process and on the same port (clients are refused for those moments and try another
+    member), with nothing carried over: the new term loads what it needs from the database."""
     check_listen(config.host, config.port)  # before the store and the admin key file are created
     for path, source in state_files(config):
         check_writable(path, source)
+    code, port = await _term(config, port_file, ssl_context)
+    while code is None:
+        log.warning("lost the leadership: rejoining the group as a standby on port %d", port)
+        config = dataclasses.replace(config, port=port)  # a restarted term keeps the advertised port
+        try:
+            code, port = await _term(config, port_file, ssl_context)
+        except (ConfigError, StoreError) as exc:  # the database is away (restarting?): try again
+            log.warning("cannot start the next term: %s; retrying in %gs", exc, TERM_RETRY_S)
+            if await _signalled_within(TERM_RETRY_S):
+                return 0
+    return code
+
+
+async def _signalled_within(seconds: float) -> bool:
+    """Wait ``seconds``; True if SIGINT/SIGTERM came first."""
+    pause: asyncio.Future[None] = asyncio.ensure_future(asyncio.sleep(seconds))
+    try:
+        await _until_signal_or(pause)
+        return not pause.done()
+    finally:
+        pause.cancel()
+
+
+async def _term(config: CoordinatorConfig, port_file: Path | None,
+                ssl_context: ssl.SSLContext | None) -> tuple[int | None, int]:
+    """One term of the server: (exit status, port), or (None, port) when it lost the leadership."""
     runner = make_runner(create_app(config))
+    port = config.port
     try:
         await runner.setup()
         site = FastSite(runner, config.host, config.port, reuse_address=True, ssl_context=ssl_context)
@@ -236,19 +290,27 @@ async def serve(config: CoordinatorConfig, port_file: Path | None, ssl_context: 
             raise ConfigError(_listen_error(config.host, config.port, exc)) from exc
         port = int(runner.addresses[0][1])
         log.info("coordinator listening on %s://%s:%d", config.scheme, config.host, port)
+        rt = runner.app[RUNTIME]
+        rt.bind(config.scheme, config.host, port)
+        supervisor = rt.supervisor
+        if rt.group is not None:  # a group member announces its port once it leads or knows it stands by
+            settled: asyncio.Future[Any] = asyncio.ensure_future(rt.group.settled.wait())
+            await asyncio.wait([settled, supervisor.failed], return_when=asyncio.FIRST_COMPLETED)
+            settled.cancel()
         if port_file is not None:
             tmp = port_file.with_suffix(".tmp")
             tmp.write_text(f"{port}\n")
             tmp.replace(port_file)
-        supervisor = runner.app[RUNTIME].supervisor
         await _until_signal_or(supervisor.failed)
     finally:
         await runner.cleanup()
     failure = supervisor.failure
+    if demoted(failure):
+        return None, port
     if failure is not None:
         log.error("coordinator stopped after a fatal failure (exit status %d): %s", EXIT_FATAL, failure)
-        return EXIT_FATAL
-    return 0
+        return EXIT_FATAL, port
+    return 0, port
 
 
 async def _until_signal_or(failed: asyncio.Future[Any]) -> None:
@@ -286,6 +348,8 @@ def state_files(config: CoordinatorConfig) -> list[tuple[Path, str]]:
     """The files a start may create, each with the flag that names it: the DuckDB file (unless
     the store is in memory) and the admin key file."""
     files = [(config.admin_key_path, "--admin-key-file")]
+    if config.postgres:
+        return files
     scheme, sep, rest = config.db_path.partition("://")
     if not sep or scheme.lower() == "duckdb":
         files.insert(0, (Path(rest if sep else config.db_path), "--db-path"))
@@ -338,6 +402,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _rotate(config: CoordinatorConfig) -> int:
     path = config.jwt_secret_path
+    if path is None and config.postgres:
+        from ..coordinator.group import rotate_secret
+        from ..security.tokens import generate_secret
+
+        try:
+            asyncio.run(rotate_secret(config.db_path, generate_secret()))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise ConfigError(f"--rotate-jwt-secret: cannot reach the database {config.db_path!r}: {exc}") from exc
+        print("rotated the group's token-signing secret in the database; every member uses it within a second",
+              file=sys.stderr)
+        return 0
     if path is None:
         raise ConfigError("--rotate-jwt-secret: a memory:// store keeps its secret in memory only; "
                           "give --jwt-secret-file to rotate a secret file")

@@ -1,7 +1,8 @@
 """``dt``: the command line for people and CI.
 
-Reads DT_COORDINATOR_URL, DT_API_KEY and DT_CA_FILE; ``--coordinator``, ``--api-key`` and
-``--ca-file`` override. An https coordinator's certificate is always verified (``--ca-file`` for a
+Reads DT_COORDINATOR_URL (one URL, or the comma-separated members of an HA group: see
+``cli/http.py``), DT_API_KEY and DT_CA_FILE; ``--coordinator``, ``--api-key`` and ``--ca-file``
+override. An https coordinator's certificate is always verified (``--ca-file`` for a
 private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, timed out or was
 cancelled, 2 invalid input, bad credentials or an unreachable coordinator, 3 ``submit
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, normalize_url
+from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
 from . import compare, submit
@@ -47,7 +48,10 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt", description="Submit and inspect distributed_testing tasks.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--coordinator", help=f"coordinator URL (env DT_COORDINATOR_URL; default {DEFAULT_COORDINATOR_URL})")
+    p.add_argument("--coordinator",
+                   help="coordinator URL, or the comma-separated URLs of an HA group: a request refused (connection "
+                        "refused, 503) goes to the next one, a redirect to the leader is followed, and a failover is "
+                        f"waited out for up to 20 s (env DT_COORDINATOR_URL; default {DEFAULT_COORDINATOR_URL})")
     p.add_argument("--api-key", help="API key or JWT (env DT_API_KEY)")
     p.add_argument("--ca-file", type=Path,
                    help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
@@ -128,10 +132,10 @@ def client_from_args(ns: argparse.Namespace) -> ApiClient:
     key, _ = env_pick(ns.api_key, env, "DT_API_KEY")
     if not key:
         raise ConfigError("no credentials: pass --api-key or set DT_API_KEY")
-    base = normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if src == "flag" else src)
+    urls = parse_urls(url or DEFAULT_COORDINATOR_URL, "--coordinator" if src == "flag" else src)
     ca, ca_src = env_pick(str(ns.ca_file) if ns.ca_file else None, env, "DT_CA_FILE")
     context = tls.client_context(Path(ca) if ca else None, "--ca-file" if ca_src == "flag" else ca_src)
-    return ApiClient(base, key, ssl_context=context if base.startswith("https://") else None)
+    return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
 
 
 def cmd_keys(api: ApiClient, ns: argparse.Namespace) -> int:

@@ -1,5 +1,9 @@
 """``dt submit``: send a task file, and with ``--wait`` follow every task to its end.
 
+With several coordinator URLs (an HA group) every task without a ``task_id`` gets one before it
+is sent, so a submission whose answer was lost in a failover is re-sent to the next leader as
+the same tasks (idempotent), and the wait goes on against whichever member leads.
+
 The wait polls ``GET /api/v1/tasks/{id}`` for each unfinished task every ``POLL_S`` seconds (at
 most ``MAX_POLLS_PER_ROUND`` requests a round, taking the unfinished tasks in turn), feeds a
 :mod:`.progress` display, and ends when every task is final, when ``--timeout`` passes, or, with
@@ -14,6 +18,7 @@ import json
 import sys
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +79,10 @@ def load_doc(path: Path) -> Any:
 
 
 def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
-    accepted = api.post("/api/v1/tasks", load_doc(ns.file))["tasks"]
+    doc = load_doc(ns.file)
+    if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
+        doc = with_task_ids(doc)
+    accepted = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
     if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None):
@@ -95,6 +103,22 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
                                    append_junit=True) == EXIT_FAILED:
         code = EXIT_FAILED  # a regression counts as a failed task
     return code
+
+
+def with_task_ids(doc: Any) -> Any:
+    """``doc`` with a fresh ``task_id`` on every task object that has none (``TYPE-dt`` + 20 hex
+    digits); anything else is left for the coordinator to judge."""
+    def one(t: Any) -> Any:
+        if isinstance(t, dict) and "task_id" not in t:
+            kind = t.get("type") if isinstance(t.get("type"), str) and t.get("type") else "task"
+            return {"task_id": f"{kind}-dt{uuid.uuid4().hex[:20]}", **t}
+        return t
+    return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
+
+
+def all_have_ids(doc: Any) -> bool:
+    items = doc if isinstance(doc, list) else [doc]
+    return bool(items) and all(isinstance(t, dict) and isinstance(t.get("task_id"), str) for t in items)
 
 
 def make_progress(mode: str, local_time: bool) -> Progress:

@@ -2,10 +2,10 @@
 
 Flags follow the worker guide; variables DT_COORDINATOR_URL, DT_API_KEY, DT_API_KEY_FILE,
 DT_WORKER_NAME, DT_DB_PATH, DT_INTERFACE, DT_CA_FILE, DT_ALLOW_MODEL_MODULES and
-DT_ALLOW_TEST_OPTIONS, DT_METRICS_PORT, DT_METRICS_HOST and DT_PIPELINE_DEPTH stand in for
---coordinator, --api-key, --api-key-file, --name, --db-path, --interface, --ca-file,
---allow-model-modules, --allow-test-options, --metrics-port, --metrics-host and --pipeline-depth
-(flags win). Once the
+DT_ALLOW_TEST_OPTIONS, DT_METRICS_PORT, DT_METRICS_HOST, DT_HIGH_AVAILABILITY and DT_PIPELINE_DEPTH
+stand in for --coordinator, --api-key, --api-key-file, --name, --db-path, --interface, --ca-file,
+--allow-model-modules, --allow-test-options, --metrics-port, --metrics-host, --high-availability
+and --pipeline-depth (flags win). Once the
 configuration is read, the credential variables are removed from the process environment, so no
 task child inherits them.
 """
@@ -35,7 +35,7 @@ from ..config import (
     WorkerConfig,
     env_pick,
     environ,
-    normalize_url,
+    parse_urls,
     positive,
     read_key_file,
 )
@@ -57,7 +57,16 @@ log = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-worker", description="Run a distributed_testing worker.",
                                 epilog=aio.HELP)
-    p.add_argument("--coordinator", help=f"coordinator http(s) URL (default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
+    p.add_argument("--coordinator",
+                   help="coordinator http(s) URL, or several comma-separated (the members of an HA group): each "
+                        "connection attempt takes the next one, and a standby's answer naming the leader is followed "
+                        f"(default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
+    p.add_argument("--high-availability", action="store_true", default=None,
+                   help="for an HA group of coordinators: also learn every member from GET /api/v1/cluster at each "
+                        "connect; after a failure try the next coordinator at once (the leader named by a standby "
+                        "first), pausing only between full rounds of every known coordinator (0.1 s, doubling up to "
+                        "--reconnect-interval); never give up (--reconnect-attempts is ignored); send heartbeats "
+                        "and pings every half of the interval the coordinator grants (env DT_HIGH_AVAILABILITY=1/0)")
     auth = p.add_argument_group("authentication (one of)")
     auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY); on the command line "
                                         "every local user can read it in ps: prefer --api-key-file or DT_API_KEY")
@@ -76,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between heartbeats and WebSocket pings, asked of the coordinator at registration: it "
                         "answers with the TTL it applies (at least 3 intervals by default), or refuses an interval "
                         "above its --max-heartbeat-interval (exit 2) (default: the coordinator's --heartbeat-interval)")
-    p.add_argument("--reconnect-attempts", type=int, default=10, help="consecutive failed connects before giving up (default 10)")
+    p.add_argument("--reconnect-attempts", type=int, default=10,
+                   help="consecutive failed connects before giving up (default 10; not with --high-availability)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
     p.add_argument("--profile", choices=PROFILES,
                    help="preset of concurrency, task timeout and limits (see README); explicit flags win")
@@ -162,8 +172,9 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     kwargs = {"name": name} if name else {}
     if ns.worker_id:
         kwargs["worker_id"] = ns.worker_id
+    urls = parse_urls(url or DEFAULT_COORDINATOR_URL, "--coordinator" if url_src == "flag" else url_src)
     return WorkerConfig(
-        coordinator_url=normalize_url(url or DEFAULT_COORDINATOR_URL, "--coordinator" if url_src == "flag" else url_src),
+        coordinator_url=urls[0], coordinator_urls=urls, high_availability=_high_availability(ns, env),
         api_key=api_key, token=ns.token, token_file=ns.token_file, ca_file=Path(ca_file) if ca_file else None,
         tags=tuple(t.strip() for t in ns.tags.split(",") if t.strip()),
         db_path=db_path, test_root=test_root,
@@ -194,6 +205,18 @@ def _pipeline_depth(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
     if not 0 <= depth <= MAX_PIPELINE_DEPTH:
         raise ConfigError(f"{where}: must be 0..{MAX_PIPELINE_DEPTH} (0: no pipelining), got {depth}")
     return depth
+
+
+def _high_availability(ns: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """``--high-availability``, else DT_HIGH_AVAILABILITY (1/true/yes or 0/false/no)."""
+    if ns.high_availability:
+        return True
+    raw = env.get("DT_HIGH_AVAILABILITY", "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"DT_HIGH_AVAILABILITY: must be 1/true/yes or 0/false/no, got {env['DT_HIGH_AVAILABILITY']!r}")
 
 
 def _heartbeat_interval(value: float | None) -> float | None:

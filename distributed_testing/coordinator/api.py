@@ -40,9 +40,9 @@ from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
 from . import events, limits, openapi, views
+from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
-from .state import Task
 from .store.base import ResultQuery, ResultRow
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,23 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """A domain error as (status, JSON body, extra headers) (``errors.HTTP_STATUS``); ``where``
     names the request in the log when the error is unexpected (500). A StoreError is 503: the
-    write failed and the coordinator is stopping (coordinator/supervisor.py)."""
+    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader``: 307
+    to the leader (same path and query) when it is known and the request's path is, else 503 with
+    ``Retry-After: 1``; the body says ``{"error": "not_leader", "leader": URL or null}``."""
+    if isinstance(exc, NotLeader):
+        return not_leader_parts(exc)
     status = http_status(exc)
     if status == 500:
         log.error("unexpected domain error on %s", where, exc_info=exc)
     return status, http_body(exc), http_headers(exc, status)
+
+
+def not_leader_parts(exc: NotLeader, *, redirect: bool = True) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """A standby's answer (see ``error_parts``)."""
+    body = {"error": "not_leader", "leader": exc.leader, "message": str(exc)}
+    if exc.leader and exc.path_qs and redirect:
+        return 307, body, {"Location": exc.leader + exc.path_qs}
+    return 503, body, {"Retry-After": "1"}
 
 
 def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
@@ -142,6 +154,9 @@ def _admit(request: web.Request) -> None:
     (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource else ""
+    rt = request.app[RUNTIME]
+    if not rt.leading() and route not in STANDBY_ROUTES:
+        raise rt.not_leader(request.path_qs)
     perm = PERMISSIONS.get((request.method, route))
     if perm is not None or route == WORKER_ROUTE:
         check_address(request.app, request.remote)
@@ -152,6 +167,9 @@ def _admit(request: web.Request) -> None:
 
 
 def _refusal(request: web.Request, exc: DTError) -> web.Response:
+    if isinstance(exc, NotLeader) and request.path == WORKER_ROUTE:  # a WebSocket client follows no redirect
+        _, body, _ = not_leader_parts(exc, redirect=False)
+        return json_response(body, status=503, headers={"Retry-After": "1"})
     if isinstance(exc, AuthError):
         note_failure(request.app, request.remote, request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
@@ -225,8 +243,34 @@ def _rt(request: web.Request) -> Runtime:
 async def healthz(request: web.Request) -> web.Response:
     rt = _rt(request)
     connected = sum(1 for w in rt.state.workers.values() if w.connected)
-    return json_response({"status": "ok", "workers": connected, "tasks": len(rt.state.tasks),
-                          "tasks_by_state": {k: v for k, v in rt.state.counts.items() if v}})
+    by_state = {k: v for k, v in rt.state.counts.items() if v}
+    return json_response({"status": "ok", "workers": connected, "tasks": sum(by_state.values()),
+                          "tasks_by_state": by_state})
+
+
+async def health(request: web.Request) -> web.Response:
+    """Whether this coordinator answers, and its part in the group: ``role`` is ``leader``,
+    ``standby`` or ``single`` (not in a group); ``leader`` is the URL clients should use. No
+    credential; every member serves it."""
+    rt = _rt(request)
+    g = rt.group
+    if g is None:
+        return json_response({"status": "ok", "role": "single", "leader": rt.advertise_url, "epoch": None,
+                              "member_id": None})
+    return json_response({"status": "ok", "role": "leader" if g.leading else "standby", "leader": g.leader_url,
+                          "epoch": g.epoch, "member_id": g.member_id})
+
+
+async def cluster(request: web.Request) -> web.Response:
+    """The group's members (URL, role, epoch, seconds since its last heartbeat, healthy) and
+    ``leader``, the URL clients should use (null while none leads). Any valid credential, a
+    worker's included: workers learn the group from it. A lone coordinator lists itself."""
+    rt = _rt(request)
+    if rt.group is None:
+        me = {"member_id": None, "url": rt.advertise_url, "role": "leader", "epoch": None, "last_seen_age_s": 0.0,
+              "healthy": True, "started_at": None}
+        return json_response({"leader": rt.advertise_url, "epoch": None, "self": None, "members": [me]})
+    return json_response(rt.group.view())
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -290,32 +334,36 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     parsed, warnings = specs.parse_task_json_with_warnings(raw)
     for warning in warnings:
         log.warning("submission by key %s: %s", principal.key_id, warning)
-    accepted, cmds = rt.state.submit(parsed, rt.clock(), submitted_by=principal.key_id)
-    rt.metrics.submitted.inc(sum(1 for a in accepted if a["created"]))
+    # a resubmitted id may belong to a task that finished and left memory: read it back first, so
+    # the answer is the same (created false, or a conflict) as while it was in memory
+    await views.load_missing(rt.state, rt.store, [s.task_id for s in parsed if s.task_id is not None])
+    now = rt.clock()
+    accepted, cmds = rt.state.submit(parsed, now, submitted_by=principal.key_id)
+    created = sum(1 for a in accepted if a["created"])
+    rt.metrics.submitted.inc(created)
+    rt.activity.submitted(now, created)
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
-    status = 201 if any(a["created"] for a in accepted) else 200
+    status = 201 if created else 200
     if wait > 0:
         await rt.wait_terminal([a["task_id"] for a in accepted], wait)
         for a in accepted:
-            t = rt.state.tasks[a["task_id"]]
+            t = await views.find_task(rt.state, rt.store, a["task_id"])
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
 
 
-def task_view(rt: Runtime, t: Task) -> dict[str, Any]:
-    return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
-            "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
-            "pending_reason": rt.state.why_pending(t), "unschedulable": rt.state.unschedulable(t), "outcome": t.outcome, "retries_used": t.retries_used,
-            "submitted_by": t.submitted_by, "spec": t.spec_dict, "history": t.history, "gang": rt.state.gang_view(t)}
-
-
 async def get_task(request: web.Request) -> web.Response:
+    """One task, from memory or else from the store.
+
+    An outcome is shown only once it is on disk, so whatever this shows, the task list and a
+    restarted coordinator show too."""
     rt = _rt(request)
-    t = rt.state.get(request.match_info["task_id"])
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
-    if wait > 0:  # returns at once for an outcome already on disk
-        await rt.wait_terminal([t.task_id], wait)
-    view = task_view(rt, t)
+    t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
+    if wait > 0 or rt.undurable(t.task_id):  # at once for an outcome on disk; else until it is
+        await rt.wait_terminal([t.task_id], wait if wait > 0 else MAX_WAIT_S)
+        t = await views.find_task(rt.state, rt.store, t.task_id)  # the same task; maybe retired meanwhile
+    view = views.task_view(rt.state, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))
         mine = [r for r in rows if r.attempt == t.outcome.get("attempt")]
@@ -324,18 +372,19 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def list_tasks(request: web.Request) -> web.Response:
-    """One page of tasks, newest first: filters and paging of ``views.TaskFilter``; ``total``
-    counts every match."""
+    """One page of tasks, newest first, filtered and cut by the store.
+
+    Filters and paging of ``TaskQuery`` (state, type, worker_id, tag, submitted_by, since, until,
+    limit, offset); ``total`` counts every match."""
     rt = _rt(request)
-    page, total = views.list_tasks(rt.state, views.parse_filter(dict(request.query)))
-    return json_response({"tasks": [{k: v for k, v in task_view(rt, t).items() if k not in ("spec", "history")}
-                                    for t in page], "total": total})
+    page, total = await views.task_page(rt.state, rt.store, views.parse_filter(request.query))
+    return json_response({"tasks": page, "total": total})
 
 
 async def overview(request: web.Request) -> web.Response:
     """Workers and tasks by state, the last hour's per-minute series, the latest failures."""
     rt = _rt(request)
-    return json_response(views.overview(rt.state, rt.clock()))
+    return json_response(views.overview(rt.state, rt.activity, rt.clock()))
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
@@ -367,23 +416,21 @@ async def cancel_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     task_id = request.match_info["task_id"]
     principal = request[PRINCIPAL]
-    owner = rt.state.get(task_id).submitted_by
+    owner = (await views.find_task(rt.state, rt.store, task_id)).submitted_by  # no await after this
     if principal.role != roles.Role.ADMIN and owner not in (None, principal.key_id):
         raise PermissionDenied(f"task {task_id} was submitted by another key; only it or an admin may cancel it")
     await rt.execute(rt.state.cancel(task_id, rt.clock(), f"cancelled by {principal.name}"))
-    return json_response(task_view(rt, rt.state.get(task_id)))
+    return json_response(views.task_view(rt.state, await views.find_task(rt.state, rt.store, task_id)))
 
 
 async def list_workers(request: web.Request) -> web.Response:
+    """One page of the known workers, in worker id order.
+
+    ``limit`` (1 to 10000, default 10000) from ``offset``; ``total`` counts them all."""
     rt = _rt(request)
-    out = []
-    for w in rt.state.workers.values():
-        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
-                    "reason": w.health_reason, "capabilities": sorted(w.view.capabilities), "tags": sorted(w.view.tags),
-                    "max_concurrent": w.view.max_concurrent, "running": sorted(w.view.running), "load": w.load,
-                    "last_seen": w.last_seen, "hardware": w.hardware,
-                    "pipeline": {"depth": w.pace.limit, "window": w.view.window}})
-    return json_response({"workers": out})
+    limit, offset = views.parse_page(request.query)
+    page, total = views.worker_page(rt.state, limit, offset)
+    return json_response({"workers": page, "total": total})
 
 
 async def drain_worker(request: web.Request) -> web.Response:
@@ -492,6 +539,8 @@ def float_param(query: Mapping[str, str], name: str, default: float, lo: float, 
 
 ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]], str | None]] = [
     ("GET", "/healthz", healthz, None),
+    ("GET", "/api/v1/health", health, None),
+    ("GET", "/api/v1/cluster", cluster, AUTHENTICATED),
     ("POST", "/api/v1/auth/token", issue_token, AUTHENTICATED),
     ("POST", "/api/v1/keys", create_key, "keys:manage"),
     ("GET", "/api/v1/keys", list_keys, "keys:manage"),
@@ -512,6 +561,10 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", METRICS_ROUTE, metrics, "metrics:read"),
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
+# What a standby answers itself; it redirects every other request to the leader (307, or 503 with
+# Retry-After while none is known), the worker endpoint included (503: WebSocket clients follow no
+# redirect). See coordinator/group.py.
+STANDBY_ROUTES = frozenset({"/api/v1/health", "/api/v1/cluster"})
 # Not in ROUTES (ws.py checks it itself, after the session cap), but what the route needs all the same.
 WORKER_PERMISSION = "worker:connect"
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 ROUTE = "/api/v1/tasks"
 PERMISSION = api.PERMISSIONS[("POST", ROUTE)]  # as the route table says for aiohttp's handler
+SHUTDOWN_TIMEOUT_S = 60.0  # how long stop() lets requests in progress finish (aiohttp's runner default)
 MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
 KEEPALIVE_S = 3630.0  # an authorized request's body stalled this long is dropped (aiohttp 3.14's keep-alive)
@@ -244,7 +245,7 @@ class FastProtocol(asyncio.Protocol):
             return
         if self._head is None:
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
-            if parsed is False:
+            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby redirects
                 self._hand_over()
                 return
             if isinstance(parsed, _Head):
@@ -407,6 +408,7 @@ class FastSite(web.BaseSite):
         self._host_name = host
         self._port_number = port
         self._reuse_address = reuse_address
+        self.shutdown_timeout = SHUTDOWN_TIMEOUT_S
         self.connections: set[FastProtocol] = set()
         self.max_body = 0
         self.header_timeout = 10.0
@@ -426,7 +428,7 @@ class FastSite(web.BaseSite):
         """True when ``--max-connections`` HTTP connections are open: every connection this site
         accepted and still holds (its own and those handed to aiohttp) but registered workers'."""
         server = self._app_runner.server
-        handed = len(server._connections) if server is not None else 0  # O(1): .connections copies the list
+        handed = len(server.connections) if server is not None else 0  # public: a copy of the list, ~10 µs at 10k
         return len(self.connections) + handed - len(self.app[RUNTIME].sessions) >= self.max_connections
 
     def refuse(self, transport: asyncio.Transport) -> None:
@@ -455,7 +457,7 @@ class FastSite(web.BaseSite):
         await super().stop()  # no new connections
         busy = [t for c in list(self.connections) if (t := c.shutdown()) is not None]
         if busy:
-            _, pending = await asyncio.wait(busy, timeout=getattr(self._app_runner, "_shutdown_timeout", 60.0))
+            _, pending = await asyncio.wait(busy, timeout=self.shutdown_timeout)
             for task in pending:
                 task.cancel()
         for c in list(self.connections):

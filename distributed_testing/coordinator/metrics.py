@@ -92,10 +92,15 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rt = self._rt
-        tasks = GaugeMetricFamily("dt_tasks", "tasks the coordinator holds, by state", labels=["state"])
+        tasks = GaugeMetricFamily("dt_tasks", "tasks by state, every stored task (finished ones included)",
+                                  labels=["state"])
         for state, n in sorted(rt.state.counts.items()):
             tasks.add_metric([state], n)
         yield tasks
+        held = GaugeMetricFamily("dt_tasks_in_memory", "tasks held in the coordinator's memory: the active ones "
+                                 "and at most a bounded cache of finished ones (the rest are read from the store)")
+        held.add_metric([], len(rt.state.tasks))
+        yield held
         yield from self._workers(rt)
         sessions = GaugeMetricFamily("dt_worker_sessions", "open, registered worker WebSocket sessions")
         sessions.add_metric([], len(rt.sessions))

@@ -121,6 +121,15 @@ _RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "
 SPECS: dict[tuple[str, str], RouteSpec] = {
     ("GET", "/healthz"): RouteSpec(_ok(_obj(status={"const": "ok"}, workers={"type": "integer"},
                                             tasks={"type": "integer"}, tasks_by_state={"type": "object"}))),
+    ("GET", "/api/v1/health"): RouteSpec(_ok(_obj(status={"const": "ok"}, role={"enum": ["leader", "standby", "single"]},
+                                                 leader=NULLABLE_STR, epoch={"type": ["integer", "null"]},
+                                                 member_id=NULLABLE_STR))),
+    ("GET", "/api/v1/cluster"): RouteSpec(_ok(_obj(
+        leader=NULLABLE_STR, epoch={"type": ["integer", "null"]}, self=NULLABLE_STR,
+        members={"type": "array", "items": _obj(
+            member_id=NULLABLE_STR, url=NULLABLE_STR, role={"enum": ["leader", "standby"]},
+            epoch={"type": ["integer", "null"]}, last_seen_age_s={"type": "number"}, healthy={"type": "boolean"},
+            started_at={"type": ["number", "null"]})}))),
     ("GET", "/metrics"): RouteSpec({200: ("Prometheus text format (docs/operations.md lists the metrics)",
                                           "text/plain", {"type": "string"})}),
     ("GET", "/api/v1/openapi.json"): RouteSpec(_ok({"type": "object"}, what="this document")),
@@ -164,7 +173,12 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
         _ok({"$ref": REF + "TaskView"}),
         query=(WAIT, _q("result", {"type": "string"}, "0: leave out the stored result")), errors=(400, 404)),
     ("POST", "/api/v1/tasks/{task_id}/cancel"): RouteSpec(_ok({"$ref": REF + "TaskView"}), errors=(404, 409)),
-    ("GET", "/api/v1/workers"): RouteSpec(_ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}))),
+    ("GET", "/api/v1/workers"): RouteSpec(
+        _ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}, total={"type": "integer"})),
+        query=(_q("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "most workers listed (default 10000)"),
+               _q("offset", {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+                  "workers skipped, in worker id order (default 0)")),
+        errors=(400,)),
     ("POST", "/api/v1/workers/{worker_id}/drain"): RouteSpec(
         _ok(_obj(worker_id={"type": "string"}, state={"const": "draining"}, deadline_s={"type": "number"},
                  reason={"type": "string"}), 202, "the worker was told to drain"),

@@ -15,6 +15,10 @@ assignment never overtakes a command of an earlier event (a ``cancel`` of the sa
 previous attempt, say) or an earlier command of its own event, except a ``result_ack`` (see
 ``_orders``).
 
+Memory holds the active work (``state``'s docstring): once an event's records are durable, the
+tasks they finished are handed to ``state.retire`` (after that event's notifications ran), and the
+oldest finished tasks leave memory. Their rows stay in the store, read back through ``views``.
+
 A write the store could not make is fatal (see ``supervisor``): the records' state is already in
 memory, so the coordinator stops and its restart replays the journal. The future of the request
 that made it fails (no success answer for something not on disk), and no command of that event
@@ -36,17 +40,19 @@ import msgspec
 from aiohttp import web
 
 from ..config import CoordinatorConfig
-from ..errors import NotFound, StoreError
+from ..errors import Fenced, NotFound, StoreError
 from ..protocol import messages as m
 from ..protocol.signing import Channel
 from ..security import auth as sa
 from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
+from . import views
 from .events import EventHub
+from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
 from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
-from .store.base import KeyRow, MetaRow, Record, Store, TaskRow
+from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -97,8 +103,34 @@ class Runtime:
         self.metrics = Metrics()
         self.metrics.bind(self)
         self.events = EventHub()
+        self.activity = views.Activity()  # the overview's last hour (seeded from the store at start)
         self._loads_sent: dict[str, tuple[Any, ...]] = {}
         self._loads_at = 0.0
+        # HA (coordinator/group.py): the group this coordinator is a member of, None for a lone
+        # coordinator (DuckDB or memory store), which always leads. advertise_url: where clients
+        # reach this process (--advertise-url, else set once the port is bound).
+        self.group: Group | None = None
+        self.advertise_url: str | None = config.advertise_url
+        self.bound = asyncio.Event()  # set by bind() once the server listens
+
+    def bind(self, scheme: str, host: str, port: int) -> None:
+        """The server listens on ``port``: the advertised URL is known (``--advertise-url``, else
+        derived from the bind address; see ``group.default_advertise_url``)."""
+        if self.advertise_url is None:
+            self.advertise_url = default_advertise_url(scheme, host, port)
+        self.bound.set()
+
+    def leading(self) -> bool:
+        """Whether this coordinator may act (dispatch, send, write) now. A lone coordinator always
+        may; a group member only while it holds the lease (one monotonic comparison)."""
+        return self.group is None or self.group.leading
+
+    def not_leader(self, path_qs: str = "") -> NotLeader:
+        return NotLeader(self.group.leader_url if self.group is not None else None, path_qs)
+
+    def lost_leadership(self, reason: str) -> None:
+        """Stop this leader term at once (the CLI starts a new standby term; see cli/coordinator.py)."""
+        self.supervisor.fail("lost the leadership", LeadershipLost(reason))
 
     @property
     def supervisor(self) -> Supervisor:
@@ -147,7 +179,10 @@ class Runtime:
         if f.cancelled():
             self.supervisor.fail(f"persisting {n} records failed", StoreError("the store cancelled the write"))
         elif (exc := f.exception()) is not None:
-            self.supervisor.fail(f"persisting {n} records failed", exc)
+            if self.group is not None and (isinstance(exc, Fenced) or not self.group.leading):  # another member leads
+                self.lost_leadership(f"the store refused a write after the lease ran out: {exc}")
+            else:
+                self.supervisor.fail(f"persisting {n} records failed", exc)
 
     # ------------------------------------------------------------- commands
 
@@ -158,6 +193,8 @@ class Runtime:
         ``?wait`` submission, answered only with its outcome), so their write may wait up to
         that long for the next records (a fast task's result) and share one fsync with them. Only
         when nothing else waits for them (every assignment went out provisionally)."""
+        if not self.leading():  # a replaced leader writes nothing and sends nothing (docs/architecture.md)
+            raise self.not_leader()
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         self._observe_assignments(rest)
@@ -169,6 +206,7 @@ class Runtime:
             return done
         rest, provisional = self._plan_provisional(rest)
         durable = self.persist(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
+        ended = [r.task_id for r in records if isinstance(r, TaskRow) and r.state in TERMINAL]
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
         self._undurable.update(notified)
@@ -191,10 +229,16 @@ class Runtime:
                 return
             if not finished.done():  # first, so a request waiting on it answers before the sends go out
                 finished.set_result(None)
+            if not self.leading():  # durable (so acknowledged), but the lease ran out meanwhile: nothing goes out
+                for s in confirms:
+                    s.close("this coordinator is no longer the leader")
+                return
             for s, upto in confirms.items():
                 if self.sessions.get(s.worker_id) is s and not s.closing:
                     s.send(m.Confirm(upto))
             self._run(rest)
+            if ended:  # durable now: they may leave memory (the waiters woken above look them up first)
+                self.state.retire(ended)
 
         durable.add_done_callback(after)
         return finished
@@ -261,12 +305,14 @@ class Runtime:
                 raise TypeError(f"unhandled command {c!r}")
 
     def _observe_outcomes(self, task_ids: Sequence[str]) -> None:
-        """The submit→outcome latency of each of these tasks whose outcome is now durable."""
+        """The submit→outcome latency of each of these tasks whose outcome is now durable, and
+        the overview's count of finished tasks."""
         now = self.clock()
         for tid in task_ids:
             t = self.state.tasks.get(tid)
             if t is not None and t.outcome is not None:
                 self.metrics.outcome_latency.observe(max(0.0, now - t.submitted_at))
+                self.activity.finished(t)
 
     def _refused(self, c: Refused) -> None:
         """A worker reported on an attempt it was never given: log, count, and tell it (the
@@ -278,6 +324,15 @@ class Runtime:
         if s is not None:
             s.send(m.ErrorMsg(f"{c.what}_refused", f"{c.what} for task {c.task.task_id!r} attempt {c.task.attempt} "
                               f"refused: {c.reason}; not stored"))
+
+    def undurable(self, task_id: str) -> bool:
+        """Whether ``task_id``'s outcome is set in memory while its records are still being written."""
+        return task_id in self._undurable
+
+    async def load_tasks(self, task_ids: Sequence[str]) -> None:
+        """Read the tasks among ``task_ids`` that left memory back from the store
+        (``views.load_missing``) before an event that names them."""
+        await views.load_missing(self.state, self.store, task_ids)
 
     async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
         """Wait until every one of these tasks is in a terminal state that is on disk (or ``timeout``
@@ -354,8 +409,11 @@ class Runtime:
             await self.persist([MetaRow(secret_file.LEGACY_META_KEY, "")])  # an empty value deletes it
 
     def tick(self) -> None:
+        if not self.leading():
+            return
         self.execute(self.state.tick(self.clock()))
         now = self.clock()
+        self.activity.sample_depth(now, self.state.counts.get("pending", 0))
         self.publish_loads(now)
         for s in list(self.sessions.values()):
             if s.token_exp is not None and now > s.token_exp:

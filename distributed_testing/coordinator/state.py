@@ -19,13 +19,22 @@ fewer eligible workers are connected than it needs (then it holds nothing and sa
 member's failure, loss or hand-back ends the attempt for all members (the others get ``Cancel``),
 and the gang is requeued whole or ends. Member results are held unacknowledged until the attempt's
 single combined result row is saved.
+
+Memory holds the active work, not the history. ``tasks`` holds every task that is pending,
+assigned or running, the finished ones whose terminal record is not yet durable, and at most
+``Policy.finished_cache`` finished ones whose record is (the transport calls :meth:`retire` once a
+terminal record is on disk; the oldest retired task then leaves memory). Everything else lives in
+the store: before an event that names a task no longer in memory (a worker's report on it, a
+resubmission of its id, a cancel, a read), the transport reads its row from the store and hands it
+to :meth:`load`, so the event is answered exactly as if the task had never left. ``counts``
+counts every task, in memory or not.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +132,9 @@ class Policy:
     # Pipelining (coordinator/pipeline.py): a task sent ahead waits behind at most about this much
     # queued work on its worker, judged by the durations the worker reports
     pipeline_budget_s: float = 0.02
+    # finished tasks kept in memory once their terminal record is durable (answers to ?wait and to
+    # reads right after the outcome need no store read); older ones are read back from the store
+    finished_cache: int = 4096
 
     def liveness(self, requested_s: float) -> Liveness:
         """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
@@ -180,6 +192,15 @@ class Task:
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
 
+    @classmethod
+    def from_row(cls, row: TaskRow) -> Task:
+        """The task a stored row describes (``seq`` as stored)."""
+        return cls(spec=specs.spec_from_dict(row.spec), spec_dict=row.spec, task_id=row.task_id, type=row.type,
+                   digest=row.digest, seq=row.seq, submitted_by=row.submitted_by, submitted_at=row.submitted_at,
+                   state=row.state, attempt=row.attempt, worker_id=row.worker_id, updated_at=row.updated_at,
+                   retries_used=row.retries_used, not_before=row.not_before, history=list(row.history),
+                   outcome=row.outcome)
+
     def row(self) -> TaskRow:
         return TaskRow(
             task_id=self.task_id, type=self.type, state=self.state, attempt=self.attempt,
@@ -224,7 +245,8 @@ class Worker:
 class CoordinatorState:
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task] = {}  # active, finished but not yet durable, and the finished cache
+        self._finished: OrderedDict[str, None] = OrderedDict()  # the finished cache, oldest first
         self.workers: dict[str, Worker] = {}
         self._queues: dict[ReqKey, list[tuple[int, int, str]]] = defaultdict(list)
         self._delayed: list[tuple[float, str]] = []
@@ -308,10 +330,54 @@ class CoordinatorState:
         return [Save(t.row()), *cmds, Notify((t.task_id,))] + self.dispatch(now)
 
     def get(self, task_id: str) -> Task:
+        """The task in memory; NotFound otherwise (it may be in the store: see :meth:`load`)."""
         t = self.tasks.get(task_id)
         if t is None:
             raise NotFound(f"no task {task_id!r}")
         return t
+
+    def missing(self, task_ids: Iterable[str]) -> list[str]:
+        """Those of ``task_ids`` not in memory (once each, in order): the ones to read from the
+        store and :meth:`load` before an event that names them."""
+        return [tid for tid in dict.fromkeys(task_ids) if tid not in self.tasks]
+
+    def load(self, rows: Iterable[TaskRow]) -> None:
+        """Finished tasks read back from the store join the finished cache, newest. A row of a
+        task already in memory, or of an active one, changes nothing: memory is the authority for
+        those (every active task is in memory)."""
+        n = 0
+        for row in rows:
+            if row.task_id in self.tasks or not is_terminal(row.state):
+                continue
+            self.tasks[row.task_id] = Task.from_row(row)
+            self._finished[row.task_id] = None
+            n += 1
+        self._trim(keep=n)
+
+    def retire(self, task_ids: Iterable[str]) -> None:
+        """The terminal records of these tasks are durable: they join the finished cache, and the
+        oldest finished tasks beyond ``Policy.finished_cache`` leave memory. Ids of tasks not in
+        memory or not finished are ignored."""
+        for tid in task_ids:
+            t = self.tasks.get(tid)
+            if t is not None and is_terminal(t.state):
+                self._finished[tid] = None
+                self._finished.move_to_end(tid)
+                self._unsent.discard((tid, t.attempt))
+        self._trim()
+
+    def _trim(self, keep: int = 0) -> None:
+        """Evict the oldest cached finished tasks down to ``finished_cache`` (or ``keep``, so the
+        ``keep`` just loaded stay for the event that needs them)."""
+        bound = max(self.policy.finished_cache, keep)
+        while len(self._finished) > bound:
+            tid, _ = self._finished.popitem(last=False)
+            del self.tasks[tid]
+
+    @property
+    def cached_finished(self) -> int:
+        """How many finished tasks the cache holds now."""
+        return len(self._finished)
 
     def why_pending(self, t: Task) -> str | None:
         if t.state != "pending":
@@ -587,8 +653,8 @@ class CoordinatorState:
         cmds: list[Command] = []
         while self._delayed and self._delayed[0][0] <= now:
             _, task_id = heapq.heappop(self._delayed)
-            t = self.tasks[task_id]
-            if t.state == "pending" and t.not_before:
+            t = self.tasks.get(task_id)  # gone: cancelled while it waited, and retired since
+            if t is not None and t.state == "pending" and t.not_before:
                 t.not_before = 0.0
                 self._enqueue(t, now)
         for w in list(self.workers.values()):
@@ -723,8 +789,8 @@ class CoordinatorState:
                 cmds.append(Refused(worker_id, "taken_back", ref, "no take-back of this attempt was asked of this worker"))
                 continue
             del self._taking_back[ref.task_id]
-            t = self.tasks[ref.task_id]
-            if t.state in ACTIVE and t.attempt == ref.attempt and t.worker_id == worker_id:
+            t = self.tasks.get(ref.task_id)  # (a claim outlives a task that finished and left memory)
+            if t is not None and t.state in ACTIVE and t.attempt == ref.attempt and t.worker_id == worker_id:
                 cmds += self._requeue(t, f"taken back from {worker_id} before it started (waiting there while "
                                          f"{claim[2]} was idle)", now, count=False)
         for ref in msg.kept:
@@ -743,9 +809,9 @@ class CoordinatorState:
         empty while a lone benchmark task is still within its batching wait."""
         if head.batch_key is None or self.policy.batch_max <= 1:
             return [head]
-        mates = sorted((self.tasks[e[2]] for e in self._queues.get(key, [])
-                        if e[2] != head.task_id and self.tasks[e[2]].state == "pending"
-                        and self.tasks[e[2]].batch_key == head.batch_key), key=lambda t: (-t.spec.priority, t.seq))
+        queued = (self.tasks.get(e[2]) for e in self._queues.get(key, []) if e[2] != head.task_id)
+        mates = sorted((t for t in queued if t is not None and t.state == "pending" and t.batch_key == head.batch_key),
+                       key=lambda t: (-t.spec.priority, t.seq))
         group = [head, *mates[: self.policy.batch_max - 1]]
         if len(group) < self.policy.batch_max and now - head.submitted_at < self.policy.batch_wait_s:
             return []
@@ -757,8 +823,8 @@ class CoordinatorState:
             if key in blocked:
                 continue
             q = self._queues[key]
-            while q and self.tasks[q[0][2]].state != "pending":
-                heapq.heappop(q)  # cancelled while queued
+            while q and ((queued := self.tasks.get(q[0][2])) is None or queued.state != "pending"):
+                heapq.heappop(q)  # cancelled while queued (and maybe retired since)
             if not q:
                 del self._queues[key]
                 continue
@@ -917,7 +983,7 @@ class CoordinatorState:
 
     def _restore_gang(self, t: Task, now: float) -> None:
         """After a restart: an active gang keeps its members (each must re-announce the attempt
-        within the grace period) and port; a succeeded single-node run is a baseline again."""
+        within the grace period) and port."""
         g = t.gang
         assert g is not None
         if t.state in ACTIVE:
@@ -926,10 +992,15 @@ class CoordinatorState:
             if g.master_port:
                 self._ports.hold(g.master_addr, g.master_port)
             self._gangs_active[t.task_id] = t
-        elif t.state == "succeeded" and t.outcome is not None and isinstance(t.outcome.get("training"), dict):
-            summary = t.outcome["training"]
-            if {"model", "global_batch", "precision", "nnodes", "global_samples_per_s"} <= summary.keys():
-                self.baselines.record(t.task_id, t.attempt, summary, t.updated_at)
+
+    def note_baselines(self, rows: Iterable[TaskRow]) -> None:
+        """After a restart: the succeeded single-node training runs among ``rows`` (read from the
+        store) are scaling baselines again; other rows are ignored."""
+        for row in rows:
+            summary = (row.outcome or {}).get("training") if row.state == "succeeded" else None
+            if isinstance(summary, dict) and {"model", "global_batch", "precision", "nnodes",
+                                              "global_samples_per_s"} <= summary.keys():
+                self.baselines.record(row.task_id, row.attempt, summary, row.updated_at)
 
     # ---------------------------------------------------------------- helpers
 
@@ -992,17 +1063,22 @@ class CoordinatorState:
     # ---------------------------------------------------------------- restore
 
     def restore(self, snap: Snapshot, now: float) -> None:
-        """Rebuild from a store snapshot: pending tasks are queued again; tasks that were active
-        wait for their worker to reconnect within the grace period, then are requeued."""
+        """Rebuild from a store snapshot (its active tasks; see ``Snapshot``): pending tasks are
+        queued again; tasks that were active wait for their worker to reconnect within the grace
+        period, then are requeued. ``counts`` come from ``snap.task_counts`` and submission order
+        continues after ``snap.max_seq``. A finished task in ``snap.tasks`` (a store that still
+        returns history) is counted when ``task_counts`` is empty and otherwise treated as
+        :meth:`load` treats it."""
+        counted: dict[str, int] = defaultdict(int)
+        finished: list[TaskRow] = []
         for row in sorted(snap.tasks, key=lambda r: (r.seq, r.submitted_at)):
-            spec = specs.spec_from_dict(row.spec)
-            self._seq = max(self._seq + 1, row.seq)
-            t = Task(spec=spec, spec_dict=row.spec, task_id=row.task_id, type=row.type, digest=row.digest,
-                     seq=self._seq, submitted_by=row.submitted_by, submitted_at=row.submitted_at, state=row.state, attempt=row.attempt,
-                     worker_id=row.worker_id, updated_at=row.updated_at, retries_used=row.retries_used,
-                     not_before=row.not_before, history=list(row.history), outcome=row.outcome)
+            counted[row.state] += 1
+            if is_terminal(row.state):
+                finished.append(row)
+                continue
+            t = Task.from_row(row)
+            self._seq = t.seq = max(self._seq + 1, row.seq)
             self.tasks[t.task_id] = t
-            self.counts[t.state] += 1
             if t.state == "assigned":
                 self._unsent.add((t.task_id, t.attempt))
             if t.gang is not None:
@@ -1013,6 +1089,10 @@ class CoordinatorState:
                 else:
                     t.not_before = 0.0
                     self._enqueue(t, now)
+        self._seq = max(self._seq, snap.max_seq)
+        self.counts = defaultdict(int, snap.task_counts or counted)
+        self.note_baselines(finished)
+        self.load(finished[-self.policy.finished_cache:] if self.policy.finished_cache else [])
         for wr in snap.workers:
             view = WorkerView(wr.worker_id, frozenset(wr.capabilities), frozenset(wr.tags),
                               float(wr.hardware.get("memory_gb", 0.0)), 0)

@@ -17,9 +17,17 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from .group import LeadershipLost
+
 log = logging.getLogger(__name__)
 
 EXIT_FATAL = 3  # the exit status after a fatal failure while running (documented in docs/operations.md)
+
+
+def demoted(failure: Failure | None) -> bool:
+    """Whether the term ended because this group member lost the leadership (not a failure: the
+    coordinator starts a new standby term, ``cli/coordinator.py``)."""
+    return failure is not None and isinstance(failure.error, LeadershipLost)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,10 @@ class Supervisor:
         ``failed``; later ones, usually consequences of the first, are logged in one line."""
         if self.failed.done():
             log.info("also failed after the fatal failure: %s: %s", what, error)
+            return
+        if isinstance(error, LeadershipLost):  # not a failure of this process: a new standby term follows
+            log.warning("%s: %s; ending this term", what, error)
+            self.failed.set_result(Failure(what, error))
             return
         log.critical("fatal: %s: %s; stopping the coordinator (a restart replays the journal)", what, error,
                      exc_info=error)

@@ -1,136 +1,255 @@
-"""The read side for lists and summaries: task pages and the overview, computed where the data is.
+"""The read side: the task, worker and overview views that the REST API serves and the dashboard
+reads (through the API), one implementation for both.
 
-Every task is held in the coordinator's memory (the store restores them at start), so a page of
-tasks is filtered and cut here, on the server, and only that page travels: ``list_tasks``
-selects the newest ``offset + limit`` matches with a heap instead of sorting them all. Pure:
-functions of the state and ``now``; no I/O.
+Memory holds the active work and a bounded cache of finished tasks (``state``'s docstring); the
+history is in the store. So:
+
+- a page of tasks (``GET /api/v1/tasks``) is filtered, ordered, counted and cut by the store
+  (``Store.query_tasks``); only that page travels, and each task on it is shown from memory when
+  it is there (fresher: its live ``pending_reason``), else from its stored row;
+- one task (``GET /api/v1/tasks/{id}``) is read from memory, else from the store into the cache
+  (``find_task``, ``load_missing``);
+- workers are all in memory (each one is live state); their page is cut here, by worker id;
+- the overview's last hour is kept in memory by ``Activity`` (bounded: one counter pair and one
+  queue-depth sample per minute, the latest failures), seeded from ``Store.task_stats`` at start.
+
+Nothing here scans every task ever submitted, so a read costs the same at 200,000 tasks of history
+as at 200.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from ..errors import ValidationError
 from .state import CoordinatorState, Task
+from .store.base import Store, TaskQuery, TaskStats
 
 SERIES_BUCKET_S = 60.0
 SERIES_SPAN_S = 3600.0
 RECENT_FAILURES = 10
 FAILED_STATES = frozenset({"failed", "timed_out", "error"})
+MAX_PAGE = 10_000
+MAX_OFFSET = 10_000_000
+LIST_HIDDEN = ("spec", "history")  # left out of list entries; GET /api/v1/tasks/{id} has them
 
 
-class TaskFilter(msgspec.Struct, frozen=True):
-    """``GET /api/v1/tasks`` query: each given field must match; times are UNIX seconds on
-    ``submitted_at`` (``since`` inclusive, ``until`` exclusive)."""
-
-    state: str | None = None
-    type: str | None = None
-    worker_id: str | None = None
-    tag: str | None = None
-    submitted_by: str | None = None
-    since: float | None = None
-    until: float | None = None
-    limit: int = 100
-    offset: int = 0
+# ------------------------------------------------------------------- tasks
 
 
-def parse_filter(query: dict[str, str]) -> TaskFilter:
-    """The filter from query parameters; ValidationError naming the bad one."""
-    unknown = set(query) - set(TaskFilter.__struct_fields__)
+def parse_filter(query: Mapping[str, str]) -> TaskQuery:
+    """``GET /api/v1/tasks``'s query parameters as a ``TaskQuery`` (its docstring has the
+    semantics); ValidationError naming the bad parameter."""
+    unknown = set(query) - set(TaskQuery.__struct_fields__)
     if unknown:
         raise ValidationError([{"field": k, "error": "unknown query parameter"} for k in sorted(unknown)])
     try:
-        f = msgspec.convert(query, TaskFilter, strict=False)
+        q = msgspec.convert(dict(query), TaskQuery, strict=False)
     except msgspec.ValidationError as exc:
         raise ValidationError([{"field": "(query)", "error": str(exc)}]) from exc
-    errors = []
-    if not 1 <= f.limit <= 10_000:
-        errors.append({"field": "limit", "error": "must be between 1 and 10000"})
-    if not 0 <= f.offset <= 10_000_000:
-        errors.append({"field": "offset", "error": "must be between 0 and 10000000"})
+    errors = _page_errors(q.limit, q.offset)
+    for name in ("since", "until"):
+        v = getattr(q, name)
+        if v is not None and not math.isfinite(v):
+            errors.append({"field": name, "error": "must be a finite number of UNIX seconds"})
     if errors:
         raise ValidationError(errors)
-    return f
+    # an empty parameter (a form's blank field) filters nothing
+    return msgspec.structs.replace(q, **{k: None for k in ("state", "type", "worker_id", "tag", "submitted_by")
+                                         if getattr(q, k) == ""})
 
 
-def _predicate(f: TaskFilter) -> Callable[[Task], bool]:
-    checks: list[Callable[[Task], bool]] = []
-    if f.state:
-        checks.append(lambda t: t.state == f.state)
-    if f.type:
-        checks.append(lambda t: t.type == f.type)
-    if f.worker_id:
-        checks.append(lambda t: t.worker_id == f.worker_id)
-    if f.submitted_by:
-        checks.append(lambda t: t.submitted_by == f.submitted_by)
-    if f.tag:
-        checks.append(lambda t: f.tag in t.spec.requirements.tags)
-    if f.since is not None:
-        checks.append(lambda t: t.submitted_at >= f.since)  # type: ignore[operator]
-    if f.until is not None:
-        checks.append(lambda t: t.submitted_at < f.until)  # type: ignore[operator]
-    return lambda t: all(c(t) for c in checks)
+def _page_errors(limit: int, offset: int) -> list[dict[str, str]]:
+    errors = []
+    if not 1 <= limit <= MAX_PAGE:
+        errors.append({"field": "limit", "error": f"must be between 1 and {MAX_PAGE}"})
+    if not 0 <= offset <= MAX_OFFSET:
+        errors.append({"field": "offset", "error": f"must be between 0 and {MAX_OFFSET}"})
+    return errors
 
 
-def list_tasks(state: CoordinatorState, f: TaskFilter) -> tuple[list[Task], int]:
-    """One page of matching tasks, newest submission first, and how many match in all."""
-    pred = _predicate(f)
-    matching: Iterable[Task] = (t for t in state.tasks.values() if pred(t))
-    total = 0
-
-    def counted() -> Iterable[tuple[float, int, Task]]:
-        nonlocal total
-        for t in matching:
-            total += 1
-            yield t.submitted_at, t.seq, t
-
-    top = heapq.nlargest(f.offset + f.limit, counted(), key=lambda x: (x[0], x[1]))
-    return [t for _, _, t in top[f.offset:]], total
+def task_view(state: CoordinatorState, t: Task) -> dict[str, Any]:
+    """One task as ``GET /api/v1/tasks/{id}`` shows it (``pending_reason`` and
+    ``unschedulable`` from the live worker set)."""
+    return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
+            "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
+            "pending_reason": state.why_pending(t), "unschedulable": state.unschedulable(t), "outcome": t.outcome,
+            "retries_used": t.retries_used, "submitted_by": t.submitted_by, "spec": t.spec_dict,
+            "history": t.history, "gang": state.gang_view(t)}
 
 
-def overview(state: CoordinatorState, now: float) -> dict[str, Any]:
-    """Workers and tasks by state, per-minute series over the last hour (tasks submitted and
-    finished per second, queue depth at each minute's end), and the latest failures.
+async def task_page(state: CoordinatorState, store: Store, q: TaskQuery) -> tuple[list[dict[str, Any]], int]:
+    """One page of tasks (list entries: ``task_view`` without spec and history), newest
+    submission first, and how many match in all; filtered and cut by the store."""
+    page = await store.query_tasks(q)
+    out = []
+    for row in page.tasks:
+        t = state.tasks.get(row.task_id) or Task.from_row(row)
+        out.append({k: v for k, v in task_view(state, t).items() if k not in LIST_HIDDEN})
+    return out, page.total
 
-    Queue depth counts a task as waiting from its submission to its first dispatch (its second
-    history entry), so a requeued task's later waits are not counted."""
-    start = now - SERIES_SPAN_S
-    n = int(SERIES_SPAN_S // SERIES_BUCKET_S)
-    submitted, finished, depth_delta = [0] * n, [0] * n, [0] * (n + 1)
-    failures: list[Task] = []
-    for t in state.tasks.values():
-        if t.submitted_at >= start:
-            submitted[min(n - 1, int((t.submitted_at - start) // SERIES_BUCKET_S))] += 1
-        if t.outcome is not None and t.updated_at >= start:
-            finished[min(n - 1, int((t.updated_at - start) // SERIES_BUCKET_S))] += 1
-        # waiting over [submitted_at, left): counted at each minute's end inside it
-        left = t.history[1]["at"] if len(t.history) > 1 else (now + SERIES_BUCKET_S if t.state == "pending" else t.updated_at)
-        if left > start:
-            i0 = max(0, math.ceil((t.submitted_at - start) / SERIES_BUCKET_S - 1))
-            i1 = min(n, max(0, math.ceil((left - start) / SERIES_BUCKET_S - 1)))
-            if i0 < i1:
-                depth_delta[i0] += 1
-                depth_delta[i1] -= 1
+
+async def load_missing(state: CoordinatorState, store: Store, task_ids: Iterable[str]) -> None:
+    """Read the tasks among ``task_ids`` that are not in memory from the store into the finished
+    cache (``state.load``), so the event that follows, run with no await in between, sees every
+    one of them that exists. Awaits nothing when all are in memory."""
+    ids = list(task_ids)
+    checked: set[str] = set()
+    found = {}
+    while need := [tid for tid in state.missing(ids) if tid not in checked]:
+        found.update(await store.get_tasks(need))  # a task retired and evicted meanwhile is read next round
+        checked.update(need)
+    if found:
+        state.load(found.values())
+
+
+async def find_task(state: CoordinatorState, store: Store, task_id: str) -> Task:
+    """The task from memory, else from the store (it then joins the finished cache); NotFound."""
+    await load_missing(state, store, [task_id])
+    return state.get(task_id)
+
+
+# ----------------------------------------------------------------- workers
+
+
+def parse_page(query: Mapping[str, str], default_limit: int = MAX_PAGE) -> tuple[int, int]:
+    """``limit`` and ``offset`` (the only parameters of ``GET /api/v1/workers``);
+    ValidationError naming a bad or unknown one."""
+    unknown = set(query) - {"limit", "offset"}
+    errors = [{"field": k, "error": "unknown query parameter"} for k in sorted(unknown)]
+    values = {"limit": default_limit, "offset": 0}
+    for name in ("limit", "offset"):
+        raw = query.get(name)
+        if raw is None:
+            continue
+        try:
+            values[name] = int(raw)
+        except ValueError:
+            errors.append({"field": name, "error": f"not an integer: {raw!r}"})
+    if not errors:
+        errors = _page_errors(values["limit"], values["offset"])
+    if errors:
+        raise ValidationError(errors)
+    return values["limit"], values["offset"]
+
+
+def worker_page(state: CoordinatorState, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """One page of workers in worker id order, and how many are known."""
+    ids = sorted(state.workers)
+    out = []
+    for wid in ids[offset:offset + limit]:
+        w = state.workers[wid]
+        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
+                    "reason": w.health_reason, "capabilities": sorted(w.view.capabilities),
+                    "tags": sorted(w.view.tags), "max_concurrent": w.view.max_concurrent,
+                    "running": sorted(w.view.running), "load": w.load, "last_seen": w.last_seen,
+                    "hardware": w.hardware, "pipeline": {"depth": w.pace.limit, "window": w.view.window}})
+    return out, len(ids)
+
+
+# ---------------------------------------------------------------- overview
+
+
+def failure_entry(t: Any) -> dict[str, Any]:
+    """A failed task (a ``Task`` or a stored ``TaskRow``) as the overview lists it."""
+    return {"task_id": t.task_id, "type": t.type, "state": t.state, "updated_at": t.updated_at,
+            "worker_id": t.worker_id, "error": (t.outcome or {}).get("error")}
+
+
+class Activity:
+    """The overview's last hour, in memory and bounded: per bucket of ``bucket_s`` (buckets are
+    aligned to multiples of it), the tasks submitted and finished and the last queue depth
+    sampled, and the latest ``failures`` failed tasks. ``seed`` fills in the history from the
+    store at start; ``submitted``, ``finished`` and ``sample_depth`` add what happens after."""
+
+    def __init__(self, bucket_s: float = SERIES_BUCKET_S, span_s: float = SERIES_SPAN_S,
+                 failures: int = RECENT_FAILURES) -> None:
+        self.bucket_s = bucket_s
+        self.n = max(1, int(span_s // bucket_s))
+        self.failures_kept = failures
+        self._counts: dict[int, list[int]] = {}  # bucket index -> [submitted, finished]
+        self._depth: dict[int, int] = {}  # bucket index -> the last queue depth sampled in it
+        self._failures: deque[dict[str, Any]] = deque(maxlen=failures)  # newest first
+
+    def first_bucket(self, now: float) -> int:
+        """The index of the oldest bucket of the window that ends with the one holding ``now``."""
+        return math.floor(now / self.bucket_s) - self.n + 1
+
+    def since(self, now: float) -> float:
+        """Where the window of ``now`` starts (what to pass ``Store.task_stats``)."""
+        return self.first_bucket(now) * self.bucket_s
+
+    def seed(self, stats: TaskStats, since: float) -> None:
+        """The store's history (``Store.task_stats(since, bucket_s, n, failures)``), taken before
+        anything is added here."""
+        first = math.floor(since / self.bucket_s)
+        for i, (sub, fin) in enumerate(zip(stats.submitted, stats.finished, strict=True)):
+            if sub or fin:
+                c = self._counts.setdefault(first + i, [0, 0])
+                c[0] += sub
+                c[1] += fin
+        for row in stats.recent_failures[:self.failures_kept]:
+            self._failures.append(failure_entry(row))
+
+    def _bucket(self, at: float) -> list[int]:
+        i = math.floor(at / self.bucket_s)
+        c = self._counts.get(i)
+        if c is None:
+            c = self._counts[i] = [0, 0]
+            self._prune(i)
+        return c
+
+    def _prune(self, newest: int) -> None:
+        for store in (self._counts, self._depth):
+            for old in [k for k in store if k <= newest - self.n]:
+                del store[old]
+
+    def submitted(self, at: float, n: int = 1) -> None:
+        if n:
+            self._bucket(at)[0] += n
+
+    def finished(self, t: Task) -> None:
+        """``t`` reached its outcome (durably) at ``t.updated_at``."""
+        self._bucket(t.updated_at)[1] += 1
         if t.state in FAILED_STATES:
-            failures.append(t)
-    depth, running = [], 0
-    for i in range(n):
-        running += depth_delta[i]
-        depth.append(running)
+            self._failures.appendleft(failure_entry(t))
+
+    def sample_depth(self, now: float, depth: int) -> None:
+        i = math.floor(now / self.bucket_s)
+        if i not in self._depth:
+            self._prune(i)
+        self._depth[i] = depth
+
+    def series(self, now: float, depth_now: int) -> dict[str, Any]:
+        """The window ending with ``now``'s bucket: rates per second and the queue depth at each
+        bucket's last sample (``depth_now`` for the current one; 0 where none was taken)."""
+        first = self.first_bucket(now)
+        idx = range(first, first + self.n)
+        zero = [0, 0]
+        depth = [self._depth.get(i, 0) for i in idx]
+        depth[-1] = depth_now
+        return {"bucket_s": self.bucket_s, "start": first * self.bucket_s,
+                "submitted_per_s": [self._counts.get(i, zero)[0] / self.bucket_s for i in idx],
+                "finished_per_s": [self._counts.get(i, zero)[1] / self.bucket_s for i in idx],
+                "queue_depth": depth}
+
+    def recent_failures(self) -> list[dict[str, Any]]:
+        return list(self._failures)
+
+
+def overview(state: CoordinatorState, activity: Activity, now: float) -> dict[str, Any]:
+    """Workers and tasks by state (every task, finished ones included), the last hour's
+    per-minute series (tasks submitted and finished per second, queue depth sampled at each
+    minute's end) and the latest failures."""
     workers = Counter(w.health if w.connected else "disconnected" for w in state.workers.values())
-    recent = heapq.nlargest(RECENT_FAILURES, failures, key=lambda t: t.updated_at)
+    pending = state.counts.get("pending", 0)
     return {
         "now": now, "tasks_by_state": {k: v for k, v in state.counts.items() if v},
-        "workers_by_state": dict(workers), "queue_depth": state.counts.get("pending", 0),
-        "series": {"bucket_s": SERIES_BUCKET_S, "start": start,
-                   "submitted_per_s": [c / SERIES_BUCKET_S for c in submitted],
-                   "finished_per_s": [c / SERIES_BUCKET_S for c in finished], "queue_depth": depth},
-        "recent_failures": [{"task_id": t.task_id, "type": t.type, "state": t.state, "updated_at": t.updated_at,
-                             "worker_id": t.worker_id, "error": (t.outcome or {}).get("error")} for t in recent],
+        "workers_by_state": dict(workers), "queue_depth": pending,
+        "series": activity.series(now, pending), "recent_failures": activity.recent_failures(),
     }

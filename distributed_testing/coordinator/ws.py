@@ -10,6 +10,8 @@ A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker i
 key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
 owner's session stays open; a result, ``started`` or ``progress`` about an attempt the worker was
 never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``).
+A report on a task that finished and left memory is answered as if it had not: its row is read
+back from the store first (``Runtime.load_tasks``), the one await a frame may take.
 
 Liveness: the coordinator owns the contract and the worker does the pinging. ``registered`` tells
 the worker its heartbeat interval and TTL (:meth:`.state.Policy.liveness`: the interval it asked
@@ -36,6 +38,7 @@ from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
+from .group import NotLeader
 from .runtime import RUNTIME, Runtime, Session
 from .state import Command
 
@@ -93,6 +96,17 @@ def _peer_error(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Com
     return []
 
 
+def _named_tasks(msg: m.Message) -> list[str]:
+    """The task ids a worker's report names (they must be in memory for the state machine)."""
+    if isinstance(msg, m.Results):
+        return [r.task_id for r in msg.results]
+    if isinstance(msg, m.TaskStarted):
+        return [r.task_id for r in msg.tasks]
+    if isinstance(msg, m.TaskProgress):
+        return [msg.task.task_id]
+    return []
+
+
 HANDLERS: dict[type[m.Message], Handler] = {
     m.Heartbeat: _heartbeat,
     m.TaskStarted: _started,
@@ -132,7 +146,7 @@ async def worker_endpoint(request: web.Request) -> web.StreamResponse:
         await writer
         if session.worker_id and rt.sessions.get(session.worker_id) is session:
             del rt.sessions[session.worker_id]
-            with contextlib.suppress(StoreError):  # fatal, and already reported by rt.persist
+            with contextlib.suppress(StoreError, NotLeader):  # fatal (reported by rt.persist), or demoted
                 rt.execute(rt.state.disconnect(session.worker_id, session_id, rt.clock()))
         await ws.close()
     return ws
@@ -186,12 +200,19 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
     live = rt.state.workers[reg.worker_id].liveness
     s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
                         server_time=now, worker_ttl_s=live.ttl_s))
-    rt.execute(cmds)
+    try:
+        rt.execute(cmds)
+    except NotLeader:
+        s.close("this coordinator is no longer the leader")
+        return
     log.info("worker %s (%s) registered: %s tags=%s; heartbeat every %gs, TTL %gs", reg.worker_id, reg.name,
              reg.capabilities, reg.tags, live.interval_s, live.ttl_s)
     violations = 0
     async for raw in ws:
         if s.closing:
+            break
+        if not rt.leading():
+            s.close("this coordinator is no longer the leader")
             break
         if raw.type == WSMsgType.ERROR:  # the transport broke: the session is over
             log.info("worker %s: connection lost: %s", s.worker_id, ws.exception() or raw.data)
@@ -204,20 +225,24 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
         elif raw.type != WSMsgType.BINARY:
             violations += _reject(rt, s, "malformed", f"unexpected {raw.type.name} frame")
         else:
-            violations += _handle_frame(rt, s, raw.data)
+            violations += await _handle_frame(rt, s, raw.data)
         if violations >= rt.config.max_violations:
             s.send(m.ErrorMsg("too_many_violations", f"{violations} rejected messages; closing", fatal=True))
             s.closing = "too many protocol violations"
             break
 
 
-def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
+async def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
     now = rt.clock()
     try:
         msg = s.channel.open(data, now)
         handler = HANDLERS.get(type(msg))
         if handler is None:
             raise ProtocolError(f"{type(msg).__name__} is not accepted from a worker")
+        named = _named_tasks(msg)
+        if named and rt.state.missing(named):  # finished and left memory: read back from the store
+            await rt.load_tasks(named)
+            now = rt.clock()
         rt.execute(handler(rt, s, msg, now))
         return 0
     except ProtocolError as exc:
@@ -228,6 +253,9 @@ def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
         return 0
     except StoreError as exc:  # fatal (rt.persist reported it): the worker keeps its results for the restart
         s.close(f"the coordinator could not persist: {exc}")
+        return 0
+    except NotLeader:  # the lease ran out: the worker takes its results to the next leader
+        s.close("this coordinator is no longer the leader")
         return 0
     except (DTError, KeyError) as exc:
         log.warning("worker %s message rejected: %s", s.worker_id, exc)
@@ -253,6 +281,9 @@ async def _writer(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> None:
                 taken.append(nxt)
         if ws.closed:
             continue
+        if not rt.leading():  # the fence on the way out: a replaced leader sends nothing more
+            s.closing = s.closing or "this coordinator is no longer the leader"
+            break
         try:
             await ws.send_bytes(s.channel.seal(msg, rt.clock()))
         except (ConnectionError, RuntimeError) as exc:

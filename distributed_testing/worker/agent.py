@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import math
 import time
@@ -26,14 +27,15 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from ..config import WorkerConfig
-from ..errors import ExecutionError, ProtocolError
+from ..config import WorkerConfig, normalize_url, ws_url
+from ..errors import ConfigError, ExecutionError, ProtocolError
 from ..netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
 from .auth import Credentials
+from .coordinators import Candidates
 from .executors.base import ExecOutcome, Executor, TaskContext, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
@@ -74,10 +76,20 @@ FLUSH_MIN_S = 5.0
 # benchmarks/dispatch.py (2 workers x 32 slots): 1.8 tasks per message without the hold, 11
 # with it, and 1,945 -> 2,861 tasks/s.
 RESULT_HOLD_S = 0.005
+# --high-availability: the pause between full rounds of every known coordinator starts here and
+# doubles up to --reconnect-interval; there is none between two coordinators of a round.
+HA_FIRST_PAUSE_S = 0.1
+CLUSTER_TIMEOUT_S = 5.0  # GET /api/v1/cluster after a registration (--high-availability)
+RETRY_ON = (OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError)
 
 
 class SessionRejected(Exception):
     """The coordinator refused us in a way retrying cannot fix (bad credentials, wrong role)."""
+
+
+class NotTheLeader(ConnectionError):
+    """The coordinator is a standby of an HA group (HTTP 503 at the handshake); it named the
+    leader, or none while a takeover is under way."""
 
 
 class _HandshakeProbe:
@@ -104,7 +116,7 @@ class _HandshakeProbe:
         self.headers = params.response.headers
         if params.response.status != 101:  # a 101's body is the WebSocket stream: never read it here
             with contextlib.suppress(aiohttp.ClientError):  # the status alone still says enough
-                self.body = await params.response.content.read(300)
+                self.body = await params.response.content.read(2000)
 
 
 class WorkerAgent:
@@ -145,6 +157,8 @@ class WorkerAgent:
         # The NIC training ranks bind: --interface, else the one carrying this session's
         # coordinator connection (set at each connect); reported in ``register``.
         self.interface: str | None = config.interface
+        # the coordinators this worker may connect to, and the one of the current attempt
+        self.candidates = Candidates(config.urls)
 
     @property
     def running(self) -> dict[str, Attempt]:
@@ -163,16 +177,41 @@ class WorkerAgent:
         try:
             async with self._client_session() as self._http:
                 while not self._stop.is_set():
+                    if self.config.high_availability:
+                        await self._connect_ha()
+                        continue
                     try:
                         await retry_async(self._connect_once, backoff=backoff, attempts=self.config.reconnect_attempts,
-                                          retry_on=(OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError),
-                                          what="connection to coordinator", sleep=self._backoff_sleep)
+                                          retry_on=RETRY_ON, what="connection to coordinator", sleep=self._backoff_sleep)
                     except RetriesExhausted:
                         log.error("giving up after %d reconnect attempts", self.config.reconnect_attempts)
                         raise
         finally:
             self._http = None
             await self._shutdown_tasks()
+
+    async def _connect_ha(self) -> None:
+        """``--high-availability``: attempts until a session was served (returns when it ended).
+        A failed attempt goes on to the next coordinator at once; only after a full round of
+        every known one does it pause, ``HA_FIRST_PAUSE_S`` doubling up to ``--reconnect-interval``.
+        It never gives up: a coordinator group comes back."""
+        pause = Backoff(base_s=min(HA_FIRST_PAUSE_S, self.config.reconnect_interval_s), factor=2.0,
+                        max_s=self.config.reconnect_interval_s)
+        rounds = 0
+        while not self._stop.is_set():
+            try:
+                await self._connect_once()
+                return
+            except RETRY_ON as exc:
+                if not self.candidates.round_complete():
+                    log.warning("coordinator %s: %s; trying the next one", self.candidates.current, exc)
+                    continue
+                delay = pause.delay(rounds)
+                rounds += 1
+                log.warning("none of %d coordinator(s) took this worker (last: %s: %s); next round in %.2fs",
+                            len(self.candidates.urls), self.candidates.current, exc, delay)
+                self.candidates.new_round()
+                await self._backoff_sleep(delay)
 
     def _client_session(self) -> aiohttp.ClientSession:
         """The HTTP client the coordinator WebSocket is opened with. It connects directly, as the
@@ -288,19 +327,17 @@ class WorkerAgent:
             return  # stopped during the backoff: no further attempt
         assert self._http is not None, "only run() connects"
         cred = await self.credentials.current()
-        self._handshake.reset()
+        url = self.candidates.next()
         try:
-            async with asyncio.timeout(OPEN_TIMEOUT_S):
-                # No compression (compress=0, the default); keepalive pings are ours (_keepalive).
-                ws = await self._http.ws_connect(self.config.ws_url, headers={"Authorization": f"Bearer {cred}"},
-                                                 max_msg_size=MAX_FRAME_BYTES, autoping=False)
-        except aiohttp.ClientConnectorCertificateError as exc:  # a configuration problem: retrying cannot help
-            raise SessionRejected(tls.describe_tls_error(exc, self.config.coordinator_url) or str(exc)) from exc
-        except aiohttp.WSServerHandshakeError as exc:
-            if exc.status in (401, 403):
-                raise SessionRejected(f"coordinator refused credentials: HTTP {exc.status} "
-                                      f"{self._handshake.body.decode(errors='replace')}".rstrip()) from exc
+            await self._session(url, cred)
+        except RETRY_ON:
+            self.candidates.failed(url)
             raise
+
+    async def _session(self, url: str, cred: str) -> None:
+        """One session with the coordinator at ``url``: returns when an established session ended;
+        raises when none was established (a failed attempt)."""
+        ws = await self._open(url, cred)
         async with ws:
             session_id = self._handshake.headers.get(SESSION_HEADER) if self._handshake.headers is not None else None
             if not session_id:
@@ -314,7 +351,33 @@ class WorkerAgent:
                 if self.sessions == sessions_before:
                     raise  # never registered: counts as a failed attempt
                 # an established session that dropped: reconnect with a fresh attempt count
-                log.warning("session with coordinator lost: %s; reconnecting", exc)
+                log.warning("session with coordinator %s lost: %s; reconnecting", url, exc)
+
+    async def _open(self, url: str, cred: str) -> aiohttp.ClientWebSocketResponse:
+        """The WebSocket handshake with the coordinator at ``url``. A standby's 503 naming the
+        leader sends the next attempt there (``NotTheLeader``)."""
+        assert self._http is not None
+        self._handshake.reset()
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                # No compression (compress=0, the default); keepalive pings are ours (_keepalive).
+                return await self._http.ws_connect(ws_url(url), headers={"Authorization": f"Bearer {cred}"},
+                                                   max_msg_size=MAX_FRAME_BYTES, autoping=False)
+        except aiohttp.ClientConnectorCertificateError as exc:  # a configuration problem: retrying cannot help
+            raise SessionRejected(tls.describe_tls_error(exc, url) or str(exc)) from exc
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (401, 403):
+                raise SessionRejected(f"coordinator refused credentials: HTTP {exc.status} "
+                                      f"{self._handshake.body.decode(errors='replace')}".rstrip()) from exc
+            if exc.status == 503 and (answer := _json(self._handshake.body)).get("error") == "not_leader":
+                leader = answer.get("leader")
+                if isinstance(leader, str) and leader.rstrip("/") != url:
+                    try:
+                        self.candidates.redirect(normalize_url(leader, "the standby's answer"))
+                    except ConfigError:
+                        log.warning("coordinator %s named a leader that is not an http(s) URL: %r", url, leader)
+                raise NotTheLeader(f"{url} is a standby; leader: {leader or 'none yet'}") from exc
+            raise
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._send(self._register_msg(self._rendezvous_address(ws)))
@@ -322,6 +385,7 @@ class WorkerAgent:
         beats = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
         renew = asyncio.create_task(self._renew_tokens(), name="worker-token-renewal")
         stopper = asyncio.create_task(self._stop.wait(), name="worker-stop-wait")
+        learn = asyncio.create_task(self._learn_group(), name="worker-learn-group")
         keepalive = asyncio.create_task(self._keepalive(ws), name="worker-keepalive")
         reader = asyncio.create_task(self._reader(ws), name="worker-reader")
         ending = (reader, writer, keepalive)
@@ -333,12 +397,35 @@ class WorkerAgent:
         finally:
             self.registered.clear()
             self._apply(self.state.session_ended())
-            tasks = (beats, renew, stopper, *ending)
+            tasks = (beats, renew, learn, stopper, *ending)
             for t in tasks:
                 t.cancel()
             for t, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
                 if isinstance(outcome, Exception) and t not in ending:  # those re-raised above
                     log.error("%s stopped: %s", t.get_name(), outcome)
+
+    async def _learn_group(self) -> None:
+        """``--high-availability``: once registered, add every member ``GET /api/v1/cluster``
+        lists to the candidates (a failure is logged: the configured ones remain)."""
+        await self.registered.wait()
+        if not self.config.high_availability:
+            return
+        url = self.candidates.current
+        try:
+            cred = await self.credentials.current()
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.credentials.ssl or True),
+                                             timeout=aiohttp.ClientTimeout(total=CLUSTER_TIMEOUT_S)) as http:
+                async with http.get(f"{url}/api/v1/cluster", headers={"Authorization": f"Bearer {cred}"}) as resp:
+                    view = await resp.json(content_type=None) if resp.status == 200 else None
+                    if view is None:
+                        log.warning("GET %s/api/v1/cluster: HTTP %d", url, resp.status)
+                        return
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("GET %s/api/v1/cluster failed: %s", url, exc)
+            return
+        new = self.candidates.learn(view if isinstance(view, dict) else {})
+        if new:
+            log.info("learned coordinator(s) %s from %s; known: %s", ", ".join(new), url, ", ".join(self.candidates.urls))
 
     def _register_msg(self, address: str = "") -> m.Register:
         return m.Register(worker_id=self.config.worker_id, name=self.config.name, protocol_version=m.PROTOCOL_VERSION,
@@ -420,6 +507,8 @@ class WorkerAgent:
     async def _on_registered(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Registered)
         self.liveness = (msg.heartbeat_interval_s, msg.worker_ttl_s)
+        self.candidates.connected(self.candidates.current)
+        self.credentials.coordinator_url = self.candidates.current  # token renewals go where the session is
         log.info("registered with coordinator as %s (session %s); heartbeat every %gs, declared dead after %gs "
                  "without a frame", msg.worker_id, msg.session_id, msg.heartbeat_interval_s, msg.worker_ttl_s)
         self.registered.set()
@@ -670,6 +759,7 @@ class WorkerAgent:
         assignment with it."""
         await self.registered.wait()
         interval, timeout = self.liveness
+        interval = self._beat_interval(interval)
         while True:
             await asyncio.sleep(interval)
             self._pong.clear()
@@ -686,7 +776,7 @@ class WorkerAgent:
         runs in a thread."""
         await self.registered.wait()
         loop = asyncio.get_running_loop()
-        interval = self.liveness[0]
+        interval = self._beat_interval(self.liveness[0])
         period = min(interval, SAMPLE_PERIOD_S) if self.monitor.limits.active else interval
         sent_state, sent_at = "ready", loop.time()  # the coordinator starts a session as ready
         while True:
@@ -700,6 +790,11 @@ class WorkerAgent:
                             sent_state, hb.state, f": {hb.reason}" if hb.reason else "")
                 self._send(hb)
                 sent_state, sent_at = hb.state, loop.time()
+
+    def _beat_interval(self, granted: float) -> float:
+        """Heartbeats and pings go every interval the coordinator granted, every half of it with
+        ``--high-availability`` (the TTL on both sides stays the granted one)."""
+        return granted / 2 if self.config.high_availability else granted
 
     def _heartbeat_msg(self, sample: Sample, now: float) -> m.Heartbeat:
         refs = [m.TaskRef(tid, r.assignment.attempt) for tid, r in self.running.items()]
@@ -752,3 +847,12 @@ _INSTRUCTIONS: dict[type[Any], Callable[[WorkerAgent, Instruction], asyncio.Futu
     ArmHold: WorkerAgent._do_arm_hold,
     DisarmHold: WorkerAgent._do_disarm_hold,
 }
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    """A refusal's JSON body as a dict ({} when it is not one)."""
+    try:
+        value = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -44,7 +45,7 @@ def token_expiry(token: str) -> float | None:
 
 class Credentials:
     def __init__(self, coordinator_url: str, *, api_key: str | None = None, token: str | None = None,
-                 token_file: Path | None = None, ca_file: Path | None = None) -> None:
+                 token_file: Path | None = None, ca_file: Path | None = None, others: Sequence[str] = ()) -> None:
         given = [n for n, v in (("--api-key", api_key), ("--token", token), ("--token-file", token_file)) if v]
         if not given:
             raise ConfigError("no credentials: pass --api-key (or DT_API_KEY), --token or --token-file")
@@ -56,8 +57,9 @@ class Credentials:
         self._token = token
         self._file_token: str | None = None
         self.ended: str | None = None  # why the current token can no longer be renewed
+        # https: verified with ca_file or the system's CAs (any of the group's URLs: ``others``)
         self.ssl: ssl.SSLContext | None = (
-            tls.client_context(ca_file) if coordinator_url.startswith("https://") else None)
+            tls.client_context(ca_file) if any(u.startswith("https://") for u in (coordinator_url, *others)) else None)
 
     async def current(self) -> str:
         """The credential for the next handshake. ``ConfigError`` once the token has expired and

@@ -79,7 +79,7 @@ def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
 
 async def build_agent(config: WorkerConfig) -> WorkerAgent:
     creds = Credentials(config.coordinator_url, api_key=config.api_key, token=config.token, token_file=config.token_file,
-                        ca_file=config.ca_file)
+                        ca_file=config.ca_file, others=config.urls)
     info = await asyncio.to_thread(detect_hardware)
     hardware = info.to_dict()
     caps = sorted(capabilities(info))

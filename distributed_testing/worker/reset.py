@@ -48,7 +48,7 @@ async def recover_then_reset(config: WorkerConfig) -> list[Path]:
     outbox, _ = await open_storage(reporter)
     agent = WorkerAgent(reporter, {}, outbox, {}, [], Credentials(
         config.coordinator_url, api_key=config.api_key, token=config.token, token_file=config.token_file,
-        ca_file=config.ca_file))
+        ca_file=config.ca_file, others=config.urls))
     run = asyncio.create_task(agent.run(), name="worker-recovery-report")
     try:
         left = await _reported(agent, run, config.drain_timeout_s)

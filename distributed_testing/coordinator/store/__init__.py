@@ -1,12 +1,14 @@
 """Coordinator persistence: the ``Store`` protocol (``base``) and its backends.
 
-``open_store`` picks the backend from a URL or path. ``DuckDBStore`` is imported only when a
-DuckDB store is asked for, so importing the record types does not load DuckDB and Arrow.
+``open_store`` picks the backend from a URL or path. ``DuckDBStore`` and ``PostgresStore`` are
+imported only when asked for, so importing the record types loads neither DuckDB and Arrow nor
+asyncpg.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ...errors import StoreError
 from .base import SCHEMA_VERSION, KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, Store, TaskRow, WorkerRow
@@ -34,7 +36,9 @@ def open_store(url_or_path: str | Path) -> Store:
     - ``memory://`` (anything after it is ignored): a new :class:`MemoryStore`.
     - ``duckdb:///abs/path.duckdb``, ``duckdb://rel/path.duckdb`` or a plain filesystem path:
       a :class:`~.duckdb.DuckDBStore` on that file (its journal is ``<file>.journal/``).
-    - ``postgresql://`` / ``postgres://``: not implemented yet (``StoreError``).
+    - ``postgresql://user[:password]@host[:port]/database`` (or ``postgres://``; no host: the
+      local socket): a :class:`~.postgres.PostgresStore` on that database (its schema is created
+      on open). The database must be named.
 
     Any other ``scheme://`` raises ``StoreError`` naming the schemes understood.
     """
@@ -54,8 +58,18 @@ def open_store(url_or_path: str | Path) -> Store:
             raise StoreError(f"store URL {text!r} names no file")
         return _duckdb_store(Path(rest))
     if scheme in ("postgresql", "postgres"):
-        raise StoreError("PostgreSQL store is not implemented yet")
-    raise StoreError(f"unknown store URL scheme {scheme!r} in {text!r}: use memory://, duckdb:///path or a path")
+        return _postgres_store(text)
+    raise StoreError(f"unknown store URL scheme {scheme!r} in {text!r}: use memory://, duckdb:///path, "
+                     "postgresql://user@host:port/db or a path")
+
+
+def _postgres_store(url: str) -> Store:
+    from .postgres import PostgresStore, redact
+
+    parts = urlsplit(url)
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        raise StoreError(f"store URL {redact(url)!r} names no database: use postgresql://user@host:port/db")
+    return PostgresStore(url)
 
 
 def _duckdb_store(path: Path) -> Store:

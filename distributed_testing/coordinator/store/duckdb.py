@@ -11,9 +11,11 @@ deletes those segments. A crash at any point loses nothing acknowledged: ``open`
 segments newer than that mark before loading the snapshot, so a segment is applied exactly once
 even if a crash interrupted the deletions (which the filesystem may persist in any order).
 
-``query_results`` forces no checkpoint (one costs several fsyncs and a DuckDB commit): results
-appended since the last checkpoint are kept in memory and merged with DuckDB's matching rows,
-filtered by the same Python predicate ``MemoryStore`` uses.
+Reads force no checkpoint (one costs several fsyncs and a DuckDB commit): results and tasks
+appended since the last checkpoint are kept in memory (the first result per key, the last row per
+task) and merged with DuckDB's matching rows, filtered by the same Python predicates
+``MemoryStore`` uses (``result_matches``, ``task_matches``, ``stats_of``). The snapshot ``open``
+returns holds only the active tasks, with the counts per state and the largest ``seq``.
 
 Everything here is private to the coordinator's user: the directory, when the store creates it, is
 0700, and the DuckDB file, its WAL and the journal are 0600 (an existing file left more open is
@@ -26,11 +28,13 @@ blocks on it. Nested fields (spec, history, outcome, output, hardware, ...) are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import heapq
 import logging
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +48,29 @@ from ...duckfile import lock_holder
 from ...errors import StoreError
 from ...journal import Journal
 from ...security import files
-from .base import SCHEMA_VERSION, KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, TaskRow, WorkerRow
-from .memory import result_matches, result_order_key, validate_query
+from .base import (
+    SCHEMA_VERSION,
+    TERMINAL,
+    KeyRow,
+    MetaRow,
+    Record,
+    ResultQuery,
+    ResultRow,
+    Snapshot,
+    TaskPage,
+    TaskQuery,
+    TaskRow,
+    TaskStats,
+    WorkerRow,
+)
+from .memory import (
+    FAILED_STATES,
+    result_matches,
+    result_order_key,
+    stats_of,
+    task_matches,
+    validate_query,
+)
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +222,38 @@ def results_where(q: ResultQuery) -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "TRUE"), params
 
 
+def tasks_where(q: TaskQuery) -> tuple[str, list[Any]]:
+    """SQL ``WHERE`` clause and parameters equivalent to ``memory.task_matches``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for name in ("state", "type", "worker_id", "submitted_by"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    if q.tag is not None:
+        clauses.append("(json_type(spec, '$.requirements.tags') = 'ARRAY' AND "
+                       "list_contains(json_extract(spec, '$.requirements.tags[*]'), CAST(? AS JSON)))")
+        params.append(_json_encode(q.tag).decode())
+    if q.since is not None:
+        clauses.append("submitted_at >= ?")
+        params.append(q.since)
+    if q.until is not None:
+        clauses.append("submitted_at < ?")
+        params.append(q.until)
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def _task_order(t: TaskRow) -> tuple[float, int, str]:
+    return (t.submitted_at, t.seq, t.task_id)
+
+
+_ACTIVE = "state NOT IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+_TERMINAL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+_FAILED = "state IN (" + ", ".join(f"'{s}'" for s in sorted(FAILED_STATES)) + ")"
+_NOT_PENDING = "task_id NOT IN (SELECT task_id FROM _pending_tasks)"
+
+
 # ---------------------------------------------------------------------------- the store
 
 
@@ -225,6 +282,9 @@ class DuckDBStore:
         # Results not yet known to be in DuckDB, first per key, with the _appended count that
         # covers them; query_results merges them with DuckDB's rows instead of checkpointing.
         self._pending_results: dict[tuple[str, int], tuple[int, ResultRow]] = {}
+        # Likewise the last row appended per task (the record itself: it is what the checkpoint
+        # writes to DuckDB, so the merge shows exactly what DuckDB will hold).
+        self._pending_tasks: dict[str, tuple[int, TaskRow]] = {}
         self._applied_segment = 0  # last journal segment in DuckDB (DB thread only)
         self._unapplied: list[Record] = []  # appended since the last checkpoint's rotation
         self._memory_in_sync = False  # _unapplied is exactly the unapplied segments' content
@@ -382,11 +442,18 @@ class DuckDBStore:
 
         try:
             meta = {m.key: m.value for m in rows(MetaRow, "key")}
+            table = TABLES[TaskRow]
+            active = con.execute(
+                f"SELECT {table.column_list} FROM tasks WHERE {_ACTIVE} ORDER BY seq, submitted_at, task_id"
+            ).fetchall()
+            counts = con.execute("SELECT state, count(*), max(seq) FROM tasks GROUP BY state").fetchall()
             return Snapshot(
-                tasks=rows(TaskRow, "seq, submitted_at, task_id"),
+                tasks=[table.from_tuple(values) for values in active],
                 workers=rows(WorkerRow, "worker_id"),
                 keys=rows(KeyRow, "key_id"),
                 meta=meta,
+                task_counts={state: int(n) for state, n, _ in counts},
+                max_seq=max((int(m) for _, _, m in counts), default=0),
             )
         except duckdb.Error as exc:
             raise StoreError(f"cannot load the snapshot from {self.path}: {exc}") from exc
@@ -404,7 +471,9 @@ class DuckDBStore:
         self._unapplied.extend(records)
         self._appended += len(records)
         for rec in records:
-            if isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
+            if isinstance(rec, TaskRow):
+                self._pending_tasks[rec.task_id] = (self._appended, rec)
+            elif isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
                 self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, _copy_result(rec))
         if self._appended - self._applied >= self.checkpoint_max_records:
             self._ckpt_wake.set()
@@ -427,6 +496,7 @@ class DuckDBStore:
             self._memory_in_sync = True
             self._applied = max(self._applied, covered)
             self._pending_results = {k: v for k, v in self._pending_results.items() if v[0] > covered}
+            self._pending_tasks = {k: v for k, v in self._pending_tasks.items() if v[0] > covered}
 
     def _apply_sync(self, upto: int, records: list[Record] | None = None) -> None:
         """Apply the closed segments not yet applied, up to ``upto``, in one transaction; then
@@ -550,6 +620,109 @@ class DuckDBStore:
         finally:
             con.unregister("_pending_keys")
         return {(task_id, int(attempt)) for task_id, attempt in found}
+
+    # ------------------------------------------------------------------ reading tasks
+
+    def _pending_task_rows(self) -> list[TaskRow]:
+        if self._state != "open":
+            raise StoreError(f"store {self.path} is not open")
+        return [row for _, row in self._pending_tasks.values()]
+
+    async def get_tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
+        """The stored rows of these tasks, the ones appended since the last checkpoint included."""
+        if self._state != "open":
+            raise StoreError(f"store {self.path} is not open")
+        found = {i: self._pending_tasks[i][1] for i in task_ids if i in self._pending_tasks}
+        rest = [i for i in dict.fromkeys(task_ids) if i not in found]
+        if rest:
+            found.update(await self._db(self._get_tasks_sync, rest))
+        return found
+
+    def _get_tasks_sync(self, task_ids: list[str]) -> dict[str, TaskRow]:
+        table = TABLES[TaskRow]
+        sql = f"SELECT {table.column_list} FROM tasks WHERE task_id IN (SELECT unnest(?::VARCHAR[]))"
+        try:
+            rows = [table.from_tuple(v) for v in self._conn().execute(sql, [task_ids]).fetchall()]
+        except duckdb.Error as exc:
+            raise StoreError(f"task lookup on {self.path} failed: {exc}") from exc
+        return {r.task_id: r for r in rows}
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        """One page of tasks (``memory.filter_tasks``): DuckDB's rows of tasks with nothing newer
+        pending, merged with the pending rows that match."""
+        validate_query(query)
+        pending = self._pending_task_rows()
+        hits = [t for t in pending if task_matches(t, query)]
+        total, stored = await self._db(self._query_tasks_sync, query, [t.task_id for t in pending])
+        rows = heapq.nlargest(query.offset + query.limit, stored + hits, key=_task_order)
+        return TaskPage(tasks=rows[query.offset :], total=total + len(hits))
+
+    def _query_tasks_sync(self, query: TaskQuery, pending_ids: list[str]) -> tuple[int, list[TaskRow]]:
+        table = TABLES[TaskRow]
+        where, params = tasks_where(query)
+        con = self._conn()
+        try:
+            with self._pending_ids(con, pending_ids):
+                (total,) = con.execute(f"SELECT count(*) FROM tasks WHERE {where} AND {_NOT_PENDING}",
+                                       params).fetchone() or (0,)
+                fetched = con.execute(
+                    f"SELECT {table.column_list} FROM tasks WHERE {where} AND {_NOT_PENDING} "
+                    "ORDER BY submitted_at DESC, seq DESC, task_id DESC LIMIT ?",
+                    [*params, query.offset + query.limit],
+                ).fetchall()
+        except duckdb.Error as exc:
+            raise StoreError(f"task query on {self.path} failed: {exc}") from exc
+        return int(total), [table.from_tuple(v) for v in fetched]
+
+    async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
+        """``memory.stats_of`` over every task: DuckDB counts the ones with nothing pending."""
+        mine = stats_of(self._pending_task_rows(), since, bucket_s, buckets, failures)  # validates too
+        pending_ids = list(self._pending_tasks)
+        theirs = await self._db(self._task_stats_sync, since, bucket_s, buckets, failures, pending_ids)
+        recent = heapq.nlargest(failures, mine.recent_failures + theirs.recent_failures,
+                                key=lambda t: (t.updated_at, t.seq, t.task_id))
+        return TaskStats(submitted=[a + b for a, b in zip(mine.submitted, theirs.submitted, strict=True)],
+                         finished=[a + b for a, b in zip(mine.finished, theirs.finished, strict=True)],
+                         recent_failures=recent)
+
+    def _task_stats_sync(self, since: float, bucket_s: float, buckets: int, failures: int,
+                         pending_ids: list[str]) -> TaskStats:
+        table = TABLES[TaskRow]
+        end = since + bucket_s * (buckets + 1)  # loose: the bucket index decides (memory.bucket_of)
+
+        def spread(col: str, extra: str) -> list[int]:
+            out = [0] * buckets
+            for b, n in con.execute(
+                f"SELECT floor(({col} - ?) / ?)::BIGINT AS b, count(*) FROM tasks "
+                f"WHERE {col} >= ? AND {col} < ? AND {extra} AND {_NOT_PENDING} GROUP BY b",
+                [since, bucket_s, since, end],
+            ).fetchall():
+                if 0 <= b < buckets:
+                    out[b] += int(n)
+            return out
+
+        con = self._conn()
+        try:
+            with self._pending_ids(con, pending_ids):
+                submitted = spread("submitted_at", "TRUE")
+                finished = spread("updated_at", _TERMINAL)
+                failed = con.execute(
+                    f"SELECT {table.column_list} FROM tasks WHERE {_FAILED} AND {_NOT_PENDING} "
+                    "ORDER BY updated_at DESC, seq DESC, task_id DESC LIMIT ?", [failures]).fetchall()
+        except duckdb.Error as exc:
+            raise StoreError(f"task statistics on {self.path} failed: {exc}") from exc
+        return TaskStats(submitted=submitted, finished=finished,
+                         recent_failures=[table.from_tuple(v) for v in failed])
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _pending_ids(con: duckdb.DuckDBPyConnection, task_ids: list[str]) -> Iterator[None]:
+        """``_pending_tasks``: a view of the ids of tasks whose newest row is not in DuckDB yet."""
+        con.register("_pending_tasks", pa.table({"task_id": pa.array(task_ids, pa.string())}))
+        try:
+            yield
+        finally:
+            con.unregister("_pending_tasks")
 
     # ------------------------------------------------------------------ closing
 

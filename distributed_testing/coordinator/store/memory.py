@@ -17,6 +17,10 @@ both agree on the same data). Every given filter must hold:
 Order: newest first by ``received_at``, ties broken by ``task_id`` then ``attempt``, both
 descending; then ``offset`` and ``limit`` (both must be >= 0).
 
+Task pages (``task_matches``, ``task_order_key``, ``filter_tasks``) and the overview's history
+(``stats_of``) state :class:`TaskQuery` and :class:`TaskStats` in Python the same way; a task's
+``tag`` is matched against ``spec["requirements"]["tags"]`` only when that is a list.
+
 Write semantics, as in every store: tasks, workers, keys and meta are upserts (the last appended
 state wins); a result is keyed by ``(task_id, attempt)`` and the first one received is kept.
 """
@@ -24,18 +28,37 @@ state wins); a result is keyed by ``(task_id, attempt)`` and the first one recei
 from __future__ import annotations
 
 import asyncio
+import heapq
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from ...errors import StoreError, ValidationError
-from .base import KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, TaskRow, WorkerRow
+from .base import (
+    TERMINAL,
+    KeyRow,
+    MetaRow,
+    Record,
+    ResultQuery,
+    ResultRow,
+    Snapshot,
+    TaskPage,
+    TaskQuery,
+    TaskRow,
+    TaskStats,
+    WorkerRow,
+)
+
+FAILED_STATES = frozenset({"failed", "timed_out", "error"})
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(Record)
 
 
-def validate_query(q: ResultQuery) -> None:
+def validate_query(q: ResultQuery | TaskQuery) -> None:
     """Raise ``ValidationError`` for a query no store can answer (negative limit or offset)."""
     errors = [
         {"field": name, "error": "must be >= 0"}
@@ -101,6 +124,69 @@ def filter_results(rows: list[ResultRow], q: ResultQuery) -> list[ResultRow]:
     return hits[q.offset : q.offset + q.limit]
 
 
+def _tags(row: TaskRow) -> list[Any]:
+    req = row.spec.get("requirements")
+    tags = req.get("tags") if isinstance(req, dict) else None
+    return tags if isinstance(tags, list) else []
+
+
+def task_matches(t: TaskRow, q: TaskQuery) -> bool:
+    """True when ``t`` satisfies every filter given in ``q`` (``TaskQuery``'s docstring)."""
+    for name in ("state", "type", "worker_id", "submitted_by"):
+        want = getattr(q, name)
+        if want is not None and getattr(t, name) != want:
+            return False
+    if q.tag is not None and q.tag not in _tags(t):
+        return False
+    if q.since is not None and not t.submitted_at >= q.since:
+        return False
+    return q.until is None or t.submitted_at < q.until
+
+
+def task_order_key(t: TaskRow) -> tuple[float, int]:
+    """Sort key; task pages are returned in descending order of it."""
+    return (t.submitted_at, t.seq)
+
+
+def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
+    """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python; ``total`` counts every match."""
+    validate_query(q)
+    hits = [t for t in rows if task_matches(t, q)]  # all of them: nlargest(0, ...) would read none
+    top = heapq.nlargest(q.offset + q.limit, hits, key=task_order_key)
+    return TaskPage(tasks=top[q.offset :], total=len(hits))
+
+
+def bucket_of(at: float, since: float, bucket_s: float, buckets: int) -> int | None:
+    """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None.
+
+    The index is ``floor((at - since) / bucket_s)`` in float arithmetic, which SQL computes
+    identically; Python's ``//`` differs at some edges (``1.0 // 0.1`` is 9, ``1.0 / 0.1`` is 10)."""
+    if not at >= since:
+        return None
+    i = math.floor((at - since) / bucket_s)
+    return i if i < buckets else None
+
+
+def stats_of(rows: Iterable[TaskRow], since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
+    """``TaskStats`` (its docstring is the contract) of ``rows`` in Python."""
+    if not bucket_s > 0 or buckets < 0 or failures < 0:
+        raise ValidationError([{"field": "(stats)", "error": "bucket_s must be > 0, buckets and failures >= 0"}])
+    submitted, finished = [0] * buckets, [0] * buckets
+    failed: list[TaskRow] = []
+    for t in rows:
+        i = bucket_of(t.submitted_at, since, bucket_s, buckets)
+        if i is not None:
+            submitted[i] += 1
+        if t.state in TERMINAL:
+            j = bucket_of(t.updated_at, since, bucket_s, buckets)
+            if j is not None:
+                finished[j] += 1
+            if t.state in FAILED_STATES:
+                failed.append(t)
+    recent = heapq.nlargest(failures, failed, key=lambda t: (t.updated_at, t.seq))
+    return TaskStats(submitted=submitted, finished=finished, recent_failures=recent)
+
+
 def _done_soon(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -127,11 +213,14 @@ class MemoryStore:
         if self._open:
             raise StoreError("memory store is already open")
         self._open = True
+        active = (t for t in self._tasks.values() if t.state not in TERMINAL)
         return Snapshot(
-            tasks=sorted(self._tasks.values(), key=lambda t: (t.seq, t.submitted_at, t.task_id)),
+            tasks=sorted(active, key=lambda t: (t.seq, t.submitted_at, t.task_id)),
             workers=sorted(self._workers.values(), key=lambda w: w.worker_id),
             keys=sorted(self._keys.values(), key=lambda k: k.key_id),
             meta=dict(self._meta),
+            task_counts=dict(Counter(t.state for t in self._tasks.values())),
+            max_seq=max((t.seq for t in self._tasks.values()), default=0),
         )
 
     def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
@@ -174,6 +263,22 @@ class MemoryStore:
         if not self._open:
             raise StoreError("memory store is not open")
         return filter_results(list(self._results.values()), query)
+
+    async def get_tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
+        self._check_open()
+        return {i: self._tasks[i] for i in task_ids if i in self._tasks}
+
+    async def query_tasks(self, query: TaskQuery) -> TaskPage:
+        self._check_open()
+        return filter_tasks(self._tasks.values(), query)
+
+    async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
+        self._check_open()
+        return stats_of(self._tasks.values(), since, bucket_s, buckets, failures)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreError("memory store is not open")
 
     async def watch(self) -> None:
         """Nothing runs in the background here: wait until cancelled."""

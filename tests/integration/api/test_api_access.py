@@ -182,6 +182,10 @@ def worker_released(c: Cluster, call: Call) -> bool:
 
 CASES = [
     Route("GET", "/healthz", None, 200, fixed("/healthz"), check_body=check_health),
+    Route("GET", "/api/v1/health", None, 200, fixed("/api/v1/health"),
+          check_body=lambda c, call, body: body["role"] == "single" and body["leader"] == c.base_url),
+    Route("GET", "/api/v1/cluster", frozenset(ROLES), 200, fixed("/api/v1/cluster"),
+          check_body=lambda c, call, body: [mm["url"] for mm in body["members"]] == [c.base_url] == [body["leader"]]),
     Route("POST", "/api/v1/auth/token", frozenset(ROLES), 200, fixed("/api/v1/auth/token"), check_body=check_token),
     Route(
         "POST",

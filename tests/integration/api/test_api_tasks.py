@@ -220,3 +220,17 @@ async def test_submitter_cannot_cancel_another_submitters_task(cluster: Cluster)
     ) as resp:
         assert resp.status == 403, await resp.text()
     assert cluster.runtime.state.tasks["noop-1"].state == "pending"
+
+
+async def test_workers_are_listed_a_page_at_a_time_in_id_order(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path, workers=3) as c:
+        status, body = await c.request("GET", "/api/v1/workers")
+        assert status == 200 and body["total"] == 3
+        ids = [w["worker_id"] for w in body["workers"]]
+        assert ids == sorted(ids)
+        status, body = await c.request("GET", "/api/v1/workers", params={"limit": "1", "offset": "1"})
+        assert status == 200 and [w["worker_id"] for w in body["workers"]] == ids[1:2] and body["total"] == 3
+        for params, field in (({"limit": "0"}, "limit"), ({"offset": "-1"}, "offset"), ({"limit": "x"}, "limit"),
+                              ({"state": "ready"}, "state")):
+            status, body = await c.request("GET", "/api/v1/workers", params=params)
+            assert status == 400 and body["errors"][0]["field"] == field, body

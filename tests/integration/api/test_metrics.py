@@ -57,6 +57,7 @@ async def test_metrics_move_with_real_work_and_need_a_reader(tmp_path: Path) -> 
                      "dt_task_submit_to_assign_seconds_count", "dt_task_submit_to_outcome_seconds_count"):
             assert value(after, name) - value(before, name) == 3, name
         assert value(after, "dt_tasks", state="succeeded") - value(before, "dt_tasks", state="succeeded") == 3
+        assert value(after, "dt_tasks_in_memory") == len(c.runtime.state.tasks) >= 3  # within the finished cache
         assert value(after, "dt_task_submit_to_outcome_seconds_sum") > value(before, "dt_task_submit_to_outcome_seconds_sum")
         assert value(after, "dt_store_write_seconds_count") > value(before, "dt_store_write_seconds_count")
         assert value(after, "dt_store_write_records_sum") >= value(before, "dt_store_write_records_sum") + 6

@@ -1,5 +1,6 @@
-"""The real ``run_coordinator.py`` process: --host, --port, --port-file, --db-path,
---admin-key-file, --log-level and DT_COORDINATOR_HOST / _PORT / _DB, DT_ADMIN_KEY_FILE, DT_EVENT_LOOP."""
+"""The real ``run_coordinator.py`` process: --host, --port, --port-file, --db-path (a DuckDB file,
+memory:// or postgresql://), --admin-key-file, --log-level and DT_COORDINATOR_HOST / _PORT / _DB,
+DT_ADMIN_KEY_FILE, DT_EVENT_LOOP."""
 
 from __future__ import annotations
 
@@ -149,6 +150,37 @@ def test_memory_db_forgets_tasks_and_keys_on_restart(tmp_path: Path, procs: Proc
     assert call(f"http://127.0.0.1:{port}/api/v1/tasks/persisted-1", old_key)[0] == 401
     assert call(f"http://127.0.0.1:{port}/api/v1/tasks/persisted-1", new_key)[0] == 404
     assert not any(tmp_path.glob("**/*.duckdb")), "memory:// wrote a database file"
+
+
+def test_postgresql_db_keeps_state_across_a_restart(tmp_path: Path, procs: Procs, pg_url: str) -> None:
+    """``DT_COORDINATOR_DB=postgresql://...``: the state lives in the database, nothing on disk
+    but the admin key and signing secret files named."""
+    import asyncio
+
+    import asyncpg
+
+    key_file = tmp_path / "admin.key"
+    args = ["--port", "0", "--admin-key-file", str(key_file), "--jwt-secret-file", str(tmp_path / "jwt.secret")]
+    env = {"DT_COORDINATOR_DB": pg_url}
+    p, port = start(procs, args, tmp_path / "first.log", tmp_path / "port", env=env)
+    key = key_file.read_text().strip()
+    assert call(f"http://127.0.0.1:{port}/api/v1/tasks", key, TASK)[0] == 201
+    assert Procs.stop(p) == 0
+
+    p, port = start(procs, args, tmp_path / "second.log", tmp_path / "port", env=env)
+    assert key_file.read_text().strip() == key
+    status, task = call(f"http://127.0.0.1:{port}/api/v1/tasks/persisted-1", key)
+    assert status == 200 and task["state"] == "pending"
+    assert not any(tmp_path.glob("**/*.duckdb")) and not (tmp_path / "state").exists()
+
+    async def stored() -> list[Any]:
+        con = await asyncpg.connect(pg_url)
+        try:
+            return [tuple(r) for r in await con.fetch("SELECT task_id, state FROM tasks")]
+        finally:
+            await con.close()
+
+    assert asyncio.run(stored()) == [("persisted-1", "pending")]
 
 
 @pytest.mark.parametrize("choice", ["asyncio", "uvloop", ""])

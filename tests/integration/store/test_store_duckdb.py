@@ -107,8 +107,10 @@ async def test_upserts_keep_the_last_state_and_results_the_first(tmp_path: Path)
     ]
     again = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
     snap = await again.open()
+    stored = await again.get_tasks(["t1", "t2"])
     await again.close()
-    assert [(t.task_id, t.state) for t in snap.tasks] == [("t1", "completed"), ("t2", "failed")]
+    assert [(t.task_id, t.state) for t in snap.tasks] == [("t1", "completed")]  # t2 failed: not active
+    assert {i: t.state for i, t in stored.items()} == {"t1": "completed", "t2": "failed"}
 
 
 @pytest.mark.asyncio

@@ -218,3 +218,29 @@ def test_metrics_flags_and_variables(argv: list[str], env: dict[str, str], mode:
 def test_bad_metrics_values_name_their_source(argv: list[str], env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         cfg(*argv, env=env)
+
+
+def test_advertise_url_from_the_flag_or_the_variable() -> None:
+    assert cfg().advertise_url is None
+    assert cfg("--advertise-url", "http://coord-a.internal:8080/").advertise_url == "http://coord-a.internal:8080"
+    assert cfg(env={"DT_ADVERTISE_URL": "https://b:1"}).advertise_url == "https://b:1"
+    with pytest.raises(ConfigError, match="DT_ADVERTISE_URL: expected an http"):
+        cfg(env={"DT_ADVERTISE_URL": "coord-a:8080"})
+
+
+def test_a_postgresql_store_makes_a_group_member_with_its_secret_in_the_database() -> None:
+    c = cfg("--db-path", "postgresql://dt@pg:5432/dt")
+    assert c.postgres and c.jwt_secret_path is None
+    assert cfg("--db-path", "postgresql://dt@pg/dt", "--jwt-secret-file", "/s/jwt").jwt_secret_path == Path("/s/jwt")
+    assert coord_cli.state_files(c) == [(c.admin_key_path, "--admin-key-file")]  # no database file to check
+
+
+def test_the_default_advertised_url_names_this_machine_for_a_wildcard_bind() -> None:
+    import socket
+
+    from distributed_testing.coordinator.group import default_advertise_url
+
+    assert default_advertise_url("http", "127.0.0.1", 8080) == "http://127.0.0.1:8080"
+    assert default_advertise_url("https", "::1", 1) == "https://[::1]:1"
+    assert default_advertise_url("http", "0.0.0.0", 80) in (f"http://{socket.getfqdn()}:80",
+                                                            f"http://{socket.gethostname()}:80")

@@ -213,3 +213,26 @@ def test_metrics_port_flags_and_variables(argv: list[str], env: dict[str, str], 
 def test_bad_metrics_port_names_its_source(argv: list[str], env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         cfg(*argv, env=env)
+
+
+def test_several_coordinator_urls_from_the_flag_or_the_variable() -> None:
+    c = cfg("--coordinator", "http://a:1, https://b:2/x/ ,http://a:1")
+    assert c.urls == ("http://a:1", "https://b:2/x") and c.coordinator_url == "http://a:1"
+    assert cfg(env={"DT_COORDINATOR_URL": "http://c:3,http://d:4"}).urls == ("http://c:3", "http://d:4")
+    assert cfg("--coordinator", "http://e:5", env={"DT_COORDINATOR_URL": "http://c:3,http://d:4"}).urls == ("http://e:5",)
+    with pytest.raises(ConfigError, match="--coordinator.*ftp://x"):
+        cfg("--coordinator", "http://a:1,ftp://x")
+    with pytest.raises(ConfigError, match="DT_COORDINATOR_URL: give at least one"):
+        cfg(env={"DT_COORDINATOR_URL": " , "})
+    # an https member anywhere in the list makes the worker verify certificates for all
+    assert Credentials("http://a:1", api_key="k", others=("http://a:1", "https://b:2")).ssl is not None
+    assert Credentials("http://a:1", api_key="k", others=("http://a:1",)).ssl is None
+
+
+def test_high_availability_from_the_flag_or_the_variable() -> None:
+    assert cfg().high_availability is False
+    assert cfg("--high-availability").high_availability is True
+    assert cfg(env={"DT_HIGH_AVAILABILITY": "yes"}).high_availability is True
+    assert cfg(env={"DT_HIGH_AVAILABILITY": "0"}).high_availability is False
+    with pytest.raises(ConfigError, match="DT_HIGH_AVAILABILITY: must be 1/true/yes or 0/false/no, got 'maybe'"):
+        cfg(env={"DT_HIGH_AVAILABILITY": "maybe"})

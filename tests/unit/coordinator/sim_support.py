@@ -1,14 +1,18 @@
 """The pure ``CoordinatorState`` driven by hand, for the unit tests beside this module: each event
 goes in with ``now`` passed in, the commands come out, and every ``Save`` among them is kept in a
-journal (what a store would hold). Imported as ``from sim import ...`` (pytest puts this folder on
+journal (what a store would hold). As the runtime does once records are durable (here at once),
+the tasks a call finished are retired (``state.retire``), so a small ``Policy.finished_cache``
+makes them leave memory; ``snapshot`` is what a store gives at start (the active tasks) and
+``stored`` the rows a store reads back for ``state.load``. Imported as ``from sim import ...`` (pytest puts this folder on
 ``sys.path``, as for the ``*_support`` modules elsewhere under tests/)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, TypeVar
 
 from distributed_testing.coordinator.state import Command, CoordinatorState, Policy, Save, Send
-from distributed_testing.coordinator.store.base import Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.store.base import TERMINAL, Snapshot, TaskRow, WorkerRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 
@@ -37,8 +41,11 @@ class Sim:
         self._n = 0
 
     def run(self, cmds: list[Command]) -> list[Command]:
-        """Journal the saves among ``cmds`` (the result of any event) and return them."""
-        self.journal += [c.record for c in cmds if isinstance(c, Save)]
+        """Journal the saves among ``cmds`` (the result of any event), retire the tasks they
+        finished, and return them."""
+        records = [c.record for c in cmds if isinstance(c, Save)]
+        self.journal += records
+        self.state.retire(r.task_id for r in records if isinstance(r, TaskRow) and r.state in TERMINAL)
         self.check_invariants()
         return cmds
 
@@ -78,19 +85,29 @@ class Sim:
         return self.run(self.state.heartbeat(worker_id, hb, now))
 
     def task(self, task_id: str) -> Any:
+        """The task, read back from the journal when it has left memory (as the runtime would)."""
+        self.state.load(self.stored(self.state.missing([task_id])))
         return self.state.get(task_id)
+
+    def rows(self) -> dict[str, TaskRow]:
+        """The last saved row of every task."""
+        return {r.task_id: r for r in self.journal if isinstance(r, TaskRow)}
+
+    def stored(self, task_ids: list[str]) -> list[TaskRow]:
+        """What ``Store.get_tasks(task_ids)`` returns."""
+        rows = self.rows()
+        return [rows[t] for t in task_ids if t in rows]
 
     def running(self, worker_id: str) -> set[str]:
         """The tasks the coordinator counts against ``worker_id``'s slots."""
         return set(self.state.workers[worker_id].view.running)
 
     def snapshot(self) -> Snapshot:
-        """Last saved row per task / worker, as a store would return them."""
-        tasks: dict[str, TaskRow] = {}
-        workers: dict[str, WorkerRow] = {}
-        for r in self.journal:
-            if isinstance(r, TaskRow):
-                tasks[r.task_id] = r
-            elif isinstance(r, WorkerRow):
-                workers[r.worker_id] = r
-        return Snapshot(tasks=list(tasks.values()), workers=list(workers.values()))
+        """What a store's ``open`` returns (``Snapshot``'s contract): the last saved row of every
+        active task in ``seq`` order, every worker, the count of tasks by state, the largest seq."""
+        tasks = self.rows()
+        workers: dict[str, WorkerRow] = {r.worker_id: r for r in self.journal if isinstance(r, WorkerRow)}
+        active = sorted((r for r in tasks.values() if r.state not in TERMINAL), key=lambda r: r.seq)
+        return Snapshot(tasks=active, workers=list(workers.values()),
+                        task_counts=dict(Counter(r.state for r in tasks.values())),
+                        max_seq=max((r.seq for r in tasks.values()), default=0))

@@ -615,7 +615,12 @@ def test_restore_from_saved_rows_gives_back_the_same_tasks(sim: Sim) -> None:
     }
 
     fresh = CoordinatorState(POLICY)
-    fresh.restore(sim.snapshot(), T0 + 10)
+    snap = sim.snapshot()
+    assert sorted(r.task_id for r in snap.tasks) == ["gpu", "queued-1", "queued-2", "running"]  # active only
+    fresh.restore(snap, T0 + 10)
+    assert sorted(fresh.missing(sim.state.tasks)) == ["done", "gone"]
+    fresh.load(sim.stored(fresh.missing(sim.state.tasks)))  # read back from the store, as the runtime does
+    assert {k: v for k, v in fresh.counts.items() if v} == {k: v for k, v in sim.state.counts.items() if v}
     for tid, old in sim.state.tasks.items():
         new = fresh.get(tid)
         assert (
@@ -696,7 +701,7 @@ def test_saved_rows_carry_the_full_history(sim: Sim) -> None:
     final = sim.task("t1")
     assert final.state == "succeeded"
     assert saved[0] == "pending" and saved[-1] == "succeeded"
-    assert [h["to"] for h in sim.snapshot().tasks[0].history] == [h["to"] for h in final.history]
+    assert [h["to"] for h in sim.rows()["t1"].history] == [h["to"] for h in final.history]
     assert [h["to"] for h in final.history] == ["pending", "assigned", "running", "pending", "assigned", "succeeded"]
 
 

@@ -3,13 +3,18 @@ no loop, ``now`` passed in."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from distributed_testing.coordinator import views
 from distributed_testing.coordinator.events import RESET, Event, EventHub, Subscriber, sse_frame
-from distributed_testing.coordinator.state import CoordinatorState, Policy
+from distributed_testing.coordinator.state import CoordinatorState, Policy, Save
+from distributed_testing.coordinator.store import MemoryStore
 from distributed_testing.coordinator.store.base import KeyRow, ResultRow, TaskRow
 from distributed_testing.errors import ValidationError
+from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 
 T0 = 1_800_000_000.0
@@ -79,24 +84,42 @@ def test_a_client_too_far_behind_gets_one_reset_instead_of_an_unbounded_queue() 
     assert drain(slow) == [None] and not hub.active
 
 
-def state_with(n: int) -> CoordinatorState:
-    st = CoordinatorState(Policy())
+def state_with(n: int) -> tuple[CoordinatorState, MemoryStore]:
+    """``n`` tasks, one a minute, in the state and (as the runtime would have saved them) a store."""
+    st, store = CoordinatorState(Policy()), MemoryStore()
+    rows = []
     for i in range(n):
         doc = {"task_id": f"t{i:03d}", "type": "custom", "config": {"name": "noop"},
                "requirements": {"tags": ["gpu"] if i % 2 else []}}
-        st.submit(specs.parse_tasks(doc), T0 + i * 60, submitted_by="alice" if i < 5 else "bob")
-    return st
+        _, cmds = st.submit(specs.parse_tasks(doc), T0 + i * 60, submitted_by="alice" if i < 5 else "bob")
+        rows += [c.record for c in cmds if isinstance(c, Save)]
+    asyncio.run(_fill(store, rows))
+    return st, store
 
 
-def test_task_pages_are_cut_on_the_server_newest_first_with_every_filter() -> None:
-    st = state_with(12)
-    page, total = views.list_tasks(st, views.parse_filter({"limit": "5", "offset": "5"}))
-    assert total == 12 and [t.task_id for t in page] == ["t006", "t005", "t004", "t003", "t002"]
-    page, total = views.list_tasks(st, views.parse_filter({"tag": "gpu", "submitted_by": "alice"}))
-    assert total == 2 and [t.task_id for t in page] == ["t003", "t001"]
-    page, total = views.list_tasks(st, views.parse_filter({"since": str(T0 + 600), "until": str(T0 + 720)}))
-    assert [t.task_id for t in page] == ["t011", "t010"]
-    assert views.list_tasks(st, views.parse_filter({"state": "running"}))[1] == 0
+async def _fill(store: MemoryStore, rows: list[Any]) -> None:
+    await store.open()
+    await store.append(rows)
+
+
+def page_of(st: CoordinatorState, store: MemoryStore, query: dict[str, str]) -> tuple[list[str], int]:
+    page, total = asyncio.run(views.task_page(st, store, views.parse_filter(query)))
+    return [t["task_id"] for t in page], total
+
+
+def test_task_pages_are_cut_by_the_store_newest_first_with_every_filter() -> None:
+    st, store = state_with(12)
+    assert page_of(st, store, {"limit": "5", "offset": "5"}) == (["t006", "t005", "t004", "t003", "t002"], 12)
+    assert page_of(st, store, {"tag": "gpu", "submitted_by": "alice"}) == (["t003", "t001"], 2)
+    assert page_of(st, store, {"since": str(T0 + 600), "until": str(T0 + 720)})[0] == ["t011", "t010"]
+    assert page_of(st, store, {"state": "running"})[1] == 0
+    assert page_of(st, store, {"state": "", "tag": ""})[1] == 12  # a blank form field filters nothing
+    # a task shown from memory carries its live pending reason; one only in the store its row
+    page, _ = asyncio.run(views.task_page(st, store, views.parse_filter({"limit": "1"})))
+    assert page[0]["pending_reason"] and "spec" not in page[0] and "history" not in page[0]
+    st.tasks.clear()
+    page, _ = asyncio.run(views.task_page(st, store, views.parse_filter({"limit": "1"})))
+    assert page[0]["task_id"] == "t011" and page[0]["state"] == "pending"
 
 
 @pytest.mark.parametrize("query, field", [({"limit": "0"}, "limit"), ({"offset": "-1"}, "offset"),
@@ -107,13 +130,61 @@ def test_a_bad_task_query_names_what_is_wrong(query: dict[str, str], field: str)
     assert err.value.errors[0]["field"] == field
 
 
-def test_the_overview_counts_the_queue_per_minute_over_the_last_hour() -> None:
-    st = state_with(12)  # one task a minute, nothing ever dispatched: no worker
-    now = T0 + 12 * 60
-    o = views.overview(st, now)
-    assert o["tasks_by_state"] == {"pending": 12} and o["queue_depth"] == 12
+def test_the_overview_keeps_the_last_hour_per_minute_in_memory_seeded_by_the_store() -> None:
+    st, store = state_with(3)
+    now = T0 + 3 * 60 + 10
+    activity = views.Activity()
+    since = activity.since(now)
+    assert since % 60 == 0 and now - 3600 < since + 60 and since <= now - 3540
+    stats = asyncio.run(_stats(store, since, activity))
+    activity.seed(stats, since)
+    failed = st.get("t002")
+    failed.state, failed.updated_at, failed.outcome = "failed", now, {"error": "boom"}
+    activity.finished(failed)
+    activity.submitted(now, 2)
+    for minute in range(3):
+        activity.sample_depth(T0 + minute * 60 + 1, minute + 1)
+    o = views.overview(st, activity, now)
+    assert o["tasks_by_state"] == {"pending": 3} and o["queue_depth"] == 3
     s = o["series"]
-    assert len(s["queue_depth"]) == 60 and s["queue_depth"][-1] == 12
-    assert sum(s["submitted_per_s"]) * 60 == pytest.approx(12)
-    assert s["queue_depth"] == sorted(s["queue_depth"])  # only grows: nothing left the queue
-    assert o["recent_failures"] == [] and o["workers_by_state"] == {}
+    assert len(s["queue_depth"]) == 60 and s["start"] == since
+    assert sum(s["submitted_per_s"]) * 60 == pytest.approx(5)  # 3 from the store, 2 since
+    assert s["submitted_per_s"][-1] * 60 == pytest.approx(2) and sum(s["finished_per_s"]) * 60 == pytest.approx(1)
+    assert s["queue_depth"][-4:] == [1, 2, 3, 3]  # one sample per minute; the current one is live
+    assert [f["task_id"] for f in o["recent_failures"]] == ["t002"] and o["recent_failures"][0]["error"] == "boom"
+    assert o["workers_by_state"] == {}
+    # an hour later the old minutes have left memory
+    later = now + 3600
+    activity.sample_depth(later, 0)
+    activity.submitted(later)
+    assert sum(activity.series(later, 0)["submitted_per_s"]) * 60 == pytest.approx(1)
+    assert len(activity._counts) <= activity.n and len(activity._depth) <= activity.n
+
+
+async def _stats(store: MemoryStore, since: float, activity: views.Activity) -> Any:
+    return await store.task_stats(since, activity.bucket_s, activity.n, activity.failures_kept)
+
+
+def test_the_overview_failures_are_bounded_newest_first() -> None:
+    activity = views.Activity(failures=3)
+    st, _ = state_with(5)
+    for i, tid in enumerate(["t000", "t001", "t002", "t003", "t004"]):
+        t = st.get(tid)
+        t.state, t.updated_at = "error", T0 + i
+        activity.finished(t)
+    assert [f["task_id"] for f in activity.recent_failures()] == ["t004", "t003", "t002"]
+
+
+def test_workers_are_paged_in_id_order() -> None:
+    st = CoordinatorState(Policy())
+    for wid in ("w3", "w1", "w2"):
+        reg = m.Register(worker_id=wid, name=wid, protocol_version=m.PROTOCOL_VERSION, hardware={},
+                         capabilities=["cpu"], tags=[], max_concurrent=1)
+        st.register(reg, f"s-{wid}", T0, key_id=f"k-{wid}")
+    assert [w["worker_id"] for w in views.worker_page(st, 2, 1)[0]] == ["w2", "w3"]
+    assert views.worker_page(st, *views.parse_page({}))[1] == 3
+    for query, field in (({"limit": "0"}, "limit"), ({"offset": "x"}, "offset"), ({"state": "ready"}, "state"),
+                         ({"limit": "10001"}, "limit")):
+        with pytest.raises(ValidationError) as err:
+            views.parse_page(query)
+        assert err.value.errors[0]["field"] == field

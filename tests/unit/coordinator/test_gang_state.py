@@ -346,9 +346,11 @@ def test_scaling_efficiency_against_the_latest_matching_single_node_run(sim: Sim
     assert row.output["scaling_efficiency"] == pytest.approx(100.0 / 120.0, abs=1e-6)
     assert row.output["scaling_baseline"] == {"task_id": "one-b", "attempt": 1, "global_samples_per_s": 120.0, "nnodes": 1}
     assert sim.task("two").outcome["scaling_efficiency"] == row.output["scaling_efficiency"]
-    # a restarted coordinator finds the same baseline in the task outcomes
+    # a restarted coordinator finds the same baseline in the task outcomes it reads from the store
     again = CoordinatorState(POLICY)
     again.restore(sim.snapshot(), T0 + 5)
+    assert again.baselines.lookup(metrics(2, 0.0)) is None  # finished tasks are not in the snapshot
+    again.note_baselines(sim.rows().values())
     assert again.baselines.lookup(metrics(2, 0.0))["task_id"] == "one-b"
     assert again.baselines.lookup(metrics(2, 0.0, precision="bf16"))["task_id"] == "one-bf16"
     assert again.baselines.lookup(metrics(2, 0.0, model="cnn")) is None

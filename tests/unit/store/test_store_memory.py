@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 
 from distributed_testing.coordinator.store import MemoryStore, open_store
-from distributed_testing.coordinator.store.base import KeyRow, MetaRow, ResultQuery, ResultRow, TaskRow, WorkerRow
-from distributed_testing.coordinator.store.memory import filter_results, result_matches
+from distributed_testing.coordinator.store.base import (
+    KeyRow,
+    MetaRow,
+    ResultQuery,
+    ResultRow,
+    TaskQuery,
+    TaskRow,
+    WorkerRow,
+)
+from distributed_testing.coordinator.store.memory import filter_results, filter_tasks, result_matches, stats_of
 from distributed_testing.errors import StoreError, ValidationError
 
 pytestmark = pytest.mark.timeout(10)
@@ -119,9 +127,15 @@ def test_open_store_urls(tmp_path: Path) -> None:
         store = open_store(spec)
         assert isinstance(store, DuckDBStore) and store.path == tmp_path / "a.duckdb"
     assert open_store("duckdb://rel/x.duckdb").path == Path("rel/x.duckdb")  # type: ignore[attr-defined]
-    with pytest.raises(StoreError, match="PostgreSQL store is not implemented yet"):
-        open_store("postgresql://u@h/db")
-    with pytest.raises(StoreError, match="unknown store URL scheme"):
+    from distributed_testing.coordinator.store.postgres import PostgresStore
+
+    for url in ("postgresql://u@h/db", "postgres://u:secret@h:5433/db?search_path=dt", "postgresql:///db"):
+        pg = open_store(url)
+        assert isinstance(pg, PostgresStore) and pg.url == url and "secret" not in pg.where
+    with pytest.raises(StoreError, match="names no database") as err:
+        open_store("postgresql://u:secret@h:5432")
+    assert "secret" not in str(err.value)
+    with pytest.raises(StoreError, match="unknown store URL scheme .*postgresql://"):
         open_store("mysql://h/db")
     with pytest.raises(StoreError):
         open_store("")
@@ -136,3 +150,65 @@ def test_memory_append_outside_loop_needs_a_loop() -> None:
         assert len((await store.open()).tasks) == 10
 
     asyncio.run(run())
+
+
+def row(task_id: str, state: str, submitted: float, updated: float, seq: int, **kw: Any) -> TaskRow:
+    spec = {"requirements": {"tags": kw.pop("tags")}} if "tags" in kw else {}
+    return TaskRow(task_id, kw.pop("type", "custom"), state, 1, 0, submitted, updated, "d", spec, seq=seq, **kw)
+
+
+@pytest.mark.asyncio
+async def test_snapshot_holds_active_tasks_only_with_counts_and_max_seq() -> None:
+    store = MemoryStore()
+    await store.open()
+    await store.append(
+        [row("a", "succeeded", 1, 2, 1), row("b", "pending", 2, 2, 2), row("c", "failed", 3, 4, 7), row("d", "running", 4, 5, 3)]
+    )
+    await store.close()
+    snap = await store.open()
+    assert [t.task_id for t in snap.tasks] == ["b", "d"]  # seq order, terminal ones left in the store
+    assert snap.task_counts == {"succeeded": 1, "pending": 1, "failed": 1, "running": 1}
+    assert snap.max_seq == 7
+    got = await store.get_tasks(["a", "c", "nope"])
+    assert sorted(got) == ["a", "c"] and got["a"].state == "succeeded"
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_tasks(["a"])
+    empty = await MemoryStore().open()
+    assert empty.task_counts == {} and empty.max_seq == 0
+
+
+def test_task_query_filters_order_total_and_paging() -> None:
+    rows = [
+        row("a", "succeeded", 1.0, 2.0, 1, worker_id="w1", tags=["gpu", "x"]),
+        row("b", "failed", 2.0, 3.0, 2, type="test", submitted_by="ci", tags="gpu"),  # not a list: no tags
+        row("c", "pending", 2.0, 2.0, 3, submitted_by="ci"),
+        row("d", "succeeded", 3.0, 4.0, 4, worker_id="w2", tags=["gpu"]),
+    ]
+    assert [t.task_id for t in filter_tasks(rows, TaskQuery()).tasks] == ["d", "c", "b", "a"]  # ties by seq
+    page = filter_tasks(rows, TaskQuery(limit=2, offset=1))
+    assert [t.task_id for t in page.tasks] == ["c", "b"] and page.total == 4
+    assert [t.task_id for t in filter_tasks(rows, TaskQuery(tag="gpu")).tasks] == ["d", "a"]
+    assert [t.task_id for t in filter_tasks(rows, TaskQuery(state="succeeded", worker_id="w1")).tasks] == ["a"]
+    assert [t.task_id for t in filter_tasks(rows, TaskQuery(submitted_by="ci", type="test")).tasks] == ["b"]
+    assert [t.task_id for t in filter_tasks(rows, TaskQuery(since=2.0, until=3.0)).tasks] == ["c", "b"]
+    assert filter_tasks(rows, TaskQuery(state="running")).total == 0
+    with pytest.raises(ValidationError):
+        filter_tasks(rows, TaskQuery(offset=-1))
+
+
+def test_task_stats_buckets_and_failures() -> None:
+    rows = [
+        row("a", "succeeded", 100.0, 130.0, 1),
+        row("b", "failed", 110.0, 170.0, 2),
+        row("c", "pending", 165.0, 165.0, 3),
+        row("d", "timed_out", 50.0, 179.9, 4),  # submitted before the window
+        row("e", "error", 170.0, 180.0, 5),  # finished just past its end
+        row("f", "cancelled", 120.0, 125.0, 6),
+    ]
+    stats = stats_of(rows, since=100.0, bucket_s=40.0, buckets=2, failures=2)
+    assert stats.submitted == [3, 2]  # a b f | c e (d before since)
+    assert stats.finished == [2, 2]  # a f | b d (e is at the window's end, excluded)
+    assert [t.task_id for t in stats.recent_failures] == ["e", "d"]
+    with pytest.raises(ValidationError):
+        stats_of(rows, since=0.0, bucket_s=0.0, buckets=1, failures=1)

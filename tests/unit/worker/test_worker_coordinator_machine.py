@@ -8,7 +8,10 @@ coordinator restarts (everything lost but the journal's durable prefix).
 
 Between them sits a model of ``coordinator/runtime.py``: a call's records go to the journal and
 its sends wait until they are durable, except an assignment for a session with nothing waiting,
-which goes out at once as *provisional* and is confirmed once durable. After every step:
+which goes out at once as *provisional* and is confirmed once durable. Its memory holds the active
+work and no finished task (``finished_cache=0``): a finished task leaves it once durable, and a
+report on one that left memory is preceded by reading its row back from the journal, as the
+runtime does from the store; a restart restores only the active tasks. After every step:
 
 * a terminal task stays terminal with the same outcome, and an outcome is a result some worker
   really produced for that attempt (no task runs twice to an outcome);
@@ -43,7 +46,7 @@ from distributed_testing.tasks import spec as specs
 from distributed_testing.tasks.states import ACTIVE, is_terminal
 from distributed_testing.worker import state as ws
 
-POLICY = Policy(worker_grace_s=10.0, worker_ttl_s=30.0,
+POLICY = Policy(worker_grace_s=10.0, worker_ttl_s=30.0, finished_cache=0,
                 retry_backoff=Backoff(base_s=1.0, factor=2.0, max_s=4.0, jitter=0.0))
 FLEET = {"w1": {"slots": 2, "recover": True, "depth": 2}, "w2": {"slots": 1, "recover": False, "depth": 1}}
 Key = tuple[str, int]
@@ -280,6 +283,10 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
         if s is None or not s.to_coord:
             return
         msg = s.to_coord.popleft()
+        named = [r.task_id for r in msg.results] if isinstance(msg, m.Results) else \
+            [r.task_id for r in msg.tasks] if isinstance(msg, m.TaskStarted) else []
+        rows = self.durable_rows()  # what the store would read back (coordinator/views.load_missing)
+        self.coord.load(rows[t] for t in self.coord.missing(named) if t in rows)
         if isinstance(msg, m.Results):
             self.execute(self.coord.results(wid, msg, self.now))
         elif isinstance(msg, m.TaskStarted):
@@ -305,6 +312,10 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
             if self.sessions.get(wid) is s:
                 s.to_worker.append((self.epoch, m.Confirm(upto)))
         self.run_commands(p.rest)
+        self.coord.retire(r.task_id for r in p.records if isinstance(r, TaskRow) and is_terminal(r.state))
+
+    def durable_rows(self) -> dict[str, TaskRow]:
+        return {r.task_id: r for r in self.journal if isinstance(r, TaskRow)}
 
     @precondition(lambda self: any(w.runs for w in self.workers.values()))
     @rule(data=st.data(), status=st.sampled_from(["succeeded", "failed", "retryable"]))
@@ -382,14 +393,11 @@ class WorkerCoordinatorMachine(RuleBasedStateMachine):
                 self.worker_apply(wid, self.workers[wid].state.session_ended())
         self.epoch += 1
         self.coord = CoordinatorState(POLICY)
-        tasks: dict[str, TaskRow] = {}
-        workers: dict[str, WorkerRow] = {}
-        for r in self.journal:
-            if isinstance(r, TaskRow):
-                tasks[r.task_id] = r
-            elif isinstance(r, WorkerRow):
-                workers[r.worker_id] = r
-        self.coord.restore(Snapshot(tasks=list(tasks.values()), workers=list(workers.values())), self.now)
+        tasks = self.durable_rows()
+        workers = {r.worker_id: r for r in self.journal if isinstance(r, WorkerRow)}
+        active = sorted((r for r in tasks.values() if not is_terminal(r.state)), key=lambda r: r.seq)
+        self.coord.restore(Snapshot(tasks=active, workers=list(workers.values()),
+                                    max_seq=max((r.seq for r in tasks.values()), default=0)), self.now)
 
     @rule(dt=st.sampled_from([0.5, 2.0, 11.0, 31.0]), beat=st.booleans())
     def time_passes(self, dt: float, beat: bool) -> None:
@@ -508,7 +516,8 @@ def test_a_confirmed_result_lost_in_a_disconnect_is_resent_and_makes_the_outcome
     assert list(x.workers["w1"].kept) == [("t1", 1)]
     x.disconnect(_First())  # the results frame is lost
     x.teardown()
-    assert x.coord.tasks["t1"].outcome is not None and x.coord.tasks["t1"].outcome["status"] == "succeeded"
+    outcome = x.durable_rows()["t1"].outcome  # durable, so it has left memory (finished_cache=0)
+    assert "t1" not in x.coord.tasks and outcome is not None and outcome["status"] == "succeeded"
 
 
 # ------------------------------------------------------------- pipelining, step by step
@@ -567,9 +576,10 @@ def test_a_task_waiting_behind_a_long_one_is_taken_back_for_an_idle_worker_as_a_
     _finish(x, "w1", "t3")
     _finish(x, "w2", "t2")
     _pump(x)
-    assert {tid: (t.state, t.outcome["attempt"], t.outcome["worker_id"]) for tid, t in x.coord.tasks.items()  # type: ignore[index]
-            if tid != "t1"} == {"t2": ("succeeded", 1, "w2"), "t3": ("succeeded", 2, "w1")}
-    assert retries_used(x) == 0
+    rows = x.durable_rows()  # finished: on disk, out of memory
+    assert {tid: (rows[tid].state, rows[tid].outcome["attempt"], rows[tid].outcome["worker_id"])  # type: ignore[index]
+            for tid in ("t2", "t3")} == {"t2": ("succeeded", 1, "w2"), "t3": ("succeeded", 2, "w1")}
+    assert rows["t3"].retries_used == 0
     x.teardown()
 
 
@@ -586,7 +596,8 @@ def test_a_task_that_started_before_the_take_back_arrived_stays_and_its_result_c
     assert (t3.attempt, t3.worker_id, t3.state) == (1, "w2", "assigned") and x.workers["w2"].dropped == set()
     _finish(x, "w2", "t3")
     _pump(x)
-    assert t3.outcome is not None and (t3.outcome["attempt"], t3.outcome["worker_id"]) == (1, "w2")
+    outcome = x.durable_rows()["t3"].outcome
+    assert outcome is not None and (outcome["attempt"], outcome["worker_id"]) == (1, "w2")
     assert not [s for s in x.started if s[0] == "t3" and s[1] != 1]  # it ran once, as attempt 1
     x.teardown()
 
@@ -600,7 +611,8 @@ def test_tasks_held_ahead_survive_a_coordinator_restart_and_are_still_taken_back
     t3 = x.coord.tasks["t3"]
     assert (t3.attempt, t3.worker_id) == (2, "w1") and x.workers["w2"].dropped == {("t3", 1)}
     x.teardown()
-    assert {tid: t.state for tid, t in x.coord.tasks.items()} == {"t1": "succeeded", "t2": "succeeded", "t3": "succeeded"}
+    assert {tid: r.state for tid, r in x.durable_rows().items()} == {"t1": "succeeded", "t2": "succeeded",
+                                                                     "t3": "succeeded"}
 
 
 def test_tasks_held_ahead_are_kept_across_a_reconnect_and_requeued_when_the_worker_lost_them() -> None:
@@ -608,14 +620,10 @@ def test_tasks_held_ahead_are_kept_across_a_reconnect_and_requeued_when_the_work
     x.end_session("w2")
     x.connect("w2")  # re-announces t2 (running) and t3 (queued): both stay
     _pump(x)
-    assert {tid: (t.worker_id, t.attempt) for tid, t in x.coord.tasks.items() if tid != "t1"} == {
-        "t2": ("w2", 1), "t3": ("w2", 1)}
+    assert {tid: (t.worker_id, t.attempt) for tid, t in x.coord.tasks.items()} == {"t2": ("w2", 1), "t3": ("w2", 1)}
     x.kill_worker("w2")  # this time it loses both: requeued after the grace (a retry each; none left)
     x.time_passes(11.0, beat=False)
     _pump(x)
-    assert {tid: x.coord.tasks[tid].state for tid in ("t2", "t3")} == {"t2": "error", "t3": "error"}
+    assert {tid: x.durable_rows()[tid].state for tid in ("t2", "t3")} == {"t2": "error", "t3": "error"}
     x.teardown()
 
-
-def retries_used(x: WorkerCoordinatorMachine) -> int:
-    return sum(t.retries_used for t in x.coord.tasks.values())

@@ -1,0 +1,312 @@
+"""The SQL of the PostgreSQL store: table mapping, schema, the one-statement batch write, and the
+query filters. Pure: builds strings and parameter lists, talks to no database.
+
+Column types: ``str`` -> ``text``, ``int`` -> ``bigint``, ``float`` -> ``double precision``,
+anything nested -> ``json``. ``json`` rather than ``jsonb`` because it keeps the exact text that was
+written: ``jsonb`` turns ``1e16`` into the integer ``10000000000000000`` and ``1e300`` into a
+301-digit integer, so a float read back would come out an int (or not decode at all), and it
+reorders object keys. The filters compare the raw JSON text of a field (what ``->`` returns on a
+``json`` value) with the query value encoded the same way, which is exact and type-strict: ``4``
+matches an integer 4, never ``4.0``, ``"4"`` or ``true`` (``memory.result_matches``).
+
+PostgreSQL cannot hold U+0000 in ``text``, nor de-escape a ``\\u0000`` inside ``json`` (every
+``->`` on such a value fails). So U+0000 in any stored string becomes U+FFFD (the replacement
+character); it is the one way a row read back can differ from the one written, and only for
+strings holding NUL, which no field of ours means to.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .base import TERMINAL, KeyRow, MetaRow, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+_NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+ACTIVE_SQL = "state NOT IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+FAILED_STATES = ("error", "failed", "timed_out")  # TaskStats.recent_failures
+FAILED_SQL = "state IN (" + ", ".join(f"'{s}'" for s in FAILED_STATES) + ")"
+TERMINAL_SQL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+KEYS_CHANNEL = "dt_keys"  # NOTIFY channel: payload = comma-separated key ids ("" = reload all)
+NOTIFY_MAX_BYTES = 7999  # PostgreSQL's payload limit is 8000 bytes
+
+
+def clean_text(value: str) -> str:
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def encode_json(value: Any) -> str:
+    data = _json_encode(value)
+    if b"\\u0000" in data:
+        data = _NUL_ESCAPE.sub(rb"\1\\ufffd", data)
+    return data.decode()
+
+
+# ---------------------------------------------------------------------------- table mapping
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql: str  # the column's type
+    array: str  # the parameter array type the batch write sends (json travels as text)
+    kind: str  # "text", "int", "float", "json"
+    nullable: bool
+
+
+def _column(name: str, annotation: Any) -> Column:
+    args = typing.get_args(annotation)
+    nullable = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
+    base = next(a for a in args if a is not type(None)) if nullable else annotation
+    if base is str:
+        return Column(name, "text", "text[]", "text", nullable)
+    if base is int:
+        return Column(name, "bigint", "bigint[]", "int", nullable)
+    if base is float:
+        return Column(name, "double precision", "float8[]", "float", nullable)
+    return Column(name, "json", "text[]", "json", nullable)
+
+
+@dataclass(frozen=True)
+class Table:
+    """How one record type maps to one table: columns follow the Struct's fields, in order."""
+
+    name: str
+    row_type: type[Any]
+    key: tuple[str, ...]
+    keep_first: bool  # results: a resend must not replace the first row received
+    columns: tuple[Column, ...]
+
+    @classmethod
+    def of(cls, name: str, row_type: type[Any], key: tuple[str, ...], keep_first: bool = False) -> Table:
+        cols = tuple(_column(f.name, f.type) for f in msgspec.structs.fields(row_type))
+        return cls(name, row_type, key, keep_first, cols)
+
+    @property
+    def column_list(self) -> str:
+        return ", ".join(c.name for c in self.columns)
+
+    @property
+    def key_index(self) -> tuple[int, ...]:
+        names = [c.name for c in self.columns]
+        return tuple(names.index(k) for k in self.key)
+
+    def ddl(self) -> str:
+        cols = [f"{c.name} {c.sql}{'' if c.nullable else ' NOT NULL'}" for c in self.columns]
+        return f"CREATE TABLE {self.name} ({', '.join(cols)}, PRIMARY KEY ({', '.join(self.key)}))"
+
+    def encoder(self) -> Callable[[Any], tuple[Any, ...]]:
+        """A function from a record to its row values in column order (JSON encoded, NUL-free)."""
+        fields = operator.attrgetter(*(c.name for c in self.columns))
+        json_at = [i for i, c in enumerate(self.columns) if c.kind == "json"]
+        text_at = [i for i, c in enumerate(self.columns) if c.kind == "text"]
+
+        def encode(rec: Any) -> tuple[Any, ...]:
+            values = list(fields(rec))
+            for i in json_at:
+                if values[i] is not None:
+                    values[i] = encode_json(values[i])
+            for i in text_at:
+                v = values[i]
+                if v is not None and "\x00" in v:
+                    values[i] = v.replace("\x00", "\ufffd")
+            return tuple(values)
+
+        return encode
+
+    def decoder(self) -> Callable[[Sequence[Any]], Any]:
+        """A function from a fetched row (columns in order) back to the record."""
+        json_at = [i for i, c in enumerate(self.columns) if c.kind == "json"]
+        row_type = self.row_type
+
+        def decode(values: Sequence[Any]) -> Any:
+            vals = list(values)
+            for i in json_at:
+                if vals[i] is not None:
+                    vals[i] = _json_decode(vals[i])
+            return row_type(*vals)
+
+        return decode
+
+
+TABLES: dict[type[Any], Table] = {
+    TaskRow: Table.of("tasks", TaskRow, ("task_id",)),
+    ResultRow: Table.of("results", ResultRow, ("task_id", "attempt"), keep_first=True),
+    WorkerRow: Table.of("workers", WorkerRow, ("worker_id",)),
+    KeyRow: Table.of("api_keys", KeyRow, ("key_id",)),
+    MetaRow: Table.of("meta", MetaRow, ("key",)),
+}
+
+# What query_tasks, query_results, task_stats and the snapshot look up.
+INDEXES = (
+    f"CREATE INDEX tasks_active ON tasks (seq) WHERE {ACTIVE_SQL}",
+    "CREATE INDEX tasks_submitted ON tasks (submitted_at, seq)",
+    "CREATE INDEX tasks_updated ON tasks (updated_at)",
+    f"CREATE INDEX tasks_failed ON tasks (updated_at) WHERE {FAILED_SQL}",
+    "CREATE INDEX results_received ON results (received_at, task_id, attempt)",
+)
+
+LEASE_DDL = (
+    "CREATE TABLE dt_lease (name text PRIMARY KEY, holder text NOT NULL, epoch bigint NOT NULL, "
+    "expires_at timestamptz NOT NULL, url text NOT NULL DEFAULT '')"
+)
+
+
+def schema_ddl() -> list[str]:
+    """Every statement that creates the schema of the current version (without the version row)."""
+    return [
+        "CREATE TABLE schema_version (version integer NOT NULL)",
+        *(t.ddl() for t in TABLES.values()),
+        *INDEXES,
+        LEASE_DDL,
+    ]
+
+
+# ---------------------------------------------------------------------------- the batch write
+
+FENCE_CTE = (
+    "fence AS (SELECT 1 FROM dt_lease WHERE name = 'leader' AND holder = {h} AND epoch = {e} "
+    "AND expires_at > clock_timestamp() FOR SHARE)"
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Which parts one batch write has; the statement text depends only on this (and is cached
+    and prepared once per shape by asyncpg)."""
+
+    tables: tuple[str, ...]  # names of the tables that get rows, in TABLES order
+    meta_delete: bool  # meta keys deleted (a MetaRow with an empty value)
+    fenced: bool
+    notify: bool
+
+
+def write_statement(shape: Shape) -> str:
+    """One statement that writes a whole batch (run in autocommit: it is its own transaction, one
+    round trip). Parameters: for each table in ``shape.tables`` one array per column; then the
+    meta keys to delete; then fence holder and epoch; then the notification payload. It returns one
+    row ``(ok)``: false when the fence did not hold, in which case nothing was written."""
+    by_name = {t.name: t for t in TABLES.values()}
+    n = 0
+
+    def param() -> str:
+        nonlocal n
+        n += 1
+        return f"${n}"
+
+    ctes: list[str] = []
+    guard = " WHERE EXISTS (SELECT 1 FROM fence)" if shape.fenced else ""
+    for name in shape.tables:
+        t = by_name[name]
+        arrays = ", ".join(f"{param()}::{c.array}" for c in t.columns)
+        cols = ", ".join(f"u.{c.name}::json" if c.kind == "json" else f"u.{c.name}" for c in t.columns)
+        if t.keep_first:
+            conflict = "DO NOTHING"
+        else:
+            sets = ", ".join(f"{c.name} = EXCLUDED.{c.name}" for c in t.columns if c.name not in t.key)
+            conflict = f"DO UPDATE SET {sets}"
+        ctes.append(
+            f"w_{name} AS (INSERT INTO {name} ({t.column_list}) SELECT {cols} FROM unnest({arrays}) "
+            f"AS u({t.column_list}){guard} ON CONFLICT ({', '.join(t.key)}) {conflict})"
+        )
+    if shape.meta_delete:
+        cond = " AND EXISTS (SELECT 1 FROM fence)" if shape.fenced else ""
+        ctes.append(f"d_meta AS (DELETE FROM meta WHERE key = ANY({param()}::text[]){cond})")
+    if shape.fenced:
+        ctes.insert(0, FENCE_CTE.format(h=param(), e=param()))
+    ok = "EXISTS (SELECT 1 FROM fence)" if shape.fenced else "true"
+    if shape.notify:
+        select = f"SELECT ok, CASE WHEN ok THEN pg_notify('{KEYS_CHANNEL}', {param()}) END FROM (SELECT {ok} AS ok) s"
+    else:
+        select = f"SELECT {ok} AS ok"
+    return (f"WITH {', '.join(ctes)} " if ctes else "") + select
+
+
+def notify_payload(key_ids: Sequence[str]) -> str:
+    """The ``dt_keys`` payload: the ids joined by commas, or "" (reload all) when too long."""
+    text = ",".join(key_ids)
+    return text if len(text.encode()) <= NOTIFY_MAX_BYTES else ""
+
+
+# ---------------------------------------------------------------------------- query filters
+
+
+class Params:
+    """Collects query parameters and hands out their ``$n`` placeholders."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def _json_str(p: Params, field: str, value: str) -> str:
+    # The raw JSON text of the field equals the string encoded as JSON: a string, nothing else.
+    return f"({field})::text = {p.add(encode_json(value))}"
+
+
+def results_where(q: ResultQuery, p: Params) -> str:
+    """``WHERE`` clause equivalent to ``memory.result_matches`` (parameters added to ``p``)."""
+    clauses: list[str] = []
+    for name in ("task_id", "worker_id", "status", "task_type"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(f"{name} = {p.add(clean_text(value))}")
+    if q.since is not None:
+        clauses.append(f"received_at >= {p.add(q.since)}")
+    if q.until is not None:
+        clauses.append(f"received_at < {p.add(q.until)}")
+    for name in ("model", "precision", "config_hash"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(_json_str(p, f"output -> '{name}'", value))
+    if q.fingerprint is not None:
+        clauses.append(_json_str(p, "output -> 'environment' -> 'fingerprint_hash'", q.fingerprint))
+    if q.hardware is not None:
+        device = _json_str(p, "output -> 'device'", q.hardware)
+        name = _json_str(p, "output -> 'environment' -> 'device_name'", q.hardware)
+        clauses.append(f"({device} OR {name})")
+    if q.batch_size is not None:
+        # JSON text: 4 matches, 4.0, "4" and true do not; only objects in a list count.
+        clauses.append(
+            "EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof(output -> 'batch_results') = 'array' "
+            "THEN output -> 'batch_results' ELSE '[]'::json END) e "
+            f"WHERE json_typeof(e) = 'object' AND (e -> 'batch_size')::text = {p.add(str(q.batch_size))})"
+        )
+    return " AND ".join(clauses) or "TRUE"
+
+
+def tasks_where(q: TaskQuery, p: Params) -> str:
+    """``WHERE`` clause for a ``TaskQuery`` (its docstring states the semantics)."""
+    clauses: list[str] = []
+    for name in ("state", "type", "worker_id", "submitted_by"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(f"{name} = {p.add(clean_text(value))}")
+    if q.tag is not None:
+        tags = "spec -> 'requirements' -> 'tags'"
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof({tags}) = 'array' "
+            f"THEN {tags} ELSE '[]'::json END) e WHERE e::text = {p.add(encode_json(q.tag))})"
+        )
+    if q.since is not None:
+        clauses.append(f"submitted_at >= {p.add(q.since)}")
+    if q.until is not None:
+        clauses.append(f"submitted_at < {p.add(q.until)}")
+    return " AND ".join(clauses) or "TRUE"
+
+
+TASK_ORDER = "submitted_at DESC, seq DESC, task_id DESC"
+RESULT_ORDER = "received_at DESC, task_id DESC, attempt DESC"

@@ -1,0 +1,134 @@
+"""``ApiClient`` with the URLs of an HA group, against small real HTTP servers playing a leader, a
+standby and a dead member: redirects followed with the same method and body, 503 answers and
+refused connections sent on to the next member, a bounded wait for a failover, and no retry with
+a single URL or for a request that is not safe to repeat."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from distributed_testing.cli.http import ApiClient, ApiError
+from distributed_testing.cli.submit import all_have_ids, with_task_ids
+from distributed_testing.testing import free_port
+
+Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON body (None: drop the connection)
+
+
+@contextmanager
+def server(answer: Callable[[str, str, bytes], Answer]) -> Iterator[tuple[str, list[tuple[str, str, bytes]]]]:
+    """An HTTP server at the yielded URL; ``answer(method, path, body)`` decides each reply. The
+    list records every request it got."""
+    seen: list[tuple[str, str, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.command, self.path, body))
+            status, headers, payload = answer(self.command, self.path, body)
+            if payload is None:  # the connection dies before any answer
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            for k, v in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _any
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def ok(method: str, path: str, body: bytes) -> Answer:
+    return 200, {}, {"method": method, "path": path, "body": json.loads(body or b"null")}
+
+
+def dead() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def test_a_standby_redirect_is_followed_with_the_same_method_and_body() -> None:
+    with server(ok) as (leader, got):
+        def redirect(_m: str, path: str, _b: bytes) -> Answer:
+            return 307, {"Location": leader + path}, {"error": "not_leader", "leader": leader}
+
+        with server(redirect) as (standby, _):
+            api = ApiClient(standby, "k")
+            assert api.post("/api/v1/tasks?wait=1", {"a": 1}) == {"method": "POST", "path": "/api/v1/tasks?wait=1",
+                                                                  "body": {"a": 1}}
+            assert api.base_url == leader and api.urls == [standby, leader]
+            api.get("/api/v1/tasks/x")
+            assert [g[1] for g in got] == ["/api/v1/tasks?wait=1", "/api/v1/tasks/x"]  # straight to the leader now
+
+
+def test_a_refused_member_and_a_503_naming_the_leader_send_the_request_on() -> None:
+    with server(ok) as (leader, got):
+        with server(lambda *_: (503, {"Retry-After": "1"}, {"error": "not_leader", "leader": leader})) as (standby, s):
+            api = ApiClient([dead(), standby], "k", sleep=lambda _s: pytest.fail("no pause needed"))
+            assert api.get("/api/v1/workers")["path"] == "/api/v1/workers"
+            assert api.base_url == leader and len(s) == 1 and len(got) == 1
+
+
+def test_a_failover_is_waited_out_between_rounds_and_then_given_up() -> None:
+    state = {"n": 0}
+
+    def takes_over(method: str, path: str, body: bytes) -> Answer:
+        state["n"] += 1
+        return ok(method, path, body) if state["n"] > 3 else (503, {"Retry-After": "1"},
+                                                              {"error": "not_leader", "leader": None})
+
+    pauses: list[float] = []
+    with server(takes_over) as (member, _):
+        api = ApiClient([dead(), member], "k", sleep=pauses.append)
+        assert api.get("/x")["path"] == "/x"
+        assert len(pauses) == 3  # one pause per full round of both members
+        gone = ApiClient([dead(), dead()], "k", failover_s=0.0, sleep=pauses.append)
+        with pytest.raises(ApiError, match="cannot reach coordinator"):
+            gone.get("/x")
+
+
+def test_one_url_is_not_retried() -> None:
+    api = ApiClient(dead(), "k", sleep=lambda _s: pytest.fail("no retry with one URL"))
+    with pytest.raises(ApiError) as err:
+        api.get("/x")
+    assert err.value.status == 0
+    with server(lambda *_: (503, {}, {"error": "StoreError", "message": "disk"})) as (one, _):
+        with pytest.raises(ApiError, match="503 StoreError: disk"):
+            ApiClient(one, "k").get("/x")
+
+
+def test_a_lost_answer_is_retried_only_for_a_request_safe_to_repeat() -> None:
+    with server(ok) as (good, got), server(lambda *_: (0, {}, None)) as (dropping, _):
+        with pytest.raises(ApiError, match="cannot reach"):
+            ApiClient([dropping, good], "k").post("/api/v1/tasks", {"type": "custom"})
+        assert got == []  # a submission without ids may have been accepted: not sent twice
+        assert ApiClient([dropping, good], "k").post("/api/v1/tasks", {"task_id": "t"}, repeatable=True)["body"] == {
+            "task_id": "t"}
+        assert ApiClient([dropping, good], "k").get("/y")["path"] == "/y"
+
+
+def test_dt_submit_names_every_task_so_a_resend_is_the_same_tasks() -> None:
+    doc = [{"type": "custom", "config": {}}, {"task_id": "mine", "type": "test"}, "not a task"]
+    named = with_task_ids(doc)
+    assert named[0]["task_id"].startswith("custom-dt") and named[1]["task_id"] == "mine" and named[2] == "not a task"
+    assert with_task_ids({"type": "x"})["task_id"].startswith("x-dt")
+    assert all_have_ids(named[:2]) and not all_have_ids(named) and not all_have_ids([])
