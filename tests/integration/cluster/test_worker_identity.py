@@ -266,3 +266,22 @@ async def test_only_the_holder_asked_for_a_task_back_can_give_it_back(tmp_path: 
             err = await next_message(mallory, m.ErrorMsg)
             assert err.code == "protocol_error" and "TakeBack is not accepted from a worker" in err.detail
             assert (t.state, t.worker_id, t.attempt) == ("assigned", "victim", 1)
+
+
+@pytest.mark.parametrize("version", [m.PROTOCOL_VERSION - 1, m.PROTOCOL_VERSION + 1])
+async def test_a_worker_of_another_protocol_version_is_refused_with_the_version_error(
+        tmp_path: Path, version: int) -> None:
+    """Version 8 added pipelining (``take_back``): a version 7 worker would never answer one, so it
+    is refused at registration like any other mismatch, naming the version this coordinator speaks."""
+    async with run_cluster(tmp_path, workers=0) as c:
+        key = await c.create_key("worker")
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                c.base_url.replace("http://", "ws://") + "/ws/worker", headers={"Authorization": f"Bearer {key}"}) as ws:
+            ch = Channel(derive_session_key(key, ws._response.headers["X-DT-Session"]))  # type: ignore[union-attr]
+            await ws.send_bytes(ch.seal(m.Register(worker_id="old", name="old", protocol_version=version, hardware={},
+                                                   capabilities=["cpu"], tags=[], max_concurrent=1), time.time()))
+            frame = await ws.receive(timeout=10)
+            reply = ch.open(frame.data, time.time())
+            assert isinstance(reply, m.ErrorMsg) and reply.code == "bad_register" and reply.fatal
+            assert f"protocol_version {m.PROTOCOL_VERSION}" in reply.detail
+        assert "old" not in c.runtime.state.workers
