@@ -177,6 +177,8 @@ class Task:
     slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
     gang: Gang | None = None  # multi-node training tasks only
     pipelined: bool = False  # may wait on a busy worker ahead of a free slot (its kind's ``pipelined``)
+    sent_ahead: bool = False  # this attempt went to a worker with no free slot (it waits behind others there)
+    spared: bool = False  # already requeued once without a retry after its worker was lost while it waited ahead
 
     def __post_init__(self) -> None:
         kind = specs.kind_of(self.spec)
@@ -666,7 +668,7 @@ class CoordinatorState:
                 w.disconnected_at = None
                 cause = f"worker {w.worker_id} lost (no reconnect within {self.policy.worker_grace_s:g}s)"
                 for t in [t for t in self.tasks.values() if t.worker_id == w.worker_id and t.state in ACTIVE and t.gang is None]:
-                    cmds += self._lose(t, cause, now)
+                    cmds += self._lose_held(t, cause, now)
                 cmds += self._gang_member_lost(w.worker_id, cause, now)
                 w.view.release_all()
         if self._gangs_active:
@@ -720,7 +722,7 @@ class CoordinatorState:
             slot = t.task_id if len(group) == 1 else f"batch-{t.task_id}"
             for member in group:
                 member.attempt += 1
-                member.worker_id, member.slot = w.worker_id, slot
+                member.worker_id, member.slot, member.sent_ahead = w.worker_id, slot, ahead
                 self._transition(member, "assigned", f"dispatched to {w.worker_id}"
                                  + (f" in {slot} of {len(group)}" if len(group) > 1 else "")
                                  + (" ahead of a free slot" if ahead else ""), now)
@@ -1020,6 +1022,17 @@ class CoordinatorState:
         t.state, t.updated_at = new, now
         if outcome is not None:
             t.outcome = outcome
+
+    def _lose_held(self, t: Task, cause: str, now: float) -> list[Command]:
+        """A lost worker's task: one that only waited ahead of its slots (sent ahead, never reported
+        started) is requeued once without using a retry (a crash with a deep window would otherwise
+        end dozens of innocent tasks; a task that itself kills workers uses its retries the next
+        time); any other is lost as usual (``_lose``)."""
+        if t.sent_ahead and t.state == "assigned" and not t.spared:
+            t.spared = True
+            return self._requeue(t, f"{cause}; it was waiting ahead of the worker's slots: requeued without a retry",
+                                 now, count=False)
+        return self._lose(t, cause, now)
 
     def _lose(self, t: Task, cause: str, now: float) -> list[Command]:
         if t.retries_used < t.spec.max_retries:

@@ -215,3 +215,23 @@ def test_tasks_held_ahead_by_a_worker_that_turns_constrained_are_taken_back_for_
     cmds = sim.heartbeat("a", "constrained", reason="memory 91% > limit 75%")
     assert sent(cmds, m.TakeBack) == [("a", m.TakeBack([m.TaskRef("s1", 1)]))]  # oldest waiting first
 
+
+
+def test_a_lost_worker_costs_its_waiting_tasks_no_retry_but_its_running_one_ends_as_before(sim: Sim) -> None:
+    worker(sim, "w", depth=8)
+    warm(sim, "w")
+    _, cmds = sim.submit(custom("long", 30), custom("s1"), custom("s2"))  # max_retries 0 (the default)
+    assert assigned(cmds) == {"w": ["long", "s1", "s2"]}
+    sim.started("w", "long", 1)
+    sim.disconnect("w", T0 + 1)
+    sim.tick(T0 + 1 + sim.state.policy.worker_grace_s + 1)  # no reconnect within the grace: lost
+    assert sim.task("long").state == "error"  # it was running there: lost, as without pipelining
+    for tid in ("s1", "s2"):  # they only waited ahead of its slot: requeued once, no retry used
+        t = sim.task(tid)
+        assert t.state == "pending" and t.retries_used == 0, (tid, t.state, t.history[-1])
+        assert "requeued without a retry" in t.history[-1]["cause"]
+    worker(sim, "w2", depth=8)  # a new session's window starts shut: s1 in its slot, s2 waits here
+    assert (sim.task("s1").state, sim.task("s2").state) == ("assigned", "pending")
+    sim.disconnect("w2", T0 + 20)
+    sim.tick(T0 + 20 + sim.state.policy.worker_grace_s + 1)
+    assert sim.task("s1").state == "error"  # in a slot this time: lost as any running task
