@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from chaos_group import GroupRest, HaCluster
 from chaos_support import Tally, record_task
-from ha_support import GroupRest, HaCluster
 
 from distributed_testing.testing import pg_database_sync, wait_until
 

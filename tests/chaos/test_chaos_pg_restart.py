@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from chaos_group import HaCluster
 from chaos_support import Tally, record_task
-from ha_support import HaCluster
 from pg_private import private_postgres, why_unavailable
 
 pytestmark = [pytest.mark.timeout(600),
