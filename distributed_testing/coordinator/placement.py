@@ -20,7 +20,8 @@ is node rank 0).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..tasks.spec import Requirements
@@ -212,3 +213,106 @@ def pending_reason(key: ReqKey, workers: Iterable[WorkerView]) -> str:
     if not accepting:
         return f"all {len(eligible)} eligible worker(s) are constrained or draining"
     return f"waiting for a free slot on {len(accepting)} eligible worker(s)"
+
+
+def _static_fit(key: ReqKey, w: WorkerView) -> bool:
+    """``unmet`` without its one changing input (the memory a worker offers, from heartbeats):
+    what a worker registered with decides this once per session."""
+    hardware, tags, min_mem, _, module, handler = key
+    return (all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
+            and not (min_mem and w.memory_gb < min_mem)
+            and not (module and not module_allowed(module, w.model_modules))
+            and not (handler and w.handlers is not None and handler not in w.handlers))
+
+
+class PlacementIndex:
+    """The connected workers, kept ordered so that :meth:`pick_worker` and :meth:`pick_ahead`
+    return what :func:`pick_worker` and :func:`pick_ahead` return over all of them, in
+    O(log n) per choice instead of a scan of the fleet.
+
+    Per requirement key (built on its first query), two heaps of ``(-free_slots, worker_id)``
+    and ``(-ahead_room, worker_id)`` over the workers that meet the key's fixed requirements.
+    An entry records the value it was pushed with; one whose worker's value has changed since is
+    dropped when it reaches the top (and pushed again with the current value), so a *decrease*
+    needs no notice. An *increase* (a slot released, a worker accepting again, a deeper window, a
+    heartbeat offering more memory) must be announced with :meth:`touch`, which pushes the
+    worker's current values into every key's heaps at the next query."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, WorkerView] = {}
+        self._free: dict[ReqKey, list[tuple[int, str]]] = {}
+        self._room: dict[ReqKey, list[tuple[int, str]]] = {}
+        self._touched: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def add(self, view: WorkerView) -> None:
+        """``view`` is connected now (replacing any earlier view of its worker id)."""
+        self._views[view.worker_id] = view
+        self._touched.add(view.worker_id)
+
+    def remove(self, worker_id: str) -> None:
+        """The worker is gone: its entries are dropped as they reach the top."""
+        self._views.pop(worker_id, None)
+        self._touched.discard(worker_id)
+
+    def touch(self, worker_id: str) -> None:
+        """The worker's free slots, ahead room or offered memory may have grown."""
+        if worker_id in self._views:
+            self._touched.add(worker_id)
+
+    def pick_worker(self, key: ReqKey) -> WorkerView | None:
+        """As :func:`pick_worker` over every connected worker."""
+        return self._pick(key, self._free, _free_slots)
+
+    def pick_ahead(self, key: ReqKey) -> WorkerView | None:
+        """As :func:`pick_ahead` over every connected worker."""
+        return self._pick(key, self._room, _ahead_room)
+
+    def _pick(self, key: ReqKey, heaps: dict[ReqKey, list[tuple[int, str]]],
+              value: Callable[[WorkerView], int]) -> WorkerView | None:
+        self._flush()
+        heap = heaps.get(key)
+        if heap is None:
+            heap = heaps[key] = [(-n, w.worker_id) for w in self._views.values()
+                                 if _static_fit(key, w) and (n := value(w)) > 0]
+            heapq.heapify(heap)
+        while heap:
+            neg, wid = heap[0]
+            w = self._views.get(wid)
+            if w is not None and value(w) == -neg:
+                if not unmet(key, w):
+                    return w
+                heapq.heappop(heap)  # offers too little memory now; a heartbeat offering more touches it
+                continue
+            heapq.heappop(heap)
+            if w is not None and (n := value(w)) > 0:
+                heapq.heappush(heap, (-n, wid))
+        return None
+
+    def _flush(self) -> None:
+        if not self._touched:
+            return
+        for wid in self._touched:
+            w = self._views[wid]
+            free, room = w.free_slots, w.ahead_room
+            for heaps, n in ((self._free, free), (self._room, room)):
+                if n <= 0:
+                    continue
+                for key, heap in heaps.items():
+                    if _static_fit(key, w):
+                        heapq.heappush(heap, (-n, wid))
+        self._touched.clear()
+        limit = 4 * len(self._views) + 64
+        for heaps in (self._free, self._room):
+            for key in [k for k, h in heaps.items() if len(h) > limit]:
+                del heaps[key]  # mostly stale entries: rebuilt on the next query of the key
+
+
+def _free_slots(w: WorkerView) -> int:
+    return w.free_slots
+
+
+def _ahead_room(w: WorkerView) -> int:
+    return w.ahead_room

@@ -50,6 +50,7 @@ from .identity import check_owner, held
 from .pipeline import Pace
 from .placement import (
     NO_REQUIREMENTS,
+    PlacementIndex,
     ReqKey,
     WorkerView,
     gang_pending_reason,
@@ -264,6 +265,7 @@ class CoordinatorState:
         # worker it is meant for). At most one per task; each counts against its idle worker's slots.
         self._taking_back: dict[str, tuple[str, int, str]] = {}
         self._ahead: set[str] = set()  # workers given tasks ahead of their slots (maybe holding some still)
+        self._index = PlacementIndex()  # the connected workers, ordered for placement (told of every gain)
 
     # ----------------------------------------------------------------- tasks
 
@@ -436,6 +438,7 @@ class CoordinatorState:
                                 {(r.task_id, r.attempt) for r in reg.abandoned})
         if len(view.running) > view.max_concurrent:  # it still holds tasks sent ahead to its last session
             self._ahead.add(reg.worker_id)
+        self._index.add(view)
         cmds.append(Save(w.row()))
         return cmds + self.dispatch(now)
 
@@ -516,6 +519,7 @@ class CoordinatorState:
             w.load["gpu_percent"] = hb.gpu_percent
         if hb.swap_percent is not None:
             w.load["swap_percent"] = hb.swap_percent
+        self._index.touch(worker_id)  # accepting again, or offering more memory
         if (was != "ready" and hb.state == "ready") or hb.available_memory_mb is not None or w.view.stuck:
             return self.dispatch(now)  # free slots again, or tasks held ahead it should not start now
         return []
@@ -525,6 +529,7 @@ class CoordinatorState:
         if w is None or w.session_id != session_id or not w.connected:
             return []
         w.connected, w.disconnected_at = False, now
+        self._index.remove(worker_id)
         self._forget_take_backs(worker_id)
         return [Save(w.row())]
 
@@ -627,6 +632,7 @@ class CoordinatorState:
                 self._free_slot(t)
                 if t.pipelined and w is not None:
                     w.view.window = w.pace.observe(r.finished_at - r.started_at, self.policy.pipeline_budget_s)
+                    self._index.touch(worker_id)
             cmds.append(Save(ResultRow(
                 task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status,
                 started_at=r.started_at, finished_at=r.finished_at, received_at=now,
@@ -682,15 +688,27 @@ class CoordinatorState:
         ones ahead of the slots of workers whose window allows (:mod:`.pipeline`); then ask
         workers stuck behind a long task for the tasks they hold ahead, for the workers still
         idle (``TakeBack``)."""
-        workers = [w.view for w in self.workers.values() if w.connected and (w.view.free_slots > 0 or w.view.ahead_room > 0)]
-        if not workers:
-            return []
-        cmds = self._assign(workers, now) if (self._queues or self._gangs_pending) else []
-        if self._taking_back or (self._ahead and any(v.free_slots > 0 for v in workers)):
-            cmds += self._take_back(workers)
+        if not (self._queues or self._gangs_pending or self._taking_back or self._ahead):
+            return []  # nothing waits: no work proportional to the fleet (heartbeats of an idle fleet)
+        cmds: list[Command] = []
+        if self._gangs_pending:  # a gang needs the whole list of placeable workers (pick_gang, starvation)
+            workers = self._placeable()
+            if not workers:
+                return []
+            cmds = self._assign(workers, now)
+        elif self._queues:
+            cmds = self._assign(None, now)
+        if self._taking_back or self._ahead:
+            cmds += self._take_back()
         return cmds
 
-    def _assign(self, workers: list[WorkerView], now: float) -> list[Command]:
+    def _placeable(self) -> list[WorkerView]:
+        """Connected workers with a free slot or room ahead of their slots, in registration order."""
+        return [w.view for w in self.workers.values() if w.connected and (w.view.free_slots > 0 or w.view.ahead_room > 0)]
+
+    def _assign(self, workers: list[WorkerView] | None, now: float) -> list[Command]:
+        """Place queued tasks (and gangs) on ``workers``, or, when None, on the placement index
+        (no gang pending: the same choices without a scan of the fleet)."""
         singles: dict[str, list[list[Task]]] = defaultdict(list)
         batched: dict[str, list[list[Task]]] = defaultdict(list)
         blocked: set[ReqKey] = set()
@@ -700,6 +718,7 @@ class CoordinatorState:
             best = self._best_head(blocked)
             if gangs and (best is None or (-gangs[0].spec.priority, gangs[0].seq) < (-best[1].spec.priority, best[1].seq)):
                 g = gangs.pop(0)
+                assert workers is not None
                 placed = self._place_gang(g, workers, now)
                 if placed is not None:
                     gang_cmds += placed
@@ -710,10 +729,10 @@ class CoordinatorState:
                 break
             key, t = best
             group = self._batch_group(key, t, now)
-            w = pick_worker(key, workers) if group else None
+            w = (self._index.pick_worker(key) if workers is None else pick_worker(key, workers)) if group else None
             ahead = w is None and t.pipelined and len(group) == 1
             if ahead:
-                w = pick_ahead(key, workers)
+                w = self._index.pick_ahead(key) if workers is None else pick_ahead(key, workers)
                 if w is not None:
                     self._ahead.add(w.worker_id)
             if w is None:
@@ -738,7 +757,7 @@ class CoordinatorState:
                  for wid, gs in batched.items() for g in gs]
         return cmds + gang_cmds if gang_cmds else cmds
 
-    def _take_back(self, workers: list[WorkerView]) -> list[Command]:
+    def _take_back(self) -> list[Command]:
         """Ask workers stuck behind a long or exclusive task (``WorkerView.stuck``) for the tasks
         they hold ahead of their slots, oldest first (priority, then FIFO), one for each free slot
         of an eligible worker not already promised one. Sends ``TakeBack``; the task moves only
@@ -747,12 +766,6 @@ class CoordinatorState:
             t = self.tasks.get(tid)
             if t is None or t.state != "assigned" or t.attempt != attempt or t.worker_id != holder:
                 del self._taking_back[tid]  # settled otherwise (result, cancel, loss): no longer a claim
-        idle = {v.worker_id: v.free_slots for v in workers if v.free_slots > 0}
-        for _, _, to in self._taking_back.values():
-            if to in idle:
-                idle[to] -= 1
-        if not any(n > 0 for n in idle.values()):
-            return []
         waiting: list[Task] = []
         for wid in list(self._ahead):
             w = self.workers.get(wid)
@@ -766,6 +779,13 @@ class CoordinatorState:
                 busy = max(0, w.view.max_concurrent - len(w.view.started) - len(w.view.exclusive))
                 waiting += [t for t in held[busy:] if t.task_id not in self._taking_back]
         if not waiting:
+            return []
+        workers = self._placeable()  # someone waits behind a long task: find the idle workers
+        idle = {v.worker_id: v.free_slots for v in workers if v.free_slots > 0}
+        for _, _, to in self._taking_back.values():
+            if to in idle:
+                idle[to] -= 1
+        if not any(n > 0 for n in idle.values()):
             return []
         views = {v.worker_id: v for v in workers}
         asks: dict[str, list[m.TaskRef]] = defaultdict(list)
@@ -899,6 +919,7 @@ class CoordinatorState:
         w = self.workers.get(worker_id)
         if w is not None:
             w.view.release(t.task_id)  # this node is done
+            self._index.touch(worker_id)
         g.held[worker_id] = r
         g.awaiting.pop(worker_id, None)
         if r.status != "succeeded":
@@ -954,6 +975,7 @@ class CoordinatorState:
             w = self.workers.get(wid)
             if w is not None:
                 w.view.release(t.task_id)
+                self._index.touch(wid)
         if g.master_port:
             self._ports.release(g.master_addr, g.master_port)
         g.clear()
@@ -1072,6 +1094,7 @@ class CoordinatorState:
             del self._batches[slot]
         if w is not None:
             w.view.release(slot)
+            self._index.touch(w.worker_id)
 
     # ---------------------------------------------------------------- restore
 
