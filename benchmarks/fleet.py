@@ -5,8 +5,13 @@ load-generator processes that together hold ``--workers`` WebSocket sessions. Ea
 the real protocol with the package's own code: the handshake, a ``Channel`` keyed from the
 credential and the session id, a signed ``register``, then a signed ``heartbeat`` (and a WebSocket
 ping, as ``dt-worker`` sends) every interval the coordinator gave it, and a ``results`` frame
-answering every assignment at once (a no-op task). A session that ends reconnects with the
-package's jittered ``Backoff``.
+answering every assignment at once (a no-op task). A session that ends reconnects as
+``dt-worker`` does: the first attempt after an established session waits a uniform part of
+``--reconnect-spread`` seconds (the worker's ``FIRST_RECONNECT_SPREAD_S``; 0: at once, as workers
+did before it), failed attempts back off with the package's jittered ``Backoff`` from 1 s.
+
+``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
+package of DIR), for before/after figures from one generator: e.g. a worktree of main.
 
 Phases, each reported:
 
@@ -32,6 +37,7 @@ import http.client
 import json
 import multiprocessing as mp
 import os
+import random
 import resource
 import signal
 import sys
@@ -49,10 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from latency_stats import pct  # noqa: E402
 
+from distributed_testing.coordinator.limits import connection_limits  # noqa: E402
 from distributed_testing.protocol import messages as m  # noqa: E402
 from distributed_testing.protocol.signing import Channel, derive_session_key  # noqa: E402
 from distributed_testing.retry import Backoff  # noqa: E402
 from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
+from distributed_testing.worker.agent import FIRST_RECONNECT_SPREAD_S  # noqa: E402
 
 SESSION_HEADER = "X-DT-Session"
 WORKERS_PAGE = "/api/v1/workers?limit=100"
@@ -80,7 +88,7 @@ class Counters:
 
 
 async def _session(connector: aiohttp.TCPConnector, ws_url: str, key: str, wid: str, c: Counters,
-                   stop: asyncio.Event) -> None:
+                   stop: asyncio.Event, spread: float) -> None:
     headers: dict[str, str] = {}
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
@@ -135,6 +143,9 @@ async def _session(connector: aiohttp.TCPConnector, ws_url: str, key: str, wid: 
                     c.registered -= 1
             if stop.is_set():
                 return
+            if registered:  # an established session ended: the worker's jittered first reconnect
+                await asyncio.sleep(random.uniform(0.0, spread))
+                continue
             await asyncio.sleep(backoff.delay(attempt))
             attempt += 1
 
@@ -149,13 +160,14 @@ async def _heartbeats(ws: aiohttp.ClientWebSocketResponse, ch: Channel, interval
         await asyncio.sleep(interval)
 
 
-async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, out: Any, stop_evt: Any) -> None:
+async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, spread: float, out: Any,
+                     stop_evt: Any) -> None:
     c = Counters()
     stop = asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
     tasks = []
     for i in range(n):
-        tasks.append(asyncio.create_task(_session(connector, ws_url, key, f"fleet-{index}-{i}", c, stop)))
+        tasks.append(asyncio.create_task(_session(connector, ws_url, key, f"fleet-{index}-{i}", c, stop, spread)))
         if ramp_s > 0 and i % 50 == 49:
             await asyncio.sleep(ramp_s * 50 / n)
     last_hb = 0
@@ -171,13 +183,14 @@ async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, o
     await connector.close()
 
 
-def generator_main(index: int, ws_url: str, key: str, n: int, ramp_s: float, out: Any, stop_evt: Any) -> None:
+def generator_main(index: int, ws_url: str, key: str, n: int, ramp_s: float, spread: float, out: Any,
+                   stop_evt: Any) -> None:
     raise_nofile()
     with contextlib.suppress(ImportError):
         import uvloop
 
         uvloop.install()
-    asyncio.run(_generator(index, ws_url, key, n, ramp_s, out, stop_evt))
+    asyncio.run(_generator(index, ws_url, key, n, ramp_s, spread, out, stop_evt))
 
 
 # ------------------------------------------------------------------------------ the run
@@ -237,7 +250,19 @@ def api_latencies(base: str, key: str, samples: int) -> dict[str, str]:
             for k, v in out.items()}
 
 
-def dispatch(rest: Rest, n: int) -> float:
+def _profile(where: Path | None, phase: str, pid: int, seconds: float) -> Any:
+    """``py-spy record`` of the coordinator for ``seconds`` (0: until SIGINT), or None."""
+    if where is None:
+        return None
+    import subprocess
+
+    where.mkdir(parents=True, exist_ok=True)
+    cmd = ["py-spy", "record", "-o", str(where / f"{phase}.svg"), "--pid", str(pid), "-r", "200"]
+    return subprocess.Popen(cmd + (["--duration", str(int(seconds))] if seconds else []),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def dispatch(rest: Rest, n: int) -> tuple[float, int]:
     doc = [{"type": "custom", "config": {"name": "noop"}, "requirements": {"tags": ["fleet"]}} for _ in range(500)]
     before = _terminal(rest)
     t0 = time.perf_counter()
@@ -245,7 +270,7 @@ def dispatch(rest: Rest, n: int) -> float:
         rest.ok("POST", "/api/v1/tasks", json=doc)
     target = before + max(1, n // 500) * 500
     wait_until(lambda: _terminal(rest) >= target, 600, "the dispatched tasks to finish", interval=0.2)
-    return (target - before) / (time.perf_counter() - t0)
+    return (target - before) / (time.perf_counter() - t0), target - before
 
 
 def _terminal(rest: Rest) -> int:
@@ -261,16 +286,33 @@ def main() -> None:
     ap.add_argument("--api-samples", type=int, default=200)
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--ramp", type=float, default=5.0, help="seconds over which each generator opens its sessions")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="checkout the coordinator runs from (its run_coordinator.py and package; default: this one)")
+    ap.add_argument("--reconnect-spread", type=float, default=FIRST_RECONNECT_SPREAD_S,
+                    help="seconds the first reconnect after a lost session is spread over (default: the worker's, "
+                         f"{FIRST_RECONNECT_SPREAD_S:g}; 0: at once)")
+    ap.add_argument("--profile", type=Path, help="py-spy record the coordinator during the idle window and dispatch "
+                                                  "into this directory (needs py-spy on PATH)")
     args = ap.parse_args()
+    root = args.root.resolve()
+    if not (root / "run_coordinator.py").is_file():
+        raise SystemExit(f"--root {root}: no run_coordinator.py there")
     nofile = raise_nofile()
     if nofile < args.workers + 1000:
         raise SystemExit(f"RLIMIT_NOFILE is {nofile}: too low for {args.workers} sessions (raise the hard limit)")
     tmp = Path(tempfile.mkdtemp(prefix="dt-fleet-"))
-    procs = Procs(tmp, cwd=ROOT)
+    procs = Procs(tmp, cwd=root)
     db = tmp / "state" / "c.duckdb"
     coord_args = ["--log-level", "WARNING"]
+    derived = connection_limits(0, 0, nofile).max_worker_sessions
+    if derived < args.workers:  # the cap a default start derives from RLIMIT_NOFILE is below the fleet
+        coord_args += ["--max-worker-sessions", str(args.workers + 100)]
+        print(f"RLIMIT_NOFILE {nofile} derives a cap of {derived} worker sessions: coordinator started with "
+              f"--max-worker-sessions {args.workers + 100}", flush=True)
+    env = {"PYTHONPATH": str(root)}
     try:
-        coord, port = start_coordinator_process(procs, db, args=coord_args)
+        coord, port = start_coordinator_process(procs, db, args=coord_args, env=env)
+        print(f"coordinator from {root} (pid {coord.pid})", flush=True)
         base = f"http://127.0.0.1:{port}"
         admin = (db.parent / "admin.key").read_text().strip()
         rest = Rest(base, admin)
@@ -279,7 +321,7 @@ def main() -> None:
         out, stop_evt = ctx.Queue(), ctx.Event()
         per = [args.workers // args.procs + (1 if i < args.workers % args.procs else 0) for i in range(args.procs)]
         gens = [ctx.Process(target=generator_main, args=(i, base.replace("http", "ws") + "/ws/worker", wkey, n,
-                                                         args.ramp, out, stop_evt), daemon=True)
+                                                         args.ramp, args.reconnect_spread, out, stop_evt), daemon=True)
                 for i, n in enumerate(per)]
         fleet = Fleet(args.procs, out)
         t0 = time.perf_counter()
@@ -292,6 +334,7 @@ def main() -> None:
 
         cp = psutil.Process(coord.pid)
         c0, w0 = cp.cpu_times(), time.time()
+        spy = _profile(args.profile, "idle", coord.pid, args.window)
         time.sleep(args.window)
         c1, w1 = cp.cpu_times(), time.time()
         cpu = 100.0 * ((c1.user + c1.system) - (c0.user + c0.system)) / (w1 - w0)
@@ -305,14 +348,24 @@ def main() -> None:
 
         for name, summary in api_latencies(base, admin, args.api_samples).items():
             print(f"  {name}: {summary}", flush=True)
-        tps = dispatch(rest, args.tasks)
-        print(f"dispatch: {args.tasks} no-op tasks over the fleet at {tps:,.0f} tasks/s", flush=True)
+        if spy is not None:
+            spy.wait()
+        spy = _profile(args.profile, "dispatch", coord.pid, 0)
+        d0 = cp.cpu_times()
+        tps, n = dispatch(rest, args.tasks)
+        d1 = cp.cpu_times()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
+        per_task = ((d1.user + d1.system) - (d0.user + d0.system)) / n
+        print(f"dispatch: {n} no-op tasks over the fleet at {tps:,.0f} tasks/s "
+              f"(coordinator CPU {per_task * 1e6:.0f} us per task, heartbeats included)", flush=True)
 
         before = fleet.registrations()
         procs.stop(coord)
         wait_until(lambda: fleet.registered() == 0, 120, "every session to notice the stop", interval=0.1)
         t1 = time.perf_counter()
-        coord, _ = start_coordinator_process(procs, db, port=port, args=coord_args)
+        coord, _ = start_coordinator_process(procs, db, port=port, args=coord_args, env=env)
         wait_until(lambda: fleet.registered() >= args.workers, 600, "every session to register again", interval=0.1)
         back_s = time.perf_counter() - t1
         print(f"restart: all {args.workers} sessions registered again {back_s:.1f} s after the new coordinator "
