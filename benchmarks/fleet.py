@@ -257,7 +257,7 @@ def _profile(where: Path | None, phase: str, pid: int, seconds: float) -> Any:
     import subprocess
 
     where.mkdir(parents=True, exist_ok=True)
-    cmd = ["py-spy", "record", "-o", str(where / f"{phase}.svg"), "--pid", str(pid), "-r", "200"]
+    cmd = ["py-spy", "record", "-f", "raw", "-o", str(where / f"{phase}.txt"), "--pid", str(pid), "-r", "200"]
     return subprocess.Popen(cmd + (["--duration", str(int(seconds))] if seconds else []),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

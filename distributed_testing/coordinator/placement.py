@@ -257,6 +257,10 @@ class PlacementIndex:
         self._views.pop(worker_id, None)
         self._touched.discard(worker_id)
 
+    def views(self) -> Iterable[WorkerView]:
+        """The connected workers (a live view: do not add or remove while iterating)."""
+        return self._views.values()
+
     def touch(self, worker_id: str) -> None:
         """The worker's free slots, ahead room or offered memory may have grown."""
         if worker_id in self._views:

@@ -195,6 +195,10 @@ class Runtime:
         when nothing else waits for them (every assignment went out provisionally)."""
         if not self.leading():  # a replaced leader writes nothing and sends nothing (docs/architecture.md)
             raise self.not_leader()
+        if not cmds:  # most heartbeats: nothing to persist or send
+            nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            nothing.set_result(None)
+            return nothing
         records = _coalesce([c.record for c in cmds if isinstance(c, Save)])
         rest: list[Command] = [c for c in cmds if not isinstance(c, Save)]
         self._observe_assignments(rest)

@@ -32,6 +32,7 @@ counts every task, in memory or not.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import OrderedDict, defaultdict
@@ -266,6 +267,7 @@ class CoordinatorState:
         self._taking_back: dict[str, tuple[str, int, str]] = {}
         self._ahead: set[str] = set()  # workers given tasks ahead of their slots (maybe holding some still)
         self._index = PlacementIndex()  # the connected workers, ordered for placement (told of every gain)
+        self._worker_ids: list[str] = []  # every key of self.workers, sorted (worker_ids)
 
     # ----------------------------------------------------------------- tasks
 
@@ -302,7 +304,7 @@ class CoordinatorState:
         """Raise ValidationError when a new task's user model imports a module that no connected
         worker allows (placement would never find it a worker), and with ``Policy.strict`` when it
         calls a custom handler no connected worker has; resubmissions are not checked."""
-        connected = [w.view for w in self.workers.values() if w.connected]
+        connected = self._index.views()  # only a task importing a model or calling a handler looks
         errors: list[dict[str, str]] = []
         for i, s in enumerate(prepared):
             if s.task_id in self.tasks:
@@ -405,6 +407,13 @@ class CoordinatorState:
         need = 1 if t.gang is None else t.gang.nodes
         return sum(1 for w in self.workers.values() if w.connected and not unmet(t.key, w.view)) < need
 
+    def worker_ids(self) -> list[str]:
+        """Every known worker id, sorted (the order ``GET /api/v1/workers`` pages in); kept as ids
+        are added rather than sorted per request. The caller must not change the list."""
+        if len(self._worker_ids) != len(self.workers):  # ids added around register (restore): re-sort once
+            self._worker_ids = sorted(self.workers)
+        return self._worker_ids
+
     def gang_view(self, t: Task) -> dict[str, Any] | None:
         """A gang task's nodes and, while assigned or running, its members by node rank."""
         return None if t.gang is None else t.gang.view()
@@ -428,6 +437,8 @@ class CoordinatorState:
                           reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules),
                           handlers=None if reg.handlers is None else frozenset(reg.handlers))
         first = w.first_seen if w else now
+        if w is None and len(self._worker_ids) == len(self.workers):
+            bisect.insort(self._worker_ids, reg.worker_id)  # a new id: O(log n) to find, no re-sort
         w = Worker(view=view, name=reg.name, hardware=reg.hardware, session_id=session_id,
                    first_seen=first, last_seen=now, address=reg.address or reg.name, key_id=key_id,
                    liveness=liveness, pace=Pace(reg.pipeline_depth))

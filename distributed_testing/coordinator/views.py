@@ -140,7 +140,7 @@ def parse_page(query: Mapping[str, str], default_limit: int = MAX_PAGE) -> tuple
 
 def worker_page(state: CoordinatorState, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
     """One page of workers in worker id order, and how many are known."""
-    ids = sorted(state.workers)
+    ids = state.worker_ids()
     out = []
     for wid in ids[offset:offset + limit]:
         w = state.workers[wid]
