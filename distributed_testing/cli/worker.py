@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "above its --max-heartbeat-interval (exit 2) (default: the coordinator's --heartbeat-interval)")
     p.add_argument("--reconnect-attempts", type=int, default=10,
                    help="consecutive failed connects before giving up (default 10; not with --high-availability)")
-    p.add_argument("--reconnect-interval", type=float, default=1.0, help="first reconnect delay in seconds; doubles with jitter (default 1)")
+    p.add_argument("--reconnect-interval", type=float, default=1.0, help="delay before retrying a failed connect in seconds; doubles with jitter (default 1); the first "
+                        "reconnect after a lost session waits a random 0..min(1, this) s")
     p.add_argument("--profile", choices=PROFILES,
                    help="preset of concurrency, task timeout and limits (see README); explicit flags win")
     p.add_argument("--max-concurrent-tasks", type=int, help="tasks run at once (default 1, or the profile's)")
