@@ -31,7 +31,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -58,6 +58,41 @@ from .supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 
+class Outbox:
+    """An unbounded FIFO read by one writer coroutine: ``asyncio.Queue``'s ``put_nowait``, ``get``,
+    ``get_nowait`` and ``empty`` in a fraction of its memory (one deque, and one future while the
+    writer waits, where a Queue keeps four deques and an Event): a coordinator holds one per
+    connected worker."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[m.Message | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: m.Message | None) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def get_nowait(self) -> m.Message | None:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    async def get(self) -> m.Message | None:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 @dataclass(eq=False)
 class Session:
     """One worker's live WebSocket: its channel and an ordered outbound queue."""
@@ -66,7 +101,7 @@ class Session:
     worker_id: str
     key_id: str
     channel: Channel
-    outbox: asyncio.Queue[m.Message | None] = field(default_factory=asyncio.Queue)
+    outbox: Outbox = field(default_factory=Outbox)
     closing: str | None = None
     token_exp: float | None = None
     deferred: int = 0  # commands for this session waiting for their event's records to be durable
