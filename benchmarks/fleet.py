@@ -324,11 +324,15 @@ def main() -> None:
                                                          args.ramp, args.reconnect_spread, out, stop_evt), daemon=True)
                 for i, n in enumerate(per)]
         fleet = Fleet(args.procs, out)
+        spy = _profile(args.profile, "register", coord.pid, 0)
         t0 = time.perf_counter()
         for g in gens:
             g.start()
         wait_until(lambda: fleet.registered() >= args.workers, 600, "every session to register", interval=0.2)
         reg_s = time.perf_counter() - t0
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
         print(f"{args.workers} sessions from {args.procs} generator processes registered in {reg_s:.1f} s", flush=True)
         time.sleep(3.0)  # let the first heartbeats settle
 

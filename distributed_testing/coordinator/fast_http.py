@@ -49,9 +49,9 @@ from aiohttp.http import SERVER_SOFTWARE
 from ..errors import AuthError, DTError
 from ..security.auth import Principal
 from . import api
-from .limits import RateLimitedLog
+from .limits import RateLimitedLog, listen_backlog
 from .runtime import RUNTIME, Runtime
-from .server import CONFIG, LINGER_S
+from .server import CONFIG, LINGER_S, nofile
 
 log = logging.getLogger(__name__)
 
@@ -451,7 +451,7 @@ class FastSite(web.BaseSite):
         self.max_connections = self.app[api.LIMITS].max_connections
         self._server = await asyncio.get_running_loop().create_server(
             lambda: FastProtocol(self), self._host_name, self._port_number, reuse_address=self._reuse_address,
-            ssl=self._ssl_context)
+            ssl=self._ssl_context, backlog=listen_backlog(nofile()))
 
     async def stop(self) -> None:
         await super().stop()  # no new connections

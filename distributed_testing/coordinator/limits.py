@@ -23,6 +23,11 @@ from ..errors import ConfigError
 
 RESERVED_FDS_MIN = 64  # the store, its journal, log files, PostgreSQL connections, child pipes
 ACCEPT_BURST = 100  # connections one event-loop turn may accept (the listen backlog) before any is refused
+# The kernel's queue of connections not yet accepted (clamped to net.core.somaxconn). asyncio's
+# default of 100 overflowed when a restarted coordinator's 10,000 workers reconnected within a
+# second: the kernel dropped the handshakes and each waited out SYN retransmits (1, 2, 4 ... 32 s),
+# so the fleet took two minutes to come back (benchmarks/RESULTS.md, "Fleet scale").
+LISTEN_BACKLOG_MAX = 4096
 MAX_TRACKED_ADDRESSES = 65536  # AuthThrottle forgets the least recently failing beyond this
 
 
@@ -49,6 +54,14 @@ def connection_limits(max_connections: int, max_worker_sessions: int, nofile: in
                           f"{floor} of the {nofile} file descriptors RLIMIT_NOFILE allows "
                           "(lower them or raise `ulimit -n`)")
     return ConnectionLimits(conns, workers)
+
+
+def listen_backlog(nofile: int) -> int:
+    """The listen backlog for a soft descriptor limit of ``nofile``: the tenth of it the reserve of
+    :func:`connection_limits` keeps for files (they use a handful), between ``ACCEPT_BURST`` and
+    ``LISTEN_BACKLOG_MAX``, so connections accepted in one turn before the caps refuse them still
+    fit below the limit (``ulimit -n`` 1024: 102; 20,000: 2,000; 65,536 and up: 4,096)."""
+    return max(ACCEPT_BURST, min(LISTEN_BACKLOG_MAX, nofile // 10))
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every request that carries credentials
