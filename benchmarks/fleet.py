@@ -10,7 +10,8 @@ answering every assignment at once (a no-op task). A session that ends reconnect
 ``--reconnect-spread`` seconds (the worker's ``FIRST_RECONNECT_SPREAD_S``; 0: at once, as workers
 did before it), failed attempts back off with the package's jittered ``Backoff`` from 1 s.
 
-``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
+``--profile DIR`` records the coordinator with py-spy (raw collapsed stacks) while the fleet
+registers, idles and runs the tasks. ``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
 package of DIR), for before/after figures from one generator: e.g. a worktree of main.
 
 Phases, each reported:
@@ -21,7 +22,8 @@ Phases, each reported:
    generator shows here: its figures are then not figures);
 3. the API under that load: ``GET /api/v1/workers`` (a page of 100) and ``POST /api/v1/tasks``
    (one no-op task), ``--api-samples`` each, p50/p95 (one keep-alive connection);
-4. dispatch: ``--tasks`` no-op tasks submitted in lists of 500, tasks/s until all are terminal;
+4. dispatch: ``--tasks`` no-op tasks submitted in lists of 500, tasks/s until all are terminal,
+   and the coordinator's CPU per task over that phase (its heartbeat load included);
 5. restart: the coordinator is stopped (SIGTERM) and started again on the same database and port;
    time from the new process's start until every session is registered again.
 
