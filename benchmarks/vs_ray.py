@@ -9,9 +9,13 @@ keeps a cluster of each up at once (ours: a coordinator and ``--workers`` worker
   ``--samples``; ours through ``POST /api/v1/tasks?wait=`` with aiohttp's client (as
   ``dispatch.py``), and, in the same rounds, with Python's synchronous ``http.client`` on one
   keep-alive connection (a CI script's client; it costs the client less CPU per request);
-* throughput: ``--tasks`` no-op tasks each, ours then Ray's, ``--rounds`` times.
+* throughput: ``--tasks`` no-op tasks each, ours then Ray's, ``--rounds`` times, submitted as
+  JSON lists of 500 from ``--clients`` concurrent clients (4, the issue's shape), on two of our
+  clusters: workers as a new user starts them (``defaults``: one slot, the pipelining window,
+  INFO logs, outbox in memory) and the tuned row (``64 slots``: ``--max-concurrent-tasks 64
+  --log-level WARNING``); each round takes the three in turn, so all meet the same machine.
 
-Prints each side's figures and ours relative to Ray's. Ray does less per task (no signing, nothing
+Latency is measured on the ``defaults`` cluster. Prints each side's figures and ours relative to Ray's. Ray does less per task (no signing, nothing
 on disk): see ``ray_baseline.py``.
 
 Run: ``python benchmarks/vs_ray.py --ray-python /tmp/rayvenv/bin/python``
@@ -35,6 +39,12 @@ from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughp
 from latency_stats import pct, summary_ms
 
 from distributed_testing import aio
+
+# Our two worker configurations: the workers' flags ([] = as a new user starts them).
+CONFIGS: dict[str, list[str]] = {
+    "defaults": [],
+    "64 slots": ["--max-concurrent-tasks", "64", "--log-level", "WARNING"],
+}
 
 
 class RayServer:
@@ -98,26 +108,35 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=1000, help="serial tasks per side")
     ap.add_argument("--block", type=int, default=50, help="serial tasks per side per turn")
     ap.add_argument("--tasks", type=int, default=20000, help="tasks per throughput round")
-    ap.add_argument("--rounds", type=int, default=2, help="throughput rounds per side")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput rounds per side")
+    ap.add_argument("--clients", type=int, default=4, help="concurrent submitters in the throughput phase")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dt-vs-ray-"))
-    cluster: Cluster | None = None
+    clusters: dict[str, Cluster] = {}
     ray: RayServer | None = None
     try:
-        cluster = Cluster(tmp, workers=args.workers, slots=64)
-        aio.run(throughput(cluster.base, cluster.admin, 2000, 500, 2))  # warm-up
+        for name, worker_args in CONFIGS.items():
+            (tmp / name).mkdir()
+            clusters[name] = Cluster(tmp / name, workers=args.workers, slots=1, worker_outbox="memory",
+                                     worker_args=worker_args)
+            aio.run(throughput(clusters[name].base, clusters[name].admin, 2000, 500, args.clients))  # warm-up
         ray = RayServer(args.ray_python)
-        tput: dict[str, list[float]] = {"ours": [], "ray": []}
+        tput: dict[str, list[float]] = {**{f"ours, {n}": [] for n in clusters}, "ray": []}
         for _ in range(args.rounds):
-            tput["ours"].append(aio.run(throughput(cluster.base, cluster.admin, args.tasks, 500, 2)))
-            settle(cluster.procs)
+            for name, c in clusters.items():
+                tput[f"ours, {name}"].append(aio.run(throughput(c.base, c.admin, args.tasks, 500, args.clients)))
+                settle(c.procs)
             tput["ray"].append(ray.run("throughput", args.tasks))
-        settle(cluster.procs)
-        lat = aio.run(latency(cluster, ray, args.samples, args.block))
-        print(f"interleaved: {args.workers} worker processes, no-op tasks; ours signs and persists (DuckDB), Ray does neither")
+        lat = aio.run(latency(clusters["defaults"], ray, args.samples, args.block))
+        print(f"interleaved: {args.workers} worker processes, no-op tasks in lists of 500 from {args.clients} clients; "
+              "ours signs and persists (DuckDB), Ray does neither")
         for side, xs in tput.items():
-            print(f"  throughput {side:4s}: " + " / ".join(f"{x:,.0f}" for x in xs) + " tasks/s")
-        print(f"  throughput ours/ray: {statistics.mean(tput['ours']) / statistics.mean(tput['ray']):.2f}x")
+            print(f"  throughput {side:16s}: " + " / ".join(f"{x:,.0f}" for x in xs) + " tasks/s")
+        for name in clusters:
+            print(f"  throughput ours, {name} / ray: "
+                  f"{statistics.mean(tput[f'ours, {name}']) / statistics.mean(tput['ray']):.2f}x")
+        print(f"  throughput defaults / 64 slots: "
+              f"{statistics.mean(tput['ours, defaults']) / statistics.mean(tput['ours, 64 slots']):.2f}")
         for side, xs in lat.items():
             print(f"  latency {side:22s} (n={len(xs)}): {summary_ms(xs)}")
         for side in ("ours (aiohttp client)", "ours (http.client)"):
@@ -126,8 +145,8 @@ def main() -> int:
     finally:
         if ray is not None:
             ray.stop()
-        if cluster is not None:
-            cluster.stop()
+        for c in clusters.values():
+            c.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -104,26 +104,43 @@ async def _runtime_ctx(app: web.Application) -> AsyncIterator[None]:
     app[RUNTIME] = rt
     snap = await store.open()
     try:
-        rt.keys = {k.key_id: key_record(k) for k in snap.keys}
-        now = rt.clock()
-        rt.state.restore(snap, now)
-        await _read_history(rt, store, now)
+        await _restore(rt, store, snap)
         await rt.ensure_secret(snap.meta)
-        if not rt.keys:
-            await _bootstrap_admin(rt)
-        log.info("coordinator state: %d active tasks restored (%d stored in all), %d workers known, %d keys",
-                 len(snap.tasks), sum(rt.state.counts.values()), len(rt.state.workers), len(rt.keys))
-        rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
+        await _serve_restored(rt, snap)
         rt.supervisor.spawn(store.watch(), "store-watch")
         yield
     finally:
-        await rt.supervisor.stop()
-        for s in list(rt.sessions.values()):
-            s.close("coordinator shutting down")
-        try:
-            await store.close()
-        except StoreError as exc:  # the records stay in the journal; the next start applies them
-            rt.supervisor.fail("closing the store failed", exc)
+        await _stop(rt, store)
+
+
+async def _restore(rt: Runtime, store: Store, snap: Snapshot) -> None:
+    """Load a snapshot (a start, or a takeover): the keys, the active work, and what the start
+    needs of the history."""
+    rt.keys = {k.key_id: key_record(k) for k in snap.keys}
+    now = rt.clock()
+    rt.state.restore(snap, now)
+    await _read_history(rt, store, now)
+
+
+async def _serve_restored(rt: Runtime, snap: Snapshot) -> None:
+    """After ``_restore`` and the secret: an admin key for an empty store, and the ticker."""
+    if not rt.keys:
+        await _bootstrap_admin(rt)
+    log.info("coordinator state: %d active tasks restored (%d stored in all), %d workers known, %d keys",
+             len(snap.tasks), sum(rt.state.counts.values()), len(rt.state.workers), len(rt.keys))
+    rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
+
+
+async def _stop(rt: Runtime, store: Store) -> None:
+    """Stop the background work, close every worker session, then the store (a failed close is
+    fatal: the records stay in the journal and the next start applies them)."""
+    await rt.supervisor.stop()
+    for s in list(rt.sessions.values()):
+        s.close("coordinator shutting down")
+    try:
+        await store.close()
+    except StoreError as exc:
+        rt.supervisor.fail("closing the store failed", exc)
 
 
 async def _read_history(rt: Runtime, store: Store, now: float) -> None:
@@ -178,13 +195,7 @@ async def _member_ctx(app: web.Application) -> AsyncIterator[None]:
         rt.supervisor.spawn(store.watch(), "store-watch")
         yield
     finally:
-        await rt.supervisor.stop()
-        for s in list(rt.sessions.values()):
-            s.close("coordinator shutting down")
-        try:
-            await store.close()
-        except StoreError as exc:
-            rt.supervisor.fail("closing the store failed", exc)
+        await _stop(rt, store)
         await group.close()  # releases the lease once nothing acts any more: a standby takes over at once
 
 
@@ -240,15 +251,8 @@ async def _take_over(rt: Runtime, store: GroupStore, group: Group, epoch: int) -
     old leader can commit nothing more), the keys, and start the ticker."""
     store.set_fence(group.member_id, epoch)
     snap = await store.snapshot()
-    rt.keys = {k.key_id: key_record(k) for k in snap.keys}
-    now = rt.clock()
-    rt.state.restore(snap, now)
-    await _read_history(rt, store, now)
-    if not rt.keys:
-        await _bootstrap_admin(rt)
-    log.info("coordinator state: %d active tasks restored (%d stored in all), %d workers known, %d keys",
-             len(snap.tasks), sum(rt.state.counts.values()), len(rt.state.workers), len(rt.keys))
-    rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
+    await _restore(rt, store, snap)
+    await _serve_restored(rt, snap)
 
 
 async def _metrics_port_ctx(app: web.Application) -> AsyncIterator[None]:
