@@ -479,3 +479,14 @@ async def pg_schema_url(database_url: str, schema: str) -> str:
     finally:
         await con.close()
     return f"{database_url}?search_path={schema}"
+
+
+def hidden_accelerators(tmp: Path) -> dict[str, str]:
+    """Environment for worker processes in which ``torch`` and ``openvino`` fail to import, so the
+    worker's accelerator probe answers in moments instead of importing them (for tests whose
+    tasks need neither); the caller's ``PYTHONPATH`` stays after the hiding directory."""
+    hide = tmp / "hide"
+    for name in ("torch", "openvino"):
+        (hide / name).mkdir(parents=True, exist_ok=True)
+        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from these workers')\n")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH")) if p)}

@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from distributed_testing.testing import Procs
 
 # Every journal (coordinator store, worker outbox), in-process or in a child process, checks that
 # each record decodes back before accepting it: a record built with a wrong field type fails the
@@ -34,3 +37,13 @@ def pg_url(pg_database_url: str, request: pytest.FixtureRequest) -> str:
 
     schema = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
     return run_sync(pg_schema_url(pg_database_url, schema))
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """Child processes started from the repository root (its launchers), all stopped after the test."""
+    ps = Procs(tmp_path, cwd=Path(__file__).resolve().parents[1])
+    try:
+        yield ps
+    finally:
+        ps.close()

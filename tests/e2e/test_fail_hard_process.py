@@ -19,20 +19,12 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.journal import PREALLOCATE_BYTES
-from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until
+from distributed_testing.testing import Procs, Rest, hidden_accelerators, start_coordinator_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(180)
 NOOP = {"type": "custom", "config": {"name": "noop"}}
 
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 @pytest.fixture
@@ -62,20 +54,12 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-def worker_env(tmp: Path) -> dict[str, str]:
-    """torch and openvino hidden, so the accelerator probe answers at once (noop tasks need neither)."""
-    hide = tmp / "hide"
-    for name in ("torch", "openvino"):
-        (hide / name).mkdir(parents=True, exist_ok=True)
-        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from this test')\n")
-    path = [str(hide), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
-    return {"PYTHONPATH": os.pathsep.join(path)}
 
 
 def start_worker(procs: Procs, url: str, key: str, *, db: Path, log: Path) -> subprocess.Popen[bytes]:
     return procs.start(["run_worker_example.py", "--coordinator", url, "--api-key", key, "--worker-id", "w1",
                         "--db-path", str(db), "--reconnect-interval", "0.2", "--reconnect-attempts", "100"],
-                       log, env=worker_env(procs.tmp))
+                       log, env=hidden_accelerators(procs.tmp))
 
 
 def test_a_full_disk_stops_the_coordinator_and_the_restart_loses_nothing_acknowledged(
@@ -198,7 +182,7 @@ def test_a_second_worker_on_the_same_db_path_is_refused(tmp_path: Path, procs: P
     wait_until(lambda: "w1" in admin.workers(), 60, "the first worker to register")
     done = subprocess.run([sys.executable, "run_worker_example.py", "--log-level", "WARNING", "--coordinator", url,
                            "--api-key", key, "--worker-id", "w2", "--db-path", str(wdb)], cwd=ROOT,
-                          env={**os.environ, **worker_env(tmp_path)}, capture_output=True, text=True, timeout=60)
+                          env={**os.environ, **hidden_accelerators(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     line = assert_one_line(done.stderr)
     assert line.startswith(f"dt-worker: --db-path {wdb}: it is locked by another process (PID {first.pid})"), line
@@ -206,7 +190,7 @@ def test_a_second_worker_on_the_same_db_path_is_refused(tmp_path: Path, procs: P
     # --reset-state would delete the running worker's outbox from under it: refused as well
     done = subprocess.run([sys.executable, "run_worker_example.py", "--log-level", "WARNING", "--coordinator", url,
                            "--api-key", key, "--worker-id", "w2", "--db-path", str(wdb), "--reset-state"], cwd=ROOT,
-                          env={**os.environ, **worker_env(tmp_path)}, capture_output=True, text=True, timeout=60)
+                          env={**os.environ, **hidden_accelerators(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     line = assert_one_line(done.stderr)
     assert line.startswith(f"dt-worker: --reset-state: --db-path {wdb}: it is locked by another process"), line

@@ -5,44 +5,26 @@ behind it are taken back for the other worker, and every task runs exactly once.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until
+from distributed_testing.testing import Procs, Rest, hidden_accelerators, start_coordinator_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(240)
 NOOP = {"type": "custom", "config": {"name": "noop"}}
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield p
-    finally:
-        p.close()
 
-
-def worker_env(tmp: Path) -> dict[str, str]:
-    """torch and openvino hidden, so the accelerator probe answers at once (noop tasks need neither)."""
-    hide = tmp / "hide"
-    for name in ("torch", "openvino"):
-        (hide / name).mkdir(parents=True, exist_ok=True)
-        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from this test')\n")
-    path = [str(hide), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
-    return {"PYTHONPATH": os.pathsep.join(path)}
 
 
 def start_worker(procs: Procs, url: str, key: str, worker_id: str) -> subprocess.Popen[bytes]:
     """A worker with default flags but its identity."""
     return procs.start(["run_worker_example.py", "--coordinator", url, "--api-key", key, "--worker-id", worker_id],
-                       procs.tmp / f"{worker_id}.log", env=worker_env(procs.tmp))
+                       procs.tmp / f"{worker_id}.log", env=hidden_accelerators(procs.tmp))
 
 
 def test_short_tasks_are_not_stuck_behind_a_long_one_and_each_runs_once(procs: Procs, tmp_path: Path) -> None:

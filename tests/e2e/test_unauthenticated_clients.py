@@ -23,14 +23,6 @@ pytestmark = pytest.mark.timeout(180)
 BIG = 16 * 1024 * 1024 - 1  # the default body limit, less one: the lean front takes it
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield p
-    finally:
-        p.close()
-
 
 @contextlib.contextmanager
 def children_nofile(limit: int) -> Iterator[None]:

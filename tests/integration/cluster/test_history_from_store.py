@@ -10,17 +10,23 @@ its finished task is acknowledged, not refused."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import Procs, Rest, next_message, raw_worker, start_coordinator_process, wait_until
+from distributed_testing.testing import (
+    Procs,
+    Rest,
+    hidden_accelerators,
+    next_message,
+    raw_worker,
+    start_coordinator_process,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.timeout(240)
@@ -31,23 +37,7 @@ def noop(task_id: str, tag: str) -> dict[str, Any]:
     return {"task_id": task_id, "type": "custom", "config": {"name": "noop"}, "requirements": {"tags": [tag]}}
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield p
-    finally:
-        p.close()
 
-
-def worker_env(tmp: Path) -> dict[str, str]:
-    """torch and openvino hidden, so the accelerator probe answers at once (noop tasks need neither)."""
-    hide = tmp / "hide"
-    for name in ("torch", "openvino"):
-        (hide / name).mkdir(parents=True, exist_ok=True)
-        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from this test')\n")
-    path = [str(hide), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
-    return {"PYTHONPATH": os.pathsep.join(path)}
 
 
 def finished(api: Rest) -> int:
@@ -84,7 +74,7 @@ def test_finished_tasks_are_served_from_the_store_after_a_restart(tmp_path: Path
     procs.start(["run_worker_example.py", "--coordinator", url, "--api-key", worker_key, "--worker-id", "w1",
                  "--tags", "even,odd", "--max-concurrent-tasks", "8", "--db-path", str(tmp_path / "w1.duckdb"),
                  "--reconnect-interval", "0.2", "--reconnect-attempts", "1000"],
-                tmp_path / "w1.log", env=worker_env(tmp_path))
+                tmp_path / "w1.log", env=hidden_accelerators(tmp_path))
     hand = asyncio.run(_hand_task(api, url, hand_key))
     api.submit([noop(f"old-{i:03d}", "even" if i % 2 == 0 else "odd") for i in range(N)])
     api.submit([{"task_id": "broken", "type": "custom", "config": {"name": "sleep", "parameters": {"seconds": -1}},

@@ -6,7 +6,6 @@ deletes its local state and serves from a fresh one; with nobody to report to it
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -14,7 +13,7 @@ import pytest
 from flags_support import ROOT, Procs, free_port, worker_config
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import raw_worker, run_cluster, wait_for
+from distributed_testing.testing import hidden_accelerators, raw_worker, run_cluster, wait_for
 from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -40,13 +39,6 @@ def outbox_rows(db: Path) -> list[tuple[str, int, str]]:
                 con.execute("SELECT task_id, attempt, status FROM worker_results ORDER BY task_id, attempt").fetchall()]
 
 
-def worker_env(tmp: Path) -> dict[str, str]:
-    """torch and openvino hidden so the accelerator probe answers at once."""
-    hide = tmp / "hide"
-    for name in ("torch", "openvino"):
-        (hide / name).mkdir(parents=True, exist_ok=True)
-        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from this test')\n")
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH")) if p)}
 
 
 def test_recover_and_reset_state_together_are_accepted(tmp_path: Path) -> None:
@@ -68,7 +60,7 @@ async def test_recover_with_reset_state_reports_then_resets_then_serves(tmp_path
         log = tmp_path / "worker.log"
         p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", c.base_url, "--worker-id", "rw",
                          "--tags", "rw", "--db-path", str(db), "--recover", "--reset-state", "--heartbeat-interval",
-                         "0.5", "--api-key", key], log, env=worker_env(tmp_path), drop_env=DROP)
+                         "0.5", "--api-key", key], log, env=hidden_accelerators(tmp_path), drop_env=DROP)
         done, ghost = await c.wait("done", 60), await c.wait("ghost", 60)
         assert (done["state"], done["attempt"]) == ("succeeded", 1), done  # its result came from the old outbox
         assert (ghost["state"], ghost["attempt"], ghost["outcome"]["worker_id"]) == ("succeeded", 2, "rw"), ghost
@@ -96,7 +88,7 @@ def test_recover_with_reset_state_deletes_nothing_it_could_not_report(tmp_path: 
     log = tmp_path / "worker.log"
     p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{free_port()}",
                      "--reconnect-attempts", "1", "--db-path", str(db), "--recover", "--reset-state", "--api-key", "dtk_x_y"],
-                    log, env=worker_env(tmp_path), drop_env=DROP)
+                    log, env=hidden_accelerators(tmp_path), drop_env=DROP)
     assert p.wait(60) == 1, log.read_text()  # nothing listens: gives up, keeps everything
     assert "--reset-state: deleted" not in log.read_text()
     assert outbox_rows(db) == [("done", 1, "succeeded"), ("ghost", 1, "error")]

@@ -8,7 +8,6 @@ accelerator probe then answers in moments instead of importing them at every sta
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distributed_testing.testing import Procs, Rest, run_sync, wait_until
+from distributed_testing.testing import Procs, Rest, hidden_accelerators, run_sync, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,7 +52,7 @@ class HaGroup:
         self.procs = Procs(tmp, cwd=ROOT)
         self.members: dict[str, Member] = {}
         self.admin_file = tmp / "admin.key"
-        self.env = _hidden_accelerators(tmp)
+        self.env = hidden_accelerators(tmp)
 
     def start_member(self, name: str, *extra: str, env: dict[str, str] | None = None) -> Member:
         port_file = self.tmp / f"{name}.port"
@@ -119,14 +118,6 @@ def request(url: str, method: str = "GET", key: str | None = None, body: Any = N
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), json.loads(exc.read() or b"null")
 
-
-def _hidden_accelerators(tmp: Path) -> dict[str, str]:
-    site = tmp / "hide"
-    for hidden in ("torch", "openvino"):
-        (site / hidden).mkdir(parents=True, exist_ok=True)
-        (site / hidden / "__init__.py").write_text(f"raise ImportError('{hidden} is hidden from these workers')\n")
-    paths = [str(site), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
-    return {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def db_tasks(dsn: str) -> dict[str, dict[str, Any]]:

@@ -34,14 +34,6 @@ COORDINATOR = str(ROOT / "run_coordinator.py")
 STATE_NAMES = {"c.duckdb", "c.duckdb.wal", "admin.key", "jwt.secret"}
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    ps = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield ps
-    finally:
-        ps.close()
-
 
 @pytest.fixture
 def shared() -> Iterator[Path]:

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[3]
 NOOP = {"type": "custom", "config": {"name": "noop"}}
 DT_VARS = ("DT_COORDINATOR_URL", "DT_API_KEY", "DT_CA_FILE", "DT_TLS_CERT", "DT_TLS_KEY")
 
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    ps = Procs(tmp_path, cwd=ROOT)
-    try:
-        yield ps
-    finally:
-        ps.close()
 
 
 @pytest.fixture
