@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def _cudnn_version() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m distributed_testing.bench.env``: print :func:`collect_environment` as JSON for
+    """``python -m distributed_testing.bench.env``: write :func:`collect_environment` as one JSON line to
+    stdout (the probe's answer to its parent, not a log message) for
     this machine's first accelerator (CUDA/ROCm if torch sees one, else the CPU). The worker runs
     this once to fingerprint test, custom and training results (``worker/environment.py``)."""
     import argparse
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m distributed_testing.bench.env")
     parser.parse_args(argv)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else None
-    print(json.dumps(collect_environment(device)))
+    sys.stdout.write(json.dumps(collect_environment(device)) + "\n")
     return 0
 
 

@@ -242,7 +242,7 @@ def notify_payload(key_ids: Sequence[str]) -> str:
 
 
 class Params:
-    """Collects query parameters and hands out their ``$n`` placeholders."""
+    """Collects a statement's parameter values and names each one ``$1``, ``$2``, ... in the SQL text."""
 
     def __init__(self) -> None:
         self.values: list[Any] = []
