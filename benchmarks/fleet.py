@@ -3,12 +3,14 @@
 A coordinator (``run_coordinator.py``, DuckDB store, ``--log-level WARNING``) and ``--procs``
 load-generator processes that together hold ``--workers`` WebSocket sessions. Each session speaks
 the real protocol with the package's own code: the handshake, a ``Channel`` keyed from the
-credential and the session id, a signed ``register``, then a signed ``heartbeat`` (and a WebSocket
-ping, as ``dt-worker`` sends) every interval the coordinator gave it, and a ``results`` frame
-answering every assignment at once (a no-op task). A session that ends reconnects as
+credential and the session id, a signed ``register``, then a signed ``heartbeat`` every interval
+the coordinator gave it, a WebSocket ping every TTL (``ping_period``, as ``dt-worker`` does), and
+a ``results`` frame answering every assignment at once (a no-op task). A session that ends reconnects as
 ``dt-worker`` does: the first attempt after an established session waits a uniform part of
 ``--reconnect-spread`` seconds (the worker's ``FIRST_RECONNECT_SPREAD_S``; 0: at once, as workers
 did before it), failed attempts back off with the package's jittered ``Backoff`` from 1 s.
+``--ping-period 1`` makes the sessions ping every heartbeat, as workers did before they pinged once
+per TTL.
 
 ``--profile DIR`` records the coordinator with py-spy (raw collapsed stacks) while the fleet
 registers, idles and runs the tasks. ``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
@@ -46,7 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import psutil
@@ -62,7 +64,7 @@ from distributed_testing.protocol import messages as m  # noqa: E402
 from distributed_testing.protocol.signing import Channel, derive_session_key  # noqa: E402
 from distributed_testing.retry import Backoff  # noqa: E402
 from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
-from distributed_testing.worker.agent import FIRST_RECONNECT_SPREAD_S  # noqa: E402
+from distributed_testing.worker.agent import FIRST_RECONNECT_SPREAD_S, ping_period  # noqa: E402
 
 SESSION_HEADER = "X-DT-Session"
 WORKERS_PAGE = "/api/v1/workers?limit=100"
@@ -89,8 +91,17 @@ class Counters:
         self.interval = 1.0  # the heartbeat interval the coordinator gave (the last registration's)
 
 
+class Schedule(NamedTuple):
+    """How the emulated workers behave: ``spread``, seconds their first reconnect after a lost
+    session is spread over; ``ping_s``, seconds between pings (None: ``ping_period`` of the
+    session's TTL, as dt-worker does)."""
+
+    spread: float
+    ping_s: float | None
+
+
 async def _session(connector: aiohttp.TCPConnector, ws_url: str, key: str, wid: str, c: Counters,
-                   stop: asyncio.Event, spread: float) -> None:
+                   stop: asyncio.Event, sched: Schedule) -> None:
     headers: dict[str, str] = {}
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
@@ -122,7 +133,8 @@ async def _session(connector: aiohttp.TCPConnector, ws_url: str, key: str, wid: 
                     attempt = 0
                     c.registered += 1
                     c.registrations += 1
-                    beat = asyncio.create_task(_heartbeats(ws, ch, reply.heartbeat_interval_s, c))
+                    ping_s = sched.ping_s or ping_period(reply.worker_ttl_s, False)
+                    beat = asyncio.create_task(_heartbeats(ws, ch, reply.heartbeat_interval_s, ping_s, c))
                     try:
                         async for frame in ws:
                             if frame.type != aiohttp.WSMsgType.BINARY:
@@ -146,30 +158,35 @@ async def _session(connector: aiohttp.TCPConnector, ws_url: str, key: str, wid: 
             if stop.is_set():
                 return
             if registered:  # an established session ended: the worker's jittered first reconnect
-                await asyncio.sleep(random.uniform(0.0, spread))
+                await asyncio.sleep(random.uniform(0.0, sched.spread))
                 continue
             await asyncio.sleep(backoff.delay(attempt))
             attempt += 1
 
 
-async def _heartbeats(ws: aiohttp.ClientWebSocketResponse, ch: Channel, interval: float, c: Counters) -> None:
+async def _heartbeats(ws: aiohttp.ClientWebSocketResponse, ch: Channel, interval: float, ping_s: float,
+                      c: Counters) -> None:
+    """A signed heartbeat every ``interval`` and a ping every ``ping_s`` (after a heartbeat)."""
     await asyncio.sleep(interval * (0.2 + 0.8 * (hash(id(ws)) % 1000) / 1000))  # spread the fleet's beats
     hb = m.Heartbeat(state="ready", running=[], cpu_percent=1.0, memory_percent=10.0, free_slots=1)
+    next_ping = time.monotonic() + ping_s
     while not ws.closed:
         await ws.send_bytes(ch.seal(hb, time.time()))
-        await ws.ping()
+        if time.monotonic() >= next_ping:
+            await ws.ping()
+            next_ping += ping_s
         c.heartbeats += 1
         await asyncio.sleep(interval)
 
 
-async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, spread: float, out: Any,
+async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, sched: Schedule, out: Any,
                      stop_evt: Any) -> None:
     c = Counters()
     stop = asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
     tasks = []
     for i in range(n):
-        tasks.append(asyncio.create_task(_session(connector, ws_url, key, f"fleet-{index}-{i}", c, stop, spread)))
+        tasks.append(asyncio.create_task(_session(connector, ws_url, key, f"fleet-{index}-{i}", c, stop, sched)))
         if ramp_s > 0 and i % 50 == 49:
             await asyncio.sleep(ramp_s * 50 / n)
     last_hb = 0
@@ -185,14 +202,14 @@ async def _generator(index: int, ws_url: str, key: str, n: int, ramp_s: float, s
     await connector.close()
 
 
-def generator_main(index: int, ws_url: str, key: str, n: int, ramp_s: float, spread: float, out: Any,
+def generator_main(index: int, ws_url: str, key: str, n: int, ramp_s: float, sched: Schedule, out: Any,
                    stop_evt: Any) -> None:
     raise_nofile()
     with contextlib.suppress(ImportError):
         import uvloop
 
         uvloop.install()
-    asyncio.run(_generator(index, ws_url, key, n, ramp_s, spread, out, stop_evt))
+    asyncio.run(_generator(index, ws_url, key, n, ramp_s, sched, out, stop_evt))
 
 
 # ------------------------------------------------------------------------------ the run
@@ -259,7 +276,7 @@ def _profile(where: Path | None, phase: str, pid: int, seconds: float) -> Any:
     import subprocess
 
     where.mkdir(parents=True, exist_ok=True)
-    cmd = ["py-spy", "record", "-f", "raw", "-o", str(where / f"{phase}.txt"), "--pid", str(pid), "-r", "200"]
+    cmd = ["py-spy", "record", "-f", "raw", "-o", str(where / f"{phase}.txt"), "--pid", str(pid), "-r", "200"] + (["--native"] if os.environ.get("SPY_NATIVE") else [])
     return subprocess.Popen(cmd + (["--duration", str(int(seconds))] if seconds else []),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -293,6 +310,9 @@ def main() -> None:
     ap.add_argument("--reconnect-spread", type=float, default=FIRST_RECONNECT_SPREAD_S,
                     help="seconds the first reconnect after a lost session is spread over (default: the worker's, "
                          f"{FIRST_RECONNECT_SPREAD_S:g}; 0: at once)")
+    ap.add_argument("--ping-period", type=float,
+                    help="seconds between each session's pings (default: the worker's, one TTL; 1: every heartbeat, "
+                         "as workers pinged before)")
     ap.add_argument("--profile", type=Path, help="py-spy record the coordinator during the idle window and dispatch "
                                                   "into this directory (needs py-spy on PATH)")
     args = ap.parse_args()
@@ -323,7 +343,7 @@ def main() -> None:
         out, stop_evt = ctx.Queue(), ctx.Event()
         per = [args.workers // args.procs + (1 if i < args.workers % args.procs else 0) for i in range(args.procs)]
         gens = [ctx.Process(target=generator_main, args=(i, base.replace("http", "ws") + "/ws/worker", wkey, n,
-                                                         args.ramp, args.reconnect_spread, out, stop_evt), daemon=True)
+                                                         args.ramp, Schedule(args.reconnect_spread, args.ping_period), out, stop_evt), daemon=True)
                 for i, n in enumerate(per)]
         fleet = Fleet(args.procs, out)
         spy = _profile(args.profile, "register", coord.pid, 0)

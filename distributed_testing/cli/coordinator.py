@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PEM certificate chain: serve https and wss (needs --tls-key; env DT_TLS_CERT)")
     p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (env DT_TLS_KEY)")
     p.add_argument("--heartbeat-interval", type=float, default=1.0,
-                   help="seconds between heartbeats (and pings) of workers that do not ask for an interval; "
+                   help="seconds between heartbeats of workers that do not ask for an interval; "
                         "told to each worker at registration (default 1)")
     p.add_argument("--worker-ttl", type=float, default=3.0,
                    help="declare a worker dead after this many seconds without any frame from it, at least 2x "

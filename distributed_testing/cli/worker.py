@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "connect; after a failure try the next coordinator at once (the leader named by a standby "
                         "first), pausing only between full rounds of every known coordinator (0.1 s, doubling up to "
                         "--reconnect-interval); never give up (--reconnect-attempts is ignored); send heartbeats "
-                        "and pings every half of the interval the coordinator grants (env DT_HIGH_AVAILABILITY=1/0)")
+                        "every half of the interval the coordinator grants and pings every half of its TTL "
+                        "(env DT_HIGH_AVAILABILITY=1/0)")
     auth = p.add_argument_group("authentication (one of)")
     auth.add_argument("--api-key", help="API key with the worker role (env DT_API_KEY); on the command line "
                                         "every local user can read it in ps: prefer --api-key-file or DT_API_KEY")
@@ -82,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-path", type=Path, help="DuckDB file for the result outbox (default: in memory; env DT_DB_PATH)")
     p.add_argument("--test-root", type=Path, help="directory test_file paths resolve under (default: current directory)")
     p.add_argument("--heartbeat-interval", type=float,
-                   help="seconds between heartbeats and WebSocket pings, asked of the coordinator at registration: it "
-                        "answers with the TTL it applies (at least 3 intervals by default), or refuses an interval "
-                        "above its --max-heartbeat-interval (exit 2) (default: the coordinator's --heartbeat-interval)")
+                   help="seconds between heartbeats, asked of the coordinator at registration: it answers with the TTL it "
+                        "applies (at least 3 intervals by default; the worker pings once per TTL), or refuses an "
+                        "interval above its --max-heartbeat-interval (exit 2) (default: the coordinator's "
+                        "--heartbeat-interval)")
     p.add_argument("--reconnect-attempts", type=int, default=10,
                    help="consecutive failed connects before giving up (default 10; not with --high-availability)")
     p.add_argument("--reconnect-interval", type=float, default=1.0, help="delay before retrying a failed connect in seconds; doubles with jitter (default 1); the first "

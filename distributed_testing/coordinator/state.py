@@ -108,7 +108,7 @@ Command = Save | Send | CloseWorker | Notify | Refused
 
 @dataclass(frozen=True)
 class Liveness:
-    """The liveness contract of one worker session: it heartbeats (and pings) every
+    """The liveness contract of one worker session: it heartbeats every
     ``interval_s``; it is dead after ``ttl_s`` without any frame from it."""
 
     interval_s: float

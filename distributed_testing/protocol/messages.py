@@ -80,9 +80,9 @@ class Register(_Msg, frozen=True, tag="register"):
 
 class Registered(_Msg, frozen=True, tag="registered"):
     """C→W, answer to ``Register``: the liveness contract of this session. The worker sends a
-    heartbeat and a WebSocket ping every ``heartbeat_interval_s``; the coordinator declares it
-    dead after ``worker_ttl_s`` without any frame from it, and the worker ends the session when a
-    ping gets no pong within ``worker_ttl_s``."""
+    heartbeat every ``heartbeat_interval_s`` and a WebSocket ping every ``worker_ttl_s``; the
+    coordinator declares it dead after ``worker_ttl_s`` without any frame from it, and the worker
+    ends the session when a ping gets no pong within ``worker_ttl_s``."""
 
     worker_id: str
     session_id: str

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -86,6 +87,25 @@ HA_FIRST_PAUSE_S = 0.1
 FIRST_RECONNECT_SPREAD_S = 1.0
 CLUSTER_TIMEOUT_S = 5.0  # GET /api/v1/cluster after a registration (--high-availability)
 RETRY_ON = (OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError)
+
+
+def ping_period(ttl_s: float, high_availability: bool) -> float:
+    """Seconds between a worker's WebSocket pings in a session whose TTL is ``ttl_s``: the TTL,
+    half of it with ``--high-availability`` (see ``WorkerAgent._keepalive``)."""
+    return ttl_s / 2 if high_availability else ttl_s
+
+
+def bound_unacknowledged(ws: aiohttp.ClientWebSocketResponse, ttl_s: float) -> None:
+    """Let the kernel end ``ws``'s connection once sent data has waited ``ttl_s`` for its ACK
+    (``TCP_USER_TIMEOUT``: a dead coordinator host or a cut path). Where the option or the socket
+    is missing (not Linux, a test transport), pings alone find such a coordinator."""
+    sock = ws.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_USER_TIMEOUT"):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(ttl_s * 1000)))
+    except OSError as exc:
+        log.debug("TCP_USER_TIMEOUT not set: %s", exc)
 
 
 class SessionRejected(Exception):
@@ -770,24 +790,35 @@ class WorkerAgent:
             q.task_done()
 
     async def _keepalive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """A ping every heartbeat interval of this session's contract (``registered``); no pong
-        within its TTL ends the session (a dead coordinator or path): the one number that decides
-        death on both sides. The coordinator never pings; each ping is also a sign of life to it.
-        aiohttp's ``heartbeat=`` is not used: its pong timeout is half the interval and cannot be
-        set, so a coordinator busy for half a second would cost a reconnect and every provisional
+        """How this side finds a dead coordinator, with the one number of the session's contract
+        (``registered``): its TTL.
+
+        - A dead host or path: the heartbeats this worker sends every interval stay unacknowledged,
+          and the kernel ends the connection once data has waited a TTL for its ACK
+          (``TCP_USER_TIMEOUT``, Linux; nothing for the coordinator's process to do).
+        - A coordinator process that is alive to TCP but not answering (SIGSTOP, a stuck loop): a
+          WebSocket ping every TTL (every half of it with ``--high-availability``); no pong within
+          the TTL ends the session. Pings go every TTL, not every heartbeat, because each pong is
+          a write the coordinator makes for every worker: at 10,000 idle workers, pinging every
+          second made the pongs a third of its CPU (``benchmarks/fleet.py``).
+
+        The coordinator never pings; each ping is also a sign of life to it. aiohttp's
+        ``heartbeat=`` is not used: its pong timeout is half the interval and cannot be set, so a
+        coordinator busy for half a second would cost a reconnect and every provisional
         assignment with it."""
         await self.registered.wait()
-        interval, timeout = self.liveness
-        interval = self._beat_interval(interval)
+        _, ttl = self.liveness
+        bound_unacknowledged(ws, ttl)
+        period = ping_period(ttl, self.config.high_availability)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(period)
             self._pong.clear()
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(ttl):
                     await ws.ping()  # waits while the send buffer is full, as a dead path leaves it
                     await self._pong.wait()
             except TimeoutError:
-                raise ConnectionError(f"no pong from the coordinator within {timeout:g}s") from None
+                raise ConnectionError(f"no pong from the coordinator within {ttl:g}s") from None
 
     async def _heartbeats(self) -> None:
         """A heartbeat every heartbeat interval of this session's contract (``registered``), and
@@ -811,7 +842,7 @@ class WorkerAgent:
                 sent_state, sent_at = hb.state, loop.time()
 
     def _beat_interval(self, granted: float) -> float:
-        """Heartbeats and pings go every interval the coordinator granted, every half of it with
+        """Heartbeats go every interval the coordinator granted, every half of it with
         ``--high-availability`` (the TTL on both sides stays the granted one)."""
         return granted / 2 if self.config.high_availability else granted
 

@@ -2,7 +2,8 @@
 for longer than the TTL while it runs tasks, then gets it back. The coordinator marks it
 disconnected (ping/pong) within the TTL; the results it finished while cut off arrive from its
 outbox once it reconnects; no task gets a second outcome and none is lost. A worker in the root
-namespace keeps working throughout and is never disconnected.
+namespace keeps working throughout and is never disconnected. The cut-off worker ends its session
+within a TTL of the cut too, while its link is still down.
 
 Needs ``ip netns`` (root or CAP_SYS_ADMIN); skipped with the reason otherwise."""
 
@@ -59,6 +60,10 @@ def test_network_cut_delivers_outbox_results_without_duplicates(tmp_path: Path, 
                            steady_disconnects=watch.disconnects("steady") + regs["steady"] - 1)
         tally.check(c, ids, first).assert_clean()
         assert tally.max_detection is not None and tally.max_detection < TTL_S + 2, tally.summary()
+        # the worker's side: it ended the session within a TTL, while the link was still down (its
+        # heartbeats go unacknowledged), not only once a ping went unanswered
+        lost = [t for t in c.log_times("cutoff", "session with coordinator", cut_at) if t <= up_at]
+        assert lost and lost[0] - cut_at <= TTL_S + 1.5, (lost, cut_at, c.log_tail("cutoff"))
         assert delivered, f"no result finished during the cut arrived afterwards\n{tally.summary()}"
         assert tally.extra["steady_disconnects"] == 0, tally.summary()
     finally:
