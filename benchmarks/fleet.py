@@ -13,7 +13,7 @@ did before it), failed attempts back off with the package's jittered ``Backoff``
 per TTL.
 
 ``--profile DIR`` records the coordinator with py-spy (raw collapsed stacks) while the fleet
-registers, idles and runs the tasks. ``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
+registers, idles and runs the tasks; ``--native`` adds C frames (system calls, uvloop, OpenSSL). ``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
 package of DIR), for before/after figures from one generator: e.g. a worktree of main.
 
 Phases, each reported:
@@ -269,14 +269,16 @@ def api_latencies(base: str, key: str, samples: int) -> dict[str, str]:
             for k, v in out.items()}
 
 
-def _profile(where: Path | None, phase: str, pid: int, seconds: float) -> Any:
-    """``py-spy record`` of the coordinator for ``seconds`` (0: until SIGINT), or None."""
+def _profile(where: Path | None, phase: str, pid: int, seconds: float, native: bool) -> Any:
+    """``py-spy record`` of the coordinator for ``seconds`` (0: until SIGINT), or None;
+    ``native``: with C frames (system calls, uvloop, OpenSSL)."""
     if where is None:
         return None
     import subprocess
 
     where.mkdir(parents=True, exist_ok=True)
-    cmd = ["py-spy", "record", "-f", "raw", "-o", str(where / f"{phase}.txt"), "--pid", str(pid), "-r", "200"] + (["--native"] if os.environ.get("SPY_NATIVE") else [])
+    cmd = ["py-spy", "record", "-f", "raw", "-o", str(where / f"{phase}.txt"), "--pid", str(pid), "-r", "200",
+           *(["--native"] if native else [])]
     return subprocess.Popen(cmd + (["--duration", str(int(seconds))] if seconds else []),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -315,6 +317,8 @@ def main() -> None:
                          "as workers pinged before)")
     ap.add_argument("--profile", type=Path, help="py-spy record the coordinator during the idle window and dispatch "
                                                   "into this directory (needs py-spy on PATH)")
+    ap.add_argument("--native", action="store_true",
+                    help="with --profile: record C frames too (py-spy --native), e.g. the pongs' write system calls")
     args = ap.parse_args()
     root = args.root.resolve()
     if not (root / "run_coordinator.py").is_file():
@@ -346,7 +350,7 @@ def main() -> None:
                                                          args.ramp, Schedule(args.reconnect_spread, args.ping_period), out, stop_evt), daemon=True)
                 for i, n in enumerate(per)]
         fleet = Fleet(args.procs, out)
-        spy = _profile(args.profile, "register", coord.pid, 0)
+        spy = _profile(args.profile, "register", coord.pid, 0, args.native)
         t0 = time.perf_counter()
         for g in gens:
             g.start()
@@ -360,7 +364,7 @@ def main() -> None:
 
         cp = psutil.Process(coord.pid)
         c0, w0 = cp.cpu_times(), time.time()
-        spy = _profile(args.profile, "idle", coord.pid, args.window)
+        spy = _profile(args.profile, "idle", coord.pid, args.window, args.native)
         time.sleep(args.window)
         c1, w1 = cp.cpu_times(), time.time()
         cpu = 100.0 * ((c1.user + c1.system) - (c0.user + c0.system)) / (w1 - w0)
@@ -376,7 +380,7 @@ def main() -> None:
             print(f"  {name}: {summary}", flush=True)
         if spy is not None:
             spy.wait()
-        spy = _profile(args.profile, "dispatch", coord.pid, 0)
+        spy = _profile(args.profile, "dispatch", coord.pid, 0, args.native)
         d0 = cp.cpu_times()
         tps, n = dispatch(rest, args.tasks)
         d1 = cp.cpu_times()
