@@ -12,7 +12,6 @@ before its 30 s TTL). The three cases run at once, so the window is the longest 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import Cluster, Procs, run_cluster, wait_for
+from distributed_testing.testing import Cluster, Procs, hidden_accelerators, run_cluster, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 INTERVALS = (0.5, 1.0, 10.0)
@@ -39,15 +38,6 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
         ps.close()
-
-
-def hidden_accelerators(tmp: Path) -> dict[str, str]:
-    """torch and openvino fail to import, so the accelerator probe answers at once."""
-    hide = tmp / "hide"
-    for name in ("torch", "openvino"):
-        (hide / name).mkdir(parents=True, exist_ok=True)
-        (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from this test')\n")
-    return {"PYTHONPATH": os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 async def start_worker(c: Cluster, procs: Procs, worker_id: str, interval: float, env: dict[str, str]) -> None:
