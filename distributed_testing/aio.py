@@ -39,6 +39,26 @@ def loop_choice() -> str:
     return "uvloop"
 
 
+def wake_within(event: asyncio.Event, timer: asyncio.TimerHandle | None,
+                delay_s: float) -> asyncio.TimerHandle | None:
+    """Have ``event`` set within ``delay_s`` seconds (at once when ``delay_s`` <= 0): how a group
+    commit writer is woken for an append that may wait to share the next write. The earliest
+    deadline asked for wins. ``timer`` is the one pending from earlier calls (or None); returns
+    the one pending now, for the writer to cancel when it takes the queue anyway."""
+    if delay_s <= 0:
+        event.set()
+        return timer
+    if event.is_set():
+        return timer
+    loop = asyncio.get_running_loop()
+    due = loop.time() + delay_s
+    if timer is None or due < timer.when():
+        if timer is not None:
+            timer.cancel()
+        timer = loop.call_at(due, event.set)
+    return timer
+
+
 def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
     """``asyncio.run(main)`` on ``loop`` (``uvloop`` or ``asyncio``; default: ``loop_choice()``)."""
     loop = loop or loop_choice()
@@ -50,4 +70,4 @@ def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
     return asyncio.run(main)
 
 
-__all__ = ["run", "loop_choice", "CHOICES", "HELP"]
+__all__ = ["run", "loop_choice", "wake_within", "CHOICES", "HELP"]

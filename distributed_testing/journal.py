@@ -56,6 +56,7 @@ import msgspec
 
 from distributed_testing.fsutil import fsync_dir
 
+from .aio import wake_within
 from .errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -259,15 +260,7 @@ class Journal(Generic[R]):
         self._frames.extend(frames)
         self._waiters.append(fut)
         self._sync = self._sync or sync
-        if linger_s <= 0:
-            self._wake.set()
-        elif not self._wake.is_set():
-            loop = asyncio.get_running_loop()
-            due = loop.time() + linger_s
-            if self._linger is None or due < self._linger.when():  # the earliest deadline wins
-                if self._linger is not None:
-                    self._linger.cancel()
-                self._linger = loop.call_at(due, self._wake.set)
+        self._linger = wake_within(self._wake, self._linger, linger_s)
         return fut
 
     def _check_decodes(self, rec: object, payload: bytes) -> None:

@@ -52,6 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import msgspec
 
+from ...aio import wake_within
 from ...errors import Fenced, StoreError, ValidationError
 from ...retry import Backoff, retry_async
 from .base import (
@@ -345,17 +346,9 @@ class PostgresStore:
                 rows.append((type(rec), encode(rec)))
             except (TypeError, ValueError, OverflowError, AttributeError, msgspec.MsgspecError) as exc:
                 raise StoreError(f"invalid store record {type(rec).__name__}: {exc}") from exc
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(rows, fut))
-        if linger_s <= 0:
-            self._wake.set()
-        elif not self._wake.is_set():
-            due = loop.time() + linger_s
-            if self._linger is None or due < self._linger.when():  # the earliest deadline wins
-                if self._linger is not None:
-                    self._linger.cancel()
-                self._linger = loop.call_at(due, self._wake.set)
+        self._linger = wake_within(self._wake, self._linger, linger_s)
         return fut
 
     def _take(self) -> list[_Pending]:
