@@ -11,8 +11,11 @@ is on disk. The coordinator acknowledges a submission or a worker's result only 
 from __future__ import annotations
 
 import asyncio
+import types
+import typing
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import msgspec
 
@@ -161,6 +164,55 @@ class TaskStats(msgspec.Struct):
     submitted: list[int]
     finished: list[int]
     recent_failures: list[TaskRow]
+
+
+class SqlColumn(Protocol):
+    """What ``RecordTable`` needs of a backend's column: its name, SQL type and nullability."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sql(self) -> str: ...
+    @property
+    def nullable(self) -> bool: ...
+
+
+C = TypeVar("C", bound=SqlColumn)
+
+
+@dataclass(frozen=True)
+class RecordTable(Generic[C]):
+    """How one record type maps to one SQL table: columns follow the Struct's fields, in order.
+    A backend subclasses it with its ``column`` (field name, base type, nullable -> its column)
+    and what its reads and writes need."""
+
+    name: str
+    row_type: type[Any]
+    key: tuple[str, ...]
+    keep_first: bool  # results: a resend must not replace the first row received
+    columns: tuple[C, ...]
+
+    @classmethod
+    def column(cls, name: str, base: Any, nullable: bool) -> C:
+        raise NotImplementedError
+
+    @classmethod
+    def of(cls, name: str, row_type: type[Any], key: tuple[str, ...], keep_first: bool = False) -> Self:
+        cols = []
+        for f in msgspec.structs.fields(row_type):
+            args = typing.get_args(f.type)
+            nullable = typing.get_origin(f.type) in (typing.Union, types.UnionType) and type(None) in args
+            base = next(a for a in args if a is not type(None)) if nullable else f.type
+            cols.append(cls.column(f.name, base, nullable))
+        return cls(name, row_type, key, keep_first, tuple(cols))
+
+    @property
+    def column_list(self) -> str:
+        return ", ".join(c.name for c in self.columns)
+
+    def ddl(self) -> str:
+        cols = [f"{c.name} {c.sql}{'' if c.nullable else ' NOT NULL'}" for c in self.columns]
+        return f"CREATE TABLE {self.name} ({', '.join(cols)}, PRIMARY KEY ({', '.join(self.key)}))"
 
 
 class Store(Protocol):

@@ -32,8 +32,6 @@ import contextlib
 import functools
 import heapq
 import logging
-import types
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +52,7 @@ from .base import (
     KeyRow,
     MetaRow,
     Record,
+    RecordTable,
     ResultQuery,
     ResultRow,
     Snapshot,
@@ -110,41 +109,19 @@ class _Column:
     nullable: bool
 
 
-def _column(name: str, annotation: Any) -> _Column:
-    args = typing.get_args(annotation)
-    nullable = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
-    base = next(a for a in args if a is not type(None)) if nullable else annotation
-    if base is str:
-        return _Column(name, "VARCHAR", pa.string(), False, nullable)
-    if base is int:
-        return _Column(name, "BIGINT", pa.int64(), False, nullable)
-    if base is float:
-        return _Column(name, "DOUBLE", pa.float64(), False, nullable)
-    return _Column(name, "JSON", pa.string(), True, nullable)
-
-
 @dataclass(frozen=True)
-class _Table:
-    """How one record type maps to one table: columns follow the Struct's fields, in order."""
-
-    name: str
-    row_type: type[Any]
-    key: tuple[str, ...]
-    keep_first: bool  # results: a resend must not replace the first row received
-    columns: tuple[_Column, ...]
+class _Table(RecordTable[_Column]):
+    """A record type's DuckDB table (``RecordTable``), written from Arrow batches."""
 
     @classmethod
-    def of(cls, name: str, row_type: type[Any], key: tuple[str, ...], keep_first: bool = False) -> _Table:
-        cols = tuple(_column(f.name, f.type) for f in msgspec.structs.fields(row_type))
-        return cls(name, row_type, key, keep_first, cols)
-
-    @property
-    def column_list(self) -> str:
-        return ", ".join(c.name for c in self.columns)
-
-    def ddl(self) -> str:
-        cols = [f"{c.name} {c.sql}{'' if c.nullable else ' NOT NULL'}" for c in self.columns]
-        return f"CREATE TABLE {self.name} ({', '.join(cols)}, PRIMARY KEY ({', '.join(self.key)}))"
+    def column(cls, name: str, base: Any, nullable: bool) -> _Column:
+        if base is str:
+            return _Column(name, "VARCHAR", pa.string(), False, nullable)
+        if base is int:
+            return _Column(name, "BIGINT", pa.int64(), False, nullable)
+        if base is float:
+            return _Column(name, "DOUBLE", pa.float64(), False, nullable)
+        return _Column(name, "JSON", pa.string(), True, nullable)
 
     def dedupe(self, rows: list[Any]) -> list[Any]:
         unique: dict[tuple[Any, ...], Any] = {}

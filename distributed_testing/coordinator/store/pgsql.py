@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import operator
 import re
-import types
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from .base import TERMINAL, KeyRow, MetaRow, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
+from .base import TERMINAL, KeyRow, MetaRow, RecordTable, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -64,46 +62,24 @@ class Column:
     nullable: bool
 
 
-def _column(name: str, annotation: Any) -> Column:
-    args = typing.get_args(annotation)
-    nullable = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
-    base = next(a for a in args if a is not type(None)) if nullable else annotation
-    if base is str:
-        return Column(name, "text", "text[]", "text", nullable)
-    if base is int:
-        return Column(name, "bigint", "bigint[]", "int", nullable)
-    if base is float:
-        return Column(name, "double precision", "float8[]", "float", nullable)
-    return Column(name, "json", "text[]", "json", nullable)
-
-
 @dataclass(frozen=True)
-class Table:
-    """How one record type maps to one table: columns follow the Struct's fields, in order."""
-
-    name: str
-    row_type: type[Any]
-    key: tuple[str, ...]
-    keep_first: bool  # results: a resend must not replace the first row received
-    columns: tuple[Column, ...]
+class Table(RecordTable[Column]):
+    """A record type's PostgreSQL table (``RecordTable``), written as parameter arrays."""
 
     @classmethod
-    def of(cls, name: str, row_type: type[Any], key: tuple[str, ...], keep_first: bool = False) -> Table:
-        cols = tuple(_column(f.name, f.type) for f in msgspec.structs.fields(row_type))
-        return cls(name, row_type, key, keep_first, cols)
-
-    @property
-    def column_list(self) -> str:
-        return ", ".join(c.name for c in self.columns)
+    def column(cls, name: str, base: Any, nullable: bool) -> Column:
+        if base is str:
+            return Column(name, "text", "text[]", "text", nullable)
+        if base is int:
+            return Column(name, "bigint", "bigint[]", "int", nullable)
+        if base is float:
+            return Column(name, "double precision", "float8[]", "float", nullable)
+        return Column(name, "json", "text[]", "json", nullable)
 
     @property
     def key_index(self) -> tuple[int, ...]:
         names = [c.name for c in self.columns]
         return tuple(names.index(k) for k in self.key)
-
-    def ddl(self) -> str:
-        cols = [f"{c.name} {c.sql}{'' if c.nullable else ' NOT NULL'}" for c in self.columns]
-        return f"CREATE TABLE {self.name} ({', '.join(cols)}, PRIMARY KEY ({', '.join(self.key)}))"
 
     def encoder(self) -> Callable[[Any], tuple[Any, ...]]:
         """A function from a record to its row values in column order (JSON encoded, NUL-free)."""
