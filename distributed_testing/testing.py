@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -396,6 +396,31 @@ def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, hos
 
     wait_until(listening, timeout, "the coordinator to listen")
     return p, int(port_file.read_text())
+
+
+Respond = Callable[[web.Request], Awaitable[web.StreamResponse]]  # a fake coordinator's handshake answer
+
+
+@contextlib.asynccontextmanager
+async def fake_coordinator(respond: Respond) -> AsyncIterator[tuple[str, list[web.Request]]]:
+    """A server whose /ws/worker answers every handshake with ``respond``; yields its URL and
+    the handshakes seen."""
+    seen: list[web.Request] = []
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        seen.append(request)
+        return await respond(request)
+
+    app = web.Application()
+    app.router.add_get("/ws/worker", endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    finally:
+        await runner.cleanup()
 
 
 # ---------------------------------------------------------------------------- PostgreSQL

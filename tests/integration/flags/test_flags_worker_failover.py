@@ -5,6 +5,7 @@ death) is tested in tests/integration/ha."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,34 +14,25 @@ import pytest
 from aiohttp import web
 from flags_support import StartWorker
 
-from distributed_testing.testing import free_port, run_cluster, wait_for
+from distributed_testing.testing import fake_coordinator, free_port, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 NOOP = {"type": "custom", "config": {"name": "noop"}}
 
 
 @asynccontextmanager
-async def standby(leaders: list[str | None]) -> AsyncIterator[tuple[str, list[int]]]:
+async def standby(leaders: list[str | None]) -> AsyncIterator[tuple[str, list[web.Request]]]:
     """A standby at the returned URL: its n-th worker handshake names ``leaders[n]`` (the last
-    one from then on; None: no leader known yet). The list counts handshakes."""
-    seen: list[int] = []
+    one from then on; None: no leader known yet). The list holds the handshakes seen."""
+    count = itertools.count(1)
 
-    async def ws(_request: web.Request) -> web.Response:
-        seen.append(1)
-        leader = leaders[min(len(seen), len(leaders)) - 1]
+    async def respond(_request: web.Request) -> web.Response:
+        leader = leaders[min(next(count), len(leaders)) - 1]
         return web.json_response({"error": "not_leader", "leader": leader, "message": "standby"}, status=503,
                                  headers={"Retry-After": "1"})
 
-    app = web.Application()
-    app.router.add_get("/ws/worker", ws)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    finally:
-        await runner.cleanup()
+    async with fake_coordinator(respond) as (url, seen):
+        yield url, seen
 
 
 async def test_a_worker_given_a_dead_coordinator_first_connects_to_the_next(tmp_path: Path,

@@ -7,8 +7,6 @@ coordinator; a session the coordinator ends is followed by a fresh registration.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,7 +18,7 @@ from flags_support import Proxy, StartWorker, ThreadCluster, worker_config
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.errors import ProtocolError
 from distributed_testing.retry import RetriesExhausted
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, Respond, fake_coordinator, run_cluster, wait_for
 from distributed_testing.worker.agent import SESSION_HEADER, SessionRejected
 from distributed_testing.worker.factory import build_agent
 
@@ -95,29 +93,6 @@ async def test_a_session_the_coordinator_ends_is_followed_by_a_new_registration(
             assert agent.registered.is_set() and c.runtime.sessions["closed"].worker_id == "closed"
 
 
-Respond = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@contextlib.asynccontextmanager
-async def fake_coordinator(respond: Respond) -> AsyncIterator[tuple[str, list[web.Request]]]:
-    """A server whose /ws/worker answers every handshake with ``respond``; yields its URL and
-    the handshakes seen."""
-    seen: list[web.Request] = []
-
-    async def endpoint(request: web.Request) -> web.StreamResponse:
-        seen.append(request)
-        return await respond(request)
-
-    app = web.Application()
-    app.router.add_get("/ws/worker", endpoint)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    finally:
-        await runner.cleanup()
 
 
 async def upgrade_without_session_id(request: web.Request) -> web.StreamResponse:
