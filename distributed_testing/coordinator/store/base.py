@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 import msgspec
 
+from ...errors import StoreError
 from ...tasks.states import TERMINAL as TERMINAL
 
 SCHEMA_VERSION = 2
@@ -164,6 +165,18 @@ class TaskStats(msgspec.Struct):
     submitted: list[int]
     finished: list[int]
     recent_failures: list[TaskRow]
+
+
+def stored_schema_version(rows: Sequence[Sequence[Any]], where: object) -> int:
+    """The version in a store's ``schema_version`` table (its rows), refusing a table that does
+    not hold exactly one and a version newer than this code's ``SCHEMA_VERSION``."""
+    if len(rows) != 1:
+        raise StoreError(f"{where}: schema_version must hold one row, found {len(rows)}")
+    version = int(rows[0][0])
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{where} has schema version {version}, newer than the version {SCHEMA_VERSION} "
+                         "this coordinator understands; upgrade distributed_testing to open it")
+    return version
 
 
 class SqlColumn(Protocol):

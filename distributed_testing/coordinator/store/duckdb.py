@@ -61,6 +61,7 @@ from .base import (
     TaskRow,
     TaskStats,
     WorkerRow,
+    stored_schema_version,
 )
 from .memory import (
     FAILED_STATES,
@@ -344,14 +345,7 @@ class DuckDBStore:
             rows = con.execute("SELECT version FROM schema_version").fetchall()
         except duckdb.Error as exc:
             raise StoreError(f"cannot read the schema of {self.path}: {exc}") from exc
-        if len(rows) != 1:
-            raise StoreError(f"{self.path}: schema_version must hold one row, found {len(rows)}")
-        version = int(rows[0][0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} has schema version {version}, newer than the version {SCHEMA_VERSION} "
-                "this coordinator understands; upgrade distributed_testing to open it"
-            )
+        version = stored_schema_version(rows, self.path)
         while version < SCHEMA_VERSION:
             migrate = MIGRATIONS.get(version)
             if migrate is None:

@@ -68,6 +68,7 @@ from .base import (
     TaskRow,
     TaskStats,
     WorkerRow,
+    stored_schema_version,
 )
 from .memory import validate_query
 from .pgsql import (
@@ -257,14 +258,7 @@ class PostgresStore:
                 await con.execute("INSERT INTO schema_version VALUES ($1)", SCHEMA_VERSION)
                 log.info("created the schema (version %d) in %s", SCHEMA_VERSION, self.where)
                 return
-            rows = await con.fetch("SELECT version FROM schema_version")
-            if len(rows) != 1:
-                raise StoreError(f"{self.where}: schema_version must hold one row, found {len(rows)}")
-            version = int(rows[0][0])
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.where} has schema version {version}, newer than the version {SCHEMA_VERSION} "
-                    "this coordinator understands; upgrade distributed_testing to open it")
+            version = stored_schema_version(await con.fetch("SELECT version FROM schema_version"), self.where)
             while version < SCHEMA_VERSION:
                 migrate = MIGRATIONS.get(version)
                 if migrate is None:
