@@ -64,7 +64,7 @@ from distributed_testing.protocol import messages as m  # noqa: E402
 from distributed_testing.protocol.signing import Channel, derive_session_key  # noqa: E402
 from distributed_testing.retry import Backoff  # noqa: E402
 from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
-from distributed_testing.worker.agent import FIRST_RECONNECT_SPREAD_S, ping_period  # noqa: E402
+from distributed_testing.worker.session import FIRST_RECONNECT_SPREAD_S, ping_period  # noqa: E402
 
 SESSION_HEADER = "X-DT-Session"
 WORKERS_PAGE = "/api/v1/workers?limit=100"

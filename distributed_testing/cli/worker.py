@@ -47,8 +47,9 @@ from ..retry import RetriesExhausted
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes
 from ..worker import metrics as worker_metrics
-from ..worker.agent import SessionRejected, WorkerAgent
+from ..worker.agent import WorkerAgent
 from ..worker.limits import PROFILES, gpu_unavailable_reason, profile_settings, swap_unavailable_reason
+from ..worker.session import SessionRejected
 from .common import add_log_flag, metrics_port, setup_logging, tune_gc
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from distributed_testing.testing import (
     start_coordinator_process,
     wait_until,
 )
-from distributed_testing.worker.agent import bound_unacknowledged
+from distributed_testing.worker.session import bound_unacknowledged
 
 pytestmark = pytest.mark.timeout(90)
 

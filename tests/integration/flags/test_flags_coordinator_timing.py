@@ -23,7 +23,7 @@ from distributed_testing.coordinator.runtime import RUNTIME
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import ConfigError
 from distributed_testing.testing import Cluster, start_coordinator, wait_for
-from distributed_testing.worker.agent import SessionRejected
+from distributed_testing.worker.session import SessionRejected
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 

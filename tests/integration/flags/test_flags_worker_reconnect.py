@@ -19,8 +19,8 @@ from distributed_testing.cli import worker as worker_cli
 from distributed_testing.errors import ProtocolError
 from distributed_testing.retry import RetriesExhausted
 from distributed_testing.testing import Cluster, Respond, fake_coordinator, run_cluster, wait_for
-from distributed_testing.worker.agent import SESSION_HEADER, SessionRejected
 from distributed_testing.worker.factory import build_agent
+from distributed_testing.worker.session import SESSION_HEADER, SessionRejected
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,9 +12,10 @@ import pytest
 
 from distributed_testing.config import WorkerConfig
 from distributed_testing.testing import CPU_HARDWARE
-from distributed_testing.worker.agent import FIRST_RECONNECT_SPREAD_S, WorkerAgent
+from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
 from distributed_testing.worker.outbox import MemoryOutbox
+from distributed_testing.worker.session import FIRST_RECONNECT_SPREAD_S
 
 pytestmark = pytest.mark.timeout(30)
 URL = "http://127.0.0.1:9"
