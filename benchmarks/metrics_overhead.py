@@ -16,8 +16,8 @@ import argparse
 import time
 
 from distributed_testing.config import CoordinatorConfig
+from distributed_testing.coordinator.model import Command, Send
 from distributed_testing.coordinator.runtime import Runtime
-from distributed_testing.coordinator.state import Command, Send
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks.spec import parse_tasks

@@ -51,7 +51,8 @@ from . import views
 from .events import EventHub
 from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
-from .state import CloseWorker, Command, CoordinatorState, Notify, Policy, Refused, Save, Send
+from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send
+from .state import CoordinatorState
 from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
 from .supervisor import Supervisor
 

@@ -27,7 +27,8 @@ from typing import Any
 import msgspec
 
 from ..errors import ValidationError
-from .state import CoordinatorState, Task
+from .model import Task
+from .state import CoordinatorState
 from .store.base import Store, TaskQuery, TaskStats
 
 SERIES_BUCKET_S = 60.0

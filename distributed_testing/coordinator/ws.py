@@ -39,8 +39,8 @@ from ..protocol.signing import Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
 from .group import NotLeader
+from .model import Command
 from .runtime import RUNTIME, Runtime, Session
-from .state import Command
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-DT-Session"

@@ -12,7 +12,8 @@ import msgspec
 import pytest
 from sim_support import T0, Sim, saved, sent
 
-from distributed_testing.coordinator.state import CoordinatorState, Notify, Policy, Refused
+from distributed_testing.coordinator.model import Notify, Policy, Refused
+from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow
 from distributed_testing.errors import Conflict
 from distributed_testing.protocol import messages as m

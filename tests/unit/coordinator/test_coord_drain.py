@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.state import CoordinatorState, Save, Send
+from distributed_testing.coordinator.model import Save, Send
+from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.base import WorkerRow
 from distributed_testing.errors import Conflict, NotFound
 from distributed_testing.protocol import messages as m

@@ -12,7 +12,8 @@ import pytest
 from sim_support import T0, Sim, saved, sent
 
 from distributed_testing.coordinator.identity import held
-from distributed_testing.coordinator.state import CloseWorker, Command, CoordinatorState, Policy, Refused
+from distributed_testing.coordinator.model import CloseWorker, Command, Policy, Refused
+from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow, WorkerRow
 from distributed_testing.errors import Conflict, NotFound, PermissionDenied
 from distributed_testing.protocol import messages as m

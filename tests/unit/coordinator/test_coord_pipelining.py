@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim, sent
 
+from distributed_testing.coordinator.model import Policy, Refused
 from distributed_testing.coordinator.pipeline import Pace
-from distributed_testing.coordinator.state import Policy, Refused
 from distributed_testing.coordinator.store.base import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs

@@ -10,7 +10,8 @@ import pytest
 
 from distributed_testing.coordinator import views
 from distributed_testing.coordinator.events import RESET, Event, EventHub, Subscriber, sse_frame
-from distributed_testing.coordinator.state import CoordinatorState, Policy, Save
+from distributed_testing.coordinator.model import Policy, Save
+from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store import MemoryStore
 from distributed_testing.coordinator.store.base import KeyRow, ResultRow, TaskRow
 from distributed_testing.errors import ValidationError

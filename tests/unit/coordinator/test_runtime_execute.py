@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from distributed_testing.config import CoordinatorConfig
+from distributed_testing.coordinator.model import Command, Notify, Save, Send
 from distributed_testing.coordinator.runtime import Runtime, Session
-from distributed_testing.coordinator.state import Command, Notify, Save, Send
 from distributed_testing.coordinator.store.base import MetaRow, Record
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import StoreError

@@ -38,7 +38,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from distributed_testing.coordinator.state import CloseWorker, CoordinatorState, Policy, Refused, Save, Send
+from distributed_testing.coordinator.model import CloseWorker, Policy, Refused, Save, Send
+from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.base import Snapshot, TaskRow, WorkerRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff

@@ -1,0 +1,198 @@
+"""What the coordinator's scheduling core (:mod:`.state`) works on and emits: the commands its
+events return (:class:`Save` records first, then :class:`Send` / :class:`CloseWorker` /
+:class:`Notify` / :class:`Refused` for the transport), its :class:`Policy` and the liveness
+contract it grants, and the :class:`Task` and :class:`Worker` it keeps in memory with the store
+rows they become. Plain data: no scheduling decisions here."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ValidationError
+from ..protocol import messages as m
+from ..retry import Backoff
+from ..tasks import spec as specs
+from ..tasks.usercode import model_module
+from .gang import Gang
+from .pipeline import Pace
+from .placement import NO_REQUIREMENTS, ReqKey, WorkerView, requirement_key
+from .store.base import Record, TaskRow, WorkerRow
+
+
+@dataclass(frozen=True)
+class Save:
+    record: Record
+
+
+@dataclass(frozen=True)
+class Send:
+    worker_id: str
+    msg: m.Message
+
+
+@dataclass(frozen=True)
+class CloseWorker:
+    worker_id: str
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Notify:
+    task_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A worker spoke for something it does not hold (``what``: result, started, progress); the
+    transport logs it, counts it and tells the worker. Nothing of it was stored."""
+
+    worker_id: str
+    what: str
+    task: m.TaskRef
+    reason: str
+
+
+Command = Save | Send | CloseWorker | Notify | Refused
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """The liveness contract of one worker session: it heartbeats every
+    ``interval_s``; it is dead after ``ttl_s`` without any frame from it."""
+
+    interval_s: float
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class Policy:
+    worker_grace_s: float = 10.0
+    # Liveness (docs/operations.md#liveness). A worker that asks for no interval gets
+    # (heartbeat_interval_s, worker_ttl_s); one that asks for a longer interval gets a TTL of as
+    # many intervals (worker_ttl_s / heartbeat_interval_s, 3 by default), never below worker_ttl_s;
+    # one asking for more than max_heartbeat_interval_s is refused at registration.
+    heartbeat_interval_s: float = 1.0
+    worker_ttl_s: float = 3.0
+    max_heartbeat_interval_s: float = 60.0
+    batch_max: int = 8  # benchmark tasks per batch
+    batch_wait_s: float = 0.2  # how long a lone benchmark task may wait for others to batch with
+    retry_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, factor=2.0, max_s=30.0, jitter=0.0))
+    gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
+    gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
+    strict: bool = False  # refuse at submit a custom task whose handler no connected worker has
+    # Pipelining (coordinator/pipeline.py): a task sent ahead waits behind at most about this much
+    # queued work on its worker, judged by the durations the worker reports
+    pipeline_budget_s: float = 0.02
+    # finished tasks kept in memory once their terminal record is durable (answers to ?wait and to
+    # reads right after the outcome need no store read); older ones are read back from the store
+    finished_cache: int = 4096
+
+    def liveness(self, requested_s: float) -> Liveness:
+        """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
+        (0: no preference). Raises ``ValidationError`` naming the numbers when it is not a finite
+        number >= 0 or exceeds ``max_heartbeat_interval_s``."""
+        field_name = "register.heartbeat_interval_s"
+        if not math.isfinite(requested_s) or requested_s < 0:
+            raise ValidationError([{"field": field_name, "error": f"must be a number of seconds >= 0, got {requested_s}"}])
+        if requested_s == 0:
+            return Liveness(self.heartbeat_interval_s, self.worker_ttl_s)
+        if requested_s > self.max_heartbeat_interval_s:
+            raise ValidationError([{"field": field_name, "error": (
+                f"a heartbeat interval of {requested_s:g}s is above this coordinator's maximum of "
+                f"{self.max_heartbeat_interval_s:g}s (--max-heartbeat-interval); start the worker with "
+                f"--heartbeat-interval {self.max_heartbeat_interval_s:g} or less")}])
+        intervals = self.worker_ttl_s / self.heartbeat_interval_s
+        return Liveness(requested_s, max(self.worker_ttl_s, intervals * requested_s))
+
+
+@dataclass(slots=True)
+class Task:
+    spec: specs.TaskSpec
+    spec_dict: dict[str, Any]
+    task_id: str
+    type: str
+    digest: str
+    seq: int
+    submitted_at: float
+    state: str = "pending"
+    attempt: int = 0
+    worker_id: str | None = None
+    updated_at: float = 0.0
+    retries_used: int = 0
+    not_before: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    outcome: dict[str, Any] | None = None
+    submitted_by: str | None = None
+    key: ReqKey = NO_REQUIREMENTS
+    batch_key: tuple[Any, ...] | None = None  # benchmark tasks with equal keys may share a model load
+    slot: str = ""  # the worker slot this attempt holds: its task id, or its batch id
+    gang: Gang | None = None  # multi-node training tasks only
+    pipelined: bool = False  # may wait on a busy worker ahead of a free slot (its kind's ``pipelined``)
+    sent_ahead: bool = False  # this attempt went to a worker with no free slot (it waits behind others there)
+    spared: bool = False  # already requeued once without a retry after its worker was lost while it waited ahead
+
+    def __post_init__(self) -> None:
+        kind = specs.kind_of(self.spec)
+        self.pipelined = kind.pipelined
+        cfg = kind.decode(self.spec.config)
+        self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
+                                   model_module(kind.imports_model, self.spec.config), kind.handler(cfg))
+        nodes = kind.gang_size(cfg)
+        if nodes:
+            self.gang = Gang(nodes)
+        self.batch_key = kind.batch_key(cfg)
+
+    def ref(self) -> m.TaskRef:
+        return m.TaskRef(self.task_id, self.attempt)
+
+    @classmethod
+    def from_row(cls, row: TaskRow) -> Task:
+        """The task a stored row describes (``seq`` as stored)."""
+        return cls(spec=specs.spec_from_dict(row.spec), spec_dict=row.spec, task_id=row.task_id, type=row.type,
+                   digest=row.digest, seq=row.seq, submitted_by=row.submitted_by, submitted_at=row.submitted_at,
+                   state=row.state, attempt=row.attempt, worker_id=row.worker_id, updated_at=row.updated_at,
+                   retries_used=row.retries_used, not_before=row.not_before, history=list(row.history),
+                   outcome=row.outcome)
+
+    def row(self) -> TaskRow:
+        return TaskRow(
+            task_id=self.task_id, type=self.type, state=self.state, attempt=self.attempt,
+            priority=self.spec.priority, submitted_at=self.submitted_at, updated_at=self.updated_at,
+            digest=self.digest, spec=self.spec_dict, worker_id=self.worker_id,
+            retries_used=self.retries_used, not_before=self.not_before, history=list(self.history),
+            outcome=self.outcome, seq=self.seq, submitted_by=self.submitted_by,
+        )
+
+
+@dataclass(slots=True)
+class Worker:
+    view: WorkerView
+    name: str
+    hardware: dict[str, Any]
+    session_id: str | None
+    first_seen: float
+    last_seen: float
+    connected: bool = True
+    health: str = "ready"
+    health_reason: str | None = None
+    disconnected_at: float | None = None
+    load: dict[str, float] = field(default_factory=dict)
+    address: str = ""  # where other workers reach it (gang rendezvous); Register.address
+    key_id: str = ""  # the key this worker id is bound to ("": none yet, or released by an admin)
+    liveness: Liveness = Liveness(1.0, 3.0)  # this session's contract (set at registration)
+    pace: Pace = field(default_factory=lambda: Pace(0))  # this session's pipelining window
+
+    @property
+    def worker_id(self) -> str:
+        return self.view.worker_id
+
+    def row(self) -> WorkerRow:
+        return WorkerRow(
+            worker_id=self.worker_id, name=self.name, hardware=self.hardware,
+            capabilities=sorted(self.view.capabilities), tags=sorted(self.view.tags),
+            first_seen=self.first_seen, last_seen=self.last_seen,
+            state=self.health if self.connected else "disconnected", key_id=self.key_id or None,
+        )
