@@ -121,7 +121,6 @@ class Runtime:
         self.config = config
         self.store = store
         self.clock = clock
-        self._running_loop: asyncio.AbstractEventLoop | None = None
         self._completed: asyncio.Future[None] | None = None
         self.state = CoordinatorState(Policy(worker_grace_s=config.worker_grace_s, worker_ttl_s=config.worker_ttl_s,
                                              heartbeat_interval_s=config.heartbeat_interval_s,
@@ -224,20 +223,14 @@ class Runtime:
 
     # ------------------------------------------------------------- commands
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop, looked up once: on Python 3.11 ``asyncio.get_running_loop()`` is a
-        ``getpid`` system call, 6 % of the coordinator's CPU at 3,000 idle workers when every
-        heartbeat made one (``py-spy --native``)."""
-        loop = self._running_loop
-        if loop is None or loop.is_closed():
-            loop = self._running_loop = asyncio.get_running_loop()
-        return loop
-
     def _done(self) -> asyncio.Future[None]:
-        """A completed future, shared: what ``execute`` returns when nothing waits on a write."""
-        done, loop = self._completed, self._loop()
-        if done is None or done.get_loop() is not loop:
-            done = self._completed = loop.create_future()
+        """A completed future, shared: what ``execute`` returns when nothing waits on a write.
+        Made once per loop: on Python 3.11 ``asyncio.get_running_loop()`` is a ``getpid`` system
+        call, 6 % of the coordinator's CPU at 3,000 idle workers when every heartbeat made one
+        (``py-spy --native``)."""
+        done = self._completed
+        if done is None or done.get_loop().is_closed():
+            done = self._completed = asyncio.get_running_loop().create_future()
             done.set_result(None)
         return done
 
@@ -258,7 +251,7 @@ class Runtime:
         if not records:
             self._run(rest)
             return self._done()
-        loop = self._loop()
+        loop = asyncio.get_running_loop()
         rest, provisional = self._plan_provisional(rest)
         durable = self.persist(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
         ended = [r.task_id for r in records if isinstance(r, TaskRow) and r.state in TERMINAL]
