@@ -5,15 +5,16 @@ load-generator processes that together hold ``--workers`` WebSocket sessions. Ea
 the real protocol with the package's own code: the handshake, a ``Channel`` keyed from the
 credential and the session id, a signed ``register``, then a signed ``heartbeat`` every interval
 the coordinator gave it, a WebSocket ping every TTL (``ping_period``, as ``dt-worker`` does), and
-a ``results`` frame answering every assignment at once (a no-op task). A session that ends reconnects as
-``dt-worker`` does: the first attempt after an established session waits a uniform part of
-``--reconnect-spread`` seconds (the worker's ``FIRST_RECONNECT_SPREAD_S``; 0: at once, as workers
+a ``results`` frame answering every assignment at once (a no-op task). A session that ends
+reconnects as ``dt-worker`` does: the first attempt after an established session waits a uniform
+part of ``--reconnect-spread`` seconds (the worker's ``FIRST_RECONNECT_SPREAD_S``; 0: at once, as workers
 did before it), failed attempts back off with the package's jittered ``Backoff`` from 1 s.
 ``--ping-period 1`` makes the sessions ping every heartbeat, as workers did before they pinged once
 per TTL.
 
 ``--profile DIR`` records the coordinator with py-spy (raw collapsed stacks) while the fleet
-registers, idles and runs the tasks; ``--native`` adds C frames (system calls, uvloop, OpenSSL). ``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
+registers, idles and runs the tasks; ``--native`` adds C frames (system calls, uvloop, OpenSSL).
+``--root DIR`` starts the coordinator from another checkout (``run_coordinator.py`` and the
 package of DIR), for before/after figures from one generator: e.g. a worktree of main.
 
 Phases, each reported:
@@ -61,12 +62,11 @@ from latency_stats import pct  # noqa: E402
 
 from distributed_testing.coordinator.limits import connection_limits  # noqa: E402
 from distributed_testing.protocol import messages as m  # noqa: E402
-from distributed_testing.protocol.signing import Channel, derive_session_key  # noqa: E402
+from distributed_testing.protocol.signing import SESSION_HEADER, Channel, derive_session_key  # noqa: E402
 from distributed_testing.retry import Backoff  # noqa: E402
 from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
 from distributed_testing.worker.session import FIRST_RECONNECT_SPREAD_S, ping_period  # noqa: E402
 
-SESSION_HEADER = "X-DT-Session"
 WORKERS_PAGE = "/api/v1/workers?limit=100"
 
 

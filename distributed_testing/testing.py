@@ -42,7 +42,7 @@ from .coordinator.server import METRICS_PORT, create_app, make_runner
 from .coordinator.store.base import Store
 from .coordinator.store.memory import MemoryStore
 from .protocol import messages as m
-from .protocol.signing import Channel, derive_session_key
+from .protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from .security import tls
 from .worker.agent import WorkerAgent
 from .worker.auth import Credentials
@@ -211,7 +211,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
     session_ids: list[str] = []
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
-        session_ids.append(params.response.headers.get("X-DT-Session", ""))
+        session_ids.append(params.response.headers.get(SESSION_HEADER, ""))
 
     trace = aiohttp.TraceConfig()
     trace.on_request_end.append(on_end)

@@ -35,7 +35,7 @@ from aiohttp import WSMsgType, web
 
 from ..errors import AuthError, DTError, PermissionDenied, ProtocolError, StoreError, ValidationError
 from ..protocol import messages as m
-from ..protocol.signing import Channel, derive_session_key
+from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
 from .group import NotLeader
@@ -43,7 +43,6 @@ from .model import Command
 from .runtime import RUNTIME, Runtime, Session
 
 log = logging.getLogger(__name__)
-SESSION_HEADER = "X-DT-Session"
 REGISTER_TIMEOUT_S = 10.0
 
 Handler = Callable[[Runtime, Session, m.Message, float], list[Command]]

@@ -27,6 +27,8 @@ from .messages import Message
 TAG_SIZE = 32
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 DEFAULT_MAX_SKEW_S = 300.0
+# The handshake response header carrying the session id, the second input of derive_session_key
+SESSION_HEADER = "X-DT-Session"
 
 
 def derive_session_key(credential: str, session_id: str) -> bytes:

@@ -30,7 +30,7 @@ from ..config import WorkerConfig, normalize_url, ws_url
 from ..errors import ConfigError, ExecutionError, ProtocolError
 from ..netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
-from ..protocol.signing import Channel, derive_session_key
+from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
 from .auth import Credentials
@@ -45,7 +45,6 @@ from .session import (
     MAX_FRAME_BYTES,
     OPEN_TIMEOUT_S,
     RETRY_ON,
-    SESSION_HEADER,
     HandshakeProbe,
     NotTheLeader,
     SessionRejected,

@@ -17,7 +17,6 @@ from multidict import CIMultiDictProxy
 from ..errors import ProtocolError
 
 log = logging.getLogger(__name__)
-SESSION_HEADER = "X-DT-Session"
 OPEN_TIMEOUT_S = 10.0  # proxy, TCP connect and WebSocket handshake together
 MAX_FRAME_BYTES = 32 * 1024 * 1024
 # --high-availability: the pause between full rounds of every known coordinator starts here and

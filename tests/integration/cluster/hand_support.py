@@ -17,13 +17,12 @@ from aiohttp import web
 
 from distributed_testing.config import WorkerConfig
 from distributed_testing.protocol import messages as m
-from distributed_testing.protocol.signing import Channel, derive_session_key
+from distributed_testing.protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from distributed_testing.testing import wait_for
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
 from distributed_testing.worker.executors import default_executors
 from distributed_testing.worker.outbox import MemoryOutbox
-from distributed_testing.worker.session import SESSION_HEADER
 
 KEY = "dt_test_key_for_a_hand_driven_coordinator"
 

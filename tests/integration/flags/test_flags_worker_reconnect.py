@@ -17,10 +17,11 @@ from flags_support import Proxy, StartWorker, ThreadCluster, worker_config
 
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.errors import ProtocolError
+from distributed_testing.protocol.signing import SESSION_HEADER
 from distributed_testing.retry import RetriesExhausted
 from distributed_testing.testing import Cluster, Respond, fake_coordinator, run_cluster, wait_for
 from distributed_testing.worker.factory import build_agent
-from distributed_testing.worker.session import SESSION_HEADER, SessionRejected
+from distributed_testing.worker.session import SessionRejected
 
 pytestmark = pytest.mark.timeout(60)
 
