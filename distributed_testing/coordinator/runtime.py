@@ -441,6 +441,7 @@ class Runtime:
         for s in list(self.sessions.values()):
             if s.key_id == key_id:
                 s.close(f"key {key_id} revoked")
+        self.events.end_key(key_id)
         return rec
 
     async def ensure_secret(self, meta: dict[str, str]) -> None:
