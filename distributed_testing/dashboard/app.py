@@ -24,6 +24,7 @@ JSON gets 400.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 import math
@@ -73,6 +74,7 @@ SIGNIN_THROTTLE = web.AppKey("dashboard_signin_throttle", AuthThrottle)
 SIGNIN_FAIL_LIMIT = 10
 SIGNIN_FAIL_WINDOW_S = 60.0
 STREAM_RETRY_AFTER_S = 5
+GONE_CHECK_S = 0.5
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -352,8 +354,7 @@ async def _relay_events(request: web.Request, session: Session) -> web.StreamRes
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         await resp.prepare(request)
         try:
-            async for chunk in upstream.content.iter_any():
-                await resp.write(chunk)
+            await _pass_through(request, upstream, resp)
         except aiohttp.ClientPayloadError as exc:  # upstream ended; the browser reconnects
             log.info("event stream from the coordinator ended: %s", exc)
         except ConnectionResetError:  # the browser went away
@@ -361,3 +362,25 @@ async def _relay_events(request: web.Request, session: Session) -> web.StreamRes
         return resp
     finally:
         upstream.release()
+
+
+async def _pass_through(request: web.Request, upstream: aiohttp.ClientResponse, resp: web.StreamResponse) -> None:
+    """Copy ``upstream`` to ``resp`` until either side ends. The browser's side is looked at every
+    ``GONE_CHECK_S`` (aiohttp tells a handler nothing when its client goes away; the stream's
+    place under the caps would otherwise stay taken until the next keepalive fails to write)."""
+    read: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            read = read or asyncio.ensure_future(upstream.content.readany())
+            done, _ = await asyncio.wait({read}, timeout=GONE_CHECK_S)
+            if not done:
+                if request.transport is None or request.transport.is_closing():
+                    return
+                continue
+            chunk, read = read.result(), None
+            if not chunk:
+                return
+            await resp.write(chunk)
+    finally:
+        if read is not None:
+            read.cancel()
