@@ -52,6 +52,9 @@ class CoordinatorConfig:
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
     auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
     auth_fail_window_s: float = 60.0
+    # per-key quotas (coordinator/quota.py, docs/security.md "Quotas"); 0: off
+    max_queued_per_key: int = 10000  # tasks queued or running per key
+    max_payload_mb_per_key: int = 64  # MiB of task specs (as JSON) queued or running per key
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"
     metrics_port: int | None = None  # also serve /metrics, open, on this port of ``host`` (0: any free one)
     dashboard: bool = False  # also serve the dashboard under /dashboard (distributed_testing/dashboard)
@@ -74,7 +77,9 @@ class CoordinatorConfig:
         if not 0 < self.header_timeout_s <= 3600:
             raise ConfigError(f"--header-timeout: must be > 0 and at most 3600 seconds, got {self.header_timeout_s}")
         for name, value in (("--max-connections", self.max_connections), ("--max-worker-sessions", self.max_worker_sessions),
-                            ("--auth-fail-limit", self.auth_fail_limit)):
+                            ("--auth-fail-limit", self.auth_fail_limit),
+                            ("--max-queued-per-key", self.max_queued_per_key),
+                            ("--max-payload-mb-per-key", self.max_payload_mb_per_key)):
             if value < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {value}")
         if self.worker_ttl_s < 2 * self.heartbeat_interval_s:

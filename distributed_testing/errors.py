@@ -84,7 +84,8 @@ class ValidationError(DTError):
 
 
 class RateLimited(DTError):
-    """A client address failed authentication too often; it may try again in ``retry_after_s``."""
+    """A client address failed authentication too often, or a key is at its quota; it may try
+    again in ``retry_after_s``."""
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         self.retry_after_s = retry_after_s

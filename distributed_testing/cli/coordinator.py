@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "before it gets 429 until they age out; 0 turns this off (default 20; env DT_AUTH_FAIL_LIMIT)")
     p.add_argument("--auth-fail-window", metavar="S",
                    help="the window of --auth-fail-limit in seconds (default 60; env DT_AUTH_FAIL_WINDOW)")
+    p.add_argument("--max-queued-per-key", metavar="N",
+                   help="tasks one API key may have queued or running at once; a submission past it gets 429 "
+                        "with Retry-After; 0 turns this off (default 10000; env DT_MAX_QUEUED_PER_KEY)")
+    p.add_argument("--max-payload-mb-per-key", metavar="MIB",
+                   help="MiB of task specs (as JSON) one API key may have queued or running at once; a submission "
+                        "past it gets 429 with Retry-After; 0 turns this off (default 64; env "
+                        "DT_MAX_PAYLOAD_MB_PER_KEY)")
     p.add_argument("--metrics", choices=METRICS_MODES,
                    help="GET /metrics (Prometheus) on the main port: key = needs a credential with metrics:read "
                         "(admin, submitter, viewer), off = not served there (default key; env DT_METRICS)")
@@ -195,6 +202,10 @@ def _exhaustion_limits(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[s
         "auth_fail_limit": _number(ns.auth_fail_limit, env, "DT_AUTH_FAIL_LIMIT", "--auth-fail-limit", 20, int),
         "auth_fail_window_s": _number(ns.auth_fail_window, env, "DT_AUTH_FAIL_WINDOW", "--auth-fail-window", 60.0,
                                       float, 86400),
+        "max_queued_per_key": _number(ns.max_queued_per_key, env, "DT_MAX_QUEUED_PER_KEY", "--max-queued-per-key",
+                                      10000, int),
+        "max_payload_mb_per_key": _number(ns.max_payload_mb_per_key, env, "DT_MAX_PAYLOAD_MB_PER_KEY",
+                                          "--max-payload-mb-per-key", 64, int),
     }
     connection_limits(out["max_connections"], out["max_worker_sessions"], nofile())
     return out

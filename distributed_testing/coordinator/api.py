@@ -13,6 +13,7 @@ size limit) get the same JSON shape.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ from ..errors import (
 )
 from ..security import auth as sa
 from ..security import keys as sk
-from ..security import roles, tokens
+from ..security import roles, throttle, tokens
 from ..tasks import spec as specs
 from . import events, limits, openapi, views
 from .group import NotLeader
@@ -63,6 +64,9 @@ WORKER_ROUTE = "/ws/worker"
 METRICS_ROUTE = "/metrics"
 AUTH_THROTTLE = web.AppKey("auth_throttle", limits.AuthThrottle)
 LIMITS = web.AppKey("connection_limits", limits.ConnectionLimits)
+# The secret the dashboard mounted in this process shows to name the browser it speaks for
+# (security/throttle.py); random per process, never leaves it.
+PROXY_SECRET = web.AppKey("proxy_secret", str)
 _failure_log = limits.RateLimitedLog(log, logging.WARNING)
 
 
@@ -128,6 +132,18 @@ def note_failure(app: web.Application, peer: str | None, authorization: str, exc
         _failure_log(now, "failed authentication from %s: %s", peer, exc)
 
 
+def client_address(request: web.Request) -> str | None:
+    """The address failed authentications count against: the peer's, or the browser's that the
+    dashboard mounted in this process names (``throttle.CLIENT_HEADER``) when it shows this
+    process's proxy secret; one guesser signing in through the dashboard is then refused alone,
+    not every client on the coordinator's host."""
+    secret = request.app.get(PROXY_SECRET)
+    shown = request.headers.get(throttle.PROXY_HEADER)
+    if secret and shown and hmac.compare_digest(shown.encode(), secret.encode()):
+        return request.headers.get(throttle.CLIENT_HEADER) or request.remote
+    return request.remote
+
+
 def check_worker_capacity(app: web.Application) -> None:
     """Unavailable when as many worker sessions as ``--max-worker-sessions`` are open."""
     cap = app[LIMITS].max_worker_sessions
@@ -159,7 +175,7 @@ def _admit(request: web.Request) -> None:
         raise rt.not_leader(request.path_qs)
     perm = PERMISSIONS.get((request.method, route))
     if perm is not None or route == WORKER_ROUTE:
-        check_address(request.app, request.remote)
+        check_address(request.app, client_address(request))
     if perm is not None:
         request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
     elif route == WORKER_ROUTE:
@@ -171,7 +187,7 @@ def _refusal(request: web.Request, exc: DTError) -> web.Response:
         _, body, _ = not_leader_parts(exc, redirect=False)
         return json_response(body, status=503, headers={"Retry-After": "1"})
     if isinstance(exc, AuthError):
-        note_failure(request.app, request.remote, request.headers.get("Authorization", ""), exc)
+        note_failure(request.app, client_address(request), request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
     resp = json_response(body, status=status, headers=headers)
     if request.get(CLOSE_AFTER):
@@ -389,19 +405,26 @@ async def overview(request: web.Request) -> web.Response:
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     """The change feed as server-sent events (``coordinator/events.py``); resumes after the id in
-    ``Last-Event-ID``. A comment line every ``EVENTS_KEEPALIVE_S`` keeps proxies from closing it."""
-    hub = _rt(request).events
-    sub = hub.subscribe(request.headers.get("Last-Event-ID"))
+    ``Last-Event-ID``. A comment line every ``EVENTS_KEEPALIVE_S`` keeps proxies from closing it.
+    The stream ends when its credential stops being valid: at once when its key is revoked
+    (``Runtime.revoke_key``), at the token's or the key's expiry otherwise; a reconnect then gets 401."""
+    rt = _rt(request)
+    hub, principal = rt.events, request[PRINCIPAL]
+    sub = hub.subscribe(request.headers.get("Last-Event-ID"), principal.key_id)
     try:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})
         await resp.prepare(request)
         await resp.write(b"retry: 500\n: %s\n\n" % hub.last_id.encode())
         while True:
+            left = _credential_left(rt, principal)
+            if left <= 0:
+                return resp
             try:
-                ev = await asyncio.wait_for(sub.queue.get(), EVENTS_KEEPALIVE_S)
+                ev = await asyncio.wait_for(sub.queue.get(), min(EVENTS_KEEPALIVE_S, left))
             except TimeoutError:
-                await resp.write(b": keepalive\n\n")
+                if _credential_left(rt, principal) > 0:
+                    await resp.write(b": keepalive\n\n")
                 continue
             if ev is None:
                 return resp
@@ -410,6 +433,16 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         return web.Response(status=499)
     finally:
         hub.unsubscribe(sub)
+
+
+def _credential_left(rt: Runtime, principal: sa.Principal) -> float:
+    """Seconds the credential behind ``principal`` stays valid (inf: no expiry; 0: no longer
+    valid, its key revoked or gone)."""
+    rec = rt.keys.get(principal.key_id)
+    if rec is None or rec.revoked_at is not None:
+        return 0.0
+    ends = [t for t in (principal.token_exp, rec.expires_at) if t is not None]
+    return max(0.0, min(ends) - rt.clock()) if ends else math.inf
 
 
 async def cancel_task(request: web.Request) -> web.Response:

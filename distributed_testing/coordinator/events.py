@@ -41,9 +41,11 @@ RESET = "reset"
 
 @dataclass(eq=False)
 class Subscriber:
-    """One connected client: events queued for it; ``None`` in the queue ends the stream."""
+    """One connected client: events queued for it; ``None`` in the queue ends the stream.
+    ``key_id``: the API key it reads with (``end_key`` ends its stream when the key is revoked)."""
 
     queue: asyncio.Queue[Event | None] = field(default_factory=asyncio.Queue)
+    key_id: str | None = None
 
 
 def task_event(r: TaskRow) -> dict[str, Any]:
@@ -108,10 +110,10 @@ class EventHub:
             return  # the reset covers ``ev`` too; later events follow it as usual
         s.queue.put_nowait(ev)
 
-    def subscribe(self, last_event_id: str | None) -> Subscriber:
-        """A new subscriber; with ``last_event_id`` its queue starts with what it missed, or with
-        one ``reset`` event when that cannot be given (see the module doc)."""
-        s = Subscriber()
+    def subscribe(self, last_event_id: str | None, key_id: str | None = None) -> Subscriber:
+        """A new subscriber reading with ``key_id``; with ``last_event_id`` its queue starts with
+        what it missed, or with one ``reset`` event when that cannot be given (see the module doc)."""
+        s = Subscriber(key_id=key_id)
         self._subs.add(s)
         if not last_event_id:
             return s
@@ -137,6 +139,13 @@ class EventHub:
             self._ring.clear()
             self.epoch = secrets.token_hex(4)
             self._next = 1
+
+    def end_key(self, key_id: str) -> int:
+        """End the streams of the subscribers reading with ``key_id`` (it was revoked); how many."""
+        ended = [s for s in self._subs if s.key_id == key_id]
+        for s in ended:
+            s.queue.put_nowait(None)
+        return len(ended)
 
     def close(self) -> None:
         """End every stream (coordinator shutdown)."""

@@ -3,9 +3,10 @@
 * :func:`connection_limits`: how many HTTP connections and worker WebSocket sessions may be open
   at once, below the process's descriptor limit (``RLIMIT_NOFILE``) with room kept for the store,
   the journal and logs. Both HTTP layers refuse a connection over the cap at accept.
-* :class:`AuthThrottle`: failed authentications per client address in a sliding window; an
-  address with ``limit`` failures in the last ``window_s`` is refused (429) until the oldest of
-  them leaves the window.
+* :class:`AuthThrottle` and :func:`address_key` (from ``security/throttle.py``, which the
+  dashboard shares): failed authentications per client address in a sliding window; an address
+  with ``limit`` failures in the last ``window_s`` is refused (429) until the oldest of them
+  leaves the window.
 * :class:`RateLimitedLog`: one log line per interval for events an attacker can repeat at will.
 
 Pure apart from ``RateLimitedLog`` writing to a logger: the clock is always a ``now`` argument.
@@ -13,13 +14,14 @@ Pure apart from ``RateLimitedLog`` writing to a logger: the clock is always a ``
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
-from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..security.throttle import MAX_TRACKED_ADDRESSES, AuthThrottle, address_key
+
+__all__ = ["MAX_TRACKED_ADDRESSES", "AuthThrottle", "ConnectionLimits", "RateLimitedLog", "address_key",
+           "connection_limits", "listen_backlog"]
 
 RESERVED_FDS_MIN = 64  # the store, its journal, log files, PostgreSQL connections, child pipes
 ACCEPT_BURST = 100  # connections one event-loop turn may accept (the listen backlog) before any is refused
@@ -28,7 +30,6 @@ ACCEPT_BURST = 100  # connections one event-loop turn may accept (the listen bac
 # second: the kernel dropped the handshakes and each waited out SYN retransmits (1, 2, 4 ... 32 s),
 # so the fleet took two minutes to come back (benchmarks/RESULTS.md, "Fleet scale").
 LISTEN_BACKLOG_MAX = 4096
-MAX_TRACKED_ADDRESSES = 65536  # AuthThrottle forgets the least recently failing beyond this
 
 
 @dataclass(frozen=True)
@@ -62,75 +63,6 @@ def listen_backlog(nofile: int) -> int:
     ``LISTEN_BACKLOG_MAX``, so connections accepted in one turn before the caps refuse them still
     fit below the limit (``ulimit -n`` 1024: 102; 20,000: 2,000; 65,536 and up: 4,096)."""
     return max(ACCEPT_BURST, min(LISTEN_BACKLOG_MAX, nofile // 10))
-
-
-@functools.lru_cache(maxsize=4096)  # asked on every request that carries credentials
-def address_key(peer: str) -> str:
-    """The unit a client address is throttled by: the address itself, an IPv6 one by its /64
-    (one host usually holds a whole /64)."""
-    try:
-        ip = ipaddress.ip_address(peer)
-    except ValueError:
-        return peer  # a Unix socket path or an unknown peer: one bucket
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
-
-
-class AuthThrottle:
-    """Failed authentications per address in a sliding window of ``window_s`` seconds.
-
-    ``limit`` 0 turns throttling off. At most ``max_tracked`` addresses are remembered (the least
-    recently failing is forgotten first), so many addresses cannot grow it without bound."""
-
-    def __init__(self, limit: int, window_s: float, max_tracked: int = MAX_TRACKED_ADDRESSES) -> None:
-        if limit < 0 or window_s <= 0:
-            raise ValueError(f"limit must be >= 0 and window_s > 0, got {limit}, {window_s}")
-        self.limit = limit
-        self.window_s = window_s
-        self._max_tracked = max_tracked
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def retry_after(self, addr: str, now: float) -> float | None:
-        """Seconds until ``addr`` may try again, or None when it may now."""
-        if not self.limit:
-            return None
-        times = self._failures.get(addr)
-        if times is None:
-            return None
-        self._expire(times, now)
-        if not times:
-            del self._failures[addr]
-            return None
-        if len(times) < self.limit:
-            return None
-        return max(times[-self.limit] + self.window_s - now, 0.001)
-
-    def failed(self, addr: str, now: float) -> bool:
-        """Count a failure from ``addr``; True when this one reaches the limit (it is now refused)."""
-        if not self.limit:
-            return False
-        times = self._failures.get(addr)
-        if times is None:
-            times = self._failures[addr] = deque()
-            while len(self._failures) > self._max_tracked:
-                self._failures.popitem(last=False)
-        else:
-            self._failures.move_to_end(addr)
-            self._expire(times, now)
-        times.append(now)
-        if len(times) > self.limit:
-            times.popleft()  # only the last `limit` decide when the address may try again
-        return len(times) == self.limit
-
-    def _expire(self, times: deque[float], now: float) -> None:
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-
-    def __len__(self) -> int:
-        return len(self._failures)
 
 
 class RateLimitedLog:

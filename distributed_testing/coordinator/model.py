@@ -89,6 +89,9 @@ class Policy:
     # finished tasks kept in memory once their terminal record is durable (answers to ?wait and to
     # reads right after the outcome need no store read); older ones are read back from the store
     finished_cache: int = 4096
+    # per-key quotas (coordinator/quota.py): tasks queued or running, and their payload; 0: off
+    max_queued_per_key: int = 0
+    max_payload_bytes_per_key: int = 0
 
     def liveness(self, requested_s: float) -> Liveness:
         """The contract for a worker that asks for a heartbeat interval of ``requested_s`` seconds
@@ -133,6 +136,7 @@ class Task:
     pipelined: bool = False  # may wait on a busy worker ahead of a free slot (its kind's ``pipelined``)
     sent_ahead: bool = False  # this attempt went to a worker with no free slot (it waits behind others there)
     spared: bool = False  # already requeued once without a retry after its worker was lost while it waited ahead
+    payload_bytes: int = 0  # its spec's size as JSON while it counts against its key's quota (quota.py)
 
     def __post_init__(self) -> None:
         kind = specs.kind_of(self.spec)

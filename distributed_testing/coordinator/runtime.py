@@ -52,6 +52,7 @@ from .events import EventHub
 from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
 from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send
+from .quota import MIB
 from .state import CoordinatorState
 from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
 from .supervisor import Supervisor
@@ -127,7 +128,8 @@ class Runtime:
                                              max_heartbeat_interval_s=config.max_heartbeat_interval_s,
                                              batch_max=config.batch_max, batch_wait_s=config.batch_wait_s,
                                              gang_max_wait_s=config.gang_max_wait_s, gang_port_range=config.gang_ports,
-                                             strict=config.strict))
+                                             strict=config.strict, max_queued_per_key=config.max_queued_per_key,
+                                             max_payload_bytes_per_key=config.max_payload_mb_per_key * MIB))
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
         self.jwt_secret = b""
@@ -441,6 +443,7 @@ class Runtime:
         for s in list(self.sessions.values()):
             if s.key_id == key_id:
                 s.close(f"key {key_id} revoked")
+        self.events.end_key(key_id)
         return rec
 
     async def ensure_secret(self, meta: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ import contextlib
 import functools
 import logging
 import resource
+import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -33,7 +34,7 @@ from ..config import CoordinatorConfig
 from ..errors import ConfigError, StoreError
 from ..security import bootstrap, tokens
 from . import limits
-from .api import AUTH_THROTTLE, LIMITS, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
+from .api import AUTH_THROTTLE, LIMITS, PROXY_SECRET, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
 from .group import Group, LeadershipLost, is_postgres_url
 from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
@@ -63,7 +64,9 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     if config.dashboard:
         from ..dashboard.app import DashboardConfig, create_dashboard_app
 
-        app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX)))
+        app[PROXY_SECRET] = secrets.token_urlsafe(32)
+        app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX,
+                                                                              proxy_secret=app[PROXY_SECRET])))
     app.cleanup_ctx.append(_member_ctx if is_postgres_url(config.db_path) else _runtime_ctx)
     if config.metrics_port is not None:
         app.cleanup_ctx.append(_metrics_port_ctx)

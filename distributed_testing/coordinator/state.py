@@ -60,6 +60,7 @@ from .placement import (
     pick_worker,
     unmet,
 )
+from .quota import KeyQuota, payload_size
 from .store.base import ResultRow, Snapshot, TaskRow
 
 
@@ -85,13 +86,15 @@ class CoordinatorState:
         self._ahead: set[str] = set()  # workers given tasks ahead of their slots (maybe holding some still)
         self._index = PlacementIndex()  # the connected workers, ordered for placement (told of every gain)
         self._worker_ids: list[str] = []  # every key of self.workers, sorted (worker_ids)
+        self.quota = KeyQuota(self.policy.max_queued_per_key, self.policy.max_payload_bytes_per_key)
 
     # ----------------------------------------------------------------- tasks
 
     def submit(self, items: list[specs.TaskSpec], now: float,
                submitted_by: str | None = None) -> tuple[list[dict[str, Any]], list[Command]]:
         """Accept specs (ids assigned where missing). Raises Conflict, before changing anything,
-        if an id already exists with a different body; an identical resubmission is a no-op."""
+        if an id already exists with a different body, and RateLimited when the new ones would
+        take ``submitted_by`` past its quota (``quota.py``); an identical resubmission is a no-op."""
         prepared = [specs.with_id(s) for s in items]
         digests = [specs.spec_digest(s) for s in prepared]
         for s, d in zip(prepared, digests, strict=True):
@@ -99,6 +102,9 @@ class CoordinatorState:
             if old is not None and old.digest != d:
                 raise Conflict(f"task {s.task_id} already exists with a different body")
         self._refuse_unrunnable(prepared)
+        dicts = {s.task_id: specs.spec_to_dict(s) for s in prepared if s.task_id not in self.tasks}
+        sizes = {tid: payload_size(d) for tid, d in dicts.items()}
+        self.quota.check(submitted_by, sizes.values())
         accepted: list[dict[str, Any]] = []
         cmds: list[Command] = []
         for s, d in zip(prepared, digests, strict=True):
@@ -107,8 +113,10 @@ class CoordinatorState:
                 accepted.append({"task_id": s.task_id, "created": False, "state": self.tasks[s.task_id].state})
                 continue
             self._seq += 1
-            t = Task(spec=s, spec_dict=specs.spec_to_dict(s), task_id=s.task_id, type=specs.spec_type(s),
-                     digest=d, seq=self._seq, submitted_at=now, updated_at=now, submitted_by=submitted_by)
+            t = Task(spec=s, spec_dict=dicts[s.task_id], task_id=s.task_id, type=specs.spec_type(s),
+                     digest=d, seq=self._seq, submitted_at=now, updated_at=now, submitted_by=submitted_by,
+                     payload_bytes=sizes[s.task_id])
+            self.quota.add(submitted_by, t.payload_bytes)
             t.history.append({"at": now, "from": None, "to": "pending", "cause": "submitted", "attempt": 0})
             self.tasks[t.task_id] = t
             self.counts["pending"] += 1
@@ -869,6 +877,8 @@ class CoordinatorState:
                           "worker_id": t.worker_id})
         self.counts[t.state] -= 1
         self.counts[new] += 1
+        if is_terminal(new):  # no transition leaves a terminal state: this is the task's last
+            self.quota.remove(t.submitted_by, t.payload_bytes)
         t.state, t.updated_at = new, now
         if outcome is not None:
             t.outcome = outcome
@@ -943,6 +953,8 @@ class CoordinatorState:
             t = Task.from_row(row)
             self._seq = t.seq = max(self._seq + 1, row.seq)
             self.tasks[t.task_id] = t
+            t.payload_bytes = payload_size(t.spec_dict)
+            self.quota.add(t.submitted_by, t.payload_bytes)
             if t.state == "assigned":
                 self._unsent.add((t.task_id, t.attempt))
             if t.gang is not None:

@@ -11,23 +11,36 @@ Routes (relative to where the app is mounted) and who may use them: ``login`` (a
 and ``data/*`` and ``events`` (a signed-in session of a role with read access: viewer, submitter,
 admin), ``actions/*`` and ``logout`` (a session whose ``X-CSRF-Token`` matches; the coordinator
 then applies its own permission check, so a viewer's cancel or drain gets its 403).
+
+Sign-in (``POST login``): refused (403) when the browser says the form came from another site
+(``Sec-Fetch-Site``, else ``Origin``: login CSRF). Wrong keys count per browser address (IPv6:
+its /64) as the dashboard sees it: ``SIGNIN_FAIL_LIMIT`` within ``SIGNIN_FAIL_WINDOW_S`` and that
+address gets 429 with ``Retry-After`` until they age out; mounted in a coordinator, the
+coordinator counts them against the same browser address too (``client``), never against the
+loopback the dashboard reaches it on. ``events``: at most ``sessions.MAX_STREAMS_PER_SESSION``
+per session and ``MAX_STREAMS_PER_KEY`` per key (429 past them). An action whose body is not
+JSON gets 400.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
 from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
+from ..security.throttle import AuthThrottle, address_key
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
 
@@ -41,18 +54,27 @@ PAGES = {"": ("overview", "Overview"), "workers": ("workers", "Workers"), "tasks
 class DashboardConfig:
     """``coordinator_urls``: tried in order (see ``client``); empty when mounted in a coordinator,
     which then fills in its own address. ``prefix``: the path the app is mounted at ("" or
-    "/dashboard"). ``session_ttl_s``: how long a sign-in lasts."""
+    "/dashboard"). ``session_ttl_s``: how long a sign-in lasts. ``proxy_secret``: the secret of
+    the coordinator this app is mounted in (``client``), None when standalone."""
 
     coordinator_urls: tuple[str, ...] = ()
     prefix: str = ""
     session_ttl_s: float = 8 * 3600.0
     ca_file: Path | None = None
+    proxy_secret: str | None = None
 
 
 CONFIG = web.AppKey("dashboard_config", DashboardConfig)
 CLIENT = web.AppKey("dashboard_client", CoordinatorClient)
 SESSIONS = web.AppKey("dashboard_sessions", SessionStore)
 SESSION = web.RequestKey("dashboard_session", Session)
+SIGNIN_THROTTLE = web.AppKey("dashboard_signin_throttle", AuthThrottle)
+# Below the coordinator's default --auth-fail-limit (20 a minute): a standalone dashboard's
+# guesser is refused here before the coordinator would refuse the dashboard's own address.
+SIGNIN_FAIL_LIMIT = 10
+SIGNIN_FAIL_WINDOW_S = 60.0
+STREAM_RETRY_AFTER_S = 5
+GONE_CHECK_S = 0.5
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -60,11 +82,12 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
     app = web.Application(middlewares=[_session_middleware])
     app[CONFIG] = config
     app[SESSIONS] = SessionStore(config.session_ttl_s)
+    app[SIGNIN_THROTTLE] = AuthThrottle(SIGNIN_FAIL_LIMIT, SIGNIN_FAIL_WINDOW_S)
     if client is None:
         import ssl as _ssl
 
         context: _ssl.SSLContext | bool = _ssl.create_default_context(cafile=str(config.ca_file)) if config.ca_file else True
-        client = CoordinatorClient(config.coordinator_urls, context)
+        client = CoordinatorClient(config.coordinator_urls, context, config.proxy_secret)
     app[CLIENT] = client
     app.cleanup_ctx.append(_client_ctx)
     r = app.router
@@ -137,23 +160,65 @@ async def login_page(request: web.Request) -> web.Response:
 
 async def login(request: web.Request) -> web.StreamResponse:
     """Form field ``key``: an API key of a role with read access. The coordinator checks it (by
-    minting a token with it); the session keeps the key, the browser gets only the cookie."""
+    minting a token with it); the session keeps the key, the browser gets only the cookie.
+    403 for a form posted from another site, 429 while the browser's address is refused for
+    wrong keys (module docstring)."""
+    cross = _cross_site(request)
+    if cross is not None:
+        log.warning("refused a cross-site sign-in from %s (%s)", request.remote, cross)
+        return _login_refused(request, 403, "Sign in from the dashboard's own page.")
+    throttle, addr = request.app[SIGNIN_THROTTLE], address_key(request.remote or "")
+    wait = throttle.retry_after(addr, time.monotonic())
+    if wait is not None:
+        return _too_many(request, wait)
     form = await request.post()
     key = str(form.get("key", "")).strip()
     client = request.app[CLIENT]
-    status, body = await client.request("POST", "/api/v1/auth/token", key) if key else (401, None)
+    status, body, headers = (await client.call("POST", "/api/v1/auth/token", key, client=request.remote) if key
+                             else (401, None, {}))
+    if status == 429:  # the coordinator refuses this browser's address already
+        return _too_many(request, float(headers.get("Retry-After") or SIGNIN_FAIL_WINDOW_S))
     role, key_id = (body.get("role"), body.get("key_id")) if status == 200 and isinstance(body, dict) else (None, None)
     if role not in READ_ROLES:
-        message = "That key has no read access." if role else "That key was not accepted."
-        resp = _html(request, "login", "Sign in", f'<p class="error" role="alert">{message}</p>', session=None)
-        resp.set_status(403 if role else 401)
-        return resp
+        if key and status == 401 and throttle.failed(addr, time.monotonic()):
+            log.warning("dashboard: %d failed sign-ins from %s within %gs; refusing it (429) until they age out",
+                        throttle.limit, addr, throttle.window_s)
+        return _login_refused(request, 403 if role else 401,
+                              "That key has no read access." if role else "That key was not accepted.")
     session = request.app[SESSIONS].create(key, str(key_id), str(role), time.time())
     log.info("dashboard sign-in: key %s (%s)", session.key_id, role)
     resp = web.Response(status=303, headers={"Location": _url(request, "")})
     resp.set_cookie(COOKIE, session.session_id, path=request.app[CONFIG].prefix or "/", httponly=True,
                     samesite="Strict", secure=request.secure, max_age=max(1, int(request.app[SESSIONS].ttl_s)))
     return resp
+
+
+def _cross_site(request: web.Request) -> str | None:
+    """Why the sign-in form was posted from another site, or None. ``Sec-Fetch-Site`` when the
+    browser sends it (same-origin, or none: typed by the user); else ``Origin``, whose host must be
+    the one this request was sent to (the scheme is not compared: a TLS proxy in front changes it).
+    A client sending neither (curl, a script) is no browser to forge a request with."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return None if site in ("same-origin", "none") else f"Sec-Fetch-Site: {site}"
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != request.host.lower():
+        return f"Origin: {origin}"
+    return None
+
+
+def _login_refused(request: web.Request, status: int, message: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    resp = _html(request, "login", "Sign in", f'<p class="error" role="alert">{html.escape(message)}</p>', session=None)
+    resp.set_status(status)
+    resp.headers.update(headers or {})
+    return resp
+
+
+def _too_many(request: web.Request, wait: float) -> web.Response:
+    seconds = max(1, math.ceil(wait))
+    return _login_refused(request, 429, f"Too many failed sign-ins from this address; try again in {seconds} s.",
+                          {"Retry-After": str(seconds)})
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
@@ -212,9 +277,12 @@ def _html(request: web.Request, page: str, title: str, extra: str, session: Sess
            f'<span id="live" class="live">●</span>{user}</header>'
            f'<main id="app" data-page="{page}"{can}{extra if session else ""}><h1>{html.escape(title)}</h1>{body}</main>'
            f'{scripts}</body></html>')
+    # the sign-in page says same-origin so that the browser sends its real Origin with the form
+    # (under no-referrer a form post carries "Origin: null", which the CSRF check must refuse)
+    referrer = "same-origin" if session is None else "no-referrer"
     return web.Response(text=doc, content_type="text/html", headers={"Cache-Control": "no-store",
                         "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
-                        "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"})
+                        "X-Frame-Options": "DENY", "Referrer-Policy": referrer})
 
 
 # ----------------------------------------------------------------- data, events, actions
@@ -225,7 +293,7 @@ def _proxy(path: str) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
         status, body = await request.app[CLIENT].request("GET", target, request[SESSION].credential,
-                                                         params=dict(request.query))
+                                                         params=dict(request.query), client=request.remote)
         return _json(body, status)
     return handler
 
@@ -239,7 +307,7 @@ def _quote(v: str) -> str:
 async def data_overview(request: web.Request) -> web.Response:
     """The coordinator's overview plus every coordinator URL's health."""
     client = request.app[CLIENT]
-    status, body = await client.request("GET", "/api/v1/overview", request[SESSION].credential)
+    status, body = await client.request("GET", "/api/v1/overview", request[SESSION].credential, client=request.remote)
     if status == 200:
         body["coordinators"] = await client.health()
     return _json(body, status)
@@ -250,8 +318,13 @@ def _action(path: str) -> Handler:
         session = _checked(request)
         target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
         body = await request.read()
-        status, answer = await request.app[CLIENT].request(
-            "POST", target, session.credential, json=msgspec.json.decode(body) if body else None)
+        try:
+            doc = msgspec.json.decode(body) if body else None
+        except msgspec.DecodeError as exc:
+            return _json({"error": "ValidationError", "message": f"the body is not JSON: {exc}",
+                          "errors": [{"field": "(body)", "error": f"not JSON: {exc}"}]}, 400)
+        status, answer = await request.app[CLIENT].request("POST", target, session.credential, json=doc,
+                                                           client=request.remote)
         log.info("dashboard action %s by key %s: HTTP %d", target, session.key_id, status)
         return _json(answer, status)
     return handler
@@ -259,16 +332,29 @@ def _action(path: str) -> Handler:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """The coordinator's change feed, passed through as it arrives; ``Last-Event-ID`` from the
-    browser's reconnect goes along, so nothing is missed across a reconnect."""
-    upstream = await request.app[CLIENT].open_events(request[SESSION].credential, request.headers.get("Last-Event-ID"))
+    browser's reconnect goes along, so nothing is missed across a reconnect. 429 with
+    ``Retry-After`` past the session's or its key's stream cap (``sessions``). The stream ends
+    when the coordinator ends it (the key revoked, the token expired, a shutdown)."""
+    session, sessions = request[SESSION], request.app[SESSIONS]
+    if not sessions.open_stream(session):
+        return _json({"error": "RateLimited", "message": "too many event streams open for this session or key"},
+                     429, {"Retry-After": str(STREAM_RETRY_AFTER_S)})
+    try:
+        return await _relay_events(request, session)
+    finally:
+        sessions.close_stream(session)
+
+
+async def _relay_events(request: web.Request, session: Session) -> web.StreamResponse:
+    upstream = await request.app[CLIENT].open_events(session.credential, request.headers.get("Last-Event-ID"),
+                                                     client=request.remote)
     try:
         if upstream.status != 200:
             return _json(await upstream.json(content_type=None), upstream.status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         await resp.prepare(request)
         try:
-            async for chunk in upstream.content.iter_any():
-                await resp.write(chunk)
+            await _pass_through(request, upstream, resp)
         except aiohttp.ClientPayloadError as exc:  # upstream ended; the browser reconnects
             log.info("event stream from the coordinator ended: %s", exc)
         except ConnectionResetError:  # the browser went away
@@ -276,3 +362,25 @@ async def events(request: web.Request) -> web.StreamResponse:
         return resp
     finally:
         upstream.release()
+
+
+async def _pass_through(request: web.Request, upstream: aiohttp.ClientResponse, resp: web.StreamResponse) -> None:
+    """Copy ``upstream`` to ``resp`` until either side ends. The browser's side is looked at every
+    ``GONE_CHECK_S`` (aiohttp tells a handler nothing when its client goes away; the stream's
+    place under the caps would otherwise stay taken until the next keepalive fails to write)."""
+    read: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            read = read or asyncio.ensure_future(upstream.content.readany())
+            done, _ = await asyncio.wait({read}, timeout=GONE_CHECK_S)
+            if not done:
+                if request.transport is None or request.transport.is_closing():
+                    return
+                continue
+            chunk, read = read.result(), None
+            if not chunk:
+                return
+            await resp.write(chunk)
+    finally:
+        if read is not None:
+            read.cancel()

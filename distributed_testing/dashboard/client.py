@@ -4,6 +4,12 @@ With several coordinator URLs the client uses the first one whose ``/healthz`` a
 order given, and keeps using it until a request to it fails to connect; then it looks again from
 the first. (Which coordinator of an HA group leads is the group's business; any healthy member
 answers reads.) ``health()`` reports every URL for the Overview page.
+
+Event streams use a connection pool of their own (``open_events``), so streams held open never
+leave the REST calls of other users waiting for a connection (the dashboard caps streams per
+session and per key, see ``sessions``). Mounted in a coordinator, the client shows that
+coordinator's proxy secret and names the browser each call is for (``security/throttle.py``):
+failed sign-ins then count against the browser's address, not against the loopback.
 """
 
 from __future__ import annotations
@@ -18,32 +24,51 @@ import aiohttp
 import msgspec
 
 from ..errors import Unavailable
+from ..security.throttle import CLIENT_HEADER, PROXY_HEADER
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 30.0
+REST_POOL = 200  # connections for REST calls; event streams have a pool of their own
 
 
 class CoordinatorClient:
     """REST calls to the first healthy coordinator. Create inside the running loop; ``close()``."""
 
-    def __init__(self, urls: Sequence[str], ssl_context: ssl.SSLContext | bool = True) -> None:
+    def __init__(self, urls: Sequence[str], ssl_context: ssl.SSLContext | bool = True,
+                 proxy_secret: str | None = None) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self._ssl = ssl_context
+        self._proxy_secret = proxy_secret
         self._http: aiohttp.ClientSession | None = None
+        self._streams: aiohttp.ClientSession | None = None
         self._current: str | None = None
         self._lock = asyncio.Lock()
 
     @property
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=200),
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=REST_POOL),
                                                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S))
         return self._http
 
+    @property
+    def streams(self) -> aiohttp.ClientSession:
+        """The event streams' own pool: unbounded here, bounded by the per-session and per-key caps."""
+        if self._streams is None:
+            self._streams = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0))
+        return self._streams
+
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        for http in (self._http, self._streams):
+            if http is not None:
+                await http.close()
+
+    def _headers(self, credential: str, client: str | None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {credential}"}
+        if self._proxy_secret and client:
+            headers[PROXY_HEADER], headers[CLIENT_HEADER] = self._proxy_secret, client
+        return headers
 
     def adopt_local(self, sockname: Any, secure: bool) -> None:
         """Use the coordinator this app is mounted in, at the local address a request reached
@@ -85,29 +110,38 @@ class CoordinatorClient:
             return self._current
 
     async def request(self, method: str, path: str, credential: str, *, params: Mapping[str, str] | None = None,
-                      json: Any = None) -> tuple[int, Any]:
-        """(status, decoded JSON body) of ``method path`` as the holder of ``credential``."""
+                      json: Any = None, client: str | None = None) -> tuple[int, Any]:
+        """(status, decoded JSON body) of ``method path`` as the holder of ``credential``, for the
+        browser at ``client``."""
+        status, body, _ = await self.call(method, path, credential, params=params, json=json, client=client)
+        return status, body
+
+    async def call(self, method: str, path: str, credential: str, *, params: Mapping[str, str] | None = None,
+                   json: Any = None, client: str | None = None) -> tuple[int, Any, Mapping[str, str]]:
+        """``request`` with the answer's headers too (a 429's ``Retry-After``)."""
         base = await self.base()
         data = msgspec.json.encode(json) if json is not None else None
-        headers = {"Authorization": f"Bearer {credential}"}
+        headers = self._headers(credential, client)
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
             async with self.http.request(method, base + path, params=params, data=data, headers=headers) as r:
-                return r.status, msgspec.json.decode(await r.read()) if r.content_length != 0 else None
+                body = msgspec.json.decode(await r.read()) if r.content_length != 0 else None
+                return r.status, body, r.headers
         except aiohttp.ClientConnectionError:
             self._current = None  # look for a healthy one on the next call
             raise
 
-    async def open_events(self, credential: str, last_event_id: str | None) -> aiohttp.ClientResponse:
+    async def open_events(self, credential: str, last_event_id: str | None,
+                          client: str | None = None) -> aiohttp.ClientResponse:
         """The coordinator's event stream (``GET /api/v1/events``), open; the caller closes it."""
         base = await self.base()
-        headers = {"Authorization": f"Bearer {credential}", "Accept": "text/event-stream"}
+        headers = {**self._headers(credential, client), "Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         try:
-            return await self.http.get(base + "/api/v1/events", headers=headers,
-                                       timeout=aiohttp.ClientTimeout(total=None, sock_connect=HEALTH_TIMEOUT_S))
+            return await self.streams.get(base + "/api/v1/events", headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=None, sock_connect=HEALTH_TIMEOUT_S))
         except aiohttp.ClientConnectionError:
             self._current = None
             raise

@@ -1,0 +1,80 @@
+"""What one API key may keep queued: tasks (queued plus running) and stored payload bytes.
+
+``--max-queued-per-key`` and ``--max-payload-mb-per-key`` (docs/security.md, "Quotas"). A
+submission that would take its key past either is refused whole, before anything changes, with
+``RateLimited`` (429, ``Retry-After: RETRY_AFTER_S``): the key may submit again once some of its
+tasks finish. A task counts from its acceptance until it reaches a terminal state; its payload is
+the size of its spec as JSON (what the store keeps and memory holds). Resubmissions of a task
+already known cost nothing.
+
+The counts live in the leader's memory and are rebuilt from the active tasks it restores at start
+or takeover, so in an HA group they hold group-wide: only the leader accepts submissions.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from ..errors import RateLimited
+
+RETRY_AFTER_S = 5.0
+MIB = 1024 * 1024
+
+
+def payload_size(spec: dict[str, Any]) -> int:
+    """What a task's spec weighs against its key's payload quota: its size as JSON."""
+    return len(msgspec.json.encode(spec))
+
+
+def _size(n: int) -> str:
+    return f"{n / MIB:.1f} MiB" if n >= MIB // 10 else f"{n} bytes"
+
+
+class KeyQuota:
+    """Active tasks and payload bytes per key; 0 for a cap turns it off."""
+
+    def __init__(self, max_tasks: int = 0, max_bytes: int = 0) -> None:
+        if max_tasks < 0 or max_bytes < 0:
+            raise ValueError(f"caps must be >= 0, got {max_tasks}, {max_bytes}")
+        self.max_tasks = max_tasks
+        self.max_bytes = max_bytes
+        self._tasks: Counter[str] = Counter()
+        self._bytes: Counter[str] = Counter()
+
+    def check(self, key: str | None, sizes: Iterable[int]) -> None:
+        """RateLimited when ``key`` may not add tasks of these payload ``sizes`` now."""
+        if key is None:
+            return
+        sizes = list(sizes)
+        if self.max_tasks and self._tasks[key] + len(sizes) > self.max_tasks:
+            raise RateLimited(f"key {key} has {self._tasks[key]} tasks queued or running; {len(sizes)} more would pass "
+                              f"its quota of {self.max_tasks} (--max-queued-per-key): retry once some finish",
+                              RETRY_AFTER_S)
+        added = sum(sizes)
+        if self.max_bytes and self._bytes[key] + added > self.max_bytes:
+            raise RateLimited(f"key {key} has {_size(self._bytes[key])} of task payload queued or running; "
+                              f"{_size(added)} more would pass its quota of {_size(self.max_bytes)} "
+                              "(--max-payload-mb-per-key): retry once some finish", RETRY_AFTER_S)
+
+    def add(self, key: str | None, size: int) -> None:
+        if key is not None:
+            self._tasks[key] += 1
+            self._bytes[key] += size
+
+    def remove(self, key: str | None, size: int) -> None:
+        if key is None:
+            return
+        self._tasks[key] -= 1
+        self._bytes[key] -= size
+        if self._tasks[key] <= 0:
+            del self._tasks[key], self._bytes[key]
+
+    def usage(self, key: str) -> tuple[int, int]:
+        """(active tasks, payload bytes) of ``key``."""
+        return self._tasks.get(key, 0), self._bytes.get(key, 0)
