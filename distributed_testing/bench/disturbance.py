@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-WAIT_SHARE = 0.05
+WAIT_SHARE = 0.10  # a wait spread over every round moves the median by at most about this much
 HIT_SHARE = 0.10
 STEAL_SHARE = 0.05
 NOISY_CV = 0.10

@@ -84,8 +84,15 @@ async def test_slower_code_is_slower_and_contention_is_disturbed(tmp_path: Path,
                 done = await c.wait(tid, timeout=180)
                 assert done["state"] == "succeeded", done["outcome"]
 
-            await bench("base", 2)
-            await bench("slow", 6)  # three times the work per round: the code regressed
+            for attempt in range(3):  # other work on a shared machine may disturb a run: measure again
+                base, slow = f"base{attempt}", f"slow{attempt}"
+                await bench(base, 2)
+                await bench(slow, 6)  # three times the work per round: the code regressed
+                code, out, _ = await _dt(capsys, *auth, "compare", slow, "--baseline", base)
+                if "disturbed" not in out:
+                    break
+            else:
+                pytest.skip(f"every run was disturbed by other work on this machine: {out}")
             with cpu_burner():
                 await bench("busy", 2)
             fingerprints = {r["output"]["environment"]["fingerprint_hash"] for r in
@@ -93,21 +100,21 @@ async def test_slower_code_is_slower_and_contention_is_disturbed(tmp_path: Path,
             assert len(fingerprints) == 1  # neither change is an environment change
 
             junit = tmp_path / "compare.xml"
-            code, out, _ = await _dt(capsys, *auth, "compare", "slow", "--baseline", "base", "--junit", str(junit))
+            code, out, _ = await _dt(capsys, *auth, "compare", slow, "--baseline", base, "--junit", str(junit))
             assert code == 1, out
-            assert f"slow  {MODULE}:make  bs=256  SLOWER" in out, out
+            assert f"{slow}  {MODULE}:make  bs=256  SLOWER" in out, out
             failure = ET.parse(junit).getroot().find("testsuite/testcase/failure")
             assert failure is not None and "regression: median" in failure.get("message", "")
 
             slowdown = float(re.search(r"SLOWER\s+\+([0-9.]+)%", out).group(1))  # type: ignore[union-attr]
             threshold = f"{2 * slowdown + 100:.0f}"  # well above this run's slowdown, whatever the machine's load
-            code, out, _ = await _dt(capsys, *auth, "compare", "slow", "--baseline", "base", "--threshold", threshold)
+            code, out, _ = await _dt(capsys, *auth, "compare", slow, "--baseline", base, "--threshold", threshold)
             assert code == 0 and "SLOWER" not in out, out  # a threshold above the slowdown tolerates it
 
-            code, out, _ = await _dt(capsys, *auth, "compare", "busy", "--baseline", "base")
+            code, out, _ = await _dt(capsys, *auth, "compare", "busy", "--baseline", base)
             assert code == 0, out
             assert "NOT COMPARED" in out and "[disturbed]" in out and "measurement disturbed: " in out, out
             assert "SLOWER" not in out and "FASTER" not in out, out
 
-            code, out, err = await _dt(capsys, *auth, "compare", "slow", "sloww")
+            code, out, err = await _dt(capsys, *auth, "compare", slow, "sloww")
             assert code == 2 and "no result for task id(s) sloww" in err and out == "", (out, err)
