@@ -14,7 +14,15 @@
    child process as one request (model loaded once, plus one process start), and (c) each in
    its own fresh ``python -m distributed_testing.bench.child`` (N process starts, N loads).
 
+3. ``--table``: ours vs ``torch.utils.benchmark`` vs a bare loop, quiet and with a pure-Python
+   busy loop on every core but one (issue 29), for tiny and default ``mlp``, ``cnn`` and a tiny
+   bert at batch sizes 1, 4, 16, 64. "ours" is the benchmark child as a default worker starts it
+   (one intra-op thread), plus the same with every core (the old default) and its verdict; Timer
+   and the bare loop use one thread on the model the engine built.
+
 Usage::
+
+    .venv/bin/python benchmarks/fidelity.py --table --min-time 0.5
 
     .venv/bin/python benchmarks/fidelity.py                       # defaults below
     .venv/bin/python benchmarks/fidelity.py --models mlp --repeats 7 --min-time 3
@@ -33,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -196,6 +205,72 @@ def _print_batching(row: dict[str, Any]) -> None:
     print(f"   saving of batching             : {row['saving_pct']:8.1f} %")
 
 
+TABLE_MODELS: dict[str, dict[str, Any]] = {
+    "mlp tiny": {"model": "mlp", "tiny": True},
+    "mlp": {"model": "mlp"},
+    "cnn": {"model": "cnn"},
+    "bert tiny": {"model": "bert-base-uncased", "tiny": True, "sequence_length": 128},
+}
+TABLE_BATCHES = [1, 4, 16, 64]
+
+
+def _ours(config: dict[str, Any], threads: int | None) -> list[dict[str, Any]]:
+    request = {"id": 1, "configs": [config if threads is None else {**config, "threads": threads}]}
+    env = {k: v for k, v in os.environ.items() if k != "DT_BENCH_THREADS"}
+    proc = subprocess.run([sys.executable, "-m", "distributed_testing.bench.child"], input=json.dumps(request) + "\n",
+                          capture_output=True, text=True, env=env, timeout=1800, check=True)
+    result = json.loads(proc.stdout)["results"][0]
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    return list(result["batch_results"])
+
+
+def _bare_loop_ms(prepared: Any, batch: int, min_time: float) -> float:
+    inputs = prepared.built.make_inputs(batch, torch.Generator().manual_seed(0), False)
+    module, samples, start = prepared.engine.module, [], time.perf_counter()
+    with torch.inference_mode():
+        module(*inputs.args, **inputs.kwargs)
+        while time.perf_counter() - start < min_time or len(samples) < 10:
+            t0 = time.perf_counter_ns()
+            module(*inputs.args, **inputs.kwargs)
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(samples)
+
+
+def table(min_time: float, busy: int) -> list[dict[str, Any]]:
+    """One row per model and batch size: ours (1 thread, all cores with verdict), Timer, bare."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    rows = []
+    try:
+        for name, model in TABLE_MODELS.items():
+            config = {**model, "batch_sizes": TABLE_BATCHES, "warmup": 3, "iterations": 10, "min_duration_s": min_time}
+            ours, wide = _ours(config, None), _ours(config, os.cpu_count() or 1)
+            torch.set_num_threads(1)
+            cache: dict[Any, Any] = {}
+            run_benchmark({**model, "batch_sizes": [1], "iterations": 1, "min_duration_s": 0}, model_cache=cache)
+            (prepared,) = cache.values()
+            for i, batch in enumerate(TABLE_BATCHES):
+                rows.append({"model": name, "batch_size": batch, "busy": busy,
+                             "ours_ms": ours[i]["latency_ms"]["median"], "ours_verdict": ours[i]["verdict"],
+                             "all_cores_ms": wide[i]["latency_ms"]["median"], "all_cores_verdict": wide[i]["verdict"],
+                             "timer_ms": _bare_ms(prepared, batch, min_time)[0],
+                             "bare_ms": _bare_loop_ms(prepared, batch, min_time)})
+                print(rows[-1], flush=True)
+    finally:
+        for proc in procs:
+            proc.kill()
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    print("\n| model | bs | busy | ours ms (verdict) | ours/Timer | all cores ms (verdict) | Timer ms | bare ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['batch_size']} | {r['busy']} | {r['ours_ms']:.4g} ({r['ours_verdict']}) | "
+              f"{r['ours_ms'] / r['timer_ms']:.2f} | {r['all_cores_ms']:.4g} ({r['all_cores_verdict']}) | "
+              f"{r['timer_ms']:.4g} | {r['bare_ms']:.4g} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "bert-tiny"], choices=sorted(MODELS))
@@ -208,8 +283,18 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch intra-op threads here and in the children (default: torch's)"
     )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--table", action="store_true", help="only the quiet/busy table of ours, Timer and bare loop")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.table:
+        print("command:", " ".join([os.path.relpath(sys.executable), *sys.argv]))
+        print(f"load average before: {os.getloadavg()}  cpu_count: {os.cpu_count()}  torch {torch.__version__}")
+        rows = table(args.min_time, 0) + table(args.min_time, max(1, (os.cpu_count() or 2) - 1))
+        _print_table(rows)
+        print(f"\nload average after: {os.getloadavg()}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     print("command:", " ".join([os.path.relpath(sys.executable), *sys.argv]))

@@ -4,7 +4,7 @@ Public API: :func:`run_benchmark`, :func:`run_benchmark_batch`, :class:`RunnerDe
 :func:`known_models`; the child process is ``python -m distributed_testing.bench.child``.
 Module map: config (keys, validation), models / hf_models (registry), backends (devices,
 precisions, torch eager/compile), openvino_backend, measure (timing, statistics, memory),
-env (environment fingerprint), runner (entry points), child (JSON-lines process).
+disturbance (was the measurement disturbed: verdicts), env (environment fingerprint), runner (entry points), child (JSON-lines process).
 """
 
 from distributed_testing.bench.config import RunnerDefaults

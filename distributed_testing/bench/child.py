@@ -6,8 +6,8 @@ Started by the worker (with its own ``CUDA_VISIBLE_DEVICES``) as::
                                               [--mixed-precision] [--device D]
                                               [--hf-cache-dir DIR] [--allow-model-modules P,...]
 
-``--threads`` defaults to ``$DT_BENCH_THREADS`` (unset: torch's default, all cores) and sets
-``torch.set_num_threads``; ``--interop-threads`` (``$DT_BENCH_INTEROP_THREADS``) sets
+``--threads`` defaults to ``$DT_BENCH_THREADS`` (unset: 1, as ``torch.utils.benchmark``) and is
+the torch intra-op thread count of every task that sets no ``threads`` itself; ``--interop-threads`` (``$DT_BENCH_INTEROP_THREADS``) sets
 ``torch.set_num_interop_threads`` once at start, before any parallel work. ``--mixed-precision``
 makes autocast the default (see RunnerDefaults), ``--device`` the default device.
 ``--allow-model-modules`` lists the module prefixes ``module:callable`` models may be imported
@@ -18,11 +18,12 @@ Requests (one JSON object per line)::
     {"id": ..., "configs": [config, ...]}          op "run" (the default)
     {"id": ..., "op": "status"}                   -> {"id", "pid", "cached_models", "threads"}
     {"id": ..., "op": "clear_cache"}              -> {"id", "cleared": n}
-    {"id": ..., "op": "fingerprint", "device": D, "backend": B}
+    {"id": ..., "op": "fingerprint", "device": D, "backend": B, "threads": N}
                                                   -> {"id", "environment", "fingerprint_hash"}
 
 ``fingerprint`` answers the environment (``bench/env.py``) that a run of a task with that
-``backend`` (default eager) and ``device`` (default the child's ``--device``) would report, without
+``backend`` (default eager), ``device`` (default the child's ``--device``) and ``threads``
+(default the child's ``--threads``) would report, without
 building a model; a device that is absent or unusable answers an error naming the reason.
 
 A run answers ``{"id": ..., "results": [result | error entry, ...]}`` (see runner.py); the
@@ -47,9 +48,9 @@ from typing import IO, Any
 import torch
 
 from distributed_testing.bench.backends import resolve_torch_device
-from distributed_testing.bench.config import BACKENDS, RunnerDefaults
+from distributed_testing.bench.config import BACKENDS, DEFAULT_THREADS, RunnerDefaults
 from distributed_testing.bench.env import collect_environment
-from distributed_testing.bench.runner import ModelCache, run_benchmark_batch
+from distributed_testing.bench.runner import ModelCache, apply_threads, run_benchmark_batch
 from distributed_testing.errors import ConfigError, DTError, ExecutionError
 from distributed_testing.tasks.usercode import parse_module_prefixes
 
@@ -72,8 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads",
         type=int,
-        default=_env_int("DT_BENCH_THREADS"),
-        help="torch intra-op threads (env DT_BENCH_THREADS)",
+        default=_env_int("DT_BENCH_THREADS") or DEFAULT_THREADS,
+        help=f"torch intra-op threads of tasks that set none (env DT_BENCH_THREADS; default {DEFAULT_THREADS})",
     )
     parser.add_argument(
         "--interop-threads",
@@ -98,13 +99,12 @@ def _error(request_id: Any, kind: str, message: str) -> dict[str, Any]:
     return {"id": request_id, "error": {"type": kind, "message": message}}
 
 
-def environment_for(backend: str, device: str, defaults: RunnerDefaults) -> dict[str, Any]:
-    """The environment a run with ``backend`` on ``device`` reports (same fields and hash as
-    runner.py's result); ExecutionError when the device cannot be used here."""
+def environment_for(backend: str, device: str, threads: int) -> dict[str, Any]:
+    """The environment a run with ``backend`` on ``device`` with ``threads`` reports (same fields
+    and hash as runner.py's result); ExecutionError when the device cannot be used here."""
     if backend not in BACKENDS:
         raise ExecutionError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
-    if defaults.threads is not None and torch.get_num_threads() != defaults.threads:
-        torch.set_num_threads(defaults.threads)
+    apply_threads(threads)
     name = device.strip().lower()
     if backend != "openvino":
         return collect_environment(resolve_torch_device(name))
@@ -119,10 +119,13 @@ def environment_for(backend: str, device: str, defaults: RunnerDefaults) -> dict
 def _fingerprint(request: dict[str, Any], defaults: RunnerDefaults) -> dict[str, Any]:
     request_id = request.get("id")
     backend, device = request.get("backend", "eager"), request.get("device", defaults.device)
+    threads = request.get("threads", defaults.threads)
     if not isinstance(backend, str) or not isinstance(device, str) or not device:
         return _error(request_id, "BadRequest", "'backend' and 'device' must be non-empty strings")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        return _error(request_id, "BadRequest", f"'threads' must be a positive integer, got {threads!r}")
     try:
-        environment = environment_for(backend, device, defaults)
+        environment = environment_for(backend, device, threads)
     except DTError as exc:
         return _error(request_id, type(exc).__name__, str(exc))
     return {"id": request_id, "environment": environment, "fingerprint_hash": environment["fingerprint_hash"]}
@@ -189,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ExecutionError) as exc:
         logger.error("%s", exc)
         return 2
-    if defaults.threads is not None:
-        torch.set_num_threads(defaults.threads)
+    apply_threads(defaults.threads)
     out = _protocol_stdout()
     logger.info("benchmark child %d ready (threads=%d)", os.getpid(), torch.get_num_threads())
     serve(sys.stdin, out, defaults)

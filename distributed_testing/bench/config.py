@@ -31,6 +31,10 @@ Keys (default in brackets):
 ``optimize_for`` [latency]    ``latency`` | ``throughput`` (see measure.py)
 ``cuda_streams`` [1]          concurrent CUDA streams in throughput mode
 ``seed`` [0]                  seed for random weights and inputs
+``threads`` [runner default]  torch intra-op threads for this task (the worker's
+                              ``--bench-threads``, itself 1 by default, as in
+                              ``torch.utils.benchmark``; more threads are faster only while
+                              every one of them has a core to itself: see disturbance.py)
 ``name``                      free text echoed in the result
 """
 
@@ -48,6 +52,7 @@ MODES = ("inference", "training")
 OPTIMIZERS = ("sgd", "adamw")
 WEIGHTS = ("auto", "pretrained", "random")
 OPTIMIZE_FOR = ("latency", "throughput")
+DEFAULT_THREADS = 1
 
 KNOWN_KEYS = frozenset(
     {
@@ -72,6 +77,7 @@ KNOWN_KEYS = frozenset(
         "optimize_for",
         "cuda_streams",
         "seed",
+        "threads",
         "name",
     }
 )
@@ -85,8 +91,8 @@ class RunnerDefaults:
     ``autocast``: the worker's mixed-precision flag. It turns autocast on for tasks that do not
     set ``autocast`` themselves and whose backend is torch (eager/compile) with precision fp32;
     the result then says ``autocast_source: "runner_default"``. Other tasks are unaffected.
-    ``device``: used when a task names no device. ``threads``: torch intra-op threads applied
-    before each run (None keeps torch's current setting). ``hf_cache_dir``: the Hugging Face
+    ``device``: used when a task names no device. ``threads``: torch intra-op threads of a task
+    that sets none (``DEFAULT_THREADS`` unless the worker says otherwise). ``hf_cache_dir``: the Hugging Face
     hub cache to look for pretrained checkpoints in (None: huggingface_hub's default).
     ``allow_model_modules``: module prefixes a ``module:callable`` model may come from (the
     worker's ``--allow-model-modules``; the benchmark child always sets it). None: any module, for
@@ -95,12 +101,12 @@ class RunnerDefaults:
 
     autocast: bool = False
     device: str = "cpu"
-    threads: int | None = None
+    threads: int = DEFAULT_THREADS
     hf_cache_dir: str | None = None
     allow_model_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.threads is not None and self.threads < 1:
+        if self.threads < 1:
             raise ExecutionError(f"threads must be >= 1, got {self.threads}")
 
 
@@ -130,6 +136,7 @@ class BenchConfig:
     optimize_for: str = "latency"
     cuda_streams: int = 1
     seed: int = 0
+    threads: int = 1
     name: str | None = None
 
     @property
@@ -280,5 +287,6 @@ def parse_config(raw: dict[str, Any], defaults: RunnerDefaults | None = None) ->
         optimize_for=_choice(raw, "optimize_for", OPTIMIZE_FOR, "latency"),
         cuda_streams=_int(raw, "cuda_streams", 1, 1),
         seed=_int(raw, "seed", 0, 0),
+        threads=_int(raw, "threads", defaults.threads, 1),
         name=_name(raw),
     )

@@ -28,6 +28,10 @@ Every result keeps its per-iteration latencies as ``samples_ms`` (rounded to 0.1
 regression tests on the distribution (``regress.py``): all of them up to ``MAX_SAMPLES``, beyond
 that ``MAX_SAMPLES`` evenly spaced in time order, with ``samples_kept_every`` saying the stride.
 
+Each entry says whether it can be trusted: ``verdict`` (``quiet``, ``noisy`` or ``disturbed``),
+``verdict_reason`` and the figures behind them, ``disturbance`` (per-thread CPU waits and
+preemptions, other processes' CPU and steal during the timed rounds; see ``disturbance.py``).
+
 Peak memory is the high-water mark during the timed rounds (reset after warmup), from:
 
 * ``torch.cuda.max_memory_allocated`` on CUDA/ROCm (tensors allocated by torch on the device);
@@ -54,6 +58,7 @@ from typing import Any, Protocol
 
 import torch
 
+from distributed_testing.bench import disturbance
 from distributed_testing.errors import ExecutionError
 
 logger = logging.getLogger(__name__)
@@ -259,11 +264,16 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
+            before = disturbance.snapshot()
             samples = _timed_rounds(work, iterations, min_duration_s)
+            after = disturbance.snapshot()
         finally:
             if gc_was_enabled:
                 gc.enable()
         peak_mb = work.memory.peak_mb()
+    watched = disturbance.figures(before, after, len(samples))
+    latency = summarize(samples)
+    verdict, reason = disturbance.verdict(watched, latency["cv"])
     measured_s = math.fsum(samples) / 1000.0
     items = work.batch_size * work.concurrency * len(samples)
     result: dict[str, Any] = {
@@ -271,12 +281,15 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         "iterations": len(samples),
         "warmup": warmup,
         "first_call_ms": first_call_ms,
-        "latency_ms": summarize(samples),
+        "latency_ms": latency,
         "throughput_items_s": items / measured_s if measured_s > 0 else None,
         "concurrency": work.concurrency,
         "measured_s": measured_s,
         "peak_memory_mb": peak_mb,
         "memory_source": work.memory.source,
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "disturbance": watched,
     }
     result["samples_ms"], result["samples_kept_every"] = bounded_samples(samples)
     result.update(work.extra)

@@ -4,10 +4,11 @@
 earlier task built the same one), measures every batch size and returns a JSON-able result::
 
     {name?, model, model_source, parameters, weights, backend, device, precision, autocast,
-     autocast_source, mode, optimizer?, optimize_for, cuda_streams, tiny, inputs: {...},
+     autocast_source, mode, threads, optimizer?, optimize_for, cuda_streams, tiny, inputs: {...},
      batch_results: [{batch_size, iterations, warmup, first_call_ms, latency_ms: {mean, median,
                       p90, p99, std, cv, min, max}, throughput_items_s, concurrency, measured_s,
-                      peak_memory_mb, memory_source, samples_ms: [...]}],
+                      peak_memory_mb, memory_source, verdict, verdict_reason,
+                      disturbance: {...}, samples_ms: [...]}],
      compile_time_s, load_time_s, cached, model_load_count, model_info: {...}, environment,
      config_hash,
      load_average: {before, after}}
@@ -104,9 +105,10 @@ def _cache_key(cfg: BenchConfig, defaults: RunnerDefaults) -> tuple[Any, ...]:
     return (*cfg.cache_key(), defaults.hf_cache_dir)
 
 
-def _apply_threads(defaults: RunnerDefaults) -> None:
-    if defaults.threads is not None and torch.get_num_threads() != defaults.threads:
-        torch.set_num_threads(defaults.threads)
+def apply_threads(threads: int) -> None:
+    """Set torch's intra-op threads (before building a model: oneDNN primitives pick it up)."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _inputs_summary(cfg: BenchConfig, input_kind: str) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def run_benchmark(
     cfg = parse_config(config, defaults)
     canonical = canonical_name(cfg.model)
     check_config_combination(cfg)
-    _apply_threads(defaults)
+    apply_threads(cfg.threads)
     prepared, cached = _get_prepared(cfg, defaults, model_cache)
     load_before = load_average()
     batch_results = []
@@ -184,6 +186,7 @@ def _result(
             "autocast": cfg.autocast,
             "autocast_source": cfg.autocast_source,
             "mode": cfg.mode,
+            "threads": cfg.threads,
         }
     )
     if cfg.mode == "training":

@@ -12,8 +12,13 @@ A baseline result whose fingerprint differs is never compared: the row says ``fi
 differs`` and names the fields (for ``latest``: when no history with the same fingerprint exists,
 the newest result of the same model and configuration is described). Verdicts: ``faster``,
 ``slower``, ``unchanged``, ``inconclusive`` (see ``regress.py``), and ``not compared`` (no
-baseline, no samples, a different fingerprint). Exit code 1 when any result is ``slower``, else
-0. ``--junit`` writes one ``<testcase>`` per result and batch size: ``slower`` is a
+baseline, no samples, a different fingerprint, or a measurement that says it was ``disturbed``).
+A disturbed measurement (``verdict`` of a batch result, see ``bench/disturbance.py``) is never
+called faster or slower: a disturbed new result is not compared, disturbed baseline results are
+left out of the baseline. Each row carries the new measurement's own verdict (``quiet``,
+``noisy``, ``disturbed``; ``-`` for results from older workers). Exit code 1 when any result is
+``slower``; 2 when a task id has no result at all (a mistyped id) or no benchmark result is among
+the ids, naming them; else 0. ``--junit`` writes one ``<testcase>`` per result and batch size: ``slower`` is a
 ``<failure>`` whose message carries the figures, ``inconclusive`` and ``not compared`` are
 ``<skipped>`` with the reason. History is read through ``GET /api/v1/results``
 (``results:read``).
@@ -51,6 +56,7 @@ class Row:
     ratio: float | None = None
     low: float | None = None
     high: float | None = None
+    measurement: str = "-"
 
 
 def add_arguments(p: argparse.ArgumentParser, *, for_submit: bool = False) -> None:
@@ -91,9 +97,16 @@ def api_fetch(api: ApiClient) -> Fetch:
     return fetch
 
 
-def _samples(output: dict[str, Any]) -> dict[int, list[float]]:
+def _samples(output: dict[str, Any], *, undisturbed: bool = False) -> dict[int, list[float]]:
     return {b["batch_size"]: b["samples_ms"] for b in output.get("batch_results", [])
-            if isinstance(b, dict) and isinstance(b.get("samples_ms"), list) and b["samples_ms"]}
+            if isinstance(b, dict) and isinstance(b.get("samples_ms"), list) and b["samples_ms"]
+            and not (undisturbed and b.get("verdict") == "disturbed")}
+
+
+def _verdicts(output: dict[str, Any]) -> dict[int, tuple[str, str]]:
+    """batch size -> (measurement verdict, its reason) of one result."""
+    return {b["batch_size"]: (str(b.get("verdict", "-")), str(b.get("verdict_reason", "")))
+            for b in output.get("batch_results", []) if isinstance(b, dict) and "batch_size" in b}
 
 
 def _baseline(fetch: Fetch, ref: str, history: int, new: dict[str, Any],
@@ -141,28 +154,36 @@ def judge(new_results: Sequence[dict[str, Any]], fetch: Fetch, ref: str, history
             continue
         base, why = _baseline(fetch, ref, history, new, exclude)
         tasks = tuple(r["task_id"] for r in base)
+        measured = _verdicts(out)
         for bs, run in sorted(samples.items()):
-            runs = [s for r in base if (s := _samples(r["output"]).get(bs))]
+            own, reason = measured.get(bs, ("-", ""))
+            if own == "disturbed":
+                rows.append(Row(new["task_id"], model, bs, NOT_COMPARED, f"measurement disturbed: {reason}",
+                                measurement=own))
+                continue
+            every = [r for r in base if _samples(r["output"]).get(bs)]
+            runs = [s for r in base if (s := _samples(r["output"], undisturbed=True).get(bs))]
             if why is not None or not runs:
-                rows.append(Row(new["task_id"], model, bs, NOT_COMPARED, why or f"no baseline samples at batch size {bs}"))
+                detail = why or (f"every baseline measurement at batch size {bs} was disturbed" if every
+                                 else f"no baseline samples at batch size {bs}")
+                rows.append(Row(new["task_id"], model, bs, NOT_COMPARED, detail, measurement=own))
                 continue
             v = compare(runs, [run], policy)
-            rows.append(_row(new["task_id"], model, bs, v, tasks))
+            rows.append(_row(new["task_id"], model, bs, v, tasks, own))
     return rows
 
 
-def _row(task_id: str, model: str, bs: int, v: Verdict, tasks: tuple[str, ...]) -> Row:
-    return Row(task_id, model, bs, v.verdict, v.figures(), tasks, v.ratio, v.low, v.high)
+def _row(task_id: str, model: str, bs: int, v: Verdict, tasks: tuple[str, ...], measurement: str) -> Row:
+    return Row(task_id, model, bs, v.verdict, v.figures(), tasks, v.ratio, v.low, v.high, measurement)
 
 
 def print_rows(rows: Sequence[Row]) -> None:
-    """One line per verdict on stdout; a note on stderr when there was nothing to compare."""
-    if not rows:
-        print("dt compare: no succeeded benchmark results among these tasks", file=sys.stderr)
+    """One line per verdict on stdout: task, model, batch size, verdict, change, the measurement's
+    own verdict, detail."""
     for r in rows:
         change = f"{(r.ratio - 1) * 100:+.1f}%" if r.ratio is not None else "-"
         print(f"{r.task_id}  {r.model}  bs={r.batch_size if r.batch_size is not None else '-'}  "
-              f"{r.verdict.upper()}  {change}  {r.detail}")
+              f"{r.verdict.upper()}  {change}  [{r.measurement}]  {r.detail}")
 
 
 def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None:
@@ -180,7 +201,7 @@ def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None
         elif r.verdict in ("inconclusive", NOT_COMPARED):
             ET.SubElement(tc, "skipped", message=r.detail[:2000])
         else:
-            ET.SubElement(tc, "system-out").text = r.detail
+            ET.SubElement(tc, "system-out").text = f"measurement {r.measurement}; {r.detail}"
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
@@ -188,11 +209,20 @@ def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None
 def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, junit: Path | None = None,
         json_out: Path | None = None, append_junit: bool = False) -> int:
     """Fetch the tasks' results, judge them, print the verdicts and write the reports; 1 when any
-    result is slower, else 0."""
+    result is slower, 2 when a task id has no result or none is a benchmark result, else 0."""
     policy = policy_from_args(ns)
     fetch = api_fetch(api)
-    new = [r for t in task_ids for r in fetch({"task_id": t, "limit": "1000"})]
+    found = {t: fetch({"task_id": t, "limit": "1000"}) for t in dict.fromkeys(task_ids)}
+    missing = [t for t, results in found.items() if not results]
+    if missing:
+        print(f"dt compare: no result for task id(s) {', '.join(missing)} (mistyped, or not finished yet)",
+              file=sys.stderr)
+        return 2
+    new = [r for results in found.values() for r in results]
     rows = judge(new, fetch, ns.baseline, ns.history, policy)
+    if not rows:
+        print(f"dt compare: no succeeded benchmark result among task id(s) {', '.join(found)}", file=sys.stderr)
+        return 2
     print_rows(rows)
     if junit is not None:
         write_junit(junit, rows, existing=append_junit)

@@ -8,7 +8,10 @@ private CA, else the system's CAs). Exit codes:
 cancelled, 2 invalid input, bad credentials or an unreachable coordinator, 3 ``submit
 --fail-if-unschedulable`` stopped the wait (a task no connected worker can run), 4 ``submit
 --timeout`` ran out before every task finished (``dt compare`` and ``--baseline`` exit 1 when a
-benchmark got slower); errors go to stderr, once. Only the requested
+benchmark got slower, 2 when a task id has no result or none is a benchmark result; ``dt cancel``
+of a task that had already finished exits 0 and says on stderr that nothing was cancelled; a
+reader that closes stdout early, as ``| head`` does, ends the command quietly with 0); errors go to
+stderr, once. Only the requested
 data goes to stdout. Each subcommand is added by a ``register(sub)`` function in ``REGISTRARS``
 that sets the ``run`` default to its handler ``(ApiClient, Namespace) -> exit code``.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -39,7 +43,9 @@ EPILOG = """exit codes:
   2  invalid input, bad credentials or an unreachable coordinator (the reason on stderr)
   3  submit --fail-if-unschedulable: a task had no connected worker able to run it for S seconds
   4  submit --timeout ran out before every task finished (the tasks stay queued)
-  (dt compare, and submit --baseline: 1 when a benchmark got slower)
+  (dt compare, and submit --baseline: 1 when a benchmark got slower, 2 when a task id has no
+   result or none is a benchmark result; dt cancel of a finished task: 0, and stderr says that
+   nothing was cancelled)
 """
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -89,7 +95,8 @@ def register_tasks(sub: SubParsers) -> None:
     st = sub.add_parser("status", help="show one task as JSON (times in ISO 8601)")
     st.add_argument("task_id", help="the task's id")
     st.set_defaults(run=cmd_status)
-    cn = sub.add_parser("cancel", help="cancel a pending or running task")
+    cn = sub.add_parser("cancel", help="cancel a pending or running task (a finished one stays as it is: "
+                                           "stderr says nothing was cancelled, exit 0)")
     cn.add_argument("task_id", help="the task's id")
     cn.set_defaults(run=cmd_cancel)
 
@@ -168,8 +175,14 @@ def cmd_status(api: ApiClient, ns: argparse.Namespace) -> int:
 
 
 def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
-    t = api.post(f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}/cancel", None)
+    """Exit 0 either way: a task that had already finished is not running, as asked; stderr says
+    that nothing was cancelled."""
+    path = f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}"
+    before = api.get(path)["state"]
+    t = api.post(f"{path}/cancel", None)
     print(f"{t['task_id']}: {t['state']}")
+    if t["state"] == before and t["state"] not in ("pending", "assigned", "running"):
+        print(f"dt: nothing cancelled: task {t['task_id']} had already finished ({t['state']})", file=sys.stderr)
     return EXIT_OK
 
 
@@ -212,11 +225,24 @@ REGISTRARS: list[Registrar] = [register_keys, register_token, submit.register, r
                                compare.register]
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is no real file (captured in a test): there is no flush to silence
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
         code: int = ns.run(client_from_args(ns), ns)
         return code
+    except BrokenPipeError:
+        # the reader stopped (dt results | head): nothing more to say and no one to say it to
+        _silence_stdout()
+        return EXIT_OK
     except ConfigError as exc:
         print(f"dt: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -116,19 +116,30 @@ def _flat(r: dict[str, Any], local: bool) -> dict[str, Any]:
     row["finished_at"] = iso_time(r["finished_at"], local)
     training = training_fields(out)
     if training is not None:
-        row.update(training)
+        row.update(training, task_type="training")  # coordinators before issue 29 stored "benchmark"
         speed = training["global_samples_per_s"]
         row["summary"] = (f"{training['model'] or '?'} training, {training['nodes']} node(s)"
                           + (f": {speed:.1f} samples/s" if isinstance(speed, (int, float)) else ""))
     elif "passed" in out:
         row["summary"] = f"{out.get('passed', 0)} passed, {out.get('failed', 0)} failed, {out.get('skipped', 0)} skipped"
     elif "model" in out:
-        medians = ", ".join(f"bs{b['batch_size']} {b['latency_ms']['median']:.2f}ms"
-                            for b in out.get("batch_results", []) if "latency_ms" in b)
-        row["summary"] = f"{out.get('model')} {out.get('precision', '')} {out.get('device', '')}: {medians}"
+        row["summary"] = benchmark_summary(out)
     else:
         row["summary"] = ""
     return row
+
+
+def _batch_text(b: dict[str, Any]) -> str:
+    verdict = b.get("verdict")
+    return f"bs{b['batch_size']} {b['latency_ms']['median']:.4g}ms" + (f" ({verdict})" if verdict else "")
+
+
+def benchmark_summary(out: dict[str, Any]) -> str:
+    """One line for a benchmark result: model, precision, device, ``random weights`` when the model
+    was not pretrained, and per batch size the median with the measurement's verdict."""
+    medians = ", ".join(_batch_text(b) for b in out.get("batch_results", []) if "latency_ms" in b)
+    weights = " random weights" if out.get("weights") == "random" else ""
+    return f"{out.get('model')} {out.get('precision', '')} {out.get('device', '')}{weights}: {medians}"
 
 
 def print_results(results: list[dict[str, Any]], fmt: str, local: bool = False) -> None:
@@ -158,7 +169,7 @@ def _with_training(r: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------- the wait's summary
 
-SUMMARY_COLUMNS = ["task", "state", "worker", "duration_s", "error"]
+SUMMARY_COLUMNS = ["task", "state", "worker", "duration_s", "result", "error"]
 
 
 def task_duration(t: dict[str, Any]) -> float | None:
@@ -173,11 +184,14 @@ def task_duration(t: dict[str, Any]) -> float | None:
 
 
 def summary_row(t: dict[str, Any]) -> dict[str, Any]:
-    """One ``SUMMARY_COLUMNS`` row of a task as the wait left it: the first line of its error
+    """One ``SUMMARY_COLUMNS`` row of a task as the wait left it: a benchmark's
+    :func:`benchmark_summary` as ``result`` (None for other tasks), the first line of its error
     (for a task the wait gave up on: why, with the coordinator's ``pending_reason``)."""
     outcome = t.get("outcome") or {}
+    output = (t.get("result") or {}).get("output") or {}
+    result = benchmark_summary(output) if isinstance(output.get("batch_results"), list) else None
     return {"task": t["task_id"], "state": t["state"], "worker": outcome.get("worker_id") or t.get("worker_id"),
-            "duration_s": task_duration(t), "error": first_line(outcome.get("error"))}
+            "duration_s": task_duration(t), "result": result, "error": first_line(outcome.get("error"))}
 
 
 def print_summary(tasks: list[dict[str, Any]], out: TextIO) -> None:
@@ -210,6 +224,8 @@ def _task_cases(t: dict[str, Any]) -> list[dict[str, Any]]:
                       "time": float(c.get("duration_s") or 0), "message": c.get("message")})
     if cases and t["state"] in ("succeeded", "failed"):
         return cases
+    if t["state"] == "succeeded" and isinstance(output.get("batch_results"), list) and output["batch_results"]:
+        return [_batch_case(t, output, b) for b in output["batch_results"] if isinstance(b, dict)]
     # no per-test outcomes (not a test task, or the run ended before pytest reported): the task is one case
     kind = t.get("type") or "task"
     cases.append({"classname": f"dt.{kind}", "name": t["task_id"], "outcome": _outcome(t["state"]),
@@ -217,11 +233,27 @@ def _task_cases(t: dict[str, Any]) -> list[dict[str, Any]]:
     return cases
 
 
+def _batch_case(t: dict[str, Any], output: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """A succeeded benchmark's batch size as a case: passed with its figures and verdict, or
+    skipped when the measurement says it was disturbed (its number cannot be trusted)."""
+    verdict, reason = b.get("verdict"), b.get("verdict_reason")
+    median = (b.get("latency_ms") or {}).get("median")
+    text = (f"median {median:.4g} ms" if isinstance(median, int | float) else "no median") + (
+        f"; measurement {verdict}: {reason}" if verdict else "")
+    if output.get("weights") == "random":
+        text += "; random weights"
+    return {"classname": f"dt.benchmark.{output.get('model')}", "name": f"{t['task_id']}[bs={b.get('batch_size')}]",
+            "outcome": "skipped" if verdict == "disturbed" else "passed", "time": float(b.get("measured_s") or 0),
+            "message": text, "system_out": text}
+
+
 def write_junit(path: Path, tasks: list[dict[str, Any]]) -> None:
     """One ``<testsuite>`` per task (``name``: the task id, ``hostname``: its worker); a test task's
     per-test outcomes are its ``<testcase>`` elements, any other task is one case of classname
     ``dt.<type>``. A failed case has ``<failure>``, an errored one ``<error>`` (message: the first
-    line; text: the whole message), a skipped or xfailed one ``<skipped>``."""
+    line; text: the whole message), a skipped or xfailed one ``<skipped>``. A succeeded benchmark
+    is one case per batch size (``<task>[bs=N]``) whose ``<system-out>`` carries the median and the
+    measurement's verdict; a ``disturbed`` one is ``<skipped>`` with the reason."""
     suites = ET.Element("testsuites", name="dt")
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
     total_time = 0.0
@@ -257,6 +289,8 @@ def _add_case(suite: ET.Element, c: dict[str, Any]) -> None:
         el = ET.SubElement(tc, kind, message=first_line(message) or kind)
         if message:
             el.text = message
+    if c.get("system_out"):
+        ET.SubElement(tc, "system-out").text = c["system_out"]
 
 
 def _count(cases: list[dict[str, Any]], *outcomes: str) -> int:

@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch benchmarks that do not set autocast")
     bench.add_argument("--optimize-for", choices=["throughput", "latency"], help="default optimize_for of benchmark tasks (see docs/tasks.md)")
     bench.add_argument("--cuda-streams", type=int, help="default cuda_streams of benchmark tasks (CUDA only)")
-    bench.add_argument("--bench-threads", type=int, help="torch threads in the benchmark process (default: all cores)")
+    bench.add_argument("--bench-threads", type=int, help="torch intra-op threads of benchmark tasks that set no 'threads' (default: 1, as torch.utils.benchmark)")
     mon = p.add_argument_group("monitoring")
     mon.add_argument("--metrics-port", metavar="PORT",
                      help="serve GET /metrics (Prometheus text, no credential) on this port, 0 for any free one "

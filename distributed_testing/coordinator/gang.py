@@ -238,7 +238,7 @@ def success_row(task_id: str, attempt: int, gang: Gang, baselines: Baselines,
     output.update(nodes=nodes_summary(gang), scaling_efficiency=eff, scaling_baseline=baseline)
     started, finished = _span(gang, now)
     row = ResultRow(task_id=task_id, attempt=attempt, worker_id=gang.members[0], status="succeeded",
-                    started_at=started, finished_at=finished, received_at=now, output=output, task_type="benchmark")
+                    started_at=started, finished_at=finished, received_at=now, output=output, task_type="training")
     extra = {"members": list(gang.members), "global_samples_per_s": summary["global_samples_per_s"] if summary else None,
              "scaling_efficiency": eff, "scaling_baseline": baseline, "training": summary}
     return row, extra
@@ -253,4 +253,4 @@ def attempt_row(task_id: str, attempt: int, gang: Gang, status: str, cause: str,
     started, finished = _span(gang, now)
     return ResultRow(task_id=task_id, attempt=attempt, worker_id=culprit or (gang.members[0] if gang.members else ""),
                      status=status, started_at=started, finished_at=finished, received_at=now, output=output,
-                     error=cause, task_type="benchmark")
+                     error=cause, task_type="training")

@@ -125,6 +125,7 @@ class DuckDBOutbox:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         # private to the worker's user: results and task output sit here (security.files)
         files.make_private_dir(self.path.parent)
+        found = self.path.exists()  # a file found open is the operator's to hear about; one made now is not
         try:
             con = duckdb.connect(str(self.path), config={"threads": 1})  # bulk inserts gain nothing from more
         except duckdb.IOException as exc:
@@ -134,7 +135,9 @@ class DuckDBOutbox:
             raise ConfigError(f"--db-path {self.path}: {locked}; is another worker using it? Give each worker "
                               "its own --db-path") from exc
         # only once the lock is ours: the files of a worker that holds it are not this process's to change
-        files.tighten(self.path)
+        # DuckDB creates its file with the umask's mode and refuses a pre-created empty one, so a new
+        # database is narrowed to 0600 at once, before anything is written to it, without a warning
+        files.tighten(self.path, quiet=not found)
         files.tighten(self._wal, quiet=True)
         files.tighten_tree(self._journal.directory)
         con.execute(_DDL)

@@ -62,13 +62,13 @@ def test_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
     submitted = ["example-tests", "example-bench-mlp", "example-sleep"]
     assert done.stdout.split()[:3] == submitted  # dt submit prints only the ids
     summary = done.stderr[done.stderr.rindex("TASK "):].splitlines()
-    assert summary[0].split() == ["TASK", "STATE", "WORKER", "DURATION_S", "ERROR"]
+    assert summary[0].split() == ["TASK", "STATE", "WORKER", "DURATION_S", "RESULT", "ERROR"]
     assert {line.split()[0]: line.split()[1] for line in summary[1:4]} == dict.fromkeys(submitted, "succeeded")
     assert re.search(r"^\S+Z example-sleep: .*running on ", done.stderr, re.M)  # plain progress: no terminal
     assert '"task_id": "example-tests"' in done.stdout and '"state": "succeeded"' in done.stdout  # dt status
     assert re.search(r'"submitted_at": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"', done.stdout)
     assert "5 passed, 0 failed, 1 skipped" in done.stdout  # dt results: the pytest file's outcome
-    assert "mlp fp32 cpu: bs1 " in done.stdout  # dt results: the benchmark's medians
+    assert "mlp fp32 cpu random weights: bs1 " in done.stdout  # dt results: the benchmark's medians and verdicts
 
     xml = junitparser.JUnitXml.fromfile(str(tmp_path / "report.xml"))
     suites = {s.name: s for s in xml}
@@ -78,4 +78,6 @@ def test_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
     cases = {(c.classname, c.name) for c in tests}
     assert ("test_example.TestArithmetic", "test_square_root[9-3]") in cases
     assert ("test_example", "test_sorting_is_stable") in cases
-    assert [(c.classname, c.name) for c in suites["example-bench-mlp"]] == [("dt.benchmark", "example-bench-mlp")]
+    bench_cases = [(c.classname, c.name) for c in suites["example-bench-mlp"]]  # one per batch size
+    assert bench_cases and all(cls == "dt.benchmark.mlp" and name.startswith("example-bench-mlp[bs=")
+                               for cls, name in bench_cases), bench_cases

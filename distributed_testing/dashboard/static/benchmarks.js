@@ -20,7 +20,8 @@ async function refresh() {
   for (const r of results) for (const b of r.output?.batch_results ?? []) {
     const o = r.output, env = o.environment ?? {};
     runs.push({ config: `${o.backend}/${o.precision}/${o.device} bs=${b.batch_size}`, hardware: `${env.device_name ?? o.device} [${env.fingerprint_hash ?? "?"}]`,
-      at: r.finished_at, task_id: r.task_id, worker: r.worker_id, median: b.latency_ms?.median, cv: b.latency_ms?.cv, tput: b.throughput_items_s });
+      at: r.finished_at, task_id: r.task_id, worker: r.worker_id, median: b.latency_ms?.median, cv: b.latency_ms?.cv, tput: b.throughput_items_s,
+        verdict: b.verdict, reason: b.verdict_reason });
   }
   const groups = new Map();
   for (const r of runs) { const g = groups.get(r.config) ?? []; g.push(r); groups.set(r.config, g); }
@@ -29,6 +30,7 @@ async function refresh() {
   const t = table("bench", [["configuration", r => r.config], ["hardware", r => r.hardware], ["when", r => when(r.at)],
     ["task", r => el("a", { href: `tasks/${encodeURIComponent(r.task_id)}` }, r.task_id)], ["median ms", r => num(r.median, 3), "num"],
     ["cv", r => num(r.cv, 3), "num"], ["items/s", r => num(r.tput, 1), "num"],
+    ["measurement", r => el("span", { class: r.verdict && r.verdict !== "quiet" ? "warn" : "", title: r.reason ?? "" }, r.verdict ?? "—")],
     ["mark", r => [r.outlier ? "outlier" : "", r.noisy ? "noisy" : ""].filter(Boolean).join(", ")]], runs, `no results for ${model}`);
   t.querySelectorAll("tbody tr").forEach((tr, i) => { const r = runs[i]; if (r?.outlier) tr.classList.add("outlier"); else if (r?.noisy) tr.classList.add("noisy"); });
   const box = section("over-time", "Throughput over time");

@@ -23,7 +23,9 @@ function benchmark(out, box) {
   table("bench-table", [["batch size", r => r.batch_size, "num"], ["iterations", r => r.iterations, "num"],
     ["median ms", r => num(r.latency_ms?.median, 3), "num"], ["p90 ms", r => num(r.latency_ms?.p90, 3), "num"],
     ["p99 ms", r => num(r.latency_ms?.p99, 3), "num"], ["cv", r => el("span", { class: r.latency_ms?.cv > 0.1 ? "warn" : "" }, num(r.latency_ms?.cv, 3)), "num"],
-    ["items/s", r => num(r.throughput_items_s, 1), "num"], ["peak MB", r => num(r.peak_memory_mb, 0), "num"]], rows);
+    ["items/s", r => num(r.throughput_items_s, 1), "num"], ["peak MB", r => num(r.peak_memory_mb, 0), "num"],
+    ["measurement", r => el("span", { class: r.verdict && r.verdict !== "quiet" ? "warn" : "", title: r.verdict_reason ?? "" },
+      r.verdict ?? "—")]], rows);
   box.append(document.getElementById("bench-table"));
   let grid = document.getElementById("bench-charts");
   if (!grid) { grid = el("div", { class: "charts", id: "bench-charts" }); box.append(grid); }
@@ -61,9 +63,14 @@ async function refresh() {
       ["s", t => num(t.duration_s, 3), "num"], ["message", t => t.message ?? ""]], out.tests);
     s.append(document.getElementById("tests"));
   }
-  if (Array.isArray(out.batch_results)) benchmark(out, section("bench-box", `Benchmark: ${out.model} (${out.backend}, ${out.precision}, ${out.device})`));
-  if (out.kind === "training") {
-    const s = section("training-box", "Training ranks");
+  if (Array.isArray(out.batch_results)) benchmark(out, section("bench-box", `Benchmark: ${out.model} (${out.backend}, ${out.precision}, ${out.device}${out.weights === "random" ? ", random weights" : ""}${out.threads ? `, ${out.threads} thread(s)` : ""})`));
+  const doc = out.metrics?.kind === "training" ? out.metrics : out.kind === "training" ? out : null;
+  if (doc) {
+    const s = section("training-box", `Training ranks: ${num(doc.global_samples_per_s, 1)} samples/s over ${doc.world_size} rank(s)`);
+    table("task-ranks", [["rank", r => r.rank, "num"], ["node", r => r.node_rank, "num"], ["host", r => r.hostname],
+      ["device", r => r.device], ["samples/s", r => num(r.samples_per_s, 1), "num"],
+      ["all-reduce wait s", r => num(r.allreduce_wait_s, 3), "num"]], doc.ranks ?? []);
+    s.append(document.getElementById("task-ranks"));
     s.append(el("p", {}, el("a", { href: `training?task=${encodeURIComponent(id)}` }, "open in the Training page")));
   }
   if (out.environment) { const s = section("env-box", "Environment fingerprint"); place("env", kv(out.environment)); s.append(document.getElementById("env")); }

@@ -7,9 +7,16 @@ const params = new URLSearchParams(location.search);
 const key = o => `${o.model}|${o.global_batch}|${o.steps}|${o.precision}`;
 const perNode = o => o.global_samples_per_s / o.nnodes;
 
+// A training result's output is node 0's launch record; the training document is its `metrics`
+// (older results kept it at the top level). Coordinators before issue 29 stored task_type
+// "benchmark" for training results, so both are read.
+export const trainingDoc = out => out?.metrics?.kind === "training" ? { ...out.metrics, nnodes: out.metrics.nnodes ?? out.nnodes }
+  : out?.kind === "training" ? out : null;
+
 async function refresh() {
-  const { results } = await getJSON("data/results", { task_type: "benchmark", limit: 500 });
-  const runs = results.filter(r => r.output?.kind === "training");
+  const lists = await Promise.all(["training", "benchmark"].map(t => getJSON("data/results", { task_type: t, limit: 500 })));
+  const runs = lists.flatMap(l => l.results).filter(r => trainingDoc(r.output))
+    .map(r => ({ ...r, output: trainingDoc(r.output) })).sort((a, b) => b.finished_at - a.finished_at);
   const single = new Map();
   for (const r of runs) if (r.output.nnodes === 1 && !single.has(key(r.output))) single.set(key(r.output), r.output);
   const eff = o => { const s = single.get(key(o)); return s && o.nnodes > 1 ? perNode(o) / perNode(s) : null; };

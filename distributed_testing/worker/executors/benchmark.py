@@ -73,7 +73,7 @@ class BenchmarkExecutor:
         self.exclusive = exclusive or asyncio.Lock()
         self._child: asyncio.subprocess.Process | None = None
         self._ids = itertools.count(1)
-        self._fingerprints: dict[tuple[str, str], str | None] = {}  # (backend kind, device JSON) -> hash
+        self._fingerprints: dict[tuple[str, str, str], str | None] = {}  # (backend kind, device, threads) -> hash
 
     async def start(self) -> None:
         return None
@@ -181,12 +181,15 @@ class BenchmarkExecutor:
         child cannot tell (the run then reports why)."""
         backend = config.get("backend", "eager")
         device = config.get("device")
-        where = ("openvino" if backend == "openvino" else "torch", json.dumps(device))
+        where = ("openvino" if backend == "openvino" else "torch", json.dumps(device), json.dumps(config.get("threads")))
         if where in self._fingerprints:
             return self._fingerprints[where]
+        threads = config.get("threads")
         request: dict[str, Any] = {"op": "fingerprint", "backend": backend}
         if device is not None:
             request["device"] = device
+        if threads is not None:
+            request["threads"] = threads
         try:
             line = await self._exchange(request, FINGERPRINT_TIMEOUT_S)
         except TimeoutError:

@@ -85,3 +85,26 @@ async def test_an_outbox_left_open_by_an_older_version_is_narrowed(tmp_path: Pat
         assert all(mode(p) == 0o600 for p in path.with_name(path.name + ".journal").iterdir())
     finally:
         await box.close()
+
+
+async def test_a_fresh_outbox_is_private_without_a_warning_and_an_open_one_is_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "w" / "worker.duckdb"
+    old_umask = os.umask(0o022)  # the usual umask: DuckDB would create the file 0644
+    try:
+        with caplog.at_level("WARNING"):
+            box = DuckDBOutbox(path)
+            await box.open()
+            await box.close()
+        assert mode(path) == 0o600
+        assert "had mode" not in caplog.text, caplog.text  # nothing to tell: this worker just made it
+        os.chmod(path, 0o644)  # an operator's copy, found open
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            box = DuckDBOutbox(path)
+            await box.open()
+            await box.close()
+        assert mode(path) == 0o600
+        assert f"state file {path} had mode 0644" in caplog.text
+    finally:
+        os.umask(old_umask)

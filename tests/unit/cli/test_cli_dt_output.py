@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ def test_junit_follows_pytest_conventions(tmp_path: Path) -> None:
 
 def test_summary_rows_carry_task_state_worker_duration_and_the_first_error_line() -> None:
     assert report.summary_row(TEST_TASK) == {"task": "suite-1", "state": "failed", "worker": "w1", "duration_s": 2.5,
-                                             "error": "1 of 4 tests failed"}
+                                             "result": None, "error": "1 of 4 tests failed"}
     multi = {**BENCH_TASK, "outcome": {**BENCH_TASK["outcome"], "error": "\n  first\nsecond"}}
     assert report.summary_row(multi)["error"] == "first"
     assert report.summary_row(GAVE_UP)["worker"] is None
@@ -271,3 +272,28 @@ def test_polls_are_bounded_per_round() -> None:
                       sleep=clock.sleep)
     rounds = 1 + int(1.0 / submit.POLL_S)
     assert api.calls == rounds * submit.MAX_POLLS_PER_ROUND
+
+
+MEASURED = {"task_id": "bench-2", "type": "benchmark", "state": "succeeded", "worker_id": "w2",
+            "outcome": {"status": "succeeded", "worker_id": "w2", "duration_s": 3.0},
+            "result": {"output": {"model": "mlp", "precision": "fp32", "device": "cpu", "weights": "random",
+                                  "batch_results": [
+                                      {"batch_size": 1, "latency_ms": {"median": 0.025}, "measured_s": 1.0,
+                                       "verdict": "quiet", "verdict_reason": "cv 0.02; kept their CPU"},
+                                      {"batch_size": 4, "latency_ms": {"median": 24.0}, "measured_s": 1.0,
+                                       "verdict": "disturbed", "verdict_reason": "waited for a CPU 90%"}]}}}
+
+
+def test_a_benchmark_says_its_verdicts_and_random_weights_in_the_summary_and_junit(tmp_path: Path) -> None:
+    row = report.summary_row(MEASURED)
+    assert row["result"] == "mlp fp32 cpu random weights: bs1 0.025ms (quiet), bs4 24ms (disturbed)"
+    path = tmp_path / "r.xml"
+    report.write_junit(path, [MEASURED])
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "2" and suite.get("skipped") == "1"
+    quiet, disturbed = suite.findall("testcase")
+    assert quiet.get("name") == "bench-2[bs=1]" and quiet.find("skipped") is None
+    assert "measurement quiet: cv 0.02" in (quiet.findtext("system-out") or "")
+    skipped = disturbed.find("skipped")
+    assert skipped is not None and "measurement disturbed: waited for a CPU 90%" in skipped.get("message", "")
+    assert "random weights" in (disturbed.findtext("system-out") or "")

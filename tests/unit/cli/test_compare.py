@@ -87,3 +87,51 @@ def test_junit_marks_regressions_as_failures_and_appends_to_an_existing_report(t
     case = suite.find("testcase")
     assert case is not None and case.get("classname") == "benchmark.mlp" and case.get("name") == "new[bs=1]"
     assert "regression: median 12.98 ms vs baseline 10.01 ms (+29.7 %" in (case.find("failure").get("message") or "")  # type: ignore[union-attr]
+
+
+class _Api:
+    """Serves ``GET /api/v1/results`` from rows, as the coordinator does."""
+
+    def __init__(self, rows: list[ResultRow]) -> None:
+        self.fetch = fetcher(rows)
+
+    def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        assert path == "/api/v1/results"
+        return {"results": self.fetch(params)}
+
+
+def _ns(**over: Any) -> Any:
+    import argparse
+
+    return argparse.Namespace(**{"baseline": "latest", "history": 5, "threshold": 5.0, "confidence": 99.0, **over})
+
+
+def test_a_mistyped_id_or_no_benchmark_result_exits_2_naming_the_ids(capsys) -> None:
+    from distributed_testing.cli.compare import run
+
+    test_row = ResultRow(task_id="t1", attempt=1, worker_id="w", status="succeeded", started_at=1, finished_at=1,
+                         received_at=1, task_type="test", output={"passed": 3})
+    api = _Api([result("new", 2, 10.0), test_row])
+    assert run(api, ["new", "nwe"], _ns()) == 2  # type: ignore[arg-type]
+    assert "no result for task id(s) nwe" in capsys.readouterr().err
+    assert run(api, ["t1"], _ns()) == 2  # type: ignore[arg-type]
+    assert "no succeeded benchmark result among task id(s) t1" in capsys.readouterr().err
+
+
+def _with_verdict(row: ResultRow, verdict: str) -> ResultRow:
+    batch = {**row.output["batch_results"][0], "verdict": verdict, "verdict_reason": f"{verdict} because"}
+    output = {**row.output, "batch_results": [batch]}
+    return ResultRow(**{**view(row), "output": output})
+
+
+def test_disturbed_measurements_are_never_faster_or_slower() -> None:
+    rows = [_with_verdict(result("old", 1, 10.0), "quiet"), _with_verdict(result("new", 2, 30.0), "disturbed")]
+    [row] = judge([view(rows[1])], fetcher(rows), "latest", 5, POLICY)
+    assert row.verdict == NOT_COMPARED and row.measurement == "disturbed"
+    assert row.detail == "measurement disturbed: disturbed because"
+    rows = [_with_verdict(result("old", 1, 10.0), "disturbed"), _with_verdict(result("new", 2, 30.0), "quiet")]
+    [row] = judge([view(rows[1])], fetcher(rows), "latest", 5, POLICY)
+    assert row.verdict == NOT_COMPARED and "every baseline measurement at batch size 1 was disturbed" in row.detail
+    rows.insert(0, _with_verdict(result("older", 0.5, 10.0), "noisy"))
+    [row] = judge([view(rows[2])], fetcher(rows), "latest", 5, POLICY)
+    assert row.verdict == "slower" and row.baseline_tasks == ("old", "older") and row.measurement == "quiet"
