@@ -23,7 +23,7 @@ class Rules:
     """The ignore rules in force in one directory: (directory relative to root, spec) pairs,
     outermost first."""
 
-    layers: tuple[tuple[str, pathspec.PathSpec], ...] = ()
+    layers: tuple[tuple[str, pathspec.GitIgnoreSpec], ...] = ()
 
     def below(self, root: Path, rel_dir: str) -> Rules:
         """The rules in force inside ``rel_dir`` (``""``: the root): these plus its own files."""
