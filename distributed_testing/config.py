@@ -60,6 +60,11 @@ class CoordinatorConfig:
     # member id (None: hostname plus a random suffix per process)
     advertise_url: str | None = None
     member_id: str | None = None
+    # bundles (docs/tasks.md, "Bundles"): caps on one bundle and one file of it, in MiB, and how
+    # long blobs stay after the last task or upload that used them
+    max_bundle_mb: float = 1024.0
+    max_bundle_file_mb: float = 100.0
+    bundle_retention_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
