@@ -178,6 +178,12 @@ class WorkerConfig:
     # ``module:callable`` models, and guarded pytest options test tasks may pass
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
+    # shipped code (docs/security.md, "Shipped code"): run tasks with a bundle, how their children
+    # are confined, their network, and the blob cache's size cap
+    accept_bundles: bool = False
+    sandbox: str = "bwrap"
+    task_network: str = "loopback"
+    cache_max_gb: float = 10.0
     ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
     metrics_port: int | None = None  # --metrics-port: serve GET /metrics (no credential) on 127.0.0.1 or metrics_host
     metrics_host: str = "127.0.0.1"
