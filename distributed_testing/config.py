@@ -63,6 +63,11 @@ class CoordinatorConfig:
     # member id (None: hostname plus a random suffix per process)
     advertise_url: str | None = None
     member_id: str | None = None
+    # bundles (docs/tasks.md, "Bundles"): caps on one bundle and one file of it, in MiB, and how
+    # long blobs stay after the last task or upload that used them
+    max_bundle_mb: float = 1024.0
+    max_bundle_file_mb: float = 100.0
+    bundle_retention_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.token_ttl_s <= 86400:
@@ -178,6 +183,12 @@ class WorkerConfig:
     # ``module:callable`` models, and guarded pytest options test tasks may pass
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
+    # shipped code (docs/security.md, "Shipped code"): run tasks with a bundle, how their children
+    # are confined, their network, and the blob cache's size cap
+    accept_bundles: bool = False
+    sandbox: str = "bwrap"
+    task_network: str = "loopback"
+    cache_max_gb: float = 10.0
     ca_file: Path | None = None  # --ca-file: trust this CA bundle for an https coordinator (default: the system's)
     metrics_port: int | None = None  # --metrics-port: serve GET /metrics (no credential) on 127.0.0.1 or metrics_host
     metrics_host: str = "127.0.0.1"

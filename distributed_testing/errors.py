@@ -13,6 +13,7 @@
     ├── AuthError                no / bad / expired / revoked credentials      (HTTP 401)
     │   └── PermissionDenied     valid credentials, wrong role                  (HTTP 403)
     ├── ValidationError          user input that does not match the schema     (HTTP 400)
+    │   └── TooLarge             a body or bundle over a size cap               (HTTP 413)
     ├── RateLimited              too many failed logins from this address       (HTTP 429)
     ├── Unavailable              at a capacity limit; try again later           (HTTP 503)
     ├── NotFound                 no such task / key / worker                    (HTTP 404)
@@ -83,6 +84,11 @@ class ValidationError(DTError):
         super().__init__(summary or "invalid input")
 
 
+class TooLarge(ValidationError):
+    """An upload over one of the coordinator's size caps (a bundle over ``--max-bundle-mb``, a
+    file over ``--max-bundle-file-mb``); ``errors`` names the largest files."""
+
+
 class RateLimited(DTError):
     """A client address failed authentication too often, or a key is at its quota; it may try
     again in ``retry_after_s``."""
@@ -129,7 +135,7 @@ class ExecutionError(DTError):
 # The HTTP answer for each error the REST API and the dashboard may raise (the tree above);
 # anything else is a 500. Most specific first: PermissionDenied before AuthError.
 HTTP_STATUS: tuple[tuple[type[DTError], int], ...] = (
-    (ValidationError, 400), (PermissionDenied, 403), (AuthError, 401), (NotFound, 404), (Conflict, 409),
+    (TooLarge, 413), (ValidationError, 400), (PermissionDenied, 403), (AuthError, 401), (NotFound, 404), (Conflict, 409),
     (RateLimited, 429), (Unavailable, 503), (StoreError, 503))
 
 

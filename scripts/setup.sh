@@ -18,3 +18,9 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "setup: could not install chromium; the dashboard's browser tests will skip" >&2
 fi
+# Workers confine shipped code (bundles) with bubblewrap; without it a worker refuses bundles and
+# the sandbox tests skip, saying why.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+    || echo "setup: could not install bubblewrap; workers will refuse shipped code" >&2
+fi

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif", "promhttp", "regress"),
-    ("journal", "protocol", "tasks"),
+    ("journal", "protocol", "tasks", "bundles"),
     ("security",),
     ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts
     ("coordinator", "worker"),

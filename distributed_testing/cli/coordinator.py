@@ -107,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", default=None,
                    help="refuse (400) a custom task whose handler no connected worker has, instead of letting it "
                         "wait for one (env DT_STRICT=1/0)")
+    p.add_argument("--max-bundle-mb", metavar="MB",
+                   help="largest bundle (shipped code) a manifest may describe; larger ones get 413 naming the "
+                        "largest files (default 1024; env DT_MAX_BUNDLE_MB)")
+    p.add_argument("--max-bundle-file-mb", metavar="MB",
+                   help="largest single file of a bundle (default 100; env DT_MAX_BUNDLE_FILE_MB)")
+    p.add_argument("--bundle-retention", metavar="S",
+                   help="seconds a bundle's blobs stay after the last upload or task that used them; unfinished "
+                        "tasks keep theirs (default 604800, a week; env DT_BUNDLE_RETENTION)")
     p.add_argument("--header-timeout", metavar="S",
                    help="close a connection that sends no complete request head within S seconds of opening or "
                         "of its last answer (idle keep-alive included) (default 10; env DT_HEADER_TIMEOUT)")
@@ -171,7 +179,19 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         strict=ns.strict if ns.strict is not None else _env_bool(env, "DT_STRICT"),
         **_exhaustion_limits(ns, env),
         **_metrics_flags(ns, env),
+        **_bundle_flags(ns, env),
     )
+
+
+def _bundle_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    out = {
+        "max_bundle_mb": _number(ns.max_bundle_mb, env, "DT_MAX_BUNDLE_MB", "--max-bundle-mb", 1024.0, float, 1 << 20),
+        "max_bundle_file_mb": _number(ns.max_bundle_file_mb, env, "DT_MAX_BUNDLE_FILE_MB", "--max-bundle-file-mb",
+                                      100.0, float, 1 << 20),
+        "bundle_retention_s": _number(ns.bundle_retention, env, "DT_BUNDLE_RETENTION", "--bundle-retention",
+                                      7 * 86400.0, float, 10 * 365 * 86400.0),
+    }
+    return out
 
 
 def _metrics_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:

@@ -79,6 +79,9 @@ def register_keys(sub: SubParsers) -> None:
                     help="what the key may do (see docs/security.md)")
     kc.add_argument("--name", help="a label shown by keys list (default: <role>-key)")
     kc.add_argument("--expires-in", type=float, metavar="S", help="expire after S seconds")
+    kc.add_argument("--allow-code", action="store_true",
+                    help="the key may upload bundles and submit tasks that run them (submitter or admin; "
+                         "see docs/security.md, \"Shipped code\")")
     ksub.add_parser("list", help="list keys (never their secrets)")
     kr = ksub.add_parser("revoke", help="revoke a key now (and every JWT derived from it)")
     kr.add_argument("key_id", help="the key's id, as keys list shows it")
@@ -152,6 +155,8 @@ def cmd_keys(api: ApiClient, ns: argparse.Namespace) -> int:
             body["name"] = ns.name
         if ns.expires_in is not None:
             body["expires_in_s"] = ns.expires_in
+        if ns.allow_code:
+            body["allow_code"] = True
         print(api.post("/api/v1/keys", body)["key"])
     elif ns.keys_cmd == "list":
         print_table(with_iso_times(api.get("/api/v1/keys")["keys"], ns.local_time),

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..bundles.upload import UploadError, upload_with_stats
+from ..errors import ConfigError, ValidationError
 from . import compare
-from .http import ApiClient
+from .http import ApiClient, ApiError
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
 from .report import print_summary, summary_row, write_junit
 
@@ -40,6 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``submit`` subcommand to ``sub``."""
     sp = sub.add_parser("submit", help="submit a task JSON file (one task or a list)")
     sp.add_argument("file", type=Path, help="task JSON file, or - for stdin")
+    sp.add_argument("--bundle", type=Path, metavar="DIR",
+                    help="upload DIR as a bundle (only the files the coordinator lacks; .gitignore and .dtignore "
+                         "honoured) and run every task on that tree; needs a key created with --allow-code")
     sp.add_argument("--wait", action="store_true", help="wait for every task to finish, showing progress on stderr")
     sp.add_argument("--timeout", type=_seconds, default=3600.0, metavar="S",
                     help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued")
@@ -80,6 +84,8 @@ def load_doc(path: Path) -> Any:
 
 def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     doc = load_doc(ns.file)
+    if ns.bundle is not None:
+        doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
         doc = with_task_ids(doc)
     accepted = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))["tasks"]
@@ -103,6 +109,31 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
                                    append_junit=True) == EXIT_FAILED:
         code = EXIT_FAILED  # a regression counts as a failed task
     return code
+
+
+def upload_bundle(api: ApiClient, root: Path) -> str:
+    """Upload ``root`` (``bundles.upload``); its manifest digest. One line on stderr says what
+    was sent."""
+    try:
+        stats = upload_with_stats(api.base_url, api.credential, root, ssl_context=api.ssl_context)
+    except UploadError as exc:
+        raise ApiError(exc.status, f"uploading the bundle {root}: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigError(f"--bundle {root}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"--bundle {root}: {exc.strerror or exc}") from exc
+    print(f"bundle {stats.digest}: {stats.files} files ({stats.total_bytes} bytes), uploaded {stats.blobs_sent} "
+          f"({stats.bytes_sent} bytes) in {stats.seconds:.2f} s", file=sys.stderr)
+    return stats.digest
+
+
+def with_bundle(doc: Any, digest: str) -> Any:
+    """``doc`` with ``"bundle": digest`` on every task object."""
+    if isinstance(doc, dict):
+        return {**doc, "bundle": digest}
+    if isinstance(doc, list):
+        return [with_bundle(t, digest) if isinstance(t, dict) else t for t in doc]
+    return doc
 
 
 def with_task_ids(doc: Any) -> Any:

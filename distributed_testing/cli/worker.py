@@ -144,6 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
     trust.add_argument("--allow-test-options", metavar="OPTIONS",
                        help="comma-separated guarded pytest options test_args may use, dashes optional, e.g. "
                             "junitxml,debug or =--junitxml,-p (default: none; env DT_ALLOW_TEST_OPTIONS)")
+    trust.add_argument("--accept-bundles", action="store_true", default=None,
+                       help="run tasks with shipped code (a bundle), each in a sandbox (env DT_ACCEPT_BUNDLES=1)")
+    trust.add_argument("--sandbox", choices=("bwrap", "none"),
+                       help="how shipped code is confined: bwrap (bubblewrap; without it such tasks are refused) or "
+                            "none (unconfined, logged as a warning at every start) (default bwrap; env DT_SANDBOX)")
+    trust.add_argument("--task-network", choices=("none", "loopback", "host"),
+                       help="a sandboxed task's network: none, a private loopback, or the host's (default loopback; "
+                            "env DT_TASK_NETWORK)")
+    trust.add_argument("--cache-max-gb", type=float, metavar="GB",
+                       help="size cap of the bundle blob cache, least recently used evicted first (default 10; env "
+                            "DT_CACHE_MAX_GB)")
     add_log_flag(p)
     return p
 
@@ -193,9 +204,29 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
         bench_threads=int(positive(ns.bench_threads, "--bench-threads")) if ns.bench_threads is not None else None,
         interface=_interface(ns, env), allow_model_modules=_allow_model_modules(ns, env),
         pipeline_depth=_pipeline_depth(ns, env),
-        allow_test_options=_allow_test_options(ns, env), **_metrics(ns, env),
+        allow_test_options=_allow_test_options(ns, env), **_metrics(ns, env), **_shipped(ns, env),
         **preset, **kwargs,  # type: ignore[arg-type]
     )
+
+
+def _shipped(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """--accept-bundles, --sandbox, --task-network, --cache-max-gb (and their DT_* variables)."""
+    accept = ns.accept_bundles or env.get("DT_ACCEPT_BUNDLES", "").strip().lower() in ("1", "true", "yes")
+    sandbox, s_src = env_pick(ns.sandbox, env, "DT_SANDBOX", "bwrap")
+    network, n_src = env_pick(ns.task_network, env, "DT_TASK_NETWORK", "loopback")
+    if sandbox not in ("bwrap", "none"):
+        raise ConfigError(f"{s_src}: must be bwrap or none, got {sandbox!r}")
+    if network not in ("none", "loopback", "host"):
+        raise ConfigError(f"{n_src}: must be none, loopback or host, got {network!r}")
+    raw, c_src = env_pick(None if ns.cache_max_gb is None else str(ns.cache_max_gb), env, "DT_CACHE_MAX_GB", "10")
+    try:
+        cache = float(str(raw))
+    except ValueError:
+        cache = -1.0
+    if not cache > 0:
+        raise ConfigError(f"{'--cache-max-gb' if c_src in ('flag', 'default') else c_src}: must be a number of GB > 0, "
+                          f"got {raw!r}")
+    return {"accept_bundles": bool(accept), "sandbox": sandbox, "task_network": network, "cache_max_gb": cache}
 
 
 def _pipeline_depth(ns: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -40,7 +40,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, throttle, tokens
 from ..tasks import spec as specs
-from . import events, limits, openapi, views
+from . import bundles_api, events, limits, openapi, views
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
@@ -105,6 +105,8 @@ def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
     principal = rt.authenticate(sa.parse_authorization_header(authorization))
     if perm != AUTHENTICATED:
         roles.require(principal.role, roles.Permission(perm))
+    if perm == roles.Permission.BUNDLES_UPLOAD:
+        bundles_api.require_allow_code(principal)
     return principal
 
 
@@ -306,7 +308,7 @@ async def create_key(request: web.Request) -> web.Response:
     body = await _json_body(request)
     if not isinstance(body, dict):
         raise ValidationError([{"field": "(body)", "error": "expected an object with role, name, expires_in_s"}])
-    unknown = set(body) - {"role", "name", "expires_in_s"}
+    unknown = set(body) - {"role", "name", "expires_in_s", "allow_code"}
     if unknown:
         raise ValidationError([{"field": k, "error": "unknown field"} for k in sorted(unknown)])
     role = roles.parse_role(body.get("role", ""))
@@ -316,7 +318,11 @@ async def create_key(request: web.Request) -> web.Response:
     name = body.get("name") or f"{role}-key"
     if not isinstance(name, str):
         raise ValidationError([{"field": "name", "error": "must be a string"}])
-    plaintext, rec = sk.generate_key(role, name, rt.clock(), expires_in_s=expires)
+    allow_code = body.get("allow_code", False)
+    if not isinstance(allow_code, bool) or (allow_code and role not in (roles.Role.SUBMITTER, roles.Role.ADMIN)):
+        raise ValidationError([{"field": "allow_code", "error": "must be true or false, and true only for a "
+                                "submitter or admin key"}])
+    plaintext, rec = sk.generate_key(role, name, rt.clock(), expires_in_s=expires, allow_code=allow_code)
     await rt.save_key(rec)
     log.info("created %s key %s (%s)", role, rec.key_id, name)
     return json_response({"key": plaintext, **key_view(rec)}, status=201)
@@ -348,6 +354,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     """``POST /api/v1/tasks`` after authorization, whichever HTTP layer took it (``fast_http``
     or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
     parsed, warnings = specs.parse_task_json_with_warnings(raw)
+    await bundles_api.check_bundles(rt, principal, [s.bundle for s in parsed if s.bundle is not None])
     for warning in warnings:
         log.warning("submission by key %s: %s", principal.key_id, warning)
     # a resubmitted id may belong to a task that finished and left memory: read it back first, so
@@ -592,6 +599,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/api/v1/schema/task", task_schema, "schema:read"),
     ("GET", "/api/v1/openapi.json", openapi_json, "schema:read"),
     ("GET", METRICS_ROUTE, metrics, "metrics:read"),
+    *bundles_api.ROUTES,
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
 # What a standby answers itself; it redirects every other request to the leader (307, or 503 with

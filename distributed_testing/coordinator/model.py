@@ -143,7 +143,8 @@ class Task:
         self.pipelined = kind.pipelined
         cfg = kind.decode(self.spec.config)
         self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
-                                   model_module(kind.imports_model, self.spec.config), kind.handler(cfg))
+                                   model_module(kind.imports_model, self.spec.config), kind.handler(cfg),
+                                   bundle=self.spec.bundle is not None)
         nodes = kind.gang_size(cfg)
         if nodes:
             self.gang = Gang(nodes)

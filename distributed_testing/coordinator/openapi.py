@@ -40,7 +40,8 @@ _ERRORS = {400: "bad input: a field, a query parameter or the body (``errors`` n
 KEY_VIEW: dict[str, Any] = {"type": "object", "required": ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"],
             "properties": {"key_id": {"type": "string"}, "name": {"type": "string"},
                            "role": {"enum": ["admin", "submitter", "viewer", "worker"]},
-                           "created_at": {"type": "number"}, "expires_at": NULLABLE_NUM, "revoked_at": NULLABLE_NUM}}
+                           "created_at": {"type": "number"}, "expires_at": NULLABLE_NUM, "revoked_at": NULLABLE_NUM,
+                           "allow_code": {"type": "boolean", "description": "may upload bundles (--allow-code)"}}}
 _TASK_COMMON = {"task_id": {"type": "string"}, "type": {"type": "string"}, "state": {"type": "string"},
                 "attempt": {"type": "integer"}, "worker_id": NULLABLE_STR, "priority": {"type": "integer"},
                 "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}, "pending_reason": NULLABLE_STR,
@@ -87,6 +88,7 @@ class RouteSpec:
     query: tuple[dict[str, Any], ...] = ()
     body: dict[str, Any] | None = None
     body_required: bool = True
+    body_media: str = JSON
     errors: tuple[int, ...] = ()
     tags: tuple[str, ...] = field(default=())
 
@@ -146,7 +148,11 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
                              "name": {"type": "string", "maxLength": 100, "pattern": "^[ -~]*$",
                                       "description": "printable characters (non-ASCII printable ones are accepted "
                                                      "too); empty: ROLE-key"},
-                             "expires_in_s": {"type": "number", "exclusiveMinimum": 0}}},
+                             "expires_in_s": {"type": "number", "exclusiveMinimum": 0},
+                             "allow_code": {"type": "boolean", "description": "the key may upload bundles and "
+                                            "submit tasks that run them (submitter and admin keys only)"}},
+              "if": {"required": ["allow_code"], "properties": {"allow_code": {"const": True}}},
+              "then": {"properties": {"role": {"enum": ["admin", "submitter"]}}}},
         errors=(400,)),
     ("GET", "/api/v1/keys"): RouteSpec(_ok(_obj(keys={"type": "array", "items": {"$ref": REF + "KeyView"}}))),
     ("POST", "/api/v1/keys/{key_id}/revoke"): RouteSpec(_ok({"$ref": REF + "KeyView"}), errors=(404,)),
@@ -194,6 +200,32 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
     ("GET", "/api/v1/schema/task"): RouteSpec(_ok({"type": "object"}, what="the task JSON Schema (draft 2020-12)")),
 }
 
+_DIGEST = {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "lower-case hex SHA-256"}
+_BLOB = {"type": "string", "format": "binary"}
+SPECS.update({
+    ("POST", "/api/v1/blobs/missing"): RouteSpec(
+        _ok(_obj(missing={"type": "array", "items": _DIGEST})),
+        body={"type": "object", "required": ["digests"], "properties": {
+            "digests": {"type": "array", "items": _DIGEST, "maxItems": 20000}}}),
+    ("PUT", "/api/v1/blobs/{digest}"): RouteSpec(
+        {**_ok(_obj(digest=_DIGEST, size={"type": "integer"}, created={"type": "boolean"}), 201, "stored"),
+         **_ok(_obj(digest=_DIGEST, size={"type": "integer"}, created={"type": "boolean"}), 200, "already stored")},
+        body=_BLOB, body_media="application/octet-stream"),
+    ("GET", "/api/v1/blobs/{digest}"): RouteSpec({200: ("the blob's bytes", "application/octet-stream", _BLOB)},
+                                                 errors=(400, 404)),
+    ("PUT", "/api/v1/bundles/{digest}"): RouteSpec(
+        {**_ok(_obj(bundle=_DIGEST, files={"type": "integer"}, size={"type": "integer"}), 201, "stored"),
+         **_ok(_obj(bundle=_DIGEST, files={"type": "integer"}, size={"type": "integer"}), 200, "already stored")},
+        body={"$ref": REF + "Manifest"}),
+    ("GET", "/api/v1/bundles/{digest}"): RouteSpec(_ok({"$ref": REF + "Manifest"}, what="the manifest's bytes"),
+                                                   errors=(400, 404)),
+})
+MANIFEST = {"type": "object", "required": ["files"], "description": "a bundle's manifest (docs/tasks.md, \"Bundles\")",
+            "properties": {"version": {"const": 1}, "files": {"type": "array", "items": {
+                "type": "object", "required": ["path", "digest", "size"],
+                "properties": {"path": {"type": "string"}, "digest": _DIGEST, "size": {"type": "integer", "minimum": 0},
+                               "mode": {"enum": [420, 493]}}}}}}
+
 Entry = tuple[str, str, Callable[..., Any], str | None]
 
 
@@ -225,12 +257,12 @@ def _operation(method: str, path: str, handler: Callable[..., Any], perm: str | 
         op["security"] = []
     else:
         op["security"] = [{"bearer": []}]
-    params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+    params = [{"name": n, "in": "path", "required": True, "schema": _DIGEST if n == "digest" else {"type": "string"}}
               for n in _path_params(path)] + list(spec.query)
     if params:
         op["parameters"] = params
     if spec.body is not None:
-        op["requestBody"] = {"required": spec.body_required, "content": {JSON: {"schema": spec.body}}}
+        op["requestBody"] = {"required": spec.body_required, "content": {spec.body_media: {"schema": spec.body}}}
     responses: dict[str, Any] = {}
     for status, (what, media, schema) in spec.ok.items():
         responses[str(status)] = {"description": what}
@@ -265,5 +297,5 @@ def _schemas() -> dict[str, Any]:
     schemas["TaskSubmission"] = {"description": "one task or a list of tasks (docs/tasks.md)",
                                  "oneOf": moved["oneOf"]}
     schemas.update(Error=ERROR, KeyView=KEY_VIEW, TaskSummary=TASK_SUMMARY, TaskView=TASK_VIEW, Worker=WORKER_VIEW,
-                   Result=RESULT_VIEW)
+                   Result=RESULT_VIEW, Manifest=MANIFEST)
     return schemas

@@ -4,7 +4,8 @@ A worker is eligible for a task when it has every requested hardware kind among 
 capabilities, every requested tag, at least ``min_memory_gb`` of memory, and, when the worker
 reports the memory it offers to new tasks (``--memory-buffer``), at least the task's
 ``max_memory_mb`` of it, and, for a task whose ``model`` is ``package.module:callable``, allows
-that module (``--allow-model-modules``, reported at registration). Among eligible
+that module (``--allow-model-modules``, reported at registration), and, for a task with a
+``bundle`` (shipped code), was started with ``--accept-bundles``. Among eligible
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
 
@@ -27,21 +28,24 @@ from dataclasses import dataclass, field
 from ..tasks.spec import Requirements
 from ..tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
 
-# (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "")
-ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str, str]
-NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "", "")
+# (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "",
+#  runs shipped code (a bundle))
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str, str, bool]
+NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "", "", False)
+ACCEPT_BUNDLES_FLAG = "--accept-bundles"
 
 
 def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None,
-                    model_module: str | None = None, handler: str | None = None) -> ReqKey:
+                    model_module: str | None = None, handler: str | None = None, bundle: bool = False) -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
     ``implied_hardware`` adds what the task's config needs (its kind's ``hardware``, :mod:`~distributed_testing.tasks.kinds`);
     ``max_memory_mb`` is the task's memory limit (0: none); ``model_module`` the module a user
     model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none);
-    ``handler`` the custom handler the task calls (its kind's ``handler``; None: none)."""
+    ``handler`` the custom handler the task calls (its kind's ``handler``; None: none); ``bundle``
+    whether it runs shipped code (only ``--accept-bundles`` workers take it)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
     return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "",
-            handler or "")
+            handler or "", bundle)
 
 
 @dataclass
@@ -58,6 +62,7 @@ class WorkerView:
     available_memory_mb: float | None = None  # offered to new tasks, from heartbeats; None: not reported
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
+    accept_bundles: bool = False  # --accept-bundles: runs tasks with shipped code, from the registration
     # Pipelining (coordinator/pipeline.py): how many tasks it may hold beyond its slots now, and
     # which held slots stop anything from being queued behind them: tasks that must run alone
     # (``exclusive``), and pipelined tasks that ran past the worker's started delay (``started``).
@@ -105,8 +110,10 @@ class WorkerView:
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
-    hardware, tags, min_mem, max_mem_mb, module, handler = key
+    hardware, tags, min_mem, max_mem_mb, module, handler, bundle = key
     missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
+    if bundle and not w.accept_bundles:
+        missing.append(f"permission to run shipped code (a bundle; worker flag {ACCEPT_BUNDLES_FLAG})")
     missing += [f"tag {t}" for t in tags if t not in w.tags]
     if min_mem and w.memory_gb < min_mem:
         missing.append(f"{min_mem:g} GB memory (has {w.memory_gb:.1f})")
@@ -155,8 +162,9 @@ def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> list[Wo
 
 def describe(key: ReqKey) -> str:
     """The requirements of ``key`` in words, for pending reasons ("" when there are none)."""
-    hardware, tags, min_mem, max_mem_mb, module, handler = key
+    hardware, tags, min_mem, max_mem_mb, module, handler, bundle = key
     parts = [f"hardware {'+'.join(hardware)}"] if hardware else []
+    parts += [f"a worker with {ACCEPT_BUNDLES_FLAG}"] if bundle else []
     parts += [f"tags {'+'.join(tags)}"] if tags else []
     parts += [f"{min_mem:g} GB memory"] if min_mem else []
     parts += [f"{max_mem_mb} MB for the task"] if max_mem_mb else []
@@ -218,8 +226,8 @@ def pending_reason(key: ReqKey, workers: Iterable[WorkerView]) -> str:
 def _static_fit(key: ReqKey, w: WorkerView) -> bool:
     """``unmet`` without its one changing input (the memory a worker offers, from heartbeats):
     what a worker registered with decides this once per session."""
-    hardware, tags, min_mem, _, module, handler = key
-    return (all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
+    hardware, tags, min_mem, _, module, handler, bundle = key
+    return ((w.accept_bundles or not bundle) and all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
             and not (min_mem and w.memory_gb < min_mem)
             and not (module and not module_allowed(module, w.model_modules))
             and not (handler and w.handlers is not None and handler not in w.handlers))

@@ -55,6 +55,7 @@ from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send
 from .quota import MIB
 from .state import CoordinatorState
 from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
+from .store.blobs import blobs_for
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ class Runtime:
                                              max_payload_bytes_per_key=config.max_payload_mb_per_key * MIB))
         self.sessions: dict[str, Session] = {}
         self.keys: dict[str, sk.KeyRecord] = {}
+        self.blobs = blobs_for(store)
         self.jwt_secret = b""
         self._waiters: dict[str, list[_Waiter]] = defaultdict(list)
         # Tasks whose outcome is set in memory but whose Notify waits for the records to be durable:
@@ -505,14 +507,14 @@ def _coalesce(records: list[Record]) -> list[Record]:
 
 def key_row(rec: sk.KeyRecord) -> KeyRow:
     return KeyRow(key_id=rec.key_id, name=rec.name, role=rec.role, hash=rec.hash, created_at=rec.created_at,
-                  expires_at=rec.expires_at, revoked_at=rec.revoked_at)
+                  expires_at=rec.expires_at, revoked_at=rec.revoked_at, allow_code=rec.allow_code)
 
 
 def key_record(row: KeyRow) -> sk.KeyRecord:
     return sk.KeyRecord(key_id=row.key_id, name=row.name, role=Role(row.role), hash=row.hash, created_at=row.created_at,
-                        expires_at=row.expires_at, revoked_at=row.revoked_at)
+                        expires_at=row.expires_at, revoked_at=row.revoked_at, allow_code=row.allow_code)
 
 
 def key_view(rec: sk.KeyRecord) -> dict[str, Any]:
     return {"key_id": rec.key_id, "name": rec.name, "role": rec.role, "created_at": rec.created_at,
-            "expires_at": rec.expires_at, "revoked_at": rec.revoked_at}
+            "expires_at": rec.expires_at, "revoked_at": rec.revoked_at, "allow_code": rec.allow_code}

@@ -33,12 +33,12 @@ from aiohttp import web
 from ..config import CoordinatorConfig
 from ..errors import ConfigError, StoreError
 from ..security import bootstrap, tokens
-from . import limits
+from . import bundles_api, limits
 from .api import AUTH_THROTTLE, LIMITS, PROXY_SECRET, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
 from .group import Group, LeadershipLost, is_postgres_url
 from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
-from .store.base import KeyRow, Snapshot, Store, TaskQuery
+from .store.base import TERMINAL, KeyRow, Snapshot, Store, TaskQuery
 from .ws import worker_endpoint
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ async def _serve_restored(rt: Runtime, snap: Snapshot) -> None:
     log.info("coordinator state: %d active tasks restored (%d stored in all), %d workers known, %d keys",
              len(snap.tasks), sum(rt.state.counts.values()), len(rt.state.workers), len(rt.keys))
     rt.supervisor.spawn(_tick_loop(rt), "coordinator-ticker")
+    rt.supervisor.spawn(_sweep_loop(rt), "bundle-sweep")
 
 
 async def _stop(rt: Runtime, store: Store) -> None:
@@ -278,6 +279,21 @@ async def _bootstrap_admin(rt: Runtime) -> None:
     bootstrap.write_secret_file(path, plaintext + "\n")
     await rt.save_key(rec)
     log.warning("empty store: created admin key %s and wrote it to %s (mode 0600)", rec.key_id, path)
+
+
+async def _sweep_loop(rt: Runtime) -> None:
+    """Delete bundle blobs unused for ``--bundle-retention``, checking a tenth as often (at most
+    hourly). The leader only: it alone knows every unfinished task, whose bundles stay."""
+    period = min(3600.0, max(0.2, rt.config.bundle_retention_s / 10))
+    while True:
+        await asyncio.sleep(period)
+        if not rt.leading():
+            continue
+        active = [t.spec.bundle for t in list(rt.state.tasks.values()) if t.spec.bundle and t.state not in TERMINAL]
+        try:
+            await bundles_api.sweep(rt, active)
+        except Exception as exc:  # a failed sweep deletes nothing; the next one tries again
+            log.warning("bundle sweep failed: %s", exc)
 
 
 async def _tick_loop(rt: Runtime) -> None:

@@ -260,7 +260,8 @@ class CoordinatorState:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
         view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
                           reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules),
-                          handlers=None if reg.handlers is None else frozenset(reg.handlers))
+                          handlers=None if reg.handlers is None else frozenset(reg.handlers),
+                          accept_bundles=reg.accept_bundles)
         first = w.first_seen if w else now
         if w is None and len(self._worker_ids) == len(self.workers):
             bisect.insort(self._worker_ids, reg.worker_id)  # a new id: O(log n) to find, no re-sort
@@ -695,7 +696,8 @@ class CoordinatorState:
     def _assignment(t: Task, gang: m.GangAssignment | None = None) -> m.TaskAssignment:
         return m.TaskAssignment(
             task_id=t.task_id, attempt=t.attempt, type=t.type, config=specs.config_dict(t.spec),
-            timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache, gang=gang)
+            timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache, gang=gang,
+            bundle=t.spec.bundle)
 
     # ------------------------------------------------------------------ gangs
 

@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 8  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+PROTOCOL_VERSION = 9  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
 # 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
 # worker that has its handler instead of failing on one that does not); 7: register.heartbeat_interval_s,
 # registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract);
-# 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots)
+# 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots);
+# 9: register.accept_bundles, task assignment bundle (shipped code)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -65,6 +66,7 @@ class Register(_Msg, frozen=True, tag="register"):
     # ``--allow-model-modules``: module prefixes whose ``module:callable`` models this worker runs;
     # the coordinator places no task with another user model here.
     model_modules: list[str] = []
+    accept_bundles: bool = False  # --accept-bundles: this worker runs tasks with shipped code (sandboxed)
     # ``--heartbeat-interval``: the interval this worker asks for; 0: the coordinator's default.
     # The coordinator answers with the interval and TTL it applies, or refuses one above its maximum.
     heartbeat_interval_s: float = 0.0
@@ -128,6 +130,7 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_memory_mb: int | None = None
     cache: bool = False
     gang: GangAssignment | None = None  # set for multi-node training tasks only
+    bundle: str | None = None  # the manifest digest of the task's shipped code (docs/tasks.md, "Bundles")
 
 
 class AssignTasks(_Msg, frozen=True, tag="assign"):

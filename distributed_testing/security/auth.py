@@ -50,6 +50,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     via: Literal["api_key", "jwt"]
     token_exp: int | None = None
     session_start: int | None = None  # the token's auth_time when via == "jwt" (for renewal)
+    allow_code: bool = False  # the key was created with --allow-code: it may ship bundles
 
 
 def parse_authorization_header(value: str | None) -> str:
@@ -89,7 +90,7 @@ def _from_token(
         raise AuthError("token predates its API key")
     return Principal(
         key_id=record.key_id, role=record.role, name=record.name, via="jwt", token_exp=claims.exp,
-        session_start=claims.session_start,
+        session_start=claims.session_start, allow_code=record.allow_code,
     )
 
 
@@ -122,5 +123,6 @@ def authenticate(
         record = lookup_key(key_id) or KeyRecord(key_id=key_id, name="", role=Role.VIEWER, hash="0" * 64,
                                                 created_at=0.0)
         verify_key(credential, record, now)
-        return Principal(key_id=record.key_id, role=record.role, name=record.name, via="api_key")
+        return Principal(key_id=record.key_id, role=record.role, name=record.name, via="api_key",
+                         allow_code=record.allow_code)
     return _from_token(credential, lookup_key, secret, now, leeway_s)

@@ -85,6 +85,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
     expires_at: float | None = None
     revoked_at: float | None = None
+    allow_code: bool = False  # created with --allow-code: may upload bundles and submit tasks running them
 
 
 def hash_key(plaintext: str) -> str:
@@ -113,7 +114,7 @@ def _validate_new_key(name: str, now: float, expires_in_s: float | None) -> list
 
 
 def generate_key(
-    role: Role | str, name: str, now: float, expires_in_s: float | None = None
+    role: Role | str, name: str, now: float, expires_in_s: float | None = None, allow_code: bool = False
 ) -> tuple[str, KeyRecord]:
     """Create a new API key for ``role``; return ``(plaintext, record)``.
 
@@ -135,6 +136,7 @@ def generate_key(
         hash=hash_key(plaintext),
         created_at=float(now),
         expires_at=None if expires_in_s is None else float(now + expires_in_s),
+        allow_code=allow_code,
     )
     logger.debug("generated API key %s (%s) role=%s", key_id, name, parsed_role.value)
     return plaintext, record

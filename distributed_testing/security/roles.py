@@ -18,7 +18,12 @@ workers:manage  yes
 worker:connect                            yes
 schema:read     yes    yes        yes     yes
 metrics:read    yes    yes        yes
+bundles:upload  yes*   yes*
+bundles:read    yes    yes                yes
 ==============  =====  =========  ======  ======
+
+``*``: only a key created with ``--allow-code`` (``KeyRecord.allow_code``); the REST layer checks
+that on top of this table (``coordinator/api.py``, ``authorize``).
 
 Reasons for the less obvious cells:
 
@@ -27,7 +32,10 @@ Reasons for the less obvious cells:
   runs a worker gets a key that can do nothing else (it cannot submit, cancel or read results).
 * ``tasks:cancel`` is a role check only. Whether a submitter may cancel *another* submitter's
   task is an ownership rule the coordinator applies on top of this table.
-* A worker learns about its tasks over its WebSocket, so it needs no REST read permissions.
+* A worker learns about its tasks over its WebSocket, so it needs no REST read permissions,
+  except ``bundles:read``: it fetches the blobs of a bundle task with its own key.
+* ``bundles:upload`` ships code that workers run, so it needs a key made for that on top of the
+  role: a leaked ordinary submitter key cannot run code on the fleet.
 
 Pure: no I/O, no clock.
 """
@@ -72,6 +80,8 @@ class Permission(StrEnum):
     WORKER_CONNECT = "worker:connect"
     SCHEMA_READ = "schema:read"
     METRICS_READ = "metrics:read"
+    BUNDLES_UPLOAD = "bundles:upload"
+    BUNDLES_READ = "bundles:read"
 
 
 _READ = frozenset(
@@ -83,14 +93,15 @@ _READ = frozenset(
         Permission.METRICS_READ,
     }
 )
-_SUBMIT = _READ | {Permission.TASKS_SUBMIT, Permission.TASKS_CANCEL}
+_SUBMIT = _READ | {Permission.TASKS_SUBMIT, Permission.TASKS_CANCEL, Permission.BUNDLES_UPLOAD,
+                   Permission.BUNDLES_READ}
 
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = MappingProxyType(
     {
         Role.ADMIN: _SUBMIT | {Permission.KEYS_MANAGE, Permission.WORKERS_MANAGE},
         Role.SUBMITTER: _SUBMIT,
         Role.VIEWER: _READ,
-        Role.WORKER: frozenset({Permission.WORKER_CONNECT, Permission.SCHEMA_READ}),
+        Role.WORKER: frozenset({Permission.WORKER_CONNECT, Permission.SCHEMA_READ, Permission.BUNDLES_READ}),
     }
 )
 """Read-only role -> permissions table; the single source of truth for authorization."""

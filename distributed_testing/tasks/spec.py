@@ -54,6 +54,8 @@ class _TaskFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     max_memory_mb: PositiveInt | None = None
     cache: bool = False
+    # shipped code: the manifest digest of an uploaded bundle (docs/tasks.md, "Bundles")
+    bundle: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
 
 
 class TaskSpec(_TaskFields, frozen=True, kw_only=True):

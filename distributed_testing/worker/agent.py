@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -34,6 +35,7 @@ from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
 from ..security import tls
 from .auth import Credentials
+from .bundles import ShippedCode
 from .coordinators import Candidates
 from .executors.base import ExecOutcome, Executor, TaskContext, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
@@ -127,6 +129,7 @@ class WorkerAgent:
         # the coordinators this worker may connect to, and the one of the current attempt
         self.candidates = Candidates(config.urls)
         self.rng = random.Random()  # the first reconnect's jitter (first_reconnect_delay)
+        self.shipped = ShippedCode.at_start(config, credentials.ssl)  # --accept-bundles, --sandbox
 
     @property
     def running(self) -> dict[str, Attempt]:
@@ -416,6 +419,7 @@ class WorkerAgent:
                           running=self.state.running_refs(),
                           address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
                           abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
+                          accept_bundles=self.shipped.accepting,
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
                           handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth)
 
@@ -687,7 +691,11 @@ class WorkerAgent:
             return ExecOutcome("error", error=f"this worker has no executor for task type {a.type!r}",
                                started_at=started, finished_at=self.clock())
         try:
-            return await ex.run(self._context(a))
+            if a.bundle is None:
+                return await ex.run(self._context(a))
+            cred = await self.credentials.current()
+            async with self.shipped.task(a.type, a.task_id, self.candidates.current, cred, a.bundle) as shipped:
+                return await ex.run(dataclasses.replace(self._context(a), **shipped))
         except ExecutionError as exc:
             return ExecOutcome("error", error=str(exc), started_at=started, finished_at=self.clock())
         except asyncio.CancelledError:

@@ -22,7 +22,7 @@ import msgspec
 from ...errors import StoreError
 from ...tasks.states import TERMINAL as TERMINAL
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class _Rec(msgspec.Struct, frozen=True, tag_field="rec"):
@@ -82,6 +82,7 @@ class KeyRow(_Rec, frozen=True, tag="key"):
     created_at: float
     expires_at: float | None = None
     revoked_at: float | None = None
+    allow_code: bool = False  # may upload bundles and submit tasks that run them (--allow-code)
 
 
 class MetaRow(_Rec, frozen=True, tag="meta"):

@@ -84,8 +84,14 @@ def _bind_workers_to_keys(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE workers ADD COLUMN key_id VARCHAR")
 
 
+def _keys_allow_code(con: duckdb.DuckDBPyConnection) -> None:
+    """2 -> 3: ``api_keys.allow_code`` (``dt keys create --allow-code``); existing keys may not."""
+    con.execute("ALTER TABLE api_keys ADD COLUMN allow_code JSON DEFAULT 'false'")  # as the table's other non-scalars
+    con.execute("UPDATE api_keys SET allow_code = 'false'")
+
+
 # Upgrades from schema version N to N + 1, run in one transaction with the version bump.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code}
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from .base import TERMINAL, KeyRow, MetaRow, RecordTable, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
+from .blobs import BLOBS_DDL
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -145,6 +146,7 @@ def schema_ddl() -> list[str]:
         *(t.ddl() for t in TABLES.values()),
         *INDEXES,
         LEASE_DDL,
+        BLOBS_DDL,
     ]
 
 

@@ -70,6 +70,7 @@ from .base import (
     WorkerRow,
     stored_schema_version,
 )
+from .blobs import BLOBS_DDL
 from .memory import validate_query
 from .pgsql import (
     ACTIVE_SQL,
@@ -110,9 +111,15 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *RETRYABLE)
 
 Migration = Callable[[asyncpg.Connection], Any]
+async def _keys_allow_code_and_blobs(con: asyncpg.Connection) -> None:
+    """2 -> 3: ``api_keys.allow_code`` (existing keys may not ship code) and the blob table."""
+    await con.execute("ALTER TABLE api_keys ADD COLUMN allow_code json NOT NULL DEFAULT 'false'")
+    await con.execute(BLOBS_DDL)
+
+
 # Upgrades from schema version N to N + 1 (coroutine functions), run with the version bump in the
-# schema transaction. Empty so far: version 2 is the first this backend has.
-MIGRATIONS: dict[int, Migration] = {}
+# schema transaction. Version 2 is the first this backend has.
+MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs}
 
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}

@@ -37,6 +37,7 @@ from distributed_testing.worker.executors.supervise import (
     MemoryWatch,
     run_limited,
 )
+from distributed_testing.worker.sandbox import task_environ
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class TestExecutor:
         tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> None:
         self._env = child_environ(extra_env)  # without the worker's credentials
+        self._extra = dict(extra_env or {})  # all a sandboxed child gets beyond the minimum
         self._poll_s = memory_poll_interval_s
         self._tail_bytes = tail_bytes
         self._running: set[int] = set()
@@ -112,7 +114,7 @@ class TestExecutor:
             spec = msgspec.convert(ctx.config, TestConfig)
         except msgspec.ValidationError as exc:
             raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
-        root = ctx.test_root.resolve()
+        root = (ctx.bundle_root or ctx.test_root).resolve()  # a bundle's tree replaces the test root
         if (bad := bad_test_file(spec.test_file)) is not None:
             raise ExecutionError(bad)
         target = resolve_test_path(root, spec.test_file)
@@ -121,12 +123,16 @@ class TestExecutor:
             raise ExecutionError("; ".join(refused))
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
-        with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.work_dir) as tmp:
+        with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or ctx.work_dir) as tmp:
             xml_path = Path(tmp) / "junit.xml"
             argv = [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *spec.test_args]
             argv += [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
             logger.info("task %s: running %s (cwd %s, timeout %s)", ctx.task_id, argv[1:], root, timeout)
-            verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb)
+            env = self._env
+            if ctx.sandbox is not None and ctx.scratch_dir is not None:  # shipped code: confined
+                env = task_environ(self._extra, ctx.scratch_dir)
+                argv = ctx.sandbox.wrap(argv, ro=[root], rw=[ctx.scratch_dir], cwd=root, env=env)
+            verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
             summary = _read_summary(xml_path) if xml_path.exists() else JUnitSummary()
         output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
         if watch is not None:
@@ -138,7 +144,7 @@ class TestExecutor:
         return outcome
 
     async def _run_pytest(
-        self, argv: list[str], cwd: Path, timeout: float | None, max_memory_mb: int | None
+        self, argv: list[str], cwd: Path, timeout: float | None, max_memory_mb: int | None, env: Mapping[str, str]
     ) -> tuple[str, int | None, OutputTail, MemoryWatch | None]:
         """Start pytest, enforce limits, and always kill its group and reap it before returning."""
         proc = await asyncio.create_subprocess_exec(
@@ -148,7 +154,7 @@ class TestExecutor:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
-            env=self._env,
+            env=dict(env),
         )
         assert proc.stdout is not None
         self._running.add(proc.pid)

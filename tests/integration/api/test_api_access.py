@@ -7,6 +7,7 @@ read from ``ROLE_PERMISSIONS``, and a denied call is checked to have changed not
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from distributed_testing.bundles import manifest as mf
 from distributed_testing.coordinator.api import ROUTES
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel, derive_session_key
@@ -123,6 +125,20 @@ async def setup_submit(c: Cluster) -> Call:
 async def setup_existing_task(c: Cluster, suffix: str = "") -> Call:
     tid = await submit(c)
     return Call(f"/api/v1/tasks/{tid}{suffix}", ctx={"task_id": tid})
+
+
+BLOB = b"print('shipped')\n"
+BLOB_DIGEST = hashlib.sha256(BLOB).hexdigest()
+
+
+async def setup_stored(c: Cluster, kind: str) -> Call:
+    """A blob, or a manifest listing it, already stored (read routes)."""
+    await c.runtime.blobs.put(BLOB_DIGEST, BLOB, c.runtime.clock())
+    if kind == "blobs":
+        return Call(f"/api/v1/blobs/{BLOB_DIGEST}")
+    data = mf.encode(mf.Manifest([mf.FileEntry("main.py", BLOB_DIGEST, len(BLOB))]))
+    await c.runtime.blobs.put(hashlib.sha256(data).hexdigest(), data, c.runtime.clock())
+    return Call(f"/api/v1/bundles/{hashlib.sha256(data).hexdigest()}")
 
 
 def key_revoked(c: Cluster, call: Call) -> bool:
@@ -256,6 +272,15 @@ CASES = [
           check_body=lambda c, call, body: body["openapi"].startswith("3.1")),
     Route("GET", "/metrics", READERS, 200, fixed("/metrics"),
           check_body=lambda c, call, body: "dt_tasks_submitted_total" in body),
+    # Uploading needs a key created with --allow-code, which none of these callers has (the admin
+    # key included); tests/integration/bundles/test_bundle_api.py uses one.
+    Route("POST", "/api/v1/blobs/missing", frozenset(), 200, fixed("/api/v1/blobs/missing")),
+    Route("PUT", "/api/v1/blobs/{digest}", frozenset(), 201, fixed(f"/api/v1/blobs/{BLOB_DIGEST}")),
+    Route("PUT", "/api/v1/bundles/{digest}", frozenset(), 201, fixed(f"/api/v1/bundles/{BLOB_DIGEST}")),
+    Route("GET", "/api/v1/blobs/{digest}", frozenset({"admin", "submitter", "worker"}), 200,
+          lambda c: setup_stored(c, "blobs"), check_body=lambda c, call, body: body == BLOB.decode()),
+    Route("GET", "/api/v1/bundles/{digest}", frozenset({"admin", "submitter", "worker"}), 200,
+          lambda c: setup_stored(c, "bundles")),
 ]
 
 def expected_status(r: Route, caller: str) -> int:

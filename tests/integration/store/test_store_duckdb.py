@@ -364,6 +364,7 @@ async def test_a_schema_1_file_is_migrated_and_its_workers_stay_unbound(tmp_path
     await store.close()
     con = duckdb.connect(str(path))
     con.execute("ALTER TABLE workers DROP COLUMN key_id")
+    con.execute("ALTER TABLE api_keys DROP COLUMN allow_code")  # schema 3's
     con.execute("INSERT INTO workers VALUES ('old', 'box', '{}', '[]', '[]', 1.0, 2.0, 'disconnected')")
     con.execute("UPDATE schema_version SET version = 1")
     con.close()
@@ -379,3 +380,22 @@ async def test_a_schema_1_file_is_migrated_and_its_workers_stay_unbound(tmp_path
     snap = await again.open()
     await again.close()
     assert [(w.worker_id, w.key_id) for w in snap.workers] == [("new", "k1"), ("old", None)]
+
+
+@pytest.mark.asyncio
+async def test_a_schema_2_file_gets_keys_that_may_not_ship_code(tmp_path: Path) -> None:
+    """Schema 3 added ``api_keys.allow_code``: keys of a schema-2 file are kept and may not
+    upload bundles until an admin makes a key that may."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path)
+    await store.open()
+    await store.close()
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE api_keys DROP COLUMN allow_code")
+    con.execute("INSERT INTO api_keys VALUES ('k1', 'ci', 'submitter', 'h', 1.0, NULL, NULL)")
+    con.execute("UPDATE schema_version SET version = 2")
+    con.close()
+    store = DuckDBStore(path, **SLOW)
+    snap = await store.open()
+    await store.close()
+    assert [(k.key_id, k.allow_code) for k in snap.keys] == [("k1", False)]

@@ -103,6 +103,7 @@ async def test_a_newer_schema_is_refused_naming_both_versions(store: PostgresSto
 async def test_an_older_schema_is_migrated_in_steps_or_refused_without_a_migration(
         store: PostgresStore, admin: asyncpg.Connection, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     await admin.execute("UPDATE schema_version SET version = $1", SCHEMA_VERSION - 1)
+    monkeypatch.delitem(postgres.MIGRATIONS, SCHEMA_VERSION - 1)
     with pytest.raises(StoreError, match=f"no migration from schema version {SCHEMA_VERSION - 1}"):
         await PostgresStore(pg_url).open()
     ran: list[int] = []
@@ -116,6 +117,21 @@ async def test_an_older_schema_is_migrated_in_steps_or_refused_without_a_migrati
     await again.close()
     assert ran == [SCHEMA_VERSION - 1]
     assert await admin.fetchval("SELECT version FROM schema_version") == SCHEMA_VERSION
+
+
+@pytest.mark.asyncio
+async def test_a_schema_2_database_gets_the_blob_table_and_keys_that_may_not_ship_code(
+        store: PostgresStore, admin: asyncpg.Connection, pg_url: str) -> None:
+    await store.close()
+    await admin.execute("ALTER TABLE api_keys DROP COLUMN allow_code")
+    await admin.execute("DROP TABLE dt_blobs")
+    await admin.execute("INSERT INTO api_keys VALUES ('k1', 'ci', 'submitter', 'h', 1.0, NULL, NULL)")
+    await admin.execute("UPDATE schema_version SET version = 2")
+    again = PostgresStore(pg_url)
+    snap = await again.open()
+    await again.close()
+    assert [(k.key_id, k.allow_code) for k in snap.keys] == [("k1", False)]
+    assert await admin.fetchval("SELECT to_regclass('dt_blobs') IS NOT NULL")
 
 
 @pytest.mark.asyncio

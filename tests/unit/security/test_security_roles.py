@@ -29,6 +29,8 @@ EXPECTED: dict[str, set[str]] = {
         "workers:read",
         "schema:read",
         "metrics:read",
+        "bundles:upload",
+        "bundles:read",
     },
     "submitter": {
         "tasks:submit",
@@ -38,9 +40,11 @@ EXPECTED: dict[str, set[str]] = {
         "workers:read",
         "schema:read",
         "metrics:read",
+        "bundles:upload",
+        "bundles:read",
     },
     "viewer": {"tasks:read", "results:read", "workers:read", "schema:read", "metrics:read"},
-    "worker": {"worker:connect", "schema:read"},
+    "worker": {"worker:connect", "schema:read", "bundles:read"},
 }
 ALL_PERMISSIONS = {
     "keys:manage",
@@ -53,6 +57,8 @@ ALL_PERMISSIONS = {
     "worker:connect",
     "schema:read",
     "metrics:read",
+    "bundles:upload",
+    "bundles:read",
 }
 
 

@@ -1,0 +1,144 @@
+"""A bundle's manifest: every file's path, digest, size and mode; and the scan that makes one.
+
+See the package docstring for the contract. ``validate`` is what the coordinator and the worker
+apply to a manifest they did not make: paths are relative POSIX paths without ``.``, ``..`` or
+empty parts, unique, and no file sits where another path needs a directory.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import msgspec
+
+from ..errors import ValidationError
+from . import digest as dg
+from .ignore import Rules
+
+MANIFEST_VERSION = 1
+MAX_FILES = 200_000
+MAX_PATH = 4096
+
+
+class FileEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    path: str
+    digest: str
+    size: int
+    mode: int = 0o644
+
+
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    files: list[FileEntry]
+    version: int = MANIFEST_VERSION
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def digests(self) -> set[str]:
+        return {f.digest for f in self.files}
+
+
+_decoder = msgspec.json.Decoder(Manifest)
+
+
+def encode(m: Manifest) -> bytes:
+    """The manifest's bytes, files sorted by path (so one tree always has one digest)."""
+    return msgspec.json.encode(Manifest(sorted(m.files, key=lambda f: f.path), m.version))
+
+
+def decode(data: bytes) -> Manifest:
+    """Decode and ``validate`` a manifest; ValidationError naming what is wrong."""
+    try:
+        m = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValidationError([{"field": "manifest", "error": f"not a manifest: {exc}"}]) from exc
+    validate(m)
+    return m
+
+
+def validate(m: Manifest) -> None:
+    """ValidationError listing every bad entry (see the module docstring)."""
+    errors: list[dict[str, str]] = []
+    if m.version != MANIFEST_VERSION:
+        errors.append({"field": "manifest.version", "error": f"unsupported version {m.version}"})
+    if len(m.files) > MAX_FILES:
+        errors.append({"field": "manifest.files", "error": f"{len(m.files)} files; at most {MAX_FILES}"})
+    seen: set[str] = set()
+    dirs: set[str] = set()
+    for f in m.files:
+        bad = _bad_path(f.path) or (None if dg.is_digest(f.digest) else "digest is not a lower-case hex SHA-256")
+        if bad is None and (f.size < 0 or f.mode not in (0o644, 0o755)):
+            bad = "size must be >= 0 and mode 0o644 (420) or 0o755 (493)"
+        if bad is None and f.path in seen:
+            bad = "listed twice"
+        if bad:
+            errors.append({"field": f"manifest: {f.path[:200]!r}", "error": bad})
+            continue
+        seen.add(f.path)
+        parts = f.path.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    errors += [{"field": f"manifest: {p!r}", "error": "a file where other paths need a directory"}
+               for p in sorted(seen & dirs)]
+    if errors:
+        raise ValidationError(errors[:50])
+
+
+def _bad_path(path: str) -> str | None:
+    if not path or len(path) > MAX_PATH or "\x00" in path or "\\" in path:
+        return "path must be 1..4096 characters without NUL or backslash"
+    if path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+        return "path must be relative, without '.', '..' or empty parts"
+    return None
+
+
+def scan(root: Path) -> tuple[Manifest, dict[str, Path]]:
+    """The manifest of the tree at ``root`` and where each digest's bytes are on disk.
+
+    ValidationError names a symlink that leaves ``root``, a symlinked directory, or a path the
+    manifest could not hold."""
+    root = Path(root).resolve(strict=True)
+    if not root.is_dir():
+        raise ValidationError([{"field": "bundle", "error": f"{root} is not a directory"}])
+    files: list[FileEntry] = []
+    sources: dict[str, Path] = {}
+    _walk(root, "", Rules().below(root, ""), files, sources)
+    m = Manifest(sorted(files, key=lambda f: f.path))
+    validate(m)
+    return m, sources
+
+
+def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], sources: dict[str, Path]) -> None:
+    with os.scandir(root / rel_dir) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        if entry.is_symlink():
+            _symlink(root, rel, Path(entry.path), rules, files, sources)
+        elif entry.is_dir(follow_symlinks=False):
+            if not rules.ignored(rel, True):
+                _walk(root, rel, rules.below(root, rel), files, sources)
+        elif entry.is_file(follow_symlinks=False) and not rules.ignored(rel, False):
+            _add(rel, Path(entry.path), entry.stat(follow_symlinks=False).st_mode, files, sources)
+
+
+def _symlink(root: Path, rel: str, path: Path, rules: Rules, files: list[FileEntry], sources: dict[str, Path]) -> None:
+    target = path.resolve()
+    if rules.ignored(rel, target.is_dir()):
+        return
+    if not target.is_relative_to(root):
+        raise ValidationError([{"field": f"bundle: {rel}", "error": f"symlink leaves the bundle's directory "
+                                f"{root} (it points at {target}); symlinks that leave it are refused"}])
+    if target.is_dir():
+        raise ValidationError([{"field": f"bundle: {rel}", "error": "symlinked directories are not shipped; "
+                                "add the directory itself or ignore the link in .dtignore"}])
+    if target.is_file():
+        _add(rel, target, target.stat().st_mode, files, sources)
+
+
+def _add(rel: str, path: Path, mode: int, files: list[FileEntry], sources: dict[str, Path]) -> None:
+    d, size = dg.of_file(path)
+    files.append(FileEntry(rel, d, size, 0o755 if mode & stat.S_IXUSR else 0o644))
+    sources.setdefault(d, path)

@@ -1,0 +1,48 @@
+"""A fresh, read-only tree per task, built from the blob cache by hard links.
+
+``build_tree(cache, manifest, dest)`` makes every directory, links each file from the cache
+(``BlobCache.path``, or its executable twin for mode 0755) and then makes the directories
+read-only (0555). A cache on another filesystem than ``dest`` gets copies instead of links. Every
+blob must be in the cache (the worker fetches the missing ones first). ``remove_tree`` undoes it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from .cache import BlobCache
+from .manifest import Manifest
+
+
+def build_tree(cache: BlobCache, m: Manifest, dest: Path) -> None:
+    dest = Path(dest)
+    dest.mkdir(parents=True)
+    dirs = sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p})
+    for d in dirs:
+        os.makedirs(dest / d, exist_ok=True)
+    link = os.link
+    for f in m.files:
+        src = cache.executable(f.digest) if f.mode == 0o755 else cache.path(f.digest)
+        try:
+            link(src, dest / f.path)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM):
+                raise
+            shutil.copyfile(src, dest / f.path)
+            os.chmod(dest / f.path, f.mode & 0o555)
+    for d in reversed(dirs):
+        os.chmod(dest / d, 0o555)
+    os.chmod(dest, 0o555)
+
+
+def remove_tree(dest: Path) -> None:
+    """Delete a tree ``build_tree`` made (its directories are read-only); absent is fine."""
+    dest = Path(dest)
+    if not dest.exists():
+        return
+    for dirpath, _, _ in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+    shutil.rmtree(dest)

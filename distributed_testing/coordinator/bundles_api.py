@@ -1,0 +1,177 @@
+"""REST handlers for bundles: blobs by digest and manifests (see ``distributed_testing.bundles``).
+
+The route table (``api.ROUTES``) declares each route's permission; ``bundles:upload`` also needs a
+key created with ``--allow-code`` (``api.authorize``). Every blob's digest is checked on arrival
+(400 on a mismatch); a blob over ``--max-bundle-file-mb`` is refused with 413 before more than
+the cap is read; a manifest is accepted only when every blob it lists is stored (400 naming the
+missing ones) and its files fit ``--max-bundle-mb`` and the per-file cap (413 naming the largest).
+A task that names a bundle is checked at submit (``check_bundles``): the key may ship code and
+the manifest is stored; its blobs are then marked used, so ``--bundle-retention`` counts from the
+youngest task that refers to them. ``sweep`` deletes blobs no upload or task used within it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from ..bundles import digest as dg
+from ..bundles import manifest as mf
+from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
+from ..security import auth as sa
+from .runtime import RUNTIME, Runtime
+
+log = logging.getLogger(__name__)
+MIB = 1024 * 1024
+MAX_MISSING_QUERY = 20_000
+ALLOW_CODE_HINT = "create one with: dt keys create --role submitter --allow-code"
+
+
+def require_allow_code(principal: sa.Principal) -> None:
+    """PermissionDenied unless ``principal``'s key was created with ``--allow-code``."""
+    if not principal.allow_code:
+        raise PermissionDenied(f"{principal.role} key {principal.key_id} may not ship code (it was not created "
+                               "with --allow-code); " + ALLOW_CODE_HINT)
+
+
+def _digest_param(request: web.Request) -> str:
+    d = request.match_info["digest"]
+    if not dg.is_digest(d):
+        raise ValidationError([{"field": "digest", "error": "must be 64 lower-case hex characters (SHA-256)"}])
+    return d
+
+
+def _octets(data: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=data, status=status, content_type="application/octet-stream")
+
+
+async def _read_capped(request: web.Request, cap: int, what: str) -> bytes:
+    """The body, refused with 413 as soon as it passes ``cap`` bytes (aiohttp's own body limit
+    does not apply: blobs may be larger than a task document)."""
+    if request.content_length is not None and request.content_length > cap:
+        raise TooLarge([{"field": what, "error": f"{request.content_length} bytes; the cap is {cap} bytes "
+                         "(--max-bundle-file-mb)"}])
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge([{"field": what, "error": f"over the cap of {cap} bytes (--max-bundle-file-mb)"}])
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def missing_blobs(request: web.Request) -> web.Response:
+    """``{"digests": [...]}`` -> ``{"missing": [...]}``: which the coordinator lacks."""
+    try:
+        body = msgspec.json.decode(await request.read())
+    except msgspec.DecodeError as exc:
+        raise ValidationError([{"field": "(body)", "error": f"not JSON: {exc}"}]) from exc
+    digests = body.get("digests") if isinstance(body, dict) else None
+    if not isinstance(digests, list) or len(digests) > MAX_MISSING_QUERY or not all(map(dg.is_digest, digests)):
+        raise ValidationError([{"field": "digests", "error": f"must be a list of at most {MAX_MISSING_QUERY} "
+                                "SHA-256 digests (64 lower-case hex characters)"}])
+    rt = request.app[RUNTIME]
+    return web.json_response({"missing": await rt.blobs.missing(dict.fromkeys(digests))})
+
+
+async def put_blob(request: web.Request) -> web.Response:
+    """Store one blob; 201 when new, 200 when it was already there."""
+    d = _digest_param(request)
+    rt = request.app[RUNTIME]
+    data = await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), f"blob {d}")
+    if dg.of_bytes(data) != d:
+        raise ValidationError([{"field": "digest", "error": f"the body's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
+    created = await rt.blobs.put(d, data, rt.clock())
+    return web.json_response({"digest": d, "size": len(data), "created": created}, status=201 if created else 200)
+
+
+async def get_blob(request: web.Request) -> web.Response:
+    d = _digest_param(request)
+    data = await request.app[RUNTIME].blobs.get(d)
+    if data is None:
+        raise NotFound(f"no blob {d}")
+    return _octets(data)
+
+
+def check_caps(m: mf.Manifest, max_bundle: int, max_file: int) -> None:
+    """TooLarge naming the largest files when ``m`` is over either cap."""
+    largest = sorted(m.files, key=lambda f: -f.size)[:5]
+    names = ", ".join(f"{f.path} ({f.size / MIB:.1f} MiB)" for f in largest)
+    if largest and largest[0].size > max_file:
+        raise TooLarge([{"field": "bundle", "error": f"a file is over the per-file cap of {max_file / MIB:g} MiB "
+                         f"(--max-bundle-file-mb); largest files: {names}"}])
+    if m.total_size > max_bundle:
+        raise TooLarge([{"field": "bundle", "error": f"{m.total_size / MIB:.1f} MiB in {len(m.files)} files, over the "
+                         f"cap of {max_bundle / MIB:g} MiB (--max-bundle-mb); largest files: {names}"}])
+
+
+async def put_manifest(request: web.Request) -> web.Response:
+    """Store a manifest whose blobs are all stored; marks them used."""
+    d = _digest_param(request)
+    rt = request.app[RUNTIME]
+    data = await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), "manifest")
+    if dg.of_bytes(data) != d:
+        raise ValidationError([{"field": "digest", "error": f"the manifest's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
+    m = mf.decode(data)
+    check_caps(m, int(rt.config.max_bundle_mb * MIB), int(rt.config.max_bundle_file_mb * MIB))
+    absent = await rt.blobs.missing(sorted(m.digests()))
+    if absent:
+        where = {f.digest: f.path for f in m.files}
+        raise ValidationError([{"field": f"blob {a}", "error": f"not uploaded (file {where[a]})"} for a in absent[:50]])
+    now = rt.clock()
+    await rt.blobs.touch(m.digests(), now)
+    created = await rt.blobs.put(d, data, now)
+    return web.json_response({"bundle": d, "files": len(m.files), "size": m.total_size}, status=201 if created else 200)
+
+
+async def get_manifest(request: web.Request) -> web.Response:
+    d = _digest_param(request)
+    data = await request.app[RUNTIME].blobs.get(d)
+    if data is None:
+        raise NotFound(f"no bundle {d}")
+    return web.Response(body=data, content_type="application/json")
+
+
+async def check_bundles(rt: Runtime, principal: sa.Principal, bundles: Iterable[str]) -> None:
+    """At submit, for the bundles the tasks name: the key may ship code, each manifest is stored
+    (ValidationError naming the missing ones), and its blobs count as used now."""
+    wanted = sorted(set(bundles))
+    if not wanted:
+        return
+    require_allow_code(principal)
+    absent = await rt.blobs.missing(wanted)
+    if absent:
+        raise ValidationError([{"field": "bundle", "error": f"bundle {a} was not uploaded (upload it first: "
+                                "dt submit --bundle DIR)"} for a in absent])
+    now = rt.clock()
+    for d in wanted:
+        data = await rt.blobs.get(d)
+        if data is not None:
+            await rt.blobs.touch({d, *mf.decode(data).digests()}, now)
+
+
+async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:
+    """Mark the blobs of unfinished tasks' bundles used, then delete what no upload or task used
+    within ``--bundle-retention``; how many blobs were deleted."""
+    now = rt.clock()
+    for d in set(active_bundles):
+        data = await rt.blobs.get(d)
+        if data is not None:
+            await rt.blobs.touch({d, *mf.decode(data).digests()}, now)
+    gone = await rt.blobs.sweep(now - rt.config.bundle_retention_s)
+    if gone:
+        log.info("deleted %d bundle blobs unused for %g s (--bundle-retention)", gone, rt.config.bundle_retention_s)
+    return gone
+
+
+ROUTES: list[tuple[str, str, Any, str]] = [
+    ("POST", "/api/v1/blobs/missing", missing_blobs, "bundles:upload"),
+    ("PUT", "/api/v1/blobs/{digest}", put_blob, "bundles:upload"),
+    ("GET", "/api/v1/blobs/{digest}", get_blob, "bundles:read"),
+    ("PUT", "/api/v1/bundles/{digest}", put_manifest, "bundles:upload"),
+    ("GET", "/api/v1/bundles/{digest}", get_manifest, "bundles:read"),
+]
