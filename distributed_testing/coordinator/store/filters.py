@@ -231,12 +231,16 @@ def _term_sql(t: Term, d: Dialect, p: Params, columns: frozenset[str]) -> str:
         return f"{c} < {p.add(t.value)}"
     if isinstance(t, JsonStr):
         if d is DUCKDB:
-            path = "$." + ".".join(t.path)
+            path = _duck_path(t.path)
             return f"(json_type({c}, '{path}') = 'VARCHAR' AND json_extract_string({c}, '{path}') = {p.add(t.value)})"
         return f"({_pg_path(c, t.path)})::text = {p.add(d.json(t.value))}"
     if isinstance(t, JsonListHas):
         return _list_has_sql(t, d, p)
     assert_never(t)
+
+
+def _duck_path(path: tuple[str, ...]) -> str:
+    return "$" + "".join(f".{step}" for step in path)
 
 
 def _pg_path(column: str, path: tuple[str, ...]) -> str:
@@ -246,7 +250,7 @@ def _pg_path(column: str, path: tuple[str, ...]) -> str:
 def _list_has_sql(t: JsonListHas, d: Dialect, p: Params) -> str:
     # Both compare JSON text: the element as stored (minified) with the value encoded the same way.
     if d is DUCKDB:
-        path = "$." + ".".join(t.path)
+        path = _duck_path(t.path)
         items = f"{path}[*]" + (f".{t.key}" if t.key is not None else "")
         return (f"(json_type({t.column}, '{path}') = 'ARRAY' AND "
                 f"list_contains(json_extract({t.column}, '{items}'), CAST({p.add(d.json(t.value))} AS JSON)))")
