@@ -45,6 +45,7 @@ from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
 from .store.base import ResultQuery, ResultRow
+from .store.filters import parse_query
 
 log = logging.getLogger(__name__)
 MAX_WAIT_S = 300.0
@@ -523,14 +524,7 @@ def result_view(r: ResultRow) -> dict[str, Any]:
 
 async def list_results(request: web.Request) -> web.Response:
     rt = _rt(request)
-    q = request.query
-    fields = {k: q[k] for k in ("task_id", "worker_id", "status", "task_type", "model", "precision", "hardware",
-                                "config_hash", "fingerprint") if k in q}
-    try:
-        query = msgspec.convert({**fields, **{k: q[k] for k in ("since", "until", "batch_size", "limit", "offset") if k in q}},
-                                ResultQuery, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ValidationError([{"field": "(query)", "error": str(exc)}]) from exc
+    query = parse_query(request.query, ResultQuery)
     _check_int64(query)
     rows = await rt.store.query_results(query)
     return json_response({"results": [result_view(r) for r in rows]})

@@ -112,7 +112,7 @@ _SUBMITTED = {"type": "object", "required": ["task_id", "created", "state"],
               "properties": {"task_id": {"type": "string"}, "created": {"type": "boolean"},
                              "state": {"type": "string"}, "outcome": {"type": ["object", "null"]}}}
 _RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "status", "task_type", "model",
-                                                       "precision", "hardware")),
+                                                       "precision", "hardware", "config_hash", "fingerprint")),
                  _q("since", {"type": "number"}, "received at or after (Unix seconds)"),
                  _q("until", {"type": "number"}, "received before (Unix seconds)"),
                  _q("batch_size", {"type": "integer", "minimum": -INT64 - 1, "maximum": INT64}),

@@ -24,12 +24,11 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import msgspec
-
 from ..errors import ValidationError
 from .model import Task
 from .state import CoordinatorState
 from .store.base import Store, TaskQuery, TaskStats
+from .store.filters import parse_query
 
 SERIES_BUCKET_S = 60.0
 SERIES_SPAN_S = 3600.0
@@ -45,24 +44,13 @@ LIST_HIDDEN = ("spec", "history")  # left out of list entries; GET /api/v1/tasks
 
 def parse_filter(query: Mapping[str, str]) -> TaskQuery:
     """``GET /api/v1/tasks``'s query parameters as a ``TaskQuery`` (its docstring has the
-    semantics); ValidationError naming the bad parameter."""
-    unknown = set(query) - set(TaskQuery.__struct_fields__)
-    if unknown:
-        raise ValidationError([{"field": k, "error": "unknown query parameter"} for k in sorted(unknown)])
-    try:
-        q = msgspec.convert(dict(query), TaskQuery, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ValidationError([{"field": "(query)", "error": str(exc)}]) from exc
+    semantics); ValidationError naming the bad parameter. An empty parameter (a form's blank
+    field) filters nothing."""
+    q = parse_query(query, TaskQuery, blank_is_absent=True)
     errors = _page_errors(q.limit, q.offset)
-    for name in ("since", "until"):
-        v = getattr(q, name)
-        if v is not None and not math.isfinite(v):
-            errors.append({"field": name, "error": "must be a finite number of UNIX seconds"})
     if errors:
         raise ValidationError(errors)
-    # an empty parameter (a form's blank field) filters nothing
-    return msgspec.structs.replace(q, **{k: None for k in ("state", "type", "worker_id", "tag", "submitted_by")
-                                         if getattr(q, k) == ""})
+    return q
 
 
 def _page_errors(limit: int, offset: int) -> list[dict[str, str]]:

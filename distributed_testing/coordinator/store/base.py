@@ -114,6 +114,20 @@ class Snapshot(msgspec.Struct):
 
 
 class ResultQuery(msgspec.Struct, frozen=True):
+    """Results (``GET /api/v1/results``): every given filter must hold (``filters.RESULT_FIELDS``).
+
+    - ``task_id``, ``worker_id``, ``status``, ``task_type``: equal to the result's field.
+    - ``since`` <= ``received_at`` < ``until`` (coordinator clock; times are finite floats).
+    - ``model`` / ``precision``: ``output["model"]`` / ``output["precision"]`` is that string.
+    - ``hardware``: ``output["device"]`` is that string, or ``output["environment"]["device_name"]``
+      is (exact match, e.g. ``"cuda"`` or ``"NVIDIA H100 80GB HBM3"``).
+    - ``config_hash``: ``output["config_hash"]`` is that string; ``fingerprint``:
+      ``output["environment"]["fingerprint_hash"]`` is.
+    - ``batch_size``: some object in the list ``output["batch_results"]`` has ``batch_size`` equal
+      to that integer (an int, not a bool or float).
+
+    Order and paging: ``memory`` (its docstring)."""
+
     task_id: str | None = None
     worker_id: str | None = None
     status: str | None = None
@@ -132,10 +146,10 @@ class ResultQuery(msgspec.Struct, frozen=True):
 
 
 class TaskQuery(msgspec.Struct, frozen=True):
-    """A page of tasks (``GET /api/v1/tasks``): every given filter must hold.
+    """A page of tasks (``GET /api/v1/tasks``): every given filter must hold (``filters.TASK_FIELDS``).
 
     - ``state``, ``type``, ``worker_id``, ``submitted_by``: equal to the task's field.
-    - ``tag``: in ``spec["requirements"]["tags"]`` (a list of strings; absent means none).
+    - ``tag``: a string in the list ``spec["requirements"]["tags"]`` (not a list: no tags).
     - ``since`` <= ``submitted_at`` < ``until``.
 
     Order: newest first by ``submitted_at``, ties by ``seq`` descending; then ``offset`` and

@@ -13,8 +13,8 @@ even if a crash interrupted the deletions (which the filesystem may persist in a
 
 Reads force no checkpoint (one costs several fsyncs and a DuckDB commit): results and tasks
 appended since the last checkpoint are kept in memory (the first result per key, the last row per
-task) and merged with DuckDB's matching rows, filtered by the same Python predicates
-``MemoryStore`` uses (``result_matches``, ``task_matches``, ``stats_of``). The snapshot ``open``
+task) and merged with DuckDB's matching rows, filtered in Python by the same filter description DuckDB gets
+as SQL (``filters``), and counted like ``MemoryStore`` counts (``stats_of``). The snapshot ``open``
 returns holds only the active tasks, with the counts per state and the largest ``seq``.
 
 Everything here is private to the coordinator's user: the directory, when the store creates it, is
@@ -63,12 +63,11 @@ from .base import (
     WorkerRow,
     stored_schema_version,
 )
+from .filters import DUCKDB, Params, describe, holds, render
 from .memory import (
     FAILED_STATES,
-    result_matches,
     result_order_key,
     stats_of,
-    task_matches,
     validate_query,
 )
 
@@ -169,63 +168,11 @@ TABLES: dict[type[Any], _Table] = {
 # ---------------------------------------------------------------------------- query semantics
 
 
-def _json_str_eq(path: str) -> str:
-    return f"(json_type(output, '{path}') = 'VARCHAR' AND json_extract_string(output, '{path}') = ?)"
-
-
-def results_where(q: ResultQuery) -> tuple[str, list[Any]]:
-    """SQL ``WHERE`` clause and parameters equivalent to ``memory.result_matches``."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for name in ("task_id", "worker_id", "status", "task_type"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(f"{name} = ?")
-            params.append(value)
-    if q.since is not None:
-        clauses.append("received_at >= ?")
-        params.append(q.since)
-    if q.until is not None:
-        clauses.append("received_at < ?")
-        params.append(q.until)
-    for name in ("model", "precision", "config_hash"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(_json_str_eq(f"$.{name}"))
-            params.append(value)
-    if q.fingerprint is not None:
-        clauses.append(_json_str_eq("$.environment.fingerprint_hash"))
-        params.append(q.fingerprint)
-    if q.hardware is not None:
-        clauses.append(f"({_json_str_eq('$.device')} OR {_json_str_eq('$.environment.device_name')})")
-        params += [q.hardware, q.hardware]
-    if q.batch_size is not None:
-        # JSON values compare as their minified text: an int matches, "4", 4.0 and true do not.
-        clauses.append("list_contains(json_extract(output, '$.batch_results[*].batch_size'), CAST(? AS JSON))")
-        params.append(str(q.batch_size))
-    return (" AND ".join(clauses) or "TRUE"), params
-
-
-def tasks_where(q: TaskQuery) -> tuple[str, list[Any]]:
-    """SQL ``WHERE`` clause and parameters equivalent to ``memory.task_matches``."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for name in ("state", "type", "worker_id", "submitted_by"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(f"{name} = ?")
-            params.append(value)
-    if q.tag is not None:
-        clauses.append("(json_type(spec, '$.requirements.tags') = 'ARRAY' AND "
-                       "list_contains(json_extract(spec, '$.requirements.tags[*]'), CAST(? AS JSON)))")
-        params.append(_json_encode(q.tag).decode())
-    if q.since is not None:
-        clauses.append("submitted_at >= ?")
-        params.append(q.since)
-    if q.until is not None:
-        clauses.append("submitted_at < ?")
-        params.append(q.until)
-    return (" AND ".join(clauses) or "TRUE"), params
+def where_sql(q: ResultQuery | TaskQuery) -> tuple[str, list[Any]]:
+    """SQL ``WHERE`` clause and parameters of ``q``'s filter (``filters``)."""
+    p = Params(numbered=False)
+    table = TABLES[ResultRow if isinstance(q, ResultQuery) else TaskRow]
+    return render(describe(q), DUCKDB, p, [c.name for c in table.columns]), p.values
 
 
 def _task_order(t: TaskRow) -> tuple[float, int, str]:
@@ -554,20 +501,21 @@ class DuckDBStore:
     # ------------------------------------------------------------------ reading
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
-        """Results matching every filter of ``query`` (semantics: ``memory.result_matches``),
+        """Results matching every filter of ``query`` (semantics: ``filters``),
         newest first. Sees every append completed before the call without forcing a checkpoint:
         DuckDB's matching rows are merged with the matching results still waiting for one."""
         validate_query(query)
         if self._state != "open":
             raise StoreError(f"store {self.path} is not open")
-        pending = [row for _, row in self._pending_results.values() if result_matches(row, query)]
+        f = describe(query)
+        pending = [row for _, row in self._pending_results.values() if holds(f, row)]
         return await self._db(self._query_sync, query, pending)
 
     def _query_sync(self, query: ResultQuery, pending: list[ResultRow]) -> list[ResultRow]:
         """DuckDB's top ``offset + limit`` rows merged with ``pending`` rows whose key DuckDB does
         not hold (a key in DuckDB was received first, whatever that row's fields). DB thread."""
         table = TABLES[ResultRow]
-        where, params = results_where(query)
+        where, params = where_sql(query)
         sql = (
             f"SELECT {table.column_list} FROM results WHERE {where} "
             "ORDER BY received_at DESC, task_id DESC, attempt DESC LIMIT ?"
@@ -629,14 +577,15 @@ class DuckDBStore:
         pending, merged with the pending rows that match."""
         validate_query(query)
         pending = self._pending_task_rows()
-        hits = [t for t in pending if task_matches(t, query)]
+        f = describe(query)
+        hits = [t for t in pending if holds(f, t)]
         total, stored = await self._db(self._query_tasks_sync, query, [t.task_id for t in pending])
         rows = heapq.nlargest(query.offset + query.limit, stored + hits, key=_task_order)
         return TaskPage(tasks=rows[query.offset :], total=total + len(hits))
 
     def _query_tasks_sync(self, query: TaskQuery, pending_ids: list[str]) -> tuple[int, list[TaskRow]]:
         table = TABLES[TaskRow]
-        where, params = tasks_where(query)
+        where, params = where_sql(query)
         con = self._conn()
         try:
             with self._pending_ids(con, pending_ids):

@@ -1,25 +1,15 @@
-"""``MemoryStore``: the in-memory twin of the DuckDB store, and the one statement of
-:class:`ResultQuery` semantics in Python.
+"""``MemoryStore``: the in-memory twin of the DuckDB store, and the statement in Python of what
+a query's order, paging and the overview's history mean.
 
-Filter semantics (``result_matches``; ``DuckDBStore`` implements the same in SQL and a test checks
-both agree on the same data). Every given filter must hold:
+Filters: every store evaluates the same description (``filters.describe``); here it is evaluated
+in Python (``filters.holds``), the SQL stores render it (``filters.render``). ``ResultQuery`` and
+``TaskQuery`` state what each filter field means.
 
-- ``task_id``, ``worker_id``, ``status``, ``task_type``: equal to the result's field.
-- ``since`` <= ``received_at`` < ``until`` (coordinator clock; times are finite floats).
-- ``model`` / ``precision``: ``output["model"]`` / ``output["precision"]`` is that string.
-- ``hardware``: ``output["device"]`` is that string, or ``output["environment"]["device_name"]``
-  is (exact match, e.g. ``"cuda"`` or ``"NVIDIA H100 80GB HBM3"``).
-- ``config_hash``: ``output["config_hash"]`` is that string; ``fingerprint``:
-  ``output["environment"]["fingerprint_hash"]`` is.
-- ``batch_size``: some dict in the list ``output["batch_results"]`` has ``batch_size`` equal to
-  that integer (an int, not a bool or float).
+Order of results: newest first by ``received_at``, ties broken by ``task_id`` then ``attempt``,
+both descending; then ``offset`` and ``limit`` (both must be >= 0).
 
-Order: newest first by ``received_at``, ties broken by ``task_id`` then ``attempt``, both
-descending; then ``offset`` and ``limit`` (both must be >= 0).
-
-Task pages (``task_matches``, ``task_order_key``, ``filter_tasks``) and the overview's history
-(``stats_of``) state :class:`TaskQuery` and :class:`TaskStats` in Python the same way; a task's
-``tag`` is matched against ``spec["requirements"]["tags"]`` only when that is a list.
+Task pages (``task_order_key``, ``filter_tasks``) and the overview's history (``stats_of``) state
+:class:`TaskQuery` and :class:`TaskStats` in Python the same way.
 
 Write semantics, as in every store: tasks, workers, keys and meta are upserts (the last appended
 state wins); a result is keyed by ``(task_id, attempt)`` and the first one received is kept.
@@ -51,6 +41,7 @@ from .base import (
     TaskStats,
     WorkerRow,
 )
+from .filters import describe, holds
 
 FAILED_STATES = frozenset({"failed", "timed_out", "error"})
 
@@ -69,47 +60,9 @@ def validate_query(q: ResultQuery | TaskQuery) -> None:
         raise ValidationError(errors)
 
 
-def _is_str(container: Any, key: str, want: str) -> bool:
-    if not isinstance(container, dict):
-        return False
-    value = container.get(key)
-    return isinstance(value, str) and value == want
-
-
-def _has_batch_size(output: dict[str, Any], want: int) -> bool:
-    batches = output.get("batch_results")
-    if not isinstance(batches, list):
-        return False
-    return any(isinstance(b, dict) and type(b.get("batch_size")) is int and b["batch_size"] == want for b in batches)
-
-
-def _output_matches(out: dict[str, Any], q: ResultQuery) -> bool:
-    if q.model is not None and not _is_str(out, "model", q.model):
-        return False
-    if q.precision is not None and not _is_str(out, "precision", q.precision):
-        return False
-    if q.hardware is not None and not (
-        _is_str(out, "device", q.hardware) or _is_str(out.get("environment"), "device_name", q.hardware)
-    ):
-        return False
-    if q.config_hash is not None and not _is_str(out, "config_hash", q.config_hash):
-        return False
-    if q.fingerprint is not None and not _is_str(out.get("environment"), "fingerprint_hash", q.fingerprint):
-        return False
-    return q.batch_size is None or _has_batch_size(out, q.batch_size)
-
-
 def result_matches(r: ResultRow, q: ResultQuery) -> bool:
-    """True when ``r`` satisfies every filter given in ``q`` (see the module docstring)."""
-    for name in ("task_id", "worker_id", "status", "task_type"):
-        want = getattr(q, name)
-        if want is not None and getattr(r, name) != want:
-            return False
-    if q.since is not None and not r.received_at >= q.since:
-        return False
-    if q.until is not None and not r.received_at < q.until:
-        return False
-    return _output_matches(r.output, q)
+    """True when ``r`` satisfies every filter given in ``q`` (``ResultQuery``'s docstring)."""
+    return holds(describe(q), r)
 
 
 def result_order_key(r: ResultRow) -> tuple[float, str, int]:
@@ -120,27 +73,14 @@ def result_order_key(r: ResultRow) -> tuple[float, str, int]:
 def filter_results(rows: list[ResultRow], q: ResultQuery) -> list[ResultRow]:
     """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python."""
     validate_query(q)
-    hits = sorted((r for r in rows if result_matches(r, q)), key=result_order_key, reverse=True)
+    f = describe(q)
+    hits = sorted((r for r in rows if holds(f, r)), key=result_order_key, reverse=True)
     return hits[q.offset : q.offset + q.limit]
-
-
-def _tags(row: TaskRow) -> list[Any]:
-    req = row.spec.get("requirements")
-    tags = req.get("tags") if isinstance(req, dict) else None
-    return tags if isinstance(tags, list) else []
 
 
 def task_matches(t: TaskRow, q: TaskQuery) -> bool:
     """True when ``t`` satisfies every filter given in ``q`` (``TaskQuery``'s docstring)."""
-    for name in ("state", "type", "worker_id", "submitted_by"):
-        want = getattr(q, name)
-        if want is not None and getattr(t, name) != want:
-            return False
-    if q.tag is not None and q.tag not in _tags(t):
-        return False
-    if q.since is not None and not t.submitted_at >= q.since:
-        return False
-    return q.until is None or t.submitted_at < q.until
+    return holds(describe(q), t)
 
 
 def task_order_key(t: TaskRow) -> tuple[float, int]:
@@ -151,7 +91,8 @@ def task_order_key(t: TaskRow) -> tuple[float, int]:
 def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
     """Apply ``q`` (filters, order, offset, limit) to ``rows`` in Python; ``total`` counts every match."""
     validate_query(q)
-    hits = [t for t in rows if task_matches(t, q)]  # all of them: nlargest(0, ...) would read none
+    f = describe(q)
+    hits = [t for t in rows if holds(f, t)]  # all of them: nlargest(0, ...) would read none
     top = heapq.nlargest(q.offset + q.limit, hits, key=task_order_key)
     return TaskPage(tasks=top[q.offset :], total=len(hits))
 

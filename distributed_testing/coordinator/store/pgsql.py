@@ -1,5 +1,5 @@
 """The SQL of the PostgreSQL store: table mapping, schema, the one-statement batch write, and the
-query filters. Pure: builds strings and parameter lists, talks to no database.
+query filters' dialect. Pure: builds strings and parameter lists, talks to no database.
 
 Column types: ``str`` -> ``text``, ``int`` -> ``bigint``, ``float`` -> ``double precision``,
 anything nested -> ``json``. ``json`` rather than ``jsonb`` because it keeps the exact text that was
@@ -27,6 +27,7 @@ import msgspec
 
 from .base import TERMINAL, KeyRow, MetaRow, RecordTable, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
 from .blobs import BLOBS_DDL
+from .filters import Dialect, Params, describe, render
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -218,72 +219,14 @@ def notify_payload(key_ids: Sequence[str]) -> str:
 
 # ---------------------------------------------------------------------------- query filters
 
-
-class Params:
-    """Collects a statement's parameter values and names each one ``$1``, ``$2``, ... in the SQL text."""
-
-    def __init__(self) -> None:
-        self.values: list[Any] = []
-
-    def add(self, value: Any) -> str:
-        self.values.append(value)
-        return f"${len(self.values)}"
+# How the filters (``filters.render``) send values here: text and JSON as this store stores them.
+POSTGRES = Dialect("postgres", text=clean_text, json=encode_json)
 
 
-def _json_str(p: Params, field: str, value: str) -> str:
-    # The raw JSON text of the field equals the string encoded as JSON: a string, nothing else.
-    return f"({field})::text = {p.add(encode_json(value))}"
-
-
-def results_where(q: ResultQuery, p: Params) -> str:
-    """``WHERE`` clause equivalent to ``memory.result_matches`` (parameters added to ``p``)."""
-    clauses: list[str] = []
-    for name in ("task_id", "worker_id", "status", "task_type"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(f"{name} = {p.add(clean_text(value))}")
-    if q.since is not None:
-        clauses.append(f"received_at >= {p.add(q.since)}")
-    if q.until is not None:
-        clauses.append(f"received_at < {p.add(q.until)}")
-    for name in ("model", "precision", "config_hash"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(_json_str(p, f"output -> '{name}'", value))
-    if q.fingerprint is not None:
-        clauses.append(_json_str(p, "output -> 'environment' -> 'fingerprint_hash'", q.fingerprint))
-    if q.hardware is not None:
-        device = _json_str(p, "output -> 'device'", q.hardware)
-        name = _json_str(p, "output -> 'environment' -> 'device_name'", q.hardware)
-        clauses.append(f"({device} OR {name})")
-    if q.batch_size is not None:
-        # JSON text: 4 matches, 4.0, "4" and true do not; only objects in a list count.
-        clauses.append(
-            "EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof(output -> 'batch_results') = 'array' "
-            "THEN output -> 'batch_results' ELSE '[]'::json END) e "
-            f"WHERE json_typeof(e) = 'object' AND (e -> 'batch_size')::text = {p.add(str(q.batch_size))})"
-        )
-    return " AND ".join(clauses) or "TRUE"
-
-
-def tasks_where(q: TaskQuery, p: Params) -> str:
-    """``WHERE`` clause for a ``TaskQuery`` (its docstring states the semantics)."""
-    clauses: list[str] = []
-    for name in ("state", "type", "worker_id", "submitted_by"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(f"{name} = {p.add(clean_text(value))}")
-    if q.tag is not None:
-        tags = "spec -> 'requirements' -> 'tags'"
-        clauses.append(
-            f"EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof({tags}) = 'array' "
-            f"THEN {tags} ELSE '[]'::json END) e WHERE e::text = {p.add(encode_json(q.tag))})"
-        )
-    if q.since is not None:
-        clauses.append(f"submitted_at >= {p.add(q.since)}")
-    if q.until is not None:
-        clauses.append(f"submitted_at < {p.add(q.until)}")
-    return " AND ".join(clauses) or "TRUE"
+def where_sql(q: ResultQuery | TaskQuery, p: Params) -> str:
+    """``WHERE`` clause of ``q``'s filter (``filters``), its parameters added to ``p``."""
+    table = TABLES[ResultRow if isinstance(q, ResultQuery) else TaskRow]
+    return render(describe(q), POSTGRES, p, [c.name for c in table.columns])
 
 
 TASK_ORDER = "submitted_at DESC, seq DESC, task_id DESC"

@@ -71,6 +71,7 @@ from .base import (
     stored_schema_version,
 )
 from .blobs import BLOBS_DDL
+from .filters import Params
 from .memory import validate_query
 from .pgsql import (
     ACTIVE_SQL,
@@ -80,12 +81,10 @@ from .pgsql import (
     TABLES,
     TASK_ORDER,
     TERMINAL_SQL,
-    Params,
     Shape,
     notify_payload,
-    results_where,
     schema_ddl,
-    tasks_where,
+    where_sql,
     write_statement,
 )
 
@@ -579,10 +578,10 @@ class PostgresStore:
     # ------------------------------------------------------------------ reading
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
-        """Results matching every filter of ``query`` (``memory.result_matches``), newest first."""
+        """Results matching every filter of ``query`` (``filters``), newest first."""
         validate_query(query)
         p = Params()
-        where = results_where(query, p)
+        where = where_sql(query, p)
         t = TABLES[ResultRow]
         sql = (f"SELECT {t.column_list} FROM results WHERE {where} ORDER BY {RESULT_ORDER} "
                f"LIMIT {p.add(query.limit)} OFFSET {p.add(query.offset)}")
@@ -602,7 +601,7 @@ class PostgresStore:
     async def query_tasks(self, query: TaskQuery) -> TaskPage:
         validate_query(query)
         p = Params()
-        where = tasks_where(query, p)
+        where = where_sql(query, p)
         t = TABLES[TaskRow]
         count_sql = f"SELECT count(*) FROM tasks WHERE {where}"
         page_sql = (f"SELECT {t.column_list} FROM tasks WHERE {where} ORDER BY {TASK_ORDER} "

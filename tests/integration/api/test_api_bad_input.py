@@ -53,6 +53,16 @@ async def test_results_filters_beyond_64_bits_are_400(cluster: Cluster, query: s
     assert status == 400 and doc["error"] == "ValidationError", doc
 
 
+@pytest.mark.parametrize(("query", "field"), [("until=nan", "until"), ("since=-inf", "since"), ("colour=red", "colour"),
+                                              ("batch_size=eight", "batch_size")])
+async def test_results_filters_are_named_when_bad(cluster: Cluster, query: str, field: str) -> None:
+    # NaN was accepted before, and DuckDB and PostgreSQL order it above every number where Python
+    # compares it false: until=nan matched every result in SQL and none in memory.
+    status, _, doc = await raw(cluster, "GET", f"/api/v1/results?{query}")
+    assert status == 400 and doc["error"] == "ValidationError", doc
+    assert field in str(doc), doc
+
+
 @pytest.mark.parametrize(("method", "path", "data", "status", "error"), [
     ("GET", "/api/v1/nothing-here", None, 404, "NotFound"),
     ("PUT", "/api/v1/tasks", None, 405, "MethodNotAllowed"),

@@ -124,7 +124,7 @@ def test_task_pages_are_cut_by_the_store_newest_first_with_every_filter() -> Non
 
 
 @pytest.mark.parametrize("query, field", [({"limit": "0"}, "limit"), ({"offset": "-1"}, "offset"),
-                                          ({"limit": "x"}, "(query)"), ({"colour": "red"}, "colour")])
+                                          ({"limit": "x"}, "limit"), ({"colour": "red"}, "colour")])
 def test_a_bad_task_query_names_what_is_wrong(query: dict[str, str], field: str) -> None:
     with pytest.raises(ValidationError) as err:
         views.parse_filter(query)
