@@ -20,13 +20,14 @@ from distributed_testing.coordinator.placement import (
 
 KEYS: list[ReqKey] = [
     NO_REQUIREMENTS,
-    (("cuda",), (), 0.0, 0, "", ""),
-    ((), ("fast",), 0.0, 0, "", ""),
-    ((), (), 16.0, 0, "", ""),
-    ((), (), 0.0, 2000, "", ""),
-    ((), (), 0.0, 0, "mymodels", ""),
-    ((), (), 0.0, 0, "", "square"),
-    (("cpu", "cuda"), ("fast",), 8.0, 500, "", "square"),
+    (("cuda",), (), 0.0, 0, "", "", False),
+    ((), ("fast",), 0.0, 0, "", "", False),
+    ((), (), 16.0, 0, "", "", False),
+    ((), (), 0.0, 2000, "", "", False),
+    ((), (), 0.0, 0, "mymodels", "", False),
+    ((), (), 0.0, 0, "", "square", False),
+    (("cpu", "cuda"), ("fast",), 8.0, 500, "", "square", False),
+    ((), (), 0.0, 0, "", "", True),
 ]
 
 
@@ -108,7 +109,7 @@ def test_a_worker_offering_too_little_memory_returns_after_a_heartbeat_offers_mo
     index = PlacementIndex()
     v = WorkerView("w", frozenset(), frozenset(), 1, 1, available_memory_mb=100.0)
     index.add(v)
-    key: ReqKey = ((), (), 0.0, 500, "", "")
+    key: ReqKey = ((), (), 0.0, 500, "", "", False)
     assert index.pick_worker(key) is None
     v.available_memory_mb = 800.0
     index.touch("w")
