@@ -88,6 +88,12 @@ def test_safe_arguments_pass(tmp_path: Path, args: list[str]) -> None:
     assert refused_test_args(args, root=tmp_path) == []
 
 
+def test_own_plugin_options_are_refused_at_submit_too() -> None:
+    assert any("own pytest plugin" in e for e in refused_test_args(["--dt-coordinator=http://x:1"], root=None))
+    assert refused_test_args(["--", "-pthis"], root=None) == []  # -p is left to the worker, which knows what it allows
+    assert refused_test_args(["--", "-p", "this"], allowed=("-p",), root=Path("/")) == []
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["/etc/passwd"], "outside the test root"),
     (["../x/test_a.py"], "outside the test root"),
@@ -105,6 +111,10 @@ def test_safe_arguments_pass(tmp_path: Path, args: list[str]) -> None:
     (["--junitxml", "/tmp/x.xml"], "--allow-test-options --junitxml"),
     (["-k", "@args.txt"], "read arguments from that file"),
     (["-Z"], "-Z is not a pytest option"),
+    (["--", "-pthis"], "--allow-test-options -p"),  # pytest scans for -p after '--' too
+    (["-x", "--", "-p", "this"], "--allow-test-options -p"),
+    (["--dt-coordinator=http://evil:1"], "own pytest plugin"),
+    (["--dt-api-key", "k"], "own pytest plugin"),
 ])
 def test_escapes_and_guarded_options_are_refused(tmp_path: Path, args: list[str], needle: str) -> None:
     errors = refused_test_args(args, root=tmp_path)
