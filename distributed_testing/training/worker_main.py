@@ -37,6 +37,7 @@ from distributed_testing.errors import ExecutionError
 from distributed_testing.training.balance import Balancer
 from distributed_testing.training.config import ResolvedTrainingConfig
 from distributed_testing.training.deathsig import set_parent_death_signal
+from distributed_testing.training.exchange import all_gather_summaries
 from distributed_testing.training.loop import LoopResult, StepRunner, build_runner, run_loop
 from distributed_testing.training.metrics import build_result
 from distributed_testing.training.models import check_model_allowed, load_model_source
@@ -203,8 +204,7 @@ def run_rank(
     try:
         logger.info("rank %d/%d (node %d) on %s joined", env.rank, env.world_size, env.node_rank, device)
         summary, balancer = train(config, env, device, progress_path, allow_model_modules)
-        gathered: list[Any] = [None] * env.world_size
-        dist.all_gather_object(gathered, summary)
+        gathered = all_gather_summaries(summary, env.world_size, device)  # plain data, never pickle
         if env.rank == 0:
             document = build_result(config.to_dict(), gathered, balancer.history)
             write_json_atomic(result_path, document)
