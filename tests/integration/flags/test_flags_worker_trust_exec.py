@@ -176,7 +176,7 @@ def make_root(tmp_path: Path, marker: Path) -> Path:
     return root
 
 
-def test_task(*args: str, test_file: str = "test_ok.py") -> dict[str, Any]:
+def pytest_task(*args: str, test_file: str = "test_ok.py") -> dict[str, Any]:
     return {"type": "test", "config": {"test_file": test_file, "test_args": list(args)}}
 
 
@@ -192,17 +192,17 @@ async def test_pytest_arguments_are_read_as_pytest_reads_them(tmp_path: Path, pr
         await registered(c, worker, tmp_path)
         # our plugin's options are refused at submit
         dt_args = [f"--dt-coordinator={listener.url}", "--dt-api-key=dtk_stolen_secret"]
-        status, body = await c.request("POST", "/api/v1/tasks", json=test_task(*dt_args))
+        status, body = await c.request("POST", "/api/v1/tasks", json=pytest_task(*dt_args))
         assert status == 400 and "config.test_args" in json.dumps(body) and "--dt-coordinator" in json.dumps(body), body
         # '-p' after '--' is still '-p' to pytest: the worker refuses it as it refuses '-p' anywhere
         attacks = [["--", "-pdt_evil_plugin"], ["--", "-p", "dt_evil_plugin"], ["-x", "--", "-pdt_evil_plugin"]]
-        ids = [(await c.submit(test_task(*args)))[0] for args in attacks]
+        ids = [(await c.submit(pytest_task(*args)))[0] for args in attacks]
         for args, tid in zip(attacks, ids, strict=True):
             task = await c.wait(tid, 120)
             assert task["state"] in ("failed", "error"), (args, task)
             assert "--allow-test-options -p" in (task["outcome"]["error"] or ""), (args, task["outcome"])
         # a plain test task runs with our plugin disabled, and without the inherited variables
-        (ok,) = await c.submit(test_task("-q", test_file="test_plugin_off.py"))
+        (ok,) = await c.submit(pytest_task("-q", test_file="test_plugin_off.py"))
         task = await c.wait(ok, 120)
         assert task["state"] == "succeeded", task["outcome"]
         assert listener.hits == []
@@ -221,7 +221,7 @@ async def test_the_worker_refuses_plugin_options_a_coordinator_sent_anyway(tmp_p
     root = make_root(tmp_path, marker)
     async with Listener() as listener:
         ctx = TaskContext(task_id="t", attempt=1, type="test", test_root=root, work_dir=tmp_path,
-                          config=test_task(f"--dt-coordinator={listener.url}", "--dt-api-key=dtk_x_y")["config"])
+                          config=pytest_task(f"--dt-coordinator={listener.url}", "--dt-api-key=dtk_x_y")["config"])
         with pytest.raises(ExecutionError, match="--dt-coordinator"):
             await TestExecutor().run(ctx)
         assert listener.hits == []
