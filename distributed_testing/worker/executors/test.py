@@ -7,7 +7,8 @@ a ``::node`` suffix. pytest runs as ``sys.executable -m pytest`` in its own proc
 test root as cwd and rootdir; arguments are passed as a list, never through a shell.
 
 Every run disables this project's own pytest plugin (``-p no:distributed_testing``: with it, a
-task's ``--dt-coordinator`` would make the worker submit the tests, with a key, to any URL) and
+task's ``--dt-coordinator`` would make the worker submit the tests, with a key, to any URL; its
+``dt`` marker stays registered through :mod:`distributed_testing.tasks.pytest_marker`) and
 starts without the ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS`` the worker inherited (options and
 plugins the operator's shell meant for their own runs; ``extra_env`` may still set them). Other
 installed plugins load as usual (the operator installs them for the tests under the root). The
@@ -48,6 +49,7 @@ from distributed_testing.worker.executors.supervise import (
 logger = logging.getLogger(__name__)
 
 INHERITED_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+MARKER_PLUGIN = "distributed_testing.tasks.pytest_marker"  # the plugin's `dt` marker, without the plugin
 _PYTEST_EXIT = {
     2: "interrupted, e.g. by collection errors",
     3: "internal error",
@@ -177,6 +179,7 @@ def pytest_argv(target: str, root: Path, test_args: list[str], xml_path: Path) -
     task's options, then the worker's (so they win), all before a ``--`` in ``test_args`` (after
     which pytest takes every token for a path)."""
     ours = [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}",
+            "-p", MARKER_PLUGIN,
             "-o", "junit_family=xunit1"]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
     return [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]

@@ -58,6 +58,10 @@ Path({marker!r}).write_text("imported")
 """
 
 PLUGIN_OFF_TEST = """
+import pytest
+
+
+@pytest.mark.dt(tags=["any"])  # the plugin's marker stays registered (--strict-markers below)
 def test_plugin_off(pytestconfig):
     assert not pytestconfig.pluginmanager.has_plugin("distributed_testing")
 """
@@ -202,7 +206,7 @@ async def test_pytest_arguments_are_read_as_pytest_reads_them(tmp_path: Path, pr
             assert task["state"] in ("failed", "error"), (args, task)
             assert "--allow-test-options -p" in (task["outcome"]["error"] or ""), (args, task["outcome"])
         # a plain test task runs with our plugin disabled, and without the inherited variables
-        (ok,) = await c.submit(pytest_task("-q", test_file="test_plugin_off.py"))
+        (ok,) = await c.submit(pytest_task("-q", "--strict-markers", test_file="test_plugin_off.py"))
         task = await c.wait(ok, 120)
         assert task["state"] == "succeeded", task["outcome"]
         assert listener.hits == []
