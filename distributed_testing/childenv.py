@@ -31,11 +31,12 @@ def credential_variables(env: Mapping[str, str], secrets: Iterable[str] = ()) ->
 
 
 def child_environ(extra: Mapping[str, str] | None = None, secrets: Iterable[str] = (),
-                  base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this process's environment) without credentials, then ``extra`` over it."""
+                  base: Mapping[str, str] | None = None, drop: Iterable[str] = ()) -> dict[str, str]:
+    """``base`` (default: this process's environment) without credentials and without the
+    variables named in ``drop``, then ``extra`` over it."""
     env = dict(os.environ if base is None else base)
-    for name in credential_variables(env, secrets):
-        del env[name]
+    for name in [*credential_variables(env, secrets), *(d for d in drop if d in env)]:
+        env.pop(name, None)
     env.update(extra or {})
     return env
 

@@ -37,6 +37,7 @@ from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError
 from .security import tls
+from .tasks.pytest_marker import DT_MARKER
 
 WAIT_CHUNK_S = 30.0
 
@@ -53,8 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "dt(hardware=None, tags=()): run only on workers that have this hardware "
-                                       "and these tags (with --dt-coordinator)")
+    config.addinivalue_line("markers", DT_MARKER)
     if config.getoption("--dt-coordinator"):
         config.pluginmanager.register(FleetRunner(config), "distributed_testing-fleet")
 

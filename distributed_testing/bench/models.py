@@ -14,7 +14,8 @@ Names (aliases in brackets):
   ``(channels, height, width)``). Its weights are whatever the callable made
   (``weights: "user-defined"``). The module must be one the worker's operator allows
   (``ModelRequest.allow_model_modules``, from ``--allow-model-modules``); it is checked before
-  anything is imported.
+  anything is imported, and ``callable`` (one name, no dots) must be a class or function defined
+  in an allowed module, checked before it is called (:mod:`distributed_testing.tasks.usercode`).
 
 ``tiny: true`` builds a few-layer, narrow variant of the same architecture (random weights);
 ``model_config`` overrides single architecture fields (unknown fields are rejected).
@@ -166,19 +167,23 @@ def _build_builtin(name: str, request: ModelRequest) -> BuiltModel:
 
 
 def _import_callable(name: str, allowed: tuple[str, ...] | None) -> Callable[..., Any]:
-    if allowed is not None and (reason := usercode.refusal(name, allowed)) is not None:
-        raise ExecutionError(reason)
-    module_name, _, attr_path = name.partition(":")
+    """The class or function ``name`` (``module:attr``) names; with ``allowed`` (None: any module,
+    in-process use only) the module must be allowed and the object defined in an allowed module."""
+    bad = usercode.model_name_error(name) if allowed is None else usercode.refusal(name, allowed)
+    if bad is not None:
+        raise ExecutionError(bad)
+    module_name, _, attr = name.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ExecutionError(f"user model '{name}': cannot import module '{module_name}': {exc}") from exc
-    for attr in attr_path.split("."):
-        if not hasattr(target, attr):
-            raise ExecutionError(f"user model '{name}': '{module_name}' has no attribute '{attr_path}'")
-        target = getattr(target, attr)
+    if not hasattr(module, attr):
+        raise ExecutionError(f"user model '{name}': '{module_name}' has no attribute '{attr}'")
+    target = getattr(module, attr)
+    if allowed is not None and (reason := usercode.definition_refusal(name, target, allowed)) is not None:
+        raise ExecutionError(reason)
     if not callable(target):
-        raise ExecutionError(f"user model '{name}': '{attr_path}' is not callable")
+        raise ExecutionError(f"user model '{name}': '{attr}' is not callable")
     return target  # type: ignore[no-any-return]
 
 

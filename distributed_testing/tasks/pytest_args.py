@@ -6,6 +6,13 @@ The rule, token by token:
 * A **positional** argument (a test path, optionally ``path::node``) must resolve under the
   worker's test root: no absolute path outside it, no ``..`` climbing out, no symlink pointing out.
 * A token starting with ``@`` is refused anywhere: pytest would read more arguments from that file.
+* ``-p`` is read as pytest reads it: pytest scans *every* token for ``-p NAME`` and ``-pNAME``
+  before it parses options (``PytestPluginManager.consider_preparse``), those after ``--``
+  included, so after ``--`` such a token is still the guarded ``-p``, not a path.
+* The options of this project's own pytest plugin (``--dt-coordinator``, ``--dt-api-key``, any
+  ``--dt-*``) are refused outright: test tasks run with that plugin disabled
+  (``-p no:distributed_testing``), and with it a task could make the worker submit its tests, and
+  a key, to any URL.
 * pytest's own options that only select, report or stop (``-k``, ``-m``, ``-x``, ``--maxfail``,
   ``-q``, ``-v``, ``-s``, ``--tb``, ``-r``, ``--durations``, ``--strict-markers``, ...) are allowed
   (:data:`SAFE_FLAGS`, :data:`SAFE_VALUED`); ``--ignore``, ``--ignore-glob``, ``--deselect`` and
@@ -31,6 +38,8 @@ from pathlib import Path
 from ..errors import ConfigError
 
 ALLOW_TEST_OPTIONS_FLAG = "--allow-test-options"
+OWN_PLUGIN = "distributed_testing"  # the pytest11 entry point name in pyproject.toml
+OWN_OPTION_PREFIX = "--dt-"
 _NEGATIVE = re.compile(r"-\d+(?:\.\d*)?|-\.\d+")
 
 SAFE_FLAGS = frozenset({
@@ -136,7 +145,11 @@ def refused_test_args(args: Sequence[str], allowed: Iterable[str] = (), root: Pa
         i += 1
         if token.startswith("@"):
             continue
-        if positional_only or token == "-" or not token.startswith("-"):
+        if positional_only and token.startswith("-p"):  # pytest's preparse ignores '--'
+            _guarded("-p", permitted, root, errors)
+            if token == "-p" and i < len(tokens):
+                i += 1  # '-p NAME': NAME is the plugin, not a path
+        elif positional_only or token == "-" or not token.startswith("-"):
             _add(errors, path_error(root, token, "test path"))
         elif token == "--":
             positional_only = True
@@ -173,6 +186,10 @@ def _guarded(name: str, permitted: frozenset[str], root: Path | None, errors: li
 def _long_option(tokens: list[str], i: int, token: str, permitted: frozenset[str], root: Path | None,
                  errors: list[str]) -> int:
     name, eq, value = token.partition("=")
+    if name.startswith(OWN_OPTION_PREFIX):
+        errors.append(f"test_args {name!r}: the options of distributed_testing's own pytest plugin are not available "
+                      "to test tasks (the plugin is disabled in them)")
+        return i
     if name in SAFE_FLAGS:
         return i
     if name in SAFE_VALUED:

@@ -7,6 +7,12 @@ Two kinds of submitter-controlled code reach a worker:
   (``--allow-model-modules mypkg.models``): a prefix allows itself and its submodules on dotted
   boundaries (``mypkg.models`` allows ``mypkg.models`` and ``mypkg.models.sub``, never
   ``mypkg.modelsX``). Built-in and registry model names contain no colon and need no permission.
+  The part after the colon is ONE name (no dots: ``mymodels:torch.os.system`` would walk from an
+  allowed module into anything it imports), and what it names must be a class or a function
+  *defined* in an allowed module (its ``__module__``), not merely reachable from one (``from os
+  import system`` in an allowed module does not allow ``mymodels:system``). The name is checked
+  before anything is imported (:func:`refusal`); the definition after the import and before the
+  call (:func:`definition_refusal`).
 * **pytest arguments** (``test_args``): see :mod:`.pytest_args`.
 
 Pure: no I/O, no environment.
@@ -14,11 +20,13 @@ Pure: no I/O, no environment.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 
 from ..errors import ConfigError
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 ALLOW_MODEL_MODULES_FLAG = "--allow-model-modules"
 
@@ -33,8 +41,9 @@ def model_name_error(name: str) -> str | None:
     module, _, attr = name.partition(":")
     if not _DOTTED.fullmatch(module):
         return f"model {name!r}: {module!r} is not a dotted module name such as 'mypkg.models'"
-    if not _DOTTED.fullmatch(attr):
-        return f"model {name!r}: {attr!r} is not an attribute path such as 'make' or 'Factory.build'"
+    if not _NAME.fullmatch(attr):
+        return (f"model {name!r}: {attr!r} must be one name (a class or function defined in module {module!r}, "
+                "such as 'make'), not a dotted path")
     return None
 
 
@@ -65,6 +74,20 @@ def refusal(name: str, prefixes: Iterable[str]) -> str | None:
     allowed = ", ".join(sorted(prefixes)) or "none"
     return (f"model {name!r}: this worker does not allow importing module {module!r} (allowed module prefixes: "
             f"{allowed}); its operator can allow it with {ALLOW_MODEL_MODULES_FLAG} {module}")
+
+
+def definition_refusal(name: str, target: object, prefixes: Iterable[str]) -> str | None:
+    """Why ``target``, the object user model ``name`` resolved to, may not be called (None: it may):
+    it must be a class or a function whose ``__module__`` an allowed prefix covers."""
+    kinds = "class" if inspect.isclass(target) else "function" if inspect.isfunction(target) else None
+    origin = getattr(target, "__module__", None) if kinds else None
+    if isinstance(origin, str) and module_allowed(origin, prefixes):
+        return None
+    what = f"a {kinds} from module {origin!r}" if kinds else f"a {type(target).__name__}, not a class or function"
+    allowed = ", ".join(sorted(prefixes)) or "none"
+    return (f"model {name!r}: {name.partition(':')[2]!r} is not defined in an allowed module (it is {what}; "
+            f"allowed module prefixes: {allowed}); a model must be a class or function written in an allowed "
+            "module, not one the module imports")
 
 
 def parse_module_prefixes(text: str, source: str) -> tuple[str, ...]:

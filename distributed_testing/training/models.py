@@ -9,7 +9,9 @@ The task's ``model`` names a built-in source (``mlp``, ``cnn``, ``transformer``)
 ``"package.module:callable"`` (how sources from other packages, e.g. a benchmark model registry,
 plug in). A factory path imports code on the worker, so a worker runs one only from a module its
 operator allows (``--allow-model-modules``): the worker checks before it launches, and each rank
-checks again (:func:`check_model_allowed`) before anything is imported.
+checks again (:func:`check_model_allowed`) before anything is imported. ``factory`` is one name
+(no dots) and must be a function or class defined in an allowed module (not one it imports),
+checked after the import and before the call.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from distributed_testing.errors import ExecutionError
-from distributed_testing.tasks.usercode import refusal
+from distributed_testing.tasks.usercode import definition_refusal, model_name_error, refusal
 
 MakeBatch = Callable[[int], tuple[Tensor, Tensor]]
 ModelSource = Callable[[], tuple[nn.Module, MakeBatch]]
@@ -108,19 +110,23 @@ def check_model_allowed(name: str, allowed: tuple[str, ...]) -> None:
 
 def load_model_source(name: str, allowed: tuple[str, ...] | None = None) -> ModelSource:
     """Return the source a task's ``model`` names; raises ExecutionError when it cannot be loaded,
-    or (with ``allowed``, the module prefixes a factory may come from) when it is not allowed."""
+    or (with ``allowed``, the module prefixes a factory may come from) when it is not allowed or
+    not a class or function defined in an allowed module."""
     if name in BUILTIN_SOURCES:
         return BUILTIN_SOURCES[name]
-    module_name, sep, attr = name.partition(":")
-    if not sep or not module_name or not attr:
+    if ":" not in name:
         raise ExecutionError(f"model {name!r} is not a built-in model nor 'package.module:factory'")
-    if allowed is not None:
-        check_model_allowed(name, allowed)
+    bad = model_name_error(name) if allowed is None else refusal(name, allowed)
+    if bad is not None:
+        raise ExecutionError(bad)
+    module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ExecutionError(f"model {name!r}: cannot import {module_name!r}: {exc}") from exc
     source = getattr(module, attr, None)
+    if source is not None and allowed is not None and (reason := definition_refusal(name, source, allowed)):
+        raise ExecutionError(reason)
     if not callable(source):
         raise ExecutionError(f"model {name!r}: {module_name}.{attr} is missing or not callable")
     return source  # type: ignore[no-any-return]

@@ -37,6 +37,7 @@ from distributed_testing.errors import ExecutionError
 from distributed_testing.training.balance import Balancer
 from distributed_testing.training.config import ResolvedTrainingConfig
 from distributed_testing.training.deathsig import set_parent_death_signal
+from distributed_testing.training.exchange import all_gather_summaries
 from distributed_testing.training.loop import LoopResult, StepRunner, build_runner, run_loop
 from distributed_testing.training.metrics import build_result
 from distributed_testing.training.models import check_model_allowed, load_model_source
@@ -153,13 +154,15 @@ def train(
     env: RankEnv,
     device: torch.device,
     progress_path: Path | None,
+    allow_model_modules: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], Balancer]:
-    """Build the model and data, train, and return this rank's summary and the balancer."""
+    """Build the model and data, train, and return this rank's summary and the balancer.
+    ``allow_model_modules``: where a ``module:factory`` model may be defined (``--allow-model-modules``)."""
     world = env.world_size
     if config.batch_size < world:
         raise ExecutionError(f"global batch {config.batch_size} is smaller than the world size {world}")
     torch.manual_seed(MODEL_SEED)
-    model, make_batch = load_model_source(config.model)()
+    model, make_batch = load_model_source(config.model, allow_model_modules)()
     model.to(device)
     torch.manual_seed(DATA_SEED + env.rank)
     inputs, targets = make_batch(config.batch_size - world + 1)
@@ -191,6 +194,7 @@ def run_rank(
     result_path: Path,
     progress_path: Path | None,
     collective_timeout_s: float,
+    allow_model_modules: tuple[str, ...] = (),
 ) -> None:
     """Join the process group, train, gather metrics; rank 0 writes the result."""
     device = select_device(env.local_rank, config.backend)
@@ -199,9 +203,8 @@ def run_rank(
     dist.init_process_group(config.backend, timeout=timedelta(seconds=collective_timeout_s))
     try:
         logger.info("rank %d/%d (node %d) on %s joined", env.rank, env.world_size, env.node_rank, device)
-        summary, balancer = train(config, env, device, progress_path)
-        gathered: list[Any] = [None] * env.world_size
-        dist.all_gather_object(gathered, summary)
+        summary, balancer = train(config, env, device, progress_path, allow_model_modules)
+        gathered = all_gather_summaries(summary, env.world_size, device)  # plain data, never pickle
         if env.rank == 0:
             document = build_result(config.to_dict(), gathered, balancer.history)
             write_json_atomic(result_path, document)
@@ -239,13 +242,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     bind_interface(args.interface, os.environ)
     config = ResolvedTrainingConfig.from_dict(json.loads(args.config_json))
-    check_model_allowed(config.model, tuple(p for p in args.allow_model_modules.split(",") if p))
+    allowed = tuple(p for p in args.allow_model_modules.split(",") if p)
+    check_model_allowed(config.model, allowed)
     run_rank(
         config,
         env,
         result_path=args.result_path,
         progress_path=args.progress_path,
         collective_timeout_s=args.collective_timeout_s,
+        allow_model_modules=allowed,
     )
 
 

@@ -5,6 +5,14 @@ Config: :class:`distributed_testing.tasks.configs.TestConfig` (``test_file``, ``
 ``test_file`` is relative to ``ctx.test_root`` (an absolute path must lie inside it) and may carry
 a ``::node`` suffix. pytest runs as ``sys.executable -m pytest`` in its own process group with the
 test root as cwd and rootdir; arguments are passed as a list, never through a shell.
+
+Every run disables this project's own pytest plugin (``-p no:distributed_testing``: with it, a
+task's ``--dt-coordinator`` would make the worker submit the tests, with a key, to any URL; its
+``dt`` marker stays registered through :mod:`distributed_testing.tasks.pytest_marker`) and
+starts without the ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS`` the worker inherited (options and
+plugins the operator's shell meant for their own runs; ``extra_env`` may still set them). Other
+installed plugins load as usual (the operator installs them for the tests under the root). The
+worker's own options go before a ``--`` in ``test_args``, where pytest still reads them as options.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import msgspec
 from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
 from distributed_testing.tasks.configs import TestConfig
-from distributed_testing.tasks.pytest_args import bad_test_file, refused_test_args
+from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
 from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
@@ -41,6 +49,8 @@ from distributed_testing.worker.sandbox import task_environ
 
 logger = logging.getLogger(__name__)
 
+INHERITED_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+MARKER_PLUGIN = "distributed_testing.tasks.pytest_marker"  # the plugin's `dt` marker, without the plugin
 _PYTEST_EXIT = {
     2: "interrupted, e.g. by collection errors",
     3: "internal error",
@@ -94,7 +104,7 @@ class TestExecutor:
         memory_poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> None:
-        self._env = child_environ(extra_env)  # without the worker's credentials
+        self._env = child_environ(extra_env, drop=INHERITED_PYTEST_VARIABLES)  # nor the worker's credentials
         self._extra = dict(extra_env or {})  # all a sandboxed child gets beyond the minimum
         self._poll_s = memory_poll_interval_s
         self._tail_bytes = tail_bytes
@@ -125,8 +135,7 @@ class TestExecutor:
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or ctx.work_dir) as tmp:
             xml_path = Path(tmp) / "junit.xml"
-            argv = [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *spec.test_args]
-            argv += [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+            argv = pytest_argv(target, root, spec.test_args, xml_path)
             logger.info("task %s: running %s (cwd %s, timeout %s)", ctx.task_id, argv[1:], root, timeout)
             env = self._env
             if ctx.sandbox is not None and ctx.scratch_dir is not None:  # shipped code: confined
@@ -169,6 +178,17 @@ class TestExecutor:
             code = await proc.wait()
             await _finish_drain(drain, proc.pid)
         return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
+
+
+def pytest_argv(target: str, root: Path, test_args: list[str], xml_path: Path) -> list[str]:
+    """The pytest command line: the root first (an allowed ``--rootdir`` overrides it), then the
+    task's options, then the worker's (so they win), all before a ``--`` in ``test_args`` (after
+    which pytest takes every token for a path)."""
+    ours = [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}",
+            "-p", MARKER_PLUGIN,
+            "-o", "junit_family=xunit1"]
+    cut = test_args.index("--") if "--" in test_args else len(test_args)
+    return [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
 
 
 async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:

@@ -11,7 +11,13 @@ import pytest
 from distributed_testing.errors import ConfigError, ValidationError
 from distributed_testing.tasks import spec as specs
 from distributed_testing.tasks.pytest_args import parse_test_options, refused_test_args
-from distributed_testing.tasks.usercode import model_module, module_allowed, parse_module_prefixes, refusal
+from distributed_testing.tasks.usercode import (
+    definition_refusal,
+    model_module,
+    module_allowed,
+    parse_module_prefixes,
+    refusal,
+)
 
 
 @pytest.mark.parametrize(("module", "allowed"), [
@@ -27,6 +33,33 @@ def test_refusal_names_the_module_and_the_flag() -> None:
     assert reason is not None and "'os'" in reason and "--allow-model-modules os" in reason
     assert refusal("mypkg.models.a:make", ("mypkg.models",)) is None
     assert "not a dotted module name" in (refusal(".rel:make", ("",)) or "")
+
+
+@pytest.mark.parametrize("name", ["mymodels:torch.os.system", "mymodels:a.b", "mymodels:", "mymodels:1x"])
+def test_the_part_after_the_colon_is_one_name(name: str) -> None:
+    assert "must be one name" in (refusal(name, ("mymodels",)) or "")
+
+
+class Defined:
+    pass
+
+
+def defined() -> None:
+    pass
+
+
+def test_a_model_must_be_a_class_or_function_defined_in_an_allowed_module() -> None:
+    import os
+
+    here = (__name__,)
+    assert definition_refusal("m:Defined", Defined, here) is None
+    assert definition_refusal("m:defined", defined, here) is None
+    assert "a builtin_function_or_method, not a class or function" in (definition_refusal("m:system", os.system, here)
+                                                                       or "")
+    imported = definition_refusal("m:Path", Path, here) or ""
+    assert "is not defined in an allowed module" in imported and "from module 'pathlib'" in imported
+    assert "not a class or function" in (definition_refusal("m:x", print, here) or "")
+    assert "from module" in (definition_refusal("m:defined", defined, ("elsewhere",)) or "")
 
 
 def test_model_module_only_for_user_models() -> None:
@@ -55,6 +88,12 @@ def test_safe_arguments_pass(tmp_path: Path, args: list[str]) -> None:
     assert refused_test_args(args, root=tmp_path) == []
 
 
+def test_own_plugin_options_are_refused_at_submit_too() -> None:
+    assert any("own pytest plugin" in e for e in refused_test_args(["--dt-coordinator=http://x:1"], root=None))
+    assert refused_test_args(["--", "-pthis"], root=None) == []  # -p is left to the worker, which knows what it allows
+    assert refused_test_args(["--", "-p", "this"], allowed=("-p",), root=Path("/")) == []
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["/etc/passwd"], "outside the test root"),
     (["../x/test_a.py"], "outside the test root"),
@@ -72,6 +111,10 @@ def test_safe_arguments_pass(tmp_path: Path, args: list[str]) -> None:
     (["--junitxml", "/tmp/x.xml"], "--allow-test-options --junitxml"),
     (["-k", "@args.txt"], "read arguments from that file"),
     (["-Z"], "-Z is not a pytest option"),
+    (["--", "-pthis"], "--allow-test-options -p"),  # pytest scans for -p after '--' too
+    (["-x", "--", "-p", "this"], "--allow-test-options -p"),
+    (["--dt-coordinator=http://evil:1"], "own pytest plugin"),
+    (["--dt-api-key", "k"], "own pytest plugin"),
 ])
 def test_escapes_and_guarded_options_are_refused(tmp_path: Path, args: list[str], needle: str) -> None:
     errors = refused_test_args(args, root=tmp_path)
