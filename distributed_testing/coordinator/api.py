@@ -39,7 +39,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, tokens
 from ..tasks import spec as specs
-from . import events, limits, openapi, views
+from . import events, forward, limits, openapi, views
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
@@ -138,6 +138,11 @@ def check_worker_capacity(app: web.Application) -> None:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    rt = request.app[RUNTIME]
+    if forward.HEADER in request.headers:  # a member forwarded it: the original client's address counts
+        request = request.clone(remote=forward.client_address(request, rt, time.time()))
+    if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
+        return await forward.forward(request)
     try:
         _admit(request)
         return await handler(request)
@@ -152,8 +157,7 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
 def _admit(request: web.Request) -> None:
     """Before the handler, from the head alone: the address's throttle, the route's permission
     (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource else ""
+    route = _route(request)
     rt = request.app[RUNTIME]
     if not rt.leading() and route not in STANDBY_ROUTES:
         raise rt.not_leader(request.path_qs)
@@ -164,6 +168,11 @@ def _admit(request: web.Request) -> None:
         request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
     elif route == WORKER_ROUTE:
         check_worker_capacity(request.app)
+
+
+def _route(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource else ""
 
 
 def _refusal(request: web.Request, exc: DTError) -> web.Response:
@@ -561,9 +570,9 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", METRICS_ROUTE, metrics, "metrics:read"),
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
-# What a standby answers itself; it redirects every other request to the leader (307, or 503 with
-# Retry-After while none is known), the worker endpoint included (503: WebSocket clients follow no
-# redirect). See coordinator/group.py.
+# What a standby answers itself; it forwards every other request to the leader (forward.py: 503
+# with Retry-After while none answers), except the worker endpoint: 503 naming the leader (workers
+# connect to the leader themselves; docs/architecture.md, "High availability").
 STANDBY_ROUTES = frozenset({"/api/v1/health", "/api/v1/cluster"})
 # Not in ROUTES (ws.py checks it itself, after the session cap), but what the route needs all the same.
 WORKER_PERMISSION = "worker:connect"

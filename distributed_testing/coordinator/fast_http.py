@@ -48,7 +48,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from ..errors import AuthError, DTError
 from ..security.auth import Principal
-from . import api
+from . import api, forward
 from .limits import RateLimitedLog, listen_backlog
 from .runtime import RUNTIME, Runtime
 from .server import CONFIG, LINGER_S, nofile
@@ -62,6 +62,7 @@ MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per li
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
 KEEPALIVE_S = 3630.0  # an authorized request's body stalled this long is dropped (aiohttp 3.14's keep-alive)
 _HEAD_END = b"\r\n\r\n"
+_FORWARDED = forward.HEADER.lower()
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters other than TAB
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -140,6 +141,8 @@ def parse_head(buf: bytearray, max_body: int) -> _Head | None | bool:
             return False  # a repeated header (framing, credentials, Host...): aiohttp decides
         headers[key] = value.strip(" \t")
     if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers or "host" not in headers:
+        return False
+    if _FORWARDED in headers:  # a member forwarded it: aiohttp's middleware checks whose address it carries
         return False
     if headers.get("content-encoding", "identity").lower() != "identity":
         return False  # aiohttp decompresses (or refuses) encoded bodies
@@ -245,7 +248,7 @@ class FastProtocol(asyncio.Protocol):
             return
         if self._head is None:
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
-            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby redirects
+            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby forwards (api.py)
                 self._hand_over()
                 return
             if isinstance(parsed, _Head):
