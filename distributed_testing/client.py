@@ -72,8 +72,6 @@ class Members:
 
     def __init__(self, configured: Sequence[str]) -> None:
         self.urls: list[str] = list(dict.fromkeys(canonical(u) for u in configured))
-        if not self.urls:
-            raise ValueError("at least one coordinator URL")
         self._failed_at: dict[str, float] = {}
 
     def refusal(self, source: str, target: str, *, membership: bool = True) -> str | None:
@@ -161,6 +159,8 @@ class ApiClient:
                  ssl_context: ssl.SSLContext | None = None, *, failover_s: float = FAILOVER_S,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.members = Members([base_url] if isinstance(base_url, str) else base_url)
+        if not self.members.urls:
+            raise ValueError("at least one coordinator URL")
         self.base_url = self.members.urls[0]  # where requests go first (the leader, once known)
         self.credential = credential
         self.timeout_s = timeout_s

@@ -24,6 +24,8 @@ from ..client import Members, canonical
 class Candidates:
     def __init__(self, configured: Sequence[str]) -> None:
         self.members = Members(configured)
+        if not self.members.urls:
+            raise ValueError("at least one coordinator URL")
         self.current = self.members.urls[0]
         self._next_leader: str | None = None
         self._started = False

@@ -96,3 +96,22 @@ async def test_the_worker_key_goes_to_no_foreign_leader_nor_over_plain_ws(tmp_pa
     assert got == [], "the worker key reached a host outside the group"
     assert tls_asked, "the worker never reached the https standby"
 
+
+
+async def test_the_dashboards_client_follows_no_redirect_and_moves_past_a_silent_member() -> None:
+    from distributed_testing.dashboard.client import CoordinatorClient
+
+    async def healthy_but_redirecting(request: web.Request) -> web.StreamResponse:
+        if request.path == "/healthz":
+            return web.json_response({"status": "ok"})
+        return await standby_answer(foreign, redirect=True)(request)
+
+    async with fake_coordinator(record_only) as (foreign, got), \
+            fake_coordinator(healthy_but_redirecting) as (standby, _):
+        client = CoordinatorClient([standby])
+        try:
+            status, body = await client.request("GET", "/api/v1/workers", KEY)
+        finally:
+            await client.close()
+    assert status == 307 and body["leader"] == foreign  # handed back as it is, not followed
+    assert got == []
