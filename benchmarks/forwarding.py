@@ -6,7 +6,8 @@ weighs on both alike). Two real coordinator processes on a private PostgreSQL da
 
     PYTHONPATH=. .venv/bin/python benchmarks/forwarding.py [--n 2000] [--block 100]
 
-Prints p50, p90 and p99 per path and the added cost at each.
+Prints p50, p90 and p99 per path and the added cost at each, and the CPU time each coordinator
+process spent per request of each path (``/proc/PID/stat``: independent of how loaded the machine is).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -26,12 +28,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from distributed_testing.testing import Procs, pg_database_sync, wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+pids: dict[str, int] = {}
+
+
+def cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(procs: Procs, tmp: Path, dsn: str, name: str) -> str:
     port_file = tmp / f"{name}.port"
-    procs.start(["run_coordinator.py", "--host", "127.0.0.1", "--port", "0", "--db-path", dsn, "--port-file",
-                 str(port_file), "--admin-key-file", str(tmp / "admin.key")], tmp / f"{name}.log")
+    pids[name] = procs.start(["run_coordinator.py", "--host", "127.0.0.1", "--port", "0", "--db-path", dsn, "--port-file",
+                 str(port_file), "--admin-key-file", str(tmp / "admin.key")], tmp / f"{name}.log").pid
     wait_until(port_file.exists, 60, f"{name} to listen")
     return f"http://127.0.0.1:{int(port_file.read_text())}"
 
@@ -91,14 +100,21 @@ def main() -> None:
             for name, conn in conns.items():  # warm-up: connections, the forwarder's pool, caches
                 timed_block(conn, key, 50, f"warm-{name}", 0)
             times: dict[str, list[float]] = {"leader": [], "standby": []}
+            cpu = {(path, member): 0.0 for path in conns for member in pids}
             for i in range(0, ns.n, ns.block):
                 for name, conn in conns.items():
+                    before = {member: cpu_s(pid) for member, pid in pids.items()}
                     times[name] += timed_block(conn, key, min(ns.block, ns.n - i), name, i)
+                    for member, pid in pids.items():
+                        cpu[(name, member)] += cpu_s(pid) - before[member]
         finally:
             procs.close()
     for name, xs in times.items():
         print(f"{name:8s} n={len(xs)} p50={pct(xs, .5):.3f} ms p90={pct(xs, .9):.3f} ms p99={pct(xs, .99):.3f} ms "
               f"mean={statistics.fmean(xs) * 1000:.3f} ms")
+    for (path, member), used in cpu.items():
+        print(f"CPU of {'leader' if member == 'a' else 'standby'} per request via the {path}: "
+              f"{used / len(times[path]) * 1e6:.0f} µs")
     for q in (.5, .9, .99):
         print(f"added at p{int(q * 100)}: {pct(times['standby'], q) - pct(times['leader'], q):.3f} ms")
 
