@@ -164,7 +164,7 @@ class ApiClient:
         self.base_url = self.members.urls[0]  # where requests go first (the leader, once known)
         self.credential = credential
         self.timeout_s = timeout_s
-        self.ssl_context = ssl_context if ssl_context is not None else ssl.create_default_context()
+        self.ssl_context = ssl_context  # None: the system CAs (http.client's default context)
         self.failover_s = failover_s
         self._sleep = sleep
         self._clock = clock

@@ -12,8 +12,9 @@ token-signing secret (``member_key``; every member holds it, from the database o
 logs go to the original client) only when the HMAC verifies within ``SKEW_S``; anything else,
 a forged header included, counts as the direct peer's address.
 
-While no leader is known, or the leader does not answer (connect ``client.CONNECT_TIMEOUT_S``,
-first byte ``client.first_byte_timeout``), the answer is ``503`` with ``Retry-After: 1`` and the
+While no leader is known, the leader's membership heartbeat is older than ``LEADER_SILENT_S``, or
+it does not answer (connect ``client.CONNECT_TIMEOUT_S``, first byte ``client.first_byte_timeout``),
+the answer is ``503`` with ``Retry-After: 1`` and the
 ``not_leader`` body (``leader`` null: ask another member). Worker sessions are not relayed:
 a standby still answers their handshake with ``503`` naming the leader (docs/architecture.md,
 "High availability", says why).
@@ -32,12 +33,17 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..client import CONNECT_TIMEOUT_S, first_byte_timeout
+from .group import MEMBER_STALE_S
 from .runtime import RUNTIME, Runtime
 
 log = logging.getLogger(__name__)
 HEADER = "X-DT-Forwarded"
 SKEW_S = 30.0
 EVENTS_PATH = "/api/v1/events"
+# A leader the cluster view shows unhealthy (no membership heartbeat, sent every 0.5 s, for this
+# long) is not asked: the answer is 503 at once instead of after the first-byte bound (a paused
+# leader keeps its lease for a TTL). Not shorter: a leader on a loaded host beats late.
+LEADER_SILENT_S = MEMBER_STALE_S
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the sending side sets again itself.
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                   "transfer-encoding", "upgrade", "host", "content-length", "expect", HEADER.lower()})
@@ -99,6 +105,10 @@ async def forward(request: web.Request) -> web.StreamResponse:
     leader = rt.group.leader_url if rt.group is not None else None
     if not leader or leader.rstrip("/") == (rt.advertise_url or "").rstrip("/"):
         return _unavailable("no coordinator of the group leads now; retry shortly")
+    silent = next((m.age_s for m in rt.group.members if m.url.rstrip("/") == leader.rstrip("/")), 0.0) \
+        if rt.group is not None else 0.0
+    if silent > LEADER_SILENT_S:  # paused or cut off: its lease has not run out yet, but it will not answer
+        return _unavailable(f"the leader {leader} has not been seen for {silent:.1f} s; retry shortly")
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in _HOP)
     if rt.jwt_secret:
         headers[HEADER] = forwarded_value(member_key(rt.jwt_secret), request.remote or "", request.method,
