@@ -76,9 +76,10 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """A domain error as (status, JSON body, extra headers) (``errors.HTTP_STATUS``); ``where``
     names the request in the log when the error is unexpected (500). A StoreError is 503: the
-    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader``: 307
-    to the leader (same path and query) when it is known and the request's path is, else 503 with
-    ``Retry-After: 1``; the body says ``{"error": "not_leader", "leader": URL or null}``."""
+    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader`` (a
+    leader that lost the lease mid-request; a standby forwards instead, ``forward.py``): 503 with
+    ``Retry-After: 1`` and ``{"error": "not_leader", "leader": URL or null}``, never a redirect
+    (most clients drop ``Authorization`` on one; docs/security.md, "Redirects")."""
     if isinstance(exc, NotLeader):
         return not_leader_parts(exc)
     status = http_status(exc)
@@ -87,11 +88,9 @@ def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str
     return status, http_body(exc), http_headers(exc, status)
 
 
-def not_leader_parts(exc: NotLeader, *, redirect: bool = True) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """A standby's answer (see ``error_parts``)."""
+def not_leader_parts(exc: NotLeader) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """A member's answer when it does not lead (see ``error_parts``)."""
     body = {"error": "not_leader", "leader": exc.leader, "message": str(exc)}
-    if exc.leader and exc.path_qs and redirect:
-        return 307, body, {"Location": exc.leader + exc.path_qs}
     return 503, body, {"Retry-After": "1"}
 
 
@@ -176,9 +175,6 @@ def _route(request: web.Request) -> str:
 
 
 def _refusal(request: web.Request, exc: DTError) -> web.Response:
-    if isinstance(exc, NotLeader) and request.path == WORKER_ROUTE:  # a WebSocket client follows no redirect
-        _, body, _ = not_leader_parts(exc, redirect=False)
-        return json_response(body, status=503, headers={"Retry-After": "1"})
     if isinstance(exc, AuthError):
         note_failure(request.app, request.remote, request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
