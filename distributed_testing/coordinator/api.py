@@ -138,10 +138,11 @@ def check_worker_capacity(app: web.Application) -> None:
 @web.middleware
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     rt = request.app[RUNTIME]
-    if forward.HEADER in request.headers:  # a member forwarded it: the original client's address counts
+    forwarded = forward.HEADER in request.headers
+    if forwarded:  # a member forwarded it: the original client's address counts
         request = request.clone(remote=forward.client_address(request, rt, time.time()))
     if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
-        return await forward.forward(request)
+        return await forward.forward(request, again=forwarded)
     try:
         _admit(request)
         return await handler(request)

@@ -99,9 +99,12 @@ def _unavailable(message: str) -> web.Response:
                              headers={"Retry-After": "1"})
 
 
-async def forward(request: web.Request) -> web.StreamResponse:
-    """``request`` as the leader answers it, streamed back (module docstring)."""
+async def forward(request: web.Request, *, again: bool = False) -> web.StreamResponse:
+    """``request`` as the leader answers it, streamed back (module docstring). ``again``: it came
+    from a member already; one hop only, so two members with stale views never pass it round."""
     rt = request.app[RUNTIME]
+    if again:
+        return _unavailable("a member forwarded this request to one that does not lead (a takeover is under way)")
     leader = rt.group.leader_url if rt.group is not None else None
     if not leader or leader.rstrip("/") == (rt.advertise_url or "").rstrip("/"):
         return _unavailable("no coordinator of the group leads now; retry shortly")

@@ -82,6 +82,9 @@ def test_a_plain_client_submits_waits_and_reads_through_a_standby(group: HaGroup
         assert resp.readline().startswith(b"retry:")
     finally:
         conn.close()
+    # one hop only: what a member forwarded is not forwarded again (stale views never loop)
+    status, headers, body = plain(b.url, "GET", "/api/v1/workers", key, headers={"X-DT-Forwarded": "x;1;00"})
+    assert status == 503 and headers["Retry-After"] == "1" and body["error"] == "not_leader"
     # the worker endpoint still names the leader: workers connect to it themselves
     status, _, body = plain(b.url, "GET", "/ws/worker", key)
     assert status == 503 and body["leader"] == a.url
