@@ -89,11 +89,14 @@ class _Head:
     """A request head this layer takes: its query, credentials, framing and, once judged, the
     principal its credentials name or the error that refuses it."""
 
-    __slots__ = ("query", "authorization", "start", "length", "close", "verdict")
+    __slots__ = ("query", "authorization", "start", "length", "close", "verdict", "target", "forwarded")
 
-    def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool) -> None:
+    def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool,
+                 target: str = ROUTE, forwarded: str | None = None) -> None:
         self.query = query
         self.authorization = authorization
+        self.target = target  # the request target as sent (what a forwarding member signed)
+        self.forwarded = forwarded  # X-DT-Forwarded, checked in _judge
         self.start = start  # where the body starts in the buffer
         self.length = length
         self.close = close
@@ -142,8 +145,6 @@ def parse_head(buf: bytearray, max_body: int) -> _Head | None | bool:
         headers[key] = value.strip(" \t")
     if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers or "host" not in headers:
         return False
-    if _FORWARDED in headers:  # a member forwarded it: aiohttp's middleware checks whose address it carries
-        return False
     if headers.get("content-encoding", "identity").lower() != "identity":
         return False  # aiohttp decompresses (or refuses) encoded bodies
     connection = headers.get("connection", "keep-alive").lower()
@@ -159,7 +160,8 @@ def parse_head(buf: bytearray, max_body: int) -> _Head | None | bool:
     first: dict[str, str] = {}
     for k, v in params:
         first.setdefault(k, v)  # as aiohttp's request.query.get: the first value
-    return _Head(first, headers.get("authorization", ""), end + len(_HEAD_END), int(length_raw), connection == "close")
+    return _Head(first, headers.get("authorization", ""), end + len(_HEAD_END), int(length_raw), connection == "close",
+                 parts[1], headers.get(_FORWARDED))
 
 
 def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None | bool:
@@ -273,12 +275,14 @@ class FastProtocol(asyncio.Protocol):
     def _judge(self, head: _Head) -> bool:
         """Check the head's address and credentials; False when it was refused at once (its
         body not all here yet: the connection is then closed without reading it)."""
+        peer = self._peer if head.forwarded is None else forward.verified_address(
+            self._app[RUNTIME], head.forwarded, "POST", head.target, self._peer, time.time())
         try:
-            api.check_address(self._app, self._peer)
+            api.check_address(self._app, peer)
             head.verdict = api.authorize(self._app[RUNTIME], head.authorization, PERMISSION)
         except DTError as exc:
             if isinstance(exc, AuthError):
-                api.note_failure(self._app, self._peer, head.authorization, exc)
+                api.note_failure(self._app, peer, head.authorization, exc)
             head.verdict = exc
             if len(self._buf) < head.start + head.length:
                 self._refuse(exc)

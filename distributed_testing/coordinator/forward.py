@@ -68,8 +68,13 @@ def forwarded_value(key: bytes, address: str, method: str, path_qs: str, now: fl
 def client_address(request: web.Request, rt: Runtime, now: float) -> str:
     """The original client's address of a request a member forwarded (a valid ``X-DT-Forwarded``),
     else the direct peer's."""
-    peer = request.remote or ""
-    value = request.headers.get(HEADER)
+    return verified_address(rt, request.headers.get(HEADER), request.method, request.path_qs,
+                            request.remote or "", now)
+
+
+def verified_address(rt: Runtime, value: str | None, method: str, path_qs: str, peer: str, now: float) -> str:
+    """The address ``value`` (an ``X-DT-Forwarded`` header) vouches for when a member signed it for
+    this request within ``SKEW_S``, else ``peer`` (both HTTP layers use it)."""
     if not value or not rt.jwt_secret:
         return peer
     try:
@@ -77,8 +82,7 @@ def client_address(request: web.Request, rt: Runtime, now: float) -> str:
         fresh = abs(now - float(ts)) <= SKEW_S
     except ValueError:
         return peer
-    good = hmac.compare_digest(mac, _mac(member_key(rt.jwt_secret), address, ts, request.method, request.path_qs))
-    if not (fresh and good):
+    if not (fresh and hmac.compare_digest(mac, _mac(member_key(rt.jwt_secret), address, ts, method, path_qs))):
         log.warning("ignored an X-DT-Forwarded header from %s that no member signed", peer)
         return peer
     return address

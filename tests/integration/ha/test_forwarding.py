@@ -98,6 +98,10 @@ def test_the_leader_counts_failures_against_the_original_client_not_the_standby(
     assert answers[0] == 401 and answers[-1] == 429, answers
     # another client through the same standby is not refused: the standby's own address is not throttled
     assert plain(b.url, "GET", "/api/v1/workers", key, source="127.0.0.3")[0] == 200
+    # the same for submissions, which the leader's lean front answers (fast_http.py)
+    answers = [plain(b.url, "POST", "/api/v1/tasks", bad, NOOP, source="127.0.0.5")[0] for _ in range(5)]
+    assert answers[0] == 401 and answers[-1] == 429, answers
+    assert plain(b.url, "POST", "/api/v1/tasks", key, NOOP, source="127.0.0.6")[0] in (200, 201)
     # a forged X-DT-Forwarded straight to the leader counts as its own sender
     forged = {"X-DT-Forwarded": "127.0.0.9;1;00"}
     answers = [plain(a.url, "GET", "/api/v1/workers", bad, source="127.0.0.4", headers=forged)[0] for _ in range(5)]
