@@ -398,13 +398,15 @@ def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, hos
     return p, int(port_file.read_text())
 
 
-Respond = Callable[[web.Request], Awaitable[web.StreamResponse]]  # a fake coordinator's handshake answer
+Respond = Callable[[web.Request], Awaitable[web.StreamResponse]]  # a fake coordinator's answer
 
 
 @contextlib.asynccontextmanager
-async def fake_coordinator(respond: Respond) -> AsyncIterator[tuple[str, list[web.Request]]]:
-    """A server whose /ws/worker answers every handshake with ``respond``; yields its URL and
-    the handshakes seen."""
+async def fake_coordinator(respond: Respond, *, ssl_context: Any = None,
+                           host: str = "127.0.0.1") -> AsyncIterator[tuple[str, list[web.Request]]]:
+    """A server (https with ``ssl_context``) whose every route, the worker endpoint included,
+    answers with ``respond``; yields its URL and the requests seen (their headers stay readable).
+    A standby double, or a foreign listener that only records what reaches it."""
     seen: list[web.Request] = []
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
@@ -412,15 +414,31 @@ async def fake_coordinator(respond: Respond) -> AsyncIterator[tuple[str, list[we
         return await respond(request)
 
     app = web.Application()
-    app.router.add_get("/ws/worker", endpoint)
+    app.router.add_route("*", "/{tail:.*}", endpoint)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, host, 0, ssl_context=ssl_context)
     await site.start()
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+        yield f"{'https' if ssl_context is not None else 'http'}://{host}:{runner.addresses[0][1]}", seen
     finally:
         await runner.cleanup()
+
+
+def standby_answer(leader: str | None, *, redirect: bool = False) -> Respond:
+    """A standby's answer naming ``leader``: 503 ``not_leader`` (a 307 to the same path there with
+    ``redirect``), for ``fake_coordinator``."""
+    async def respond(request: web.Request) -> web.StreamResponse:
+        body = {"error": "not_leader", "leader": leader, "message": "standby"}
+        if redirect and leader is not None and request.path != "/ws/worker":
+            return web.json_response(body, status=307, headers={"Location": leader + request.path_qs})
+        return web.json_response(body, status=503, headers={"Retry-After": "1"})
+    return respond
+
+
+async def record_only(_request: web.Request) -> web.StreamResponse:
+    """A foreign listener's answer: 200 and nothing (what matters is what reached it)."""
+    return web.json_response({})
 
 
 # ---------------------------------------------------------------------------- PostgreSQL

@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif", "promhttp", "regress"),
     ("journal", "protocol", "tasks", "bundles"),
     ("security",),
+    ("client",),  # the one coordinator client: dashboard, worker, cli and testing use it
     ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts
     ("coordinator", "worker"),
     ("cli",),
@@ -147,5 +148,5 @@ def test_the_checker_names_an_offending_import() -> None:
     bad = violations({probe: found, agent: [(7, f"{PACKAGE}.training.preflight")],
                       f"{PACKAGE}.worker.executors.training": [(9, f"{PACKAGE}.training.launch")]})
     assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.config: tasks (layer 2) may import only lower "
-                   f"layers, and training is layer 4",
+                   f"layers, and training is layer 5",
                    f"{agent} (line 7) imports {PACKAGE}.training.preflight: only worker.executors runs the runners"]

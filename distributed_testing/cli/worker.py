@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator",
                    help="coordinator http(s) URL, or several comma-separated (the members of an HA group): each "
                         "connection attempt takes the next one, and a standby's answer naming the leader is followed "
+                        "when the leader is a member (configured, or listed by a member's GET /api/v1/cluster; never "
+                        "from https to http) "
                         f"(default {DEFAULT_COORDINATOR_URL}; env DT_COORDINATOR_URL)")
     p.add_argument("--high-availability", action="store_true", default=None,
                    help="for an HA group of coordinators: also learn every member from GET /api/v1/cluster at each "

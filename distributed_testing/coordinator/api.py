@@ -40,7 +40,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, throttle, tokens
 from ..tasks import spec as specs
-from . import bundles_api, events, limits, openapi, views
+from . import bundles_api, events, forward, limits, openapi, views
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
@@ -81,9 +81,10 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """A domain error as (status, JSON body, extra headers) (``errors.HTTP_STATUS``); ``where``
     names the request in the log when the error is unexpected (500). A StoreError is 503: the
-    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader``: 307
-    to the leader (same path and query) when it is known and the request's path is, else 503 with
-    ``Retry-After: 1``; the body says ``{"error": "not_leader", "leader": URL or null}``."""
+    write failed and the coordinator is stopping (coordinator/supervisor.py). ``NotLeader`` (a
+    leader that lost the lease mid-request; a standby forwards instead, ``forward.py``): 503 with
+    ``Retry-After: 1`` and ``{"error": "not_leader", "leader": URL or null}``, never a redirect
+    (most clients drop ``Authorization`` on one; docs/security.md, "Redirects")."""
     if isinstance(exc, NotLeader):
         return not_leader_parts(exc)
     status = http_status(exc)
@@ -92,11 +93,9 @@ def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str
     return status, http_body(exc), http_headers(exc, status)
 
 
-def not_leader_parts(exc: NotLeader, *, redirect: bool = True) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """A standby's answer (see ``error_parts``)."""
+def not_leader_parts(exc: NotLeader) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """A member's answer when it does not lead (see ``error_parts``)."""
     body = {"error": "not_leader", "leader": exc.leader, "message": str(exc)}
-    if exc.leader and exc.path_qs and redirect:
-        return 307, body, {"Location": exc.leader + exc.path_qs}
     return 503, body, {"Retry-After": "1"}
 
 
@@ -157,6 +156,12 @@ def check_worker_capacity(app: web.Application) -> None:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    rt = request.app[RUNTIME]
+    forwarded = forward.HEADER in request.headers
+    if forwarded:  # a member forwarded it: the original client's address counts
+        request = request.clone(remote=forward.client_address(request, rt, time.time()))
+    if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
+        return await forward.forward(request, again=forwarded)
     try:
         _admit(request)
         return await handler(request)
@@ -171,8 +176,7 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
 def _admit(request: web.Request) -> None:
     """Before the handler, from the head alone: the address's throttle, the route's permission
     (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource else ""
+    route = _route(request)
     rt = request.app[RUNTIME]
     if not rt.leading() and route not in STANDBY_ROUTES:
         raise rt.not_leader(request.path_qs)
@@ -185,10 +189,12 @@ def _admit(request: web.Request) -> None:
         check_worker_capacity(request.app)
 
 
+def _route(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource else ""
+
+
 def _refusal(request: web.Request, exc: DTError) -> web.Response:
-    if isinstance(exc, NotLeader) and request.path == WORKER_ROUTE:  # a WebSocket client follows no redirect
-        _, body, _ = not_leader_parts(exc, redirect=False)
-        return json_response(body, status=503, headers={"Retry-After": "1"})
     if isinstance(exc, AuthError):
         note_failure(request.app, client_address(request), request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
@@ -596,9 +602,9 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     *bundles_api.ROUTES,
 ]
 PERMISSIONS: dict[tuple[str, str], str] = {(meth, path): perm for meth, path, _, perm in ROUTES if perm}
-# What a standby answers itself; it redirects every other request to the leader (307, or 503 with
-# Retry-After while none is known), the worker endpoint included (503: WebSocket clients follow no
-# redirect). See coordinator/group.py.
+# What a standby answers itself; it forwards every other request to the leader (forward.py: 503
+# with Retry-After while none answers), except the worker endpoint: 503 naming the leader (workers
+# connect to the leader themselves; docs/architecture.md, "High availability").
 STANDBY_ROUTES = frozenset({"/api/v1/health", "/api/v1/cluster"})
 # Not in ROUTES (ws.py checks it itself, after the session cap), but what the route needs all the same.
 WORKER_PERMISSION = "worker:connect"

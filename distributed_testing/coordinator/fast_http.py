@@ -48,7 +48,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from ..errors import AuthError, DTError
 from ..security.auth import Principal
-from . import api
+from . import api, forward
 from .limits import RateLimitedLog, listen_backlog
 from .runtime import RUNTIME, Runtime
 from .server import CONFIG, LINGER_S, nofile
@@ -62,6 +62,7 @@ MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per li
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
 KEEPALIVE_S = 3630.0  # an authorized request's body stalled this long is dropped (aiohttp 3.14's keep-alive)
 _HEAD_END = b"\r\n\r\n"
+_FORWARDED = forward.HEADER.lower()
 _CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters other than TAB
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -88,11 +89,14 @@ class _Head:
     """A request head this layer takes: its query, credentials, framing and, once judged, the
     principal its credentials name or the error that refuses it."""
 
-    __slots__ = ("query", "authorization", "start", "length", "close", "verdict")
+    __slots__ = ("query", "authorization", "start", "length", "close", "verdict", "target", "forwarded")
 
-    def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool) -> None:
+    def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool,
+                 target: str = ROUTE, forwarded: str | None = None) -> None:
         self.query = query
         self.authorization = authorization
+        self.target = target  # the request target as sent (what a forwarding member signed)
+        self.forwarded = forwarded  # X-DT-Forwarded, checked in _judge
         self.start = start  # where the body starts in the buffer
         self.length = length
         self.close = close
@@ -156,7 +160,8 @@ def parse_head(buf: bytearray, max_body: int) -> _Head | None | bool:
     first: dict[str, str] = {}
     for k, v in params:
         first.setdefault(k, v)  # as aiohttp's request.query.get: the first value
-    return _Head(first, headers.get("authorization", ""), end + len(_HEAD_END), int(length_raw), connection == "close")
+    return _Head(first, headers.get("authorization", ""), end + len(_HEAD_END), int(length_raw), connection == "close",
+                 parts[1], headers.get(_FORWARDED))
 
 
 def parse_request(buf: bytearray, max_body: int) -> tuple[_Request, int] | None | bool:
@@ -245,7 +250,7 @@ class FastProtocol(asyncio.Protocol):
             return
         if self._head is None:
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
-            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby redirects
+            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby forwards (api.py)
                 self._hand_over()
                 return
             if isinstance(parsed, _Head):
@@ -270,12 +275,14 @@ class FastProtocol(asyncio.Protocol):
     def _judge(self, head: _Head) -> bool:
         """Check the head's address and credentials; False when it was refused at once (its
         body not all here yet: the connection is then closed without reading it)."""
+        peer = self._peer if head.forwarded is None else forward.verified_address(
+            self._app[RUNTIME], head.forwarded, "POST", head.target, self._peer, time.time())
         try:
-            api.check_address(self._app, self._peer)
+            api.check_address(self._app, peer)
             head.verdict = api.authorize(self._app[RUNTIME], head.authorization, PERMISSION)
         except DTError as exc:
             if isinstance(exc, AuthError):
-                api.note_failure(self._app, self._peer, head.authorization, exc)
+                api.note_failure(self._app, peer, head.authorization, exc)
             head.verdict = exc
             if len(self._buf) < head.start + head.length:
                 self._refuse(exc)

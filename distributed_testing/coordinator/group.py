@@ -100,7 +100,7 @@ class LeadershipLost(DTError):
 class NotLeader(DTError):
     """A request only the leader can serve reached a standby (or a leader whose lease ran out).
     ``leader``: the URL to use, or None while no member leads; ``path_qs``: the request's path and
-    query, for a redirect (``api.error_parts``: 307 to ``leader + path_qs``, else 503)."""
+    query. Answered 503 naming ``leader`` (``api.error_parts``), never redirected."""
 
     def __init__(self, leader: str | None, path_qs: str = "") -> None:
         self.leader = leader

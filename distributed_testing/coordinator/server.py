@@ -11,7 +11,8 @@ store's own background work. One that dies, like a write the store could not mak
 
 With a PostgreSQL store the app is a member of the HA group (``group.py``, ``_member_ctx``): it
 opens the store and its group connections, loads the keys and the group's token-signing secret,
-and serves as a standby (``GET /api/v1/health`` and ``/api/v1/cluster``; redirects for the rest)
+and serves as a standby (``GET /api/v1/health`` and ``/api/v1/cluster``; the rest it forwards to the
+leader, ``forward.py``)
 until it holds the lease; then it loads the active work, fences the store with its epoch and
 leads. Losing the lease ends the term (``LeadershipLost`` through the supervisor); the CLI starts
 a new standby term in the same process.
@@ -33,7 +34,7 @@ from aiohttp import web
 from ..config import CoordinatorConfig
 from ..errors import ConfigError, StoreError
 from ..security import bootstrap, tokens
-from . import bundles_api, limits
+from . import bundles_api, forward, limits
 from .api import AUTH_THROTTLE, LIMITS, PROXY_SECRET, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
 from .group import Group, LeadershipLost, is_postgres_url
 from .metrics import serve_metrics
@@ -67,6 +68,8 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
         app[PROXY_SECRET] = secrets.token_urlsafe(32)
         app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX,
                                                                               proxy_secret=app[PROXY_SECRET])))
+    if is_postgres_url(config.db_path):
+        app.cleanup_ctx.append(forward.http_ctx)  # a standby forwards API requests to the leader
     app.cleanup_ctx.append(_member_ctx if is_postgres_url(config.db_path) else _runtime_ctx)
     if config.metrics_port is not None:
         app.cleanup_ctx.append(_metrics_port_ctx)

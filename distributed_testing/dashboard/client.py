@@ -1,9 +1,12 @@
 """The dashboard's way to the coordinator: its REST API, with the signed-in user's own key.
 
 With several coordinator URLs the client uses the first one whose ``/healthz`` answers, in the
-order given, and keeps using it until a request to it fails to connect; then it looks again from
-the first. (Which coordinator of an HA group leads is the group's business; any healthy member
-answers reads.) ``health()`` reports every URL for the Overview page.
+order given (a member that failed just now last: ``client.Members``), and keeps using it until a
+request to it fails to connect or to answer; then it looks again. Any member serves every request
+(a standby forwards it to the leader). Redirects are not followed: the user's key goes only to the
+configured members (docs/security.md, "Redirects"). A connection gets ``CONNECT_TIMEOUT_S`` and an
+answer's first byte ``FIRST_BYTE_S`` (the event stream aside). ``health()`` reports every URL for
+the Overview page.
 
 Event streams use a connection pool of their own (``open_events``), so streams held open never
 leave the REST calls of other users waiting for a connection (the dashboard caps streams per
@@ -17,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import msgspec
 
+from ..client import CONNECT_TIMEOUT_S, FIRST_BYTE_S, Members
 from ..errors import Unavailable
 from ..security.throttle import CLIENT_HEADER, PROXY_HEADER
 
@@ -38,6 +43,7 @@ class CoordinatorClient:
     def __init__(self, urls: Sequence[str], ssl_context: ssl.SSLContext | bool = True,
                  proxy_secret: str | None = None) -> None:
         self.urls = [u.rstrip("/") for u in urls]
+        self.members = Members(self.urls)
         self._ssl = ssl_context
         self._proxy_secret = proxy_secret
         self._http: aiohttp.ClientSession | None = None
@@ -78,6 +84,7 @@ class CoordinatorClient:
         host, port = sockname[0], sockname[1]
         host = f"[{host}]" if ":" in host else host
         self.urls = [f"{'https' if secure else 'http'}://{host}:{port}"]
+        self.members = Members(self.urls)
         if secure:
             self._ssl = False
 
@@ -100,11 +107,12 @@ class CoordinatorClient:
             return self._current
         async with self._lock:
             if self._current is None:
-                for url in self.urls:
+                for url in self.members.order(time.monotonic()):
                     if (await self._probe(url))["healthy"]:
                         self._current = url
                         log.info("dashboard uses coordinator %s", url)
                         break
+                    self.members.failed(url, time.monotonic())
                 else:
                     raise Unavailable(f"no coordinator answers /healthz: {', '.join(self.urls)}", 2.0)
             return self._current
@@ -124,13 +132,20 @@ class CoordinatorClient:
         headers = self._headers(credential, client)
         if data is not None:
             headers["Content-Type"] = "application/json"
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S, sock_read=FIRST_BYTE_S)
         try:
-            async with self.http.request(method, base + path, params=params, data=data, headers=headers) as r:
+            async with self.http.request(method, base + path, params=params, data=data, headers=headers,
+                                         allow_redirects=False, timeout=timeout) as r:
                 body = msgspec.json.decode(await r.read()) if r.content_length != 0 else None
                 return r.status, body, r.headers
-        except aiohttp.ClientConnectionError:
-            self._current = None  # look for a healthy one on the next call
+        except (aiohttp.ClientConnectionError, TimeoutError):
+            self._lost(base)
             raise
+
+    def _lost(self, url: str) -> None:
+        """``url`` failed to connect or to answer: look for a healthy member on the next call."""
+        self.members.failed(url, time.monotonic())
+        self._current = None
 
     async def open_events(self, credential: str, last_event_id: str | None,
                           client: str | None = None) -> aiohttp.ClientResponse:
@@ -140,8 +155,8 @@ class CoordinatorClient:
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         try:
-            return await self.streams.get(base + "/api/v1/events", headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=None, sock_connect=HEALTH_TIMEOUT_S))
-        except aiohttp.ClientConnectionError:
-            self._current = None
+            return await self.streams.get(base + "/api/v1/events", headers=headers, allow_redirects=False,
+                                          timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
+        except (aiohttp.ClientConnectionError, TimeoutError):
+            self._lost(base)
             raise

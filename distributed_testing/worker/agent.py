@@ -27,8 +27,9 @@ from typing import Any
 
 import aiohttp
 
-from ..config import WorkerConfig, normalize_url, ws_url
-from ..errors import ConfigError, ExecutionError, ProtocolError
+from ..client import canonical
+from ..config import WorkerConfig, ws_url
+from ..errors import ExecutionError, ProtocolError
 from ..netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
@@ -180,7 +181,7 @@ class WorkerAgent:
                 await self._connect_once()
                 return
             except RETRY_ON as exc:
-                if not self.candidates.round_complete():
+                if not self.candidates.round_complete(time.monotonic()):
                     log.warning("coordinator %s: %s; trying the next one", self.candidates.current, exc)
                     continue
                 delay = pause.delay(rounds)
@@ -311,12 +312,16 @@ class WorkerAgent:
             return  # stopped during the backoff: no further attempt
         assert self._http is not None, "only run() connects"
         cred = await self.credentials.current()
-        url = self.candidates.next()
+        url = self.candidates.next(time.monotonic())
         try:
             await self._session(url, cred)
-        except RETRY_ON:
-            self.candidates.failed(url)
+        except NotTheLeader:
+            self.candidates.failed(url, time.monotonic(), alive=True)
             raise
+        except RETRY_ON:
+            self.candidates.failed(url, time.monotonic())
+            raise
+        self.candidates.lost(url, time.monotonic())  # an established session ended
 
     async def _session(self, url: str, cred: str) -> None:
         """One session with the coordinator at ``url``: returns when an established session ended;
@@ -355,13 +360,24 @@ class WorkerAgent:
                                       f"{self._handshake.body.decode(errors='replace')}".rstrip()) from exc
             if exc.status == 503 and (answer := refusal_json(self._handshake.body)).get("error") == "not_leader":
                 leader = answer.get("leader")
-                if isinstance(leader, str) and leader.rstrip("/") != url:
-                    try:
-                        self.candidates.redirect(normalize_url(leader, "the standby's answer"))
-                    except ConfigError:
-                        log.warning("coordinator %s named a leader that is not an http(s) URL: %r", url, leader)
+                if isinstance(leader, str) and canonical(leader) != url:
+                    await self._follow(url, leader, cred)
                 raise NotTheLeader(f"{url} is a standby; leader: {leader or 'none yet'}") from exc
             raise
+
+    async def _follow(self, url: str, leader: str, cred: str) -> None:
+        """A standby at ``url`` named ``leader``: the next attempt goes there if it is a member
+        (asking ``url``'s cluster view once for a URL not yet known); the worker key never goes
+        anywhere else, nor from https to http (client.Members)."""
+        if canonical(leader) not in self.candidates.urls and self.candidates.refusal(url, leader, membership=False) is None:
+            view = await self._cluster_view(url, cred)
+            if view is not None:
+                self.candidates.learn(view, url)
+        refused = self.candidates.refusal(url, leader)
+        if refused is not None:
+            log.warning("%s", refused)
+        elif not self.candidates.redirect(leader, time.monotonic()):
+            log.info("standby %s names %s, which failed just now: trying the other members first", url, leader)
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._send(self._register_msg(self._rendezvous_address(ws)))
@@ -395,21 +411,24 @@ class WorkerAgent:
         if not self.config.high_availability:
             return
         url = self.candidates.current
+        view = await self._cluster_view(url, await self.credentials.current())
+        new = self.candidates.learn(view, url) if view is not None else []
+        if new:
+            log.info("learned coordinator(s) %s from %s; known: %s", ", ".join(new), url, ", ".join(self.candidates.urls))
+
+    async def _cluster_view(self, url: str, cred: str) -> dict[str, Any] | None:
+        """``GET /api/v1/cluster`` of the member at ``url`` (None, logged, when it has none)."""
         try:
-            cred = await self.credentials.current()
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.credentials.ssl or True),
                                              timeout=aiohttp.ClientTimeout(total=CLUSTER_TIMEOUT_S)) as http:
                 async with http.get(f"{url}/api/v1/cluster", headers={"Authorization": f"Bearer {cred}"}) as resp:
                     view = await resp.json(content_type=None) if resp.status == 200 else None
                     if view is None:
                         log.warning("GET %s/api/v1/cluster: HTTP %d", url, resp.status)
-                        return
+                    return view if isinstance(view, dict) else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             log.warning("GET %s/api/v1/cluster failed: %s", url, exc)
-            return
-        new = self.candidates.learn(view if isinstance(view, dict) else {})
-        if new:
-            log.info("learned coordinator(s) %s from %s; known: %s", ", ".join(new), url, ", ".join(self.candidates.urls))
+            return None
 
     def _register_msg(self, address: str = "") -> m.Register:
         return m.Register(worker_id=self.config.worker_id, name=self.config.name, protocol_version=m.PROTOCOL_VERSION,

@@ -66,9 +66,16 @@ def dead() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
+def cluster_view(*urls: str) -> Answer:
+    """A member's ``GET /api/v1/cluster`` answer listing ``urls``."""
+    return 200, {}, {"leader": urls[-1], "members": [{"url": u} for u in urls]}
+
+
 def test_a_standby_redirect_is_followed_with_the_same_method_and_body() -> None:
     with server(ok) as (leader, got):
         def redirect(_m: str, path: str, _b: bytes) -> Answer:
+            if path == "/api/v1/cluster":  # how the client learns that the leader is a member
+                return cluster_view(standby, leader)
             return 307, {"Location": leader + path}, {"error": "not_leader", "leader": leader}
 
         with server(redirect) as (standby, _):
@@ -83,7 +90,7 @@ def test_a_standby_redirect_is_followed_with_the_same_method_and_body() -> None:
 def test_a_refused_member_and_a_503_naming_the_leader_send_the_request_on() -> None:
     with server(ok) as (leader, got):
         with server(lambda *_: (503, {"Retry-After": "1"}, {"error": "not_leader", "leader": leader})) as (standby, s):
-            api = ApiClient([dead(), standby], "k", sleep=lambda _s: pytest.fail("no pause needed"))
+            api = ApiClient([dead(), standby, leader], "k", sleep=lambda _s: pytest.fail("no pause needed"))
             assert api.get("/api/v1/workers")["path"] == "/api/v1/workers"
             assert api.base_url == leader and len(s) == 1 and len(got) == 1
 

@@ -1,6 +1,6 @@
 """An HA group of real coordinator processes on a private PostgreSQL database.
 
-Shared keys and revocations, standby answers (307 / 503 naming the leader), ``/api/v1/cluster``
+Shared keys and revocations, standby answers (503 naming the leader to a worker), ``/api/v1/cluster``
 and its roles, a SIGKILLed leader replaced with every task finishing once, a SIGSTOPped leader
 that, resumed after its replacement, wrote and assigned nothing and rejoined as a standby, and
 ``dt submit --wait`` across a leader's death. Failover times are printed (``-s`` shows them)."""
@@ -70,10 +70,7 @@ def test_standby_answers_keys_reach_every_member_and_cluster_roles(group: HaGrou
     a, b, admin = two_members(group)
     health = b.health()
     assert health is not None and health["leader"] == a.url and health["epoch"] is None
-    # every other request: 307 to the leader (same path and query), the worker endpoint 503
-    status, headers, body = request(b.url + "/api/v1/tasks?wait=1", "POST", admin.key, {"type": "custom"})
-    assert status == 307 and headers["Location"] == a.url + "/api/v1/tasks?wait=1"
-    assert body["error"] == "not_leader" and body["leader"] == a.url
+    # every other request is forwarded to the leader (test_forwarding.py), the worker endpoint 503
     status, headers, body = request(b.url + "/ws/worker", key=admin.key)
     assert status == 503 and body["leader"] == a.url and headers["Retry-After"] == "1"
     # /api/v1/cluster: any valid credential, on every member

@@ -1,0 +1,233 @@
+"""Failover as clients see it (issue 28): three coordinator processes on a private PostgreSQL
+database, one ``--high-availability`` worker given every member, and a small round-robin TCP
+proxy in front of the three (one address for the group, as a load balancer gives). Each round
+disrupts the current leader (SIGKILL, or SIGSTOP for ``--pause-s``), then measures, from the
+disruption:
+
+- worker: until the worker's next task is assigned (a no-op this script submits, through its
+  ``client.ApiClient`` given every member, right after the disruption);
+- dt --wait: until ``dt submit --wait`` (every member given; started before, its 1 s task accepted
+  and running when the leader goes) exits 0;
+- plain HTTP via the proxy: until a plain ``GET /api/v1/workers`` through the proxy (``urllib``,
+  2 s timeout, one every 0.1 s, no redirect followed) first answers 200.
+
+A killed member is restarted on its port, a paused one resumed (it rejoins as a standby), and the
+next round waits for three members and the worker. Prints p50 and max per disruption and client.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/failover.py [--rounds 5] [--pause-s 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from distributed_testing.client import ApiClient  # noqa: E402
+from distributed_testing.testing import Procs, free_port, hidden_accelerators, pg_database_sync, wait_until  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+KEEP = bool(os.environ.get("DT_BENCH_KEEP"))
+
+
+class RoundRobinProxy:
+    """A loopback TCP proxy handing each new connection to the next of ``ports`` (a refused one
+    is skipped, as a load balancer's health check would soon do), on its own loop in a thread."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self.port = free_port()
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in self.ports:
+            port = self.ports[self._next % len(self.ports)]
+            self._next += 1
+            try:
+                up_r, up_w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
+                break
+            except (OSError, TimeoutError):
+                continue
+        else:
+            writer.transport.abort()
+            return
+        await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer), return_exceptions=True)
+
+    @staticmethod
+    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.transport.abort()
+
+
+class Group:
+    def __init__(self, tmp: Path, dsn: str) -> None:
+        self.tmp, self.dsn = tmp, dsn
+        self.procs = Procs(tmp, cwd=ROOT)
+        self.ports = {name: free_port() for name in "abc"}
+        self.proc: dict[str, subprocess.Popen[bytes]] = {}
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def start(self, name: str) -> None:
+        self.proc[name] = self.procs.start(
+            ["run_coordinator.py", "--host", "127.0.0.1", "--port", str(self.ports[name]), "--db-path", self.dsn,
+             "--admin-key-file", str(self.tmp / "admin.key")], self.tmp / f"{name}.log")
+
+    def role(self, name: str) -> str | None:
+        try:
+            with urllib.request.urlopen(self.url(name) + "/api/v1/health", timeout=2) as r:
+                return str(json.loads(r.read())["role"])
+        except (OSError, ValueError):
+            return None
+
+    def leader(self) -> str | None:
+        return next((n for n in self.ports if self.role(n) == "leader"), None)
+
+    def settled(self) -> bool:
+        roles = sorted(str(self.role(n)) for n in self.ports)
+        return roles == ["leader", "standby", "standby"]
+
+
+class Prober:
+    """Plain GETs through the proxy every 0.1 s: (time, status or 0)."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.url, self.key = url, key
+        self.seen: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            req = urllib.request.Request(self.url + "/api/v1/workers", headers={"Authorization": f"Bearer {self.key}"})
+            try:
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    status = r.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except OSError:
+                status = 0
+            self.seen.append((time.time(), status))
+            self._stop.wait(0.1)
+
+    def recovered_after(self, t0: float) -> float | None:
+        return next((t - t0 for t, s in self.seen if t > t0 and s == 200), None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: str, n: int,
+              pause_s: float) -> dict[str, float | None]:
+    wait_until(g.settled, 60, "three members, one leading")
+    wait_until(lambda: any(w["state"] == "ready" for w in api.get("/api/v1/workers")["workers"]), 60,
+               "the worker to be connected")
+    leader = g.leader()
+    assert leader is not None
+    prober = Prober(f"http://127.0.0.1:{proxy.port}", key)
+    tag = f"{kind}-{n}-{int(time.time())}"
+    doc = g.tmp / f"{tag}.json"  # dt's task runs across the disruption
+    doc.write_text(json.dumps({"task_id": f"{tag}-dt", "type": "custom", "max_retries": 2,
+                               "config": {"name": "sleep", "parameters": {"seconds": 1}}}))
+    dt = subprocess.Popen([sys.executable, "-m", "distributed_testing.cli.dt", "--coordinator",
+                           ",".join(g.url(m) for m in g.ports), "--api-key", key, "submit", str(doc), "--wait",
+                           "--progress", "plain"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert dt.stdout is not None
+    dt.stdout.readline()  # accepted (dt started long before: its start-up is not failover)
+    t0 = time.time()
+    g.proc[leader].send_signal(signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    probe_id = api.post("/api/v1/tasks", {"task_id": f"{tag}-probe", "type": "custom", "config": {"name": "noop"}},
+                        repeatable=True)["tasks"][0]["task_id"]
+    dt.communicate(timeout=120)
+    dt_s = time.time() - t0 if dt.returncode == 0 else None
+    wait_until(lambda: prober.recovered_after(t0) is not None, 60, "a plain request through the proxy")
+    prober.stop()
+    wait_until(lambda: api.get(f"/api/v1/tasks/{probe_id}")["state"] == "succeeded", 60, "the probe task")
+    assigned = [h["at"] for h in api.get(f"/api/v1/tasks/{probe_id}")["history"] if h["to"] == "assigned"]
+    if kind == "kill":
+        g.proc[leader].wait()
+        g.start(leader)
+    else:
+        time.sleep(max(0.0, pause_s - (time.time() - t0)))
+        g.proc[leader].send_signal(signal.SIGCONT)
+    return {"worker": assigned[0] - t0 if assigned else None, "dt --wait": dt_s,
+            "plain HTTP via proxy": prober.recovered_after(t0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per disruption (default 5)")
+    ap.add_argument("--pause-s", type=float, default=8.0, help="how long a paused leader stays paused (default 8)")
+    ns = ap.parse_args()
+    results: dict[tuple[str, str], list[float | None]] = {}
+    keep = tempfile.mkdtemp(prefix="dt-failover-") if KEEP else None  # DT_BENCH_KEEP=1: keep the logs
+    with (contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory()) as d, \
+            pg_database_sync(prefix="dt_bench_failover") as dsn:
+        print(f"logs in {d}", flush=True)
+        g = Group(Path(d), dsn)
+        try:
+            g.start("a")
+            wait_until(lambda: g.role("a") == "leader", 60, "a to lead")
+            g.start("b")
+            g.start("c")
+            key = (g.tmp / "admin.key").read_text().strip()
+            api = ApiClient([g.url(m) for m in g.ports], key)
+            worker_key = api.post("/api/v1/keys", {"role": "worker", "name": "bench"})["key"]
+            (g.tmp / "w.key").write_text(worker_key)
+            g.procs.start(["run_worker_example.py", "--coordinator", ",".join(g.url(m) for m in g.ports),
+                           "--api-key-file", str(g.tmp / "w.key"), "--worker-id", "w1", "--high-availability"],
+                          g.tmp / "w1.log", env=hidden_accelerators(g.tmp))
+            proxy = RoundRobinProxy(list(g.ports.values()))
+            for n in range(ns.rounds):
+                for kind in ("kill", "pause"):
+                    row = one_round(g, api, key, proxy, kind, n, ns.pause_s)
+                    print(f"{kind} round {n}: " + ", ".join(f"{k} {v:.2f}s" if v is not None else f"{k} FAILED"
+                                                           for k, v in row.items()), flush=True)
+                    for client, v in row.items():
+                        results.setdefault((kind, client), []).append(v)
+        finally:
+            for p in g.proc.values():
+                with contextlib.suppress(OSError):
+                    p.send_signal(signal.SIGCONT)
+            g.procs.close()
+    print("\n| disruption | client | n | p50 | max | failed |\n|---|---|---|---|---|---|")
+    for (kind, client), vs in results.items():
+        ok: list[Any] = [v for v in vs if v is not None]
+        print(f"| {kind} | {client} | {len(vs)} | {statistics.median(ok):.2f} s | {max(ok):.2f} s | "
+              f"{len(vs) - len(ok)} |" if ok else f"| {kind} | {client} | {len(vs)} | - | - | {len(vs)} |")
+
+
+if __name__ == "__main__":
+    main()

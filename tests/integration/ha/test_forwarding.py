@@ -1,0 +1,126 @@
+"""A standby forwards every API request to the leader (coordinator/forward.py): three real
+coordinator processes on PostgreSQL, and a plain HTTP client (``http.client``: it follows no
+redirect, as ``curl`` without ``-L``) talking only to a standby. Submissions, long polls, reads and
+the event stream answer as the leader does; bad credentials count against the original client's
+address at the leader (the standby's signed ``X-DT-Forwarded``), and a forged header does not."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ha_support import HaGroup, Member
+
+from distributed_testing.testing import pg_database_sync
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+NOOP = {"type": "custom", "config": {"name": "noop"}}
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[HaGroup]:
+    with pg_database_sync(prefix="dt_ha_forward") as dsn:
+        g = HaGroup(tmp_path, dsn)
+        try:
+            yield g
+        finally:
+            g.close()
+
+
+def plain(url: str, method: str, path: str, key: str | None, body: Any = None, *, source: str = "127.0.0.1",
+          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    """One request from ``source`` (any 127/8 address), no redirect followed: (status, headers, JSON)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=(source, 0))
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        conn.request(method, path, body=data, headers={**({"Authorization": f"Bearer {key}"} if key else {}),
+                                                       **({"Content-Type": "application/json"} if data else {}),
+                                                       **(headers or {})})
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, dict(resp.getheaders()), json.loads(raw) if raw.startswith((b"{", b"[")) else raw
+    finally:
+        conn.close()
+
+
+def three(group: HaGroup, *extra: str) -> tuple[Member, Member, Member]:
+    a = group.start_member("a", *extra)
+    group.wait_role(a, "leader")
+    b, c = group.start_member("b", *extra), group.start_member("c", *extra)
+    group.wait_role(b, "standby")
+    group.wait_role(c, "standby")
+    return a, b, c
+
+
+def test_a_plain_client_submits_waits_and_reads_through_a_standby(group: HaGroup) -> None:
+    a, b, _ = three(group)
+    key = group.admin(a).key
+    status, _, body = plain(b.url, "POST", "/api/v1/tasks", key, NOOP)
+    assert status in (200, 201), body  # the leader's own answer, not a 307
+    [task_id] = [t["task_id"] for t in body["tasks"]]
+    status, _, task = plain(b.url, "GET", f"/api/v1/tasks/{task_id}", key)
+    assert status == 200 and task["task_id"] == task_id and task["state"] == "pending"
+    # a long poll: no worker, so the wait runs out and the answer says queued
+    status, _, body = plain(b.url, "POST", "/api/v1/tasks?wait=1", key, {**NOOP, "task_id": "polled"})
+    assert status in (200, 201, 202), body
+    assert plain(a.url, "GET", "/api/v1/tasks/polled", key)[0] == 200  # it reached the leader
+    # the event stream, streamed back as it is written
+    parts = urllib.parse.urlsplit(b.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("GET", "/api/v1/events", headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/event-stream")
+        assert resp.readline().startswith(b"retry:")
+    finally:
+        conn.close()
+    # one hop only: what a member forwarded is not forwarded again (stale views never loop)
+    status, headers, body = plain(b.url, "GET", "/api/v1/workers", key, headers={"X-DT-Forwarded": "x;1;00"})
+    assert status == 503 and headers["Retry-After"] == "1" and body["error"] == "not_leader"
+    # the worker endpoint still names the leader: workers connect to it themselves
+    status, _, body = plain(b.url, "GET", "/ws/worker", key)
+    assert status == 503 and body["leader"] == a.url
+
+
+def test_the_leader_counts_failures_against_the_original_client_not_the_standby(group: HaGroup) -> None:
+    a, b, _ = three(group, "--auth-fail-limit", "3")
+    key = group.admin(a).key
+    bad = "dtk_nope_" + "A" * 43
+    answers = [plain(b.url, "GET", "/api/v1/workers", bad, source="127.0.0.2")[0] for _ in range(5)]
+    assert answers[0] == 401 and answers[-1] == 429, answers
+    # another client through the same standby is not refused: the standby's own address is not throttled
+    assert plain(b.url, "GET", "/api/v1/workers", key, source="127.0.0.3")[0] == 200
+    # the same for submissions, which the leader's lean front answers (fast_http.py)
+    answers = [plain(b.url, "POST", "/api/v1/tasks", bad, NOOP, source="127.0.0.5")[0] for _ in range(5)]
+    assert answers[0] == 401 and answers[-1] == 429, answers
+    assert plain(b.url, "POST", "/api/v1/tasks", key, NOOP, source="127.0.0.6")[0] in (200, 201)
+    # a forged X-DT-Forwarded straight to the leader counts as its own sender
+    forged = {"X-DT-Forwarded": "127.0.0.9;1;00"}
+    answers = [plain(a.url, "GET", "/api/v1/workers", bad, source="127.0.0.4", headers=forged)[0] for _ in range(5)]
+    assert answers[-1] == 429
+    assert plain(a.url, "GET", "/api/v1/workers", key, source="127.0.0.9")[0] == 200
+
+
+def test_while_the_leader_is_paused_a_standby_answers_503_with_retry_after_then_serves(group: HaGroup) -> None:
+    a, b, _ = three(group)
+    key = group.admin(a).key
+    a.proc.send_signal(signal.SIGSTOP)  # b and c keep naming it until its lease runs out
+    try:
+        answers: list[int] = []
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and 200 not in answers:
+            status, headers, body = plain(b.url, "GET", "/api/v1/workers", key)
+            answers.append(status)
+            if status == 503:  # forwarding to the paused leader timed out, or a takeover is under way
+                assert headers["Retry-After"] == "1" and body["error"] == "not_leader", body
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    assert answers[-1] == 200 and set(answers) <= {200, 503}, answers
