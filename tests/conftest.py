@@ -47,3 +47,32 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
         yield ps
     finally:
         ps.close()
+
+
+# ---------------------------------------------------------------------------------- test tiers
+# `scripts/test.sh --fast` runs what is not `slow`: the pure unit tests and the integration tests
+# that talk to an in-process coordinator or a real store (integration/api, integration/store).
+# Everything that starts workers, benchmark children, pytest runs or launcher processes is slow:
+# the other integration folders, e2e, chaos and fuzz, any test using the `procs` fixture, and any
+# test marked so. `serial` tests measure time or CPU against the machine's other load: the full
+# run keeps them out of its parallel phase and runs them alone afterwards (scripts/test.sh).
+_FAST_FOLDERS = {("unit",), ("integration", "api"), ("integration", "store")}
+
+
+def _is_slow(item: pytest.Item, tests_root: Path) -> bool:
+    if item.get_closest_marker("serial") is not None or "procs" in getattr(item, "fixturenames", ()):
+        return True
+    try:
+        parts = Path(str(item.fspath)).resolve().relative_to(tests_root).parts
+    except ValueError:
+        return False
+    if len(parts) == 1:  # top-level checks: static analysis, import layers
+        return parts[0] == "test_static_checks.py"
+    return tuple(parts[:1]) not in _FAST_FOLDERS and tuple(parts[:2]) not in _FAST_FOLDERS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        if _is_slow(item, tests_root):
+            item.add_marker(pytest.mark.slow)
