@@ -24,8 +24,8 @@ from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import bad_test_file, refused_test_args
+from distributed_testing.worker.executors import pytest_report
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
-from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
     DEFAULT_TAIL_BYTES,
     OutputTail,
@@ -122,12 +122,14 @@ class TestExecutor:
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.work_dir) as tmp:
-            xml_path = Path(tmp) / "junit.xml"
+            report_path = Path(tmp) / "report.jsonl"
             argv = [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *spec.test_args]
-            argv += [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
-            logger.info("task %s: running %s (cwd %s, timeout %s)", ctx.task_id, argv[1:], root, timeout)
+            argv += ["-q", "-p", "no:cacheprovider", "-p", pytest_report.__name__,
+                     f"{pytest_report.REPORT_OPTION}={report_path}"]
+            logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
+                        ctx.task_id, len(spec.test_args) + 1, root, timeout)
             verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb)
-            summary = _read_summary(xml_path) if xml_path.exists() else JUnitSummary()
+            summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
         output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
         if watch is not None:
             output["peak_rss_mb"] = watch.peak_mb
@@ -176,17 +178,35 @@ async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:
     await asyncio.wait({drain})
 
 
-def _read_summary(xml_path: Path) -> JUnitSummary:
+class TestSummary:
+    """The per-test entries of one pytest run (:func:`pytest_report.summarise`) and their counts."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, tests: list[dict[str, Any]]) -> None:
+        self.tests = tests
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for t in self.tests if t["outcome"] == outcome)
+
+    def as_output(self) -> dict[str, Any]:
+        """The counts and tests as the ``test`` task's output fields."""
+        return {"passed": self.count("passed"), "failed": self.count("failed"), "skipped": self.count("skipped"),
+                "xfailed": self.count("xfailed"), "errors": self.count("error"), "total": len(self.tests),
+                "duration_s": round(sum(t["duration_s"] for t in self.tests), 6), "tests": self.tests}
+
+
+def _read_summary(path: Path) -> TestSummary:
     try:
-        return parse_junit_xml(xml_path)
-    except (OSError, ValueError, SyntaxError) as exc:  # ET.ParseError subclasses SyntaxError
-        raise ExecutionError(f"cannot read pytest's JUnit report {xml_path}: {exc}") from exc
+        return TestSummary(pytest_report.summarise(pytest_report.read_lines(path)))
+    except OSError as exc:
+        raise ExecutionError(f"cannot read pytest's report {path}: {exc}") from exc
 
 
 def _outcome(
     verdict: str,
     code: int | None,
-    summary: JUnitSummary,
+    summary: TestSummary,
     tail: OutputTail,
     timeout: float | None,
     watch: MemoryWatch | None,
@@ -209,10 +229,10 @@ def _outcome(
     return ExecOutcome("failed", error=f"{head}:\n{tail.text()[-_ERROR_TAIL_CHARS:]}")
 
 
-def _failure_summary(summary: JUnitSummary) -> str:
+def _failure_summary(summary: TestSummary) -> str:
     total, failed, errors = len(summary.tests), summary.count("failed"), summary.count("error")
     if failed == 0 and errors == 0:
-        return "pytest reported failures (exit code 1) but its JUnit report lists none"
+        return "pytest reported failures (exit code 1) but its report lists none"
     if failed == 0:
         return f"{errors} of {total} tests errored"
     text = f"{failed} of {total} tests failed"

@@ -87,3 +87,40 @@ async def test_a_suite_of_40_tests_runs_once_each_on_workers_that_meet_their_mar
         code, out = await _pytest(suite, c.base_url, key, "-x", "-k", "any")
         assert code == 1 and "stopping after 1 failures" in out, out
         assert "1 failed" in out and "passed" in out and "not today" not in out.split("short test summary")[0]
+
+
+def _inherited_suite(root: Path) -> None:
+    """networkx's shape: test classes that inherit their tests from a class in another module."""
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    (root / "pkg" / "test_base.py").write_text(
+        "class BaseTester:\n"
+        "    value = 1\n\n"
+        "    def test_value(self):\n        assert self.value > 0\n\n"
+        "    def test_fails_for_three(self):\n        assert self.value != 3, 'three is out'\n\n\n"
+        "class TestBase(BaseTester):\n    pass\n")
+    (root / "pkg" / "sub" / "test_derived.py").write_text(
+        "import pytest\n\nfrom ..test_base import BaseTester\n\n\n"
+        "class TestTwo(BaseTester):\n    value = 2\n\n\n"
+        "class TestThree(BaseTester):\n    value = 3\n\n"
+        "    @pytest.mark.parametrize('n', [1, 2])\n"
+        "    def test_own(self, n):\n        assert n\n")
+
+
+@pytest.mark.slow
+async def test_tests_inherited_from_another_module_are_reported_as_they_ran(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _inherited_suite(suite)
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", test_root=suite)
+        key = await c.create_key("submitter")
+        junit = tmp_path / "report.xml"
+        code, out = await _pytest(suite, c.base_url, key, "-rA", "--junitxml", str(junit))
+        assert code == 1, out
+        assert "1 failed, 7 passed" in out and "error" not in out, out
+        assert "FAILED pkg/sub/test_derived.py::TestThree::test_fails_for_three" in out
+        assert "PASSED pkg/sub/test_derived.py::TestTwo::test_value" in out
+        cases = {f"{tc.get('classname')}.{tc.get('name')}" for tc in ET.parse(junit).getroot().iter("testcase")}
+        assert "pkg.sub.test_derived.TestTwo.test_fails_for_three" in cases and len(cases) == 8
