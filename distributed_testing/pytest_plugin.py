@@ -157,7 +157,7 @@ def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
     for x, c in zip(seq, costs, strict=True):
         run.append(x)
         acc += c
-        if acc >= target * cut and cut < n:
+        if acc >= target * cut * (1 - 1e-9) and cut < n:  # float sums fall just short
             yield run
             run, cut = [], cut + 1
     if run:
