@@ -69,7 +69,7 @@ def start_cluster(procs: Procs, tmp: Path, root: Path) -> tuple[str, str]:
 
 
 def run_mode(mode: str, root: Path, target: str, url: str, key: str, cache: Path) -> tuple[float, str]:
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", target]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--rootdir={root}", target]
     env = {**os.environ}
     if mode == MODES[0]:
         argv += ["-p", "no:cacheprovider"]
