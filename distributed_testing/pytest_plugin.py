@@ -215,9 +215,8 @@ class Fleet:
         workers = self.api.get("/api/v1/workers").get("workers") or []
         return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers if w.get("state") != "disconnected"))
 
-    def submit(self, docs: list[dict[str, Any]]) -> list[str]:
-        # every task has its id: a re-send is the same tasks
-        return [a["task_id"] for a in self.api.post("/api/v1/tasks", docs, repeatable=True)["tasks"]]
+    def submit(self, docs: list[dict[str, Any]]) -> None:
+        self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
 
     def state(self, task_id: str, wait_s: float) -> dict[str, Any]:
         """The task without its result; waits up to ``wait_s`` for it to finish."""
@@ -267,8 +266,12 @@ class FleetRunner:
                 continue
 
     def ship_tree(self, fleet: Fleet) -> dict[str, Any]:
-        """Fields that make the workers run this tree. INTEGRATION POINT for bundles: upload
-        ``self.root`` and return ``{"bundle": digest}``; shared-tree mode returns nothing."""
+        """Task fields that make the workers run this tree; merged into every task document.
+
+        INTEGRATION POINT for bundles (issue 26 section 1): the default mode becomes
+        ``{"bundle": bundles.upload.upload(fleet.api.base_url, fleet.api.credential, self.root)}``
+        (an ``UploadError`` turned into ``pytest.UsageError``), and a shared-tree option keeps
+        today's ``{}``: the workers' ``--test-root`` mirrors ``self.root``."""
         return {}
 
     @pytest.hookimpl(tryfirst=True)
@@ -292,9 +295,10 @@ class FleetRunner:
         chunks = plan_chunks(session.items, self.root, fleet.slots(), history, self.partial)
         run_id = f"{int(time.time() * 1000):x}"
         extra = self.ship_tree(fleet)
-        pending = dict(zip(fleet.submit([{**task_doc(c, i, run_id), **extra} for i, c in enumerate(chunks)]),
-                           chunks, strict=True))
+        docs = [{**task_doc(c, i, run_id), **extra} for i, c in enumerate(chunks)]
+        pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
+            fleet.submit(docs)
             self._wait_all(session, fleet, pending)
         except BaseException:  # Ctrl-C or an error: nothing this run queued stays queued
             _cancel_all(fleet, pending, quiet=True)
