@@ -180,11 +180,13 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
     return list(dict.fromkeys(args))
 
 
-def task_doc(c: Chunk, index: int, run_id: str) -> dict[str, Any]:
+def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0) -> dict[str, Any]:
+    """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
+    come back without running the rest of it."""
+    # collected here: a module failing to import there must not cost the whole chunk
+    flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test",
-                           "config": {"test_file": c.args[0],
-                                      # collected here: a module failing there must not cost the chunk
-                                      "test_args": ["--continue-on-collection-errors", *c.args[1:]]}}
+                           "config": {"test_file": c.args[0], "test_args": [*flags, *c.args[1:]]}}
     if c.requirements:
         doc["requirements"] = c.requirements
     return doc
@@ -295,7 +297,8 @@ class FleetRunner:
         chunks = plan_chunks(session.items, self.root, fleet.slots(), history, self.partial)
         run_id = f"{int(time.time() * 1000):x}"
         extra = self.ship_tree(fleet)
-        docs = [{**task_doc(c, i, run_id), **extra} for i, c in enumerate(chunks)]
+        maxfail = int(self.config.getoption("maxfail") or 0)
+        docs = [{**task_doc(c, i, run_id, maxfail), **extra} for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
             fleet.submit(docs)
