@@ -4,29 +4,43 @@ Registered through the ``pytest11`` entry point (name ``distributed_testing``); 
 ``--dt-coordinator URL`` is given. Then, after local collection (so ``-k``, ``-m``, ``--deselect``
 and paths select as usual):
 
-* The selected tests are grouped into ``test`` tasks: one per module and ``dt`` marker
-  requirement. ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a
-  list) becomes the task's ``requirements``, so only workers that meet it run the test; unmarked
-  tests go to any worker. The task's ``test_file`` and ``test_args`` are the tests' node ids
-  relative to ``--dt-test-root``.
-* **Files are not shipped**: each worker runs them from its own ``--test-root``, which must hold
-  the same tree as ``--dt-test-root`` here (default: pytest's rootdir): a shared or synchronised
-  checkout.
-* Every test's outcome comes back as a normal report: pass, fail (with the remote traceback as
-  the report's longrepr), skip, xfail, error; the terminal summary, ``--junitxml`` (each test
-  case gets a ``dt_worker`` property naming the worker that ran it), ``-x`` / ``--maxfail``
-  (remaining tasks are cancelled) and pytest's exit codes work unchanged. A test a task did not
-  report (the task failed before running it, or timed out) is reported failed with the task's
-  error.
+* **Spread by test.** The selected tests are cut into chunks, each one ``test`` task that runs
+  one pytest process over many tests, so pytest's start-up is paid once per chunk, as
+  pytest-xdist pays it once per worker. Chunks follow collection order (a module's tests stay
+  together, so module and class fixtures run once per chunk) and are cut to equal estimated
+  time: with duration history (pytest's cache, ``distributed_testing/durations``, written after
+  every run) one chunk per worker slot, without it up to :data:`CHUNKS_PER_SLOT` per slot (one per
+  :data:`MIN_CHUNK_TESTS` tests, at least one per slot) so that fast slots take more. A whole
+  module in one chunk is sent as its path, otherwise as node ids.
+* ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
+  becomes the task's ``requirements``, so only workers that meet it run the test; tests with
+  different requirements never share a chunk.
+* **Files are not shipped** (yet: :func:`FleetRunner.ship_tree` is where a bundle upload goes):
+  each worker runs them from its own ``--test-root``, which must hold the same tree as
+  ``--dt-test-root`` here (default: pytest's rootdir): a shared or synchronised checkout.
+* **The report is local pytest's.** Each test's reports come back as pytest serialized them on
+  the worker (the form pytest-xdist uses) and are replayed here under the local node id: outcome,
+  the remote traceback with its crash line in the short summary, captured stdout/stderr/log
+  sections, subtests, xfail reasons and durations; warnings reach the warnings summary.
+  ``--junitxml`` gives each test case a ``dt_worker`` property naming the worker that ran it.
+  A test a task did not report (the task failed before running it, or timed out) is reported as
+  an error with the task's error.
+* **Run control.** On Ctrl-C, ``-x`` / ``--maxfail``, ``--dt-timeout S`` (default 3600: the
+  whole wait) or any error, every task this run queued and that has not finished is cancelled.
+  A task that no connected worker can run (the coordinator says ``unschedulable``) for
+  ``--dt-unschedulable-timeout S`` (default 30) in a row fails its tests with the coordinator's
+  reason.
 
 Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt-ca-file`` or
-``DT_CA_FILE`` for a private CA. ``--dt-timeout S`` (default 3600) bounds the whole wait.
+``DT_CA_FILE`` for a private CA. Every HTTP call goes through :class:`Fleet`.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +53,11 @@ from .errors import ConfigError
 from .security import tls
 from .tasks.pytest_marker import DT_MARKER
 
-WAIT_CHUNK_S = 30.0
+POLL_S = 0.5
+CHUNKS_PER_SLOT = 4
+MIN_CHUNK_TESTS = 500
+HISTORY_KEY = "distributed_testing/durations"
+UNKNOWN_DURATION_S = 0.05
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,7 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dt-test-root", metavar="DIR",
                     help="local directory that the workers' --test-root mirrors (default: the rootdir)")
     group.addoption("--dt-timeout", type=float, default=3600.0, metavar="S",
-                    help="give up waiting for the fleet after S seconds (default 3600)")
+                    help="give up waiting for the fleet after S seconds and cancel what is left (default 3600)")
+    group.addoption("--dt-unschedulable-timeout", type=float, default=30.0, metavar="S",
+                    help="fail the tests of a task no connected worker can run after S seconds (default 30)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,13 +80,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @dataclass
-class Group:
-    """One test task: tests of one module with one requirement."""
+class Chunk:
+    """One test task: tests with one requirement, run by one pytest process."""
 
-    test_path: str
     requirements: dict[str, Any]
     items: list[pytest.Item] = field(default_factory=list)
     remote_ids: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
 
 
 def requirements_of(item: pytest.Item) -> dict[str, Any]:
@@ -98,24 +118,77 @@ def remote_id(item: pytest.Item, root: Path) -> str:
     return rel + sep + rest
 
 
-def group_items(items: Iterable[pytest.Item], root: Path) -> list[Group]:
-    """Items grouped by (module, requirements), in collection order."""
-    groups: dict[tuple[str, str], Group] = {}
+def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: dict[str, float],
+                partial: set[str]) -> list[Chunk]:
+    """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
+    ``root``) some of whose tests were deselected here, so they are always sent as node ids."""
+    groups: dict[str, list[tuple[pytest.Item, str, dict[str, Any]]]] = {}
     for item in items:
-        rid = remote_id(item, root)
         req = requirements_of(item)
-        path = rid.partition("::")[0]
-        g = groups.setdefault((path, repr(sorted(req.items()))), Group(path, req))
-        g.items.append(item)
-        g.remote_ids.append(rid)
-    return list(groups.values())
+        groups.setdefault(repr(sorted(req.items())), []).append((item, remote_id(item, root), req))
+    flat = [rid for g in groups.values() for _, rid, _ in g]
+    known = [history[r] for r in flat if r in history]
+    default = sorted(known)[len(known) // 2] if known else UNKNOWN_DURATION_S
+    with_history = len(known) >= 0.9 * len(flat)
+    # without history, smaller chunks let fast slots take more, but each costs a pytest start-up
+    total_chunks = slots if with_history else min(slots * CHUNKS_PER_SLOT, max(slots, len(flat) // MIN_CHUNK_TESTS))
+    cost = {r: max(history.get(r, default), 1e-3) for r in flat}
+    grand = sum(cost.values())
+    per_module: dict[str, int] = {}
+    for rid in flat:
+        per_module[rid.partition("::")[0]] = per_module.get(rid.partition("::")[0], 0) + 1
+    chunks: list[Chunk] = []
+    for g in groups.values():
+        share = sum(cost[rid] for _, rid, _ in g)
+        n = min(len(g), max(1, round(total_chunks * share / grand)))
+        for part in _split(g, [cost[rid] for _, rid, _ in g], n):
+            c = Chunk(part[0][2], [it for it, _, _ in part], [rid for _, rid, _ in part])
+            c.args = _compress(c.remote_ids, per_module, partial)
+            chunks.append(c)
+    return chunks
 
 
-def task_doc(g: Group, index: int, run_id: str) -> dict[str, Any]:
+def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
+    """``seq`` cut into ``n`` contiguous runs of about equal total cost."""
+    target = sum(costs) / n
+    run: list[Any] = []
+    acc = 0.0
+    cut = 1
+    for x, c in zip(seq, costs, strict=True):
+        run.append(x)
+        acc += c
+        if acc >= target * cut * (1 - 1e-9) and cut < n:  # float sums fall just short
+            yield run
+            run, cut = [], cut + 1
+    if run:
+        yield run
+
+
+def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[str]) -> list[str]:
+    """pytest arguments for these tests: a module path where all its selected tests are here."""
+    here: dict[str, int] = {}
+    for rid in remote_ids:
+        here[rid.partition("::")[0]] = here.get(rid.partition("::")[0], 0) + 1
+    args: list[str] = []
+    for rid in remote_ids:
+        module = rid.partition("::")[0]
+        if module not in partial and here[module] == per_module[module]:
+            if not args or args[-1] != module:
+                args.append(module)
+        else:
+            args.append(rid)
+    return list(dict.fromkeys(args))
+
+
+def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0) -> dict[str, Any]:
+    """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
+    come back without running the rest of it."""
+    # collected here: a module failing to import there must not cost the whole chunk
+    flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test",
-                           "config": {"test_file": g.remote_ids[0], "test_args": g.remote_ids[1:]}}
-    if g.requirements:
-        doc["requirements"] = g.requirements
+                           "config": {"test_file": c.args[0], "test_args": [*flags, *c.args[1:]]}}
+    if c.requirements:
+        doc["requirements"] = c.requirements
     return doc
 
 
@@ -133,6 +206,49 @@ def _client(config: pytest.Config) -> ApiClient:
     return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
 
 
+class Fleet:
+    """Every coordinator call the plugin makes, in one place (the seam for a shared client)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    def slots(self) -> int:
+        """Task slots of the connected workers (at least 1)."""
+        workers = self.api.get("/api/v1/workers").get("workers") or []
+        return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers if w.get("state") != "disconnected"))
+
+    def submit(self, docs: list[dict[str, Any]]) -> None:
+        self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
+
+    def state(self, task_id: str, wait_s: float) -> dict[str, Any]:
+        """The task without its result; waits up to ``wait_s`` for it to finish."""
+        t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{wait_s:.3f}", "result": "0"})
+        return t
+
+    def finished(self, task_id: str) -> dict[str, Any]:
+        t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}")
+        return t
+
+    def cancel(self, task_id: str) -> None:
+        """Cancel a task no longer needed; one that finished meanwhile (409) is left as it is."""
+        try:
+            self.api.post(f"/api/v1/tasks/{task_id}/cancel", None)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+
+def _cancel_all(fleet: Fleet, pending: Iterable[str], *, quiet: bool) -> None:
+    """Cancel every task in ``pending``; ``quiet``: an exception is already on its way, so a
+    coordinator that cannot be reached must not replace it."""
+    for task_id in list(pending):
+        try:
+            fleet.cancel(task_id)
+        except ApiError:
+            if not quiet:
+                raise
+
+
 class FleetRunner:
     """Replaces pytest's run loop with submit, wait and report."""
 
@@ -140,6 +256,25 @@ class FleetRunner:
         self.config = config
         root = config.getoption("--dt-test-root")
         self.root = Path(root) if root else Path(config.rootpath)
+        self.partial: set[str] = set()
+        self.durations: dict[str, float] = {}
+
+    @pytest.hookimpl
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            try:
+                self.partial.add(item.path.resolve().relative_to(self.root.resolve()).as_posix())
+            except ValueError:
+                continue
+
+    def ship_tree(self, fleet: Fleet) -> dict[str, Any]:
+        """Task fields that make the workers run this tree; merged into every task document.
+
+        INTEGRATION POINT for bundles (issue 26 section 1): the default mode becomes
+        ``{"bundle": bundles.upload.upload(fleet.api.base_url, fleet.api.credential, self.root)}``
+        (an ``UploadError`` turned into ``pytest.UsageError``), and a shared-tree option keeps
+        today's ``{}``: the workers' ``--test-root`` mirrors ``self.root``."""
+        return {}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -147,28 +282,60 @@ class FleetRunner:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         if session.config.option.collectonly or not session.items:
             return True
-        api = _client(self.config)
+        fleet = Fleet(_client(self.config))
         try:
-            self._run(session, api)
+            self._run(session, fleet)
         except ApiError as exc:
             raise pytest.UsageError(f"distributed_testing: {exc}") from exc
+        finally:
+            self._save_history()
         return True
 
-    def _run(self, session: pytest.Session, api: ApiClient) -> None:
-        groups = group_items(session.items, self.root)
+    def _run(self, session: pytest.Session, fleet: Fleet) -> None:
+        cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
+        history = cache.get(HISTORY_KEY, {}) if cache is not None else {}
+        chunks = plan_chunks(session.items, self.root, fleet.slots(), history, self.partial)
         run_id = f"{int(time.time() * 1000):x}"
-        accepted = api.post("/api/v1/tasks", [task_doc(g, i, run_id) for i, g in enumerate(groups)],
-                            repeatable=True)["tasks"]  # every task has its id: a re-send is the same tasks
-        task_ids = [a["task_id"] for a in accepted]
-        deadline = time.monotonic() + self.config.getoption("--dt-timeout")
-        for n, (g, task_id) in enumerate(zip(groups, task_ids, strict=True)):
-            self._report_group(g, _wait(api, task_id, deadline))
-            if session.shouldfail or session.shouldstop:
-                for left in task_ids[n + 1:]:
-                    _cancel(api, left)
-                break
+        extra = self.ship_tree(fleet)
+        maxfail = int(self.config.getoption("maxfail") or 0)
+        docs = [{**task_doc(c, i, run_id, maxfail), **extra} for i, c in enumerate(chunks)]
+        pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
+        try:
+            fleet.submit(docs)
+            self._wait_all(session, fleet, pending)
+        except BaseException:  # Ctrl-C or an error: nothing this run queued stays queued
+            _cancel_all(fleet, pending, quiet=True)
+            raise
+        _cancel_all(fleet, pending, quiet=False)  # -x / --maxfail stopped the run early
 
-    def _report_group(self, g: Group, task: dict[str, Any]) -> None:
+    def _wait_all(self, session: pytest.Session, fleet: Fleet, pending: dict[str, Chunk]) -> None:
+        deadline = time.monotonic() + self.config.getoption("--dt-timeout")
+        stuck_after = self.config.getoption("--dt-unschedulable-timeout")
+        stuck_since: dict[str, float] = {}
+        while pending:
+            now = time.monotonic()
+            if now >= deadline:
+                for task_id in list(pending):
+                    fleet.cancel(task_id)
+                    self._report(session, pending.pop(task_id), {"task_id": task_id, "state": "cancelled",
+                                                                  "outcome": {"error": "--dt-timeout ran out"}})
+                return
+            for n, task_id in enumerate(list(pending)):
+                t = fleet.state(task_id, min(POLL_S, max(0.0, deadline - now)) if n == 0 else 0.0)
+                if t.get("outcome") is not None:
+                    self._report(session, pending.pop(task_id), fleet.finished(task_id))
+                elif t.get("unschedulable"):
+                    since = stuck_since.setdefault(task_id, time.monotonic())
+                    if time.monotonic() - since >= stuck_after:
+                        reason = f"no connected worker can run it for {stuck_after:g} s: {t.get('pending_reason')}"
+                        fleet.cancel(task_id)
+                        self._report(session, pending.pop(task_id), {**t, "outcome": {"error": reason}})
+                else:
+                    stuck_since.pop(task_id, None)
+                if session.shouldfail or session.shouldstop:
+                    return
+
+    def _report(self, session: pytest.Session, c: Chunk, task: dict[str, Any]) -> None:
         result = task.get("result") or {}
         output = result.get("output") or {}
         worker = result.get("worker_id") or "-"
@@ -176,55 +343,72 @@ class FleetRunner:
         outcome = task.get("outcome") or {}
         missing = (f"not reported by task {task['task_id']} ({task.get('state')}): "
                    f"{outcome.get('error') or result.get('error') or 'no result'}")
-        for item, rid in zip(g.items, g.remote_ids, strict=True):
-            report_item(item, by_id.get(rid), worker, missing)
+        for item, rid in zip(c.items, c.remote_ids, strict=True):
+            entry = by_id.get(rid)
+            if entry is not None:
+                self.durations[rid] = float(entry.get("duration_s") or 0.0)
+            module = by_id.get(rid.partition("::")[0])  # the module failed to collect there
+            report_item(item, entry, worker, f"{missing}\n{module.get('longrepr')}" if module else missing)
+            if session.shouldfail or session.shouldstop:
+                return
 
-
-def _wait(api: ApiClient, task_id: str, deadline: float) -> dict[str, Any]:
-    while True:
-        left = deadline - time.monotonic()
-        t: dict[str, Any] = api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{max(0.0, min(WAIT_CHUNK_S, left)):.3f}"})
-        if t.get("outcome") is not None or left <= 0:
-            return t if t.get("outcome") is not None else {**t, "outcome": {"error": "--dt-timeout ran out"}}
-
-
-def _cancel(api: ApiClient, task_id: str) -> None:
-    """Cancel a task no longer needed; one that finished meanwhile (409) is left as it is."""
-    try:
-        api.post(f"/api/v1/tasks/{task_id}/cancel", None)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
+    def _save_history(self) -> None:
+        cache = getattr(self.config, "cache", None)
+        if cache is None or not self.durations:
+            return
+        cache.set(HISTORY_KEY, {**cache.get(HISTORY_KEY, {}), **self.durations})
 
 
 def report_item(item: pytest.Item, entry: dict[str, Any] | None, worker: str, missing: str) -> None:
-    """Emit setup/call/teardown reports for one test as pytest's runner would."""
+    """Emit the test's reports as pytest's runner would: the worker's own, replayed under the
+    local node id, or (none came back) a synthesized error naming ``missing``."""
     hook = item.ihook
     hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reports = _replayed(item, entry, worker) if entry and entry.get("reports") else _synthesized(item, entry, worker, missing)
+    for r in reports:
+        hook.pytest_runtest_logreport(report=r)
+    for w in (entry or {}).get("warnings") or []:
+        _replay_warning(item, w)
+    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _replayed(item: pytest.Item, entry: dict[str, Any], worker: str) -> list[pytest.TestReport]:
+    out = []
+    for data in entry["reports"]:
+        if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), a list after JSON
+            data = {**data, "longrepr": tuple(data["longrepr"])}
+        rep = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
+        if not isinstance(rep, pytest.TestReport):
+            continue
+        rep.nodeid, rep.location = item.nodeid, item.location
+        rep.user_properties = [*rep.user_properties, ("dt_worker", worker)]
+        out.append(rep)
+    return out
+
+
+def _replay_warning(item: pytest.Item, w: dict[str, Any]) -> None:
+    module, _, name = str(w.get("category") or "").rpartition(".")
+    try:
+        category = getattr(importlib.import_module(module), name) if module else UserWarning
+    except (ImportError, AttributeError):
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        category = UserWarning
+    message = warnings.WarningMessage(str(w.get("message")), category, str(w.get("filename")), int(w.get("lineno") or 0))
+    item.config.hook.pytest_warning_recorded.call_historic(
+        kwargs={"warning_message": message, "when": w.get("when") or "runtest", "nodeid": item.nodeid, "location": None})
+
+
+def _synthesized(item: pytest.Item, entry: dict[str, Any] | None, worker: str, missing: str) -> list[pytest.TestReport]:
     props = [("dt_worker", worker)]
     outcome = entry.get("outcome") if entry else "error"
     text = (entry or {}).get("longrepr") or (entry or {}).get("message") or missing
-    duration = float((entry or {}).get("duration_s") or 0.0)
 
     def rep(when: Literal["setup", "call", "teardown"], result: Literal["passed", "failed", "skipped"],
-            longrepr: Any = None, dur: float = 0.0) -> pytest.TestReport:
+            longrepr: Any = None) -> pytest.TestReport:
         return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, result, longrepr, when,
-                                 user_properties=props, duration=dur)
+                                 user_properties=props)
 
-    if outcome == "skipped":
-        path, line, _ = item.location
-        reports = [rep("setup", "skipped", (str(path), (line or 0) + 1, f"Skipped: {(entry or {}).get('message')}"))]
-    elif outcome == "error":
-        reports = [rep("setup", "failed", f"[dt worker {worker}]\n{text}")]
-    else:
-        result: Literal["passed", "failed", "skipped"] = (
-            "passed" if outcome == "passed" else "skipped" if outcome == "xfailed" else "failed")
-        call = rep("call", result,
-                   None if outcome in ("passed", "xfailed") else f"[dt worker {worker}]\n{text}", duration)
-        if outcome == "xfailed":
-            call.wasxfail = str((entry or {}).get("message") or "")
-        reports = [rep("setup", "passed"), call]
-    reports.append(rep("teardown", "passed"))
-    for r in reports:
-        hook.pytest_runtest_logreport(report=r)
-    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    if outcome == "error":
+        return [rep("setup", "failed", f"[dt worker {worker}]\n{text}"), rep("teardown", "passed")]
+    return [rep("setup", "passed"), rep("call", "failed", f"[dt worker {worker}]\n{text}"), rep("teardown", "passed")]

@@ -32,8 +32,8 @@ from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
+from distributed_testing.worker.executors import pytest_report
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
-from distributed_testing.worker.executors.junit import JUnitSummary, parse_junit_xml
 from distributed_testing.worker.executors.proc import (
     DEFAULT_TAIL_BYTES,
     OutputTail,
@@ -134,15 +134,16 @@ class TestExecutor:
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or ctx.work_dir) as tmp:
-            xml_path = Path(tmp) / "junit.xml"
-            argv = pytest_argv(target, root, spec.test_args, xml_path)
-            logger.info("task %s: running %s (cwd %s, timeout %s)", ctx.task_id, argv[1:], root, timeout)
+            report_path = Path(tmp) / "report.jsonl"
+            argv = pytest_argv(target, root, spec.test_args, report_path)
+            logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
+                        ctx.task_id, len(spec.test_args) + 1, root, timeout)
             env = self._env
             if ctx.sandbox is not None and ctx.scratch_dir is not None:  # shipped code: confined
                 env = task_environ(self._extra, ctx.scratch_dir)
                 argv = ctx.sandbox.wrap(argv, ro=[root], rw=[ctx.scratch_dir], cwd=root, env=env)
             verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
-            summary = _read_summary(xml_path) if xml_path.exists() else JUnitSummary()
+            summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
         output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
         if watch is not None:
             output["peak_rss_mb"] = watch.peak_mb
@@ -180,13 +181,12 @@ class TestExecutor:
         return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
 
 
-def pytest_argv(target: str, root: Path, test_args: list[str], xml_path: Path) -> list[str]:
+def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path) -> list[str]:
     """The pytest command line: the root first (an allowed ``--rootdir`` overrides it), then the
     task's options, then the worker's (so they win), all before a ``--`` in ``test_args`` (after
     which pytest takes every token for a path)."""
-    ours = [f"--junitxml={xml_path}", "-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}",
-            "-p", MARKER_PLUGIN,
-            "-o", "junit_family=xunit1"]
+    ours = ["-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", MARKER_PLUGIN,
+            "-p", pytest_report.__name__, f"{pytest_report.REPORT_OPTION}={report_path}"]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
     return [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
 
@@ -202,17 +202,35 @@ async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:
     await asyncio.wait({drain})
 
 
-def _read_summary(xml_path: Path) -> JUnitSummary:
+class TestSummary:
+    """The per-test entries of one pytest run (:func:`pytest_report.summarise`) and their counts."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, tests: list[dict[str, Any]]) -> None:
+        self.tests = tests
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for t in self.tests if t["outcome"] == outcome)
+
+    def as_output(self) -> dict[str, Any]:
+        """The counts and tests as the ``test`` task's output fields."""
+        return {"passed": self.count("passed"), "failed": self.count("failed"), "skipped": self.count("skipped"),
+                "xfailed": self.count("xfailed"), "errors": self.count("error"), "total": len(self.tests),
+                "duration_s": round(sum(t["duration_s"] for t in self.tests), 6), "tests": self.tests}
+
+
+def _read_summary(path: Path) -> TestSummary:
     try:
-        return parse_junit_xml(xml_path)
-    except (OSError, ValueError, SyntaxError) as exc:  # ET.ParseError subclasses SyntaxError
-        raise ExecutionError(f"cannot read pytest's JUnit report {xml_path}: {exc}") from exc
+        return TestSummary(pytest_report.summarise(pytest_report.read_lines(path)))
+    except OSError as exc:
+        raise ExecutionError(f"cannot read pytest's report {path}: {exc}") from exc
 
 
 def _outcome(
     verdict: str,
     code: int | None,
-    summary: JUnitSummary,
+    summary: TestSummary,
     tail: OutputTail,
     timeout: float | None,
     watch: MemoryWatch | None,
@@ -235,10 +253,10 @@ def _outcome(
     return ExecOutcome("failed", error=f"{head}:\n{tail.text()[-_ERROR_TAIL_CHARS:]}")
 
 
-def _failure_summary(summary: JUnitSummary) -> str:
+def _failure_summary(summary: TestSummary) -> str:
     total, failed, errors = len(summary.tests), summary.count("failed"), summary.count("error")
     if failed == 0 and errors == 0:
-        return "pytest reported failures (exit code 1) but its JUnit report lists none"
+        return "pytest reported failures (exit code 1) but its report lists none"
     if failed == 0:
         return f"{errors} of {total} tests errored"
     text = f"{failed} of {total} tests failed"

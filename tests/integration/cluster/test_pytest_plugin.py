@@ -15,7 +15,7 @@ import pytest
 
 from distributed_testing.testing import run_cluster
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
 
 CONFTEST = '''
 import os, pytest
@@ -55,6 +55,7 @@ async def _pytest(root: Path, url: str, key: str, *args: str) -> tuple[int, str]
     return proc.returncode or 0, out.decode()
 
 
+@pytest.mark.slow
 async def test_a_suite_of_40_tests_runs_once_each_on_workers_that_meet_their_markers(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -87,3 +88,98 @@ async def test_a_suite_of_40_tests_runs_once_each_on_workers_that_meet_their_mar
         code, out = await _pytest(suite, c.base_url, key, "-x", "-k", "any")
         assert code == 1 and "stopping after 1 failures" in out, out
         assert "1 failed" in out and "passed" in out and "not today" not in out.split("short test summary")[0]
+
+
+def _inherited_suite(root: Path) -> None:
+    """networkx's shape: test classes that inherit their tests from a class in another module."""
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    (root / "pkg" / "test_base.py").write_text(
+        "class BaseTester:\n"
+        "    value = 1\n\n"
+        "    def test_value(self):\n        assert self.value > 0\n\n"
+        "    def test_fails_for_three(self):\n        assert self.value != 3, 'three is out'\n\n\n"
+        "class TestBase(BaseTester):\n    pass\n")
+    (root / "pkg" / "sub" / "test_derived.py").write_text(
+        "import pytest\n\nfrom ..test_base import BaseTester\n\n\n"
+        "class TestTwo(BaseTester):\n    value = 2\n\n\n"
+        "class TestThree(BaseTester):\n    value = 3\n\n"
+        "    @pytest.mark.parametrize('n', [1, 2])\n"
+        "    def test_own(self, n):\n        assert n\n")
+
+
+@pytest.mark.slow
+async def test_tests_inherited_from_another_module_are_reported_as_they_ran(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _inherited_suite(suite)
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", test_root=suite)
+        key = await c.create_key("submitter")
+        junit = tmp_path / "report.xml"
+        code, out = await _pytest(suite, c.base_url, key, "-rA", "--junitxml", str(junit))
+        assert code == 1, out
+        assert "1 failed, 7 passed" in out and "error" not in out, out
+        assert "FAILED pkg/sub/test_derived.py::TestThree::test_fails_for_three" in out
+        assert "PASSED pkg/sub/test_derived.py::TestTwo::test_value" in out
+        cases = {f"{tc.get('classname')}.{tc.get('name')}" for tc in ET.parse(junit).getroot().iter("testcase")}
+        assert "pkg.sub.test_derived.TestTwo.test_fails_for_three" in cases and len(cases) == 8
+
+
+FIDELITY = '''
+import logging, sys, warnings
+
+import pytest
+
+
+def test_prints_and_fails():
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    logging.getLogger("suite").warning("to the log")
+    assert 6 * 7 == 43, "the answer is off"
+
+
+def test_warns():
+    warnings.warn("mind the gap", DeprecationWarning)
+
+
+def test_subtests(subtests):
+    for i in range(3):
+        with subtests.test(msg="each", i=i):
+            assert i != 1
+
+
+@pytest.mark.xfail(reason="known bug")
+def test_xfails():
+    assert False
+'''
+
+
+def _summary(out: str) -> tuple[list[str], str]:
+    """The short test summary's lines and the final line without its time."""
+    short = out.split("short test summary info")[1].splitlines()[1:]
+    lines = [line for line in short if not line.startswith("=")]
+    return lines, short[-1].rsplit(" in ", 1)[0]
+
+
+@pytest.mark.slow
+async def test_the_report_reads_as_local_pytests(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_fidelity.py").write_text(FIDELITY)
+    local = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:distributed_testing", "-rA",
+        "--rootdir", str(suite), str(suite), cwd=suite, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    want = (await local.communicate())[0].decode()
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", test_root=suite)
+        key = await c.create_key("submitter")
+        code, out = await _pytest(suite, c.base_url, key, "-rA")
+    assert code == 1, out
+    assert _summary(out) == _summary(want), (out, want)
+    assert "FAILED test_fidelity.py::test_prints_and_fails - AssertionError: the answer i" in out
+    for section in ("Captured stdout call", "to stdout", "Captured stderr call", "to stderr",
+                    "Captured log call", "to the log", "warnings summary", "DeprecationWarning: mind the gap",
+                    "test_subtests [each] (i="):  # pytest serializes a subtest's kwargs as text: (i='1')
+        assert section in out, (section, out)

@@ -1,0 +1,166 @@
+"""A pytest plugin the ``test`` executor loads into every task's pytest (``-p`` this module,
+``--dt-report PATH``): it writes one JSON line per event to PATH, flushed as it goes, so what ran
+before a crash or a timeout is still known.
+
+Lines (``"kind"`` tags them):
+
+* ``report``: a test report (setup, call, teardown; subtest reports too) as pytest's own
+  ``pytest_report_to_serializable`` makes it, the form pytest-xdist ships between processes, so
+  the submitter's pytest rebuilds the same ``TestReport`` (node id, outcome, longrepr with its
+  crash line, captured stdout/stderr/log sections, ``wasxfail``, duration).
+* ``collect``: a collection report that failed (an import error in a module).
+* ``warning``: a warning pytest recorded (message, category, file, line, when, node id).
+
+Each captured section and each longrepr text is cut to its last :data:`MAX_SECTION_CHARS`
+characters, so one chatty test cannot swell the task's result past the frame limit.
+:func:`summarise` turns the lines into the task's per-test entries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+MAX_SECTION_CHARS = 20000
+REPORT_OPTION = "--dt-report"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(REPORT_OPTION, metavar="PATH", help="write every test report as a JSON line to PATH "
+                                                         "(distributed_testing's test executor)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption(REPORT_OPTION)
+    if path:
+        config.pluginmanager.register(_Writer(config, Path(path)), "distributed_testing-report")
+
+
+class _Writer:
+    def __init__(self, config: pytest.Config, path: Path) -> None:
+        self.config = config
+        self.out: IO[str] = path.open("a", encoding="utf-8")
+
+    def _write(self, line: dict[str, Any]) -> None:
+        self.out.write(json.dumps(line, default=str) + "\n")
+        self.out.flush()
+
+    def _serial(self, report: Any) -> dict[str, Any]:
+        data: dict[str, Any] = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+        data["sections"] = [[name, _cut(text)] for name, text in data.get("sections") or []]
+        if isinstance(data.get("longrepr"), str):
+            data["longrepr"] = _cut(data["longrepr"])
+        return data
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._write({"kind": "report", "data": self._serial(report)})
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._write({"kind": "collect", "nodeid": report.nodeid, "longrepr": _cut(str(report.longrepr))})
+
+    def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+        category = warning_message.category
+        self._write({"kind": "warning", "message": _cut(str(warning_message.message)),
+                     "category": f"{category.__module__}.{category.__qualname__}",
+                     "filename": str(warning_message.filename), "lineno": warning_message.lineno,
+                     "when": when, "nodeid": nodeid})
+
+    def pytest_unconfigure(self) -> None:
+        self.out.close()
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SECTION_CHARS else "...\n" + text[-MAX_SECTION_CHARS:]
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of a report file; a last line cut short by a killed pytest is dropped."""
+    out = []
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict):
+            out.append(line)
+    return out
+
+
+def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per test node id, in the order they ran: ``nodeid`` (exactly as pytest wrote it),
+    ``outcome`` (passed, failed, skipped, xfailed, error), ``duration_s``, ``message`` (the crash
+    line), ``longrepr`` for a test that did not pass, ``reports`` (the serialized reports) and
+    ``warnings``. A module that failed to collect is one ``error`` entry under its node id."""
+    entries: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        kind = line.get("kind")
+        if kind == "report":
+            data = line.get("data") or {}
+            e = _entry(entries, str(data.get("nodeid")))
+            e["reports"].append(data)
+            e["duration_s"] = round(e["duration_s"] + float(data.get("duration") or 0.0), 6)
+            _fold(e, data)
+        elif kind == "warning":
+            _entry(entries, str(line.get("nodeid") or "")).setdefault("warnings", []).append(line)
+        elif kind == "collect":
+            e = _entry(entries, str(line.get("nodeid")))
+            e.update(outcome="error", longrepr=line.get("longrepr"), message="collection failed")
+    return [e for e in entries.values() if e["reports"] or e["outcome"] == "error"]
+
+
+def _entry(entries: dict[str, dict[str, Any]], nodeid: str) -> dict[str, Any]:
+    return entries.setdefault(nodeid, {"nodeid": nodeid, "outcome": "passed", "duration_s": 0.0,
+                                       "message": None, "reports": []})
+
+
+_RANK = {"passed": 0, "xfailed": 1, "skipped": 2, "failed": 3, "error": 4}
+
+
+def _fold(entry: dict[str, Any], data: dict[str, Any]) -> None:
+    """The test's outcome so far, folded with one report (the worst wins)."""
+    when, outcome = data.get("when"), data.get("outcome")
+    if outcome == "passed":
+        return
+    if outcome == "skipped":
+        now = "xfailed" if data.get("wasxfail") is not None else "skipped"
+    else:
+        now = "failed" if when == "call" else "error"
+    if _RANK[now] < _RANK[entry["outcome"]]:
+        return
+    entry["outcome"] = now
+    longrepr = data.get("longrepr")
+    entry["message"] = _crash_message(longrepr) or (str(data.get("wasxfail")) if now == "xfailed" else None)
+    text = _longrepr_text(longrepr)
+    if text:
+        entry["longrepr"] = text
+
+
+def _crash_message(longrepr: Any) -> str | None:
+    if isinstance(longrepr, dict):
+        crash = longrepr.get("reprcrash") or {}
+        return str(crash.get("message")) if crash.get("message") else None
+    if isinstance(longrepr, list) and len(longrepr) == 3:  # a skip: (path, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return longrepr.strip().splitlines()[-1] if isinstance(longrepr, str) and longrepr.strip() else None
+
+
+def _longrepr_text(longrepr: Any) -> str | None:
+    """Plain text of a serialized longrepr, for readers of the task result that are not pytest."""
+    if isinstance(longrepr, str):
+        return longrepr
+    if isinstance(longrepr, list) and len(longrepr) == 3:
+        return str(longrepr[2])
+    if isinstance(longrepr, dict):
+        parts = []
+        for entry in (longrepr.get("reprtraceback") or {}).get("reprentries") or []:
+            lines = (entry.get("data") or {}).get("lines") or []
+            parts.append("\n".join(str(x) for x in lines))
+        crash = longrepr.get("reprcrash") or {}
+        if crash:
+            parts.append(f"{crash.get('path')}:{crash.get('lineno')}: {crash.get('message')}")
+        return _cut("\n\n".join(parts)) or None
+    return None

@@ -1,0 +1,66 @@
+"""How the pytest plugin cuts the selected tests into chunks (pure: items stand in for pytest's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distributed_testing.pytest_plugin import plan_chunks
+
+ROOT = Path("/suite")
+
+
+@dataclass
+class Marker:
+    kwargs: dict[str, Any]
+    args: tuple[()] = ()
+
+
+@dataclass
+class Item:
+    nodeid: str
+    marker: Marker | None = None
+    path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.path = ROOT / self.nodeid.partition("::")[0]
+
+    def get_closest_marker(self, name: str) -> Marker | None:
+        return self.marker
+
+
+def _items(modules: int, per: int) -> list[Any]:
+    return [Item(f"test_m{m}.py::test_{i}") for m in range(modules) for i in range(per)]
+
+
+def test_without_history_a_big_suite_gets_up_to_four_chunks_per_slot_of_whole_modules() -> None:
+    chunks = plan_chunks(_items(8, 500), ROOT, 2, {}, set())
+    assert len(chunks) == 8
+    assert [c.args for c in chunks] == [[f"test_m{m}.py"] for m in range(8)]
+    assert [rid for c in chunks for rid in c.remote_ids] == [i.nodeid for i in _items(8, 500)]
+
+
+def test_without_history_a_small_suite_gets_one_chunk_per_slot() -> None:
+    chunks = plan_chunks(_items(3, 100), ROOT, 2, {}, set())
+    assert len(chunks) == 2
+    assert chunks[0].args[0] == "test_m0.py" and "test_m1.py::test_49" in chunks[0].args
+    assert chunks[1].args[0] == "test_m1.py::test_50" and chunks[1].args[-1] == "test_m2.py"
+
+
+def test_with_history_one_chunk_per_slot_of_equal_time() -> None:
+    items = _items(4, 100)
+    history = {i.nodeid: (3.0 if i.nodeid.startswith("test_m0") else 1.0) for i in items}
+    chunks = plan_chunks(items, ROOT, 2, history, set())
+    assert len(chunks) == 2
+    assert chunks[0].args == ["test_m0.py", "test_m1.py::test_0", "test_m1.py::test_1", "test_m1.py::test_2",
+                              "test_m1.py::test_3", "test_m1.py::test_4", "test_m1.py::test_5"][:len(chunks[0].args)]
+    assert sum(history[r] for r in chunks[0].remote_ids) == sum(history[r] for r in chunks[1].remote_ids)
+
+
+def test_a_module_with_deselected_tests_goes_as_node_ids_and_requirements_never_share_a_chunk() -> None:
+    items = [*_items(1, 3), Item("test_gpu.py::test_a", Marker({"hardware": "cuda"}))]
+    chunks = plan_chunks(items, ROOT, 1, {}, {"test_m0.py"})
+    assert [c.args for c in chunks] == [["test_m0.py::test_0", "test_m0.py::test_1", "test_m0.py::test_2"],
+                                        ["test_gpu.py"]]
+    assert chunks[1].requirements == {"hardware": ["cuda"]}

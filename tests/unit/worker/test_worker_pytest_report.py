@@ -1,0 +1,64 @@
+"""The report plugin the test executor loads into pytest: one JSON line per report, read back into
+per-test entries under the node ids pytest itself used (also for tests a class inherits from a
+class in another module, which pytest's JUnit XML files under the defining module)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.worker.executors import pytest_report
+
+SUITE = {
+    "base_checks.py": "class Base:\n    def test_inherited(self):\n        assert True\n",
+    "test_a.py": (
+        "import warnings, pytest\nfrom base_checks import Base\n\n"
+        "class TestKid(Base):\n    pass\n\n"
+        "def test_bad():\n    print('to stdout')\n    assert 1 == 2, 'one is not two'\n\n"
+        "@pytest.mark.skip(reason='not today')\ndef test_skip():\n    pass\n\n"
+        "@pytest.mark.xfail(reason='known')\ndef test_xf():\n    assert False\n\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('fixture broke')\n\n"
+        "def test_err(broken):\n    pass\n\n"
+        "def test_warns():\n    warnings.warn('careful', UserWarning)\n"),
+    "test_c.py": "import no_such_module_here\n",
+}
+
+
+def _run(tmp_path: Path) -> list[dict]:
+    for name, text in SUITE.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "r.jsonl"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", pytest_report.__name__,
+                    f"--dt-report={out}", "--continue-on-collection-errors", f"--rootdir={tmp_path}", str(tmp_path)], cwd=tmp_path,
+                   capture_output=True, timeout=120, check=False)
+    return pytest_report.summarise(pytest_report.read_lines(out))
+
+
+@pytest.mark.slow
+def test_entries_carry_pytests_node_ids_outcomes_and_reports(tmp_path: Path) -> None:
+    tests = {t["nodeid"]: t for t in _run(tmp_path)}
+    assert tests["test_a.py::TestKid::test_inherited"]["outcome"] == "passed"
+    bad = tests["test_a.py::test_bad"]
+    assert bad["outcome"] == "failed" and bad["message"].startswith("AssertionError: one is not two")
+    assert "assert 1 == 2" in bad["longrepr"]
+    call = next(r for r in bad["reports"] if r["when"] == "call")
+    assert ["Captured stdout call", "to stdout\n"] in call["sections"]
+    assert tests["test_a.py::test_skip"]["outcome"] == "skipped"
+    assert tests["test_a.py::test_skip"]["message"] == "not today"
+    assert tests["test_a.py::test_xf"]["outcome"] == "xfailed"
+    assert tests["test_a.py::test_err"]["outcome"] == "error"
+    assert "fixture broke" in tests["test_a.py::test_err"]["message"]
+    [warning] = tests["test_a.py::test_warns"]["warnings"]
+    assert warning["message"] == "careful" and warning["category"] == "builtins.UserWarning"
+    assert tests["test_c.py"]["outcome"] == "error" and "no_such_module_here" in tests["test_c.py"]["longrepr"]
+
+
+def test_a_line_cut_short_by_a_kill_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"kind": "report", "data": {"nodeid": "t.py::a", "when": "call", "outcome": "passed"}}\n'
+                    '{"kind": "report", "data": {"nodeid": "t.py::b", "wh')
+    [entry] = pytest_report.summarise(pytest_report.read_lines(path))
+    assert entry["nodeid"] == "t.py::a" and entry["outcome"] == "passed"
