@@ -16,7 +16,8 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
   it, a symlink to a file inside ``root`` is shipped as that file's content, and a symlinked
   directory is refused. Returns ``(manifest, {digest: local path})``.
 * :func:`upload.upload(base_url, api_key, root)` -> manifest digest (a ``str``): scans ``root``,
-  asks the coordinator which digests it lacks, uploads only those, then the manifest. An
+  asks the coordinator which digests it lacks, uploads only those (small ones several to a request,
+  ``POST /blobs``; one durable write per batch instead of per file), then the manifest. An
   unchanged tree uploads no file (``UploadStats.bytes_sent`` counts blob bytes only); a one-file
   change uploads that file. Needs a key created with ``--allow-code``. ``upload_with_stats``
   returns the stats too. Errors: :class:`upload.UploadError` with the coordinator's status and
@@ -30,6 +31,12 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
                                                                ``{"missing": [...]}``
   ``PUT /blobs/{digest}``                  ``bundles:upload``  the bytes; 201 stored, 200 already
                                                                there, 400 digest mismatch, 413 cap
+  ``POST /blobs``                          ``bundles:upload``  several blobs, each record ``<digest, 64
+                                                               ASCII hex><length, 8 bytes big-endian>
+                                                               <bytes>``; all stored or none (400
+                                                               names each bad record); the body is
+                                                               capped like one file. ->
+                                                               ``{"stored": n, "created": k}``
   ``GET /blobs/{digest}``                  ``bundles:read``    the bytes (``application/octet-stream``)
   ``PUT /bundles/{digest}``                ``bundles:upload``  the manifest's bytes; 400 when a blob
                                                                it lists is missing (``errors`` names

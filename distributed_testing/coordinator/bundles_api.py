@@ -2,7 +2,7 @@
 
 The route table (``api.ROUTES``) declares each route's permission; ``bundles:upload`` also needs a
 key created with ``--allow-code`` (``api.authorize``). Every blob's digest is checked on arrival
-(400 on a mismatch); a blob over ``--max-bundle-file-mb`` is refused with 413 before more than
+(400 on a mismatch; ``POST /blobs`` stores several small blobs in one body, all or none); a blob over ``--max-bundle-file-mb`` is refused with 413 before more than
 the cap is read; a manifest is accepted only when every blob it lists is stored (400 naming the
 missing ones) and its files fit ``--max-bundle-mb`` and the per-file cap (413 naming the largest).
 A task that names a bundle is checked at submit (``check_bundles``): the key may ship code and
@@ -89,6 +89,41 @@ async def put_blob(request: web.Request) -> web.Response:
     return web.json_response({"digest": d, "size": len(data), "created": created}, status=201 if created else 200)
 
 
+def split_batch(body: bytes) -> list[tuple[str, bytes]]:
+    """The (digest, bytes) records of a batch body (``bundles.BATCH_FORMAT``), each digest checked;
+    ValidationError naming every bad record."""
+    out: list[tuple[str, bytes]] = []
+    errors: list[dict[str, str]] = []
+    pos = 0
+    while pos < len(body) and len(errors) < 50:
+        head = body[pos:pos + 72]
+        d = head[:64].decode("ascii", errors="replace")
+        if len(head) < 72 or not dg.is_digest(d):
+            errors.append({"field": f"record at byte {pos}", "error": "expected 64 hex digest characters and an "
+                           "8-byte big-endian length"})
+            break
+        size = int.from_bytes(head[64:], "big")
+        data = body[pos + 72:pos + 72 + size]
+        if len(data) != size:
+            errors.append({"field": f"blob {d}", "error": f"{size} bytes announced, {len(data)} sent"})
+            break
+        if dg.of_bytes(data) != d:
+            errors.append({"field": f"blob {d}", "error": f"the bytes' SHA-256 is {dg.of_bytes(data)}"})
+        out.append((d, data))
+        pos += 72 + size
+    if errors:
+        raise ValidationError(errors)
+    return out
+
+
+async def put_blobs(request: web.Request) -> web.Response:
+    """Store several blobs sent in one body; all or none (every digest is checked first)."""
+    rt = request.app[RUNTIME]
+    blobs = split_batch(await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), "batch"))
+    created = await rt.blobs.put_many(blobs, rt.clock())
+    return web.json_response({"stored": len(blobs), "created": created})
+
+
 async def get_blob(request: web.Request) -> web.Response:
     d = _digest_param(request)
     data = await request.app[RUNTIME].blobs.get(d)
@@ -171,6 +206,7 @@ async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:
 ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/api/v1/blobs/missing", missing_blobs, "bundles:upload"),
     ("PUT", "/api/v1/blobs/{digest}", put_blob, "bundles:upload"),
+    ("POST", "/api/v1/blobs", put_blobs, "bundles:upload"),
     ("GET", "/api/v1/blobs/{digest}", get_blob, "bundles:read"),
     ("PUT", "/api/v1/bundles/{digest}", put_manifest, "bundles:upload"),
     ("GET", "/api/v1/bundles/{digest}", get_manifest, "bundles:read"),

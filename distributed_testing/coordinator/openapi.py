@@ -211,6 +211,10 @@ SPECS.update({
         {**_ok(_obj(digest=_DIGEST, size={"type": "integer"}, created={"type": "boolean"}), 201, "stored"),
          **_ok(_obj(digest=_DIGEST, size={"type": "integer"}, created={"type": "boolean"}), 200, "already stored")},
         body=_BLOB, body_media="application/octet-stream"),
+    ("POST", "/api/v1/blobs"): RouteSpec(
+        _ok(_obj(stored={"type": "integer"}, created={"type": "integer"})),
+        body={**_BLOB, "description": "records <digest: 64 ASCII hex><length: 8 bytes big-endian><bytes>"},
+        body_media="application/octet-stream"),
     ("GET", "/api/v1/blobs/{digest}"): RouteSpec({200: ("the blob's bytes", "application/octet-stream", _BLOB)},
                                                  errors=(400, 404)),
     ("PUT", "/api/v1/bundles/{digest}"): RouteSpec(

@@ -32,7 +32,7 @@ def walkthrough(readme: str) -> str:
     return match.group(1)
 
 
-def run_script(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_script(script: str, cwd: Path, timeout: float = 100) -> subprocess.CompletedProcess[str]:
     bin_dir = Path(sys.executable).parent
     assert (bin_dir / "dt").exists(), f"{bin_dir} has no dt: install the package (pip install -e .)"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DT_")}
@@ -41,7 +41,7 @@ def run_script(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=100)
+        out, err = proc.communicate(timeout=timeout)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # anything it left running

@@ -13,7 +13,10 @@ same whichever wins), PostgreSQL upserts. Callers check the digest before ``put`
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -27,6 +30,9 @@ class BlobStore(Protocol):
 
     async def put(self, digest: str, data: bytes, now: float) -> bool:
         """Store ``data`` under ``digest``; False when it was already there (then only touched)."""
+
+    async def put_many(self, blobs: list[tuple[str, bytes]], now: float) -> int:
+        """``put`` each (digest, data) pair, durably as one batch; how many were new."""
 
     async def get(self, digest: str) -> bytes | None: ...
 
@@ -47,6 +53,9 @@ class MemoryBlobs:
         new = digest not in self.blobs
         self.blobs[digest] = (data, now)
         return new
+
+    async def put_many(self, blobs: list[tuple[str, bytes]], now: float) -> int:
+        return sum([await self.put(d, data, now) for d, data in blobs])
 
     async def get(self, digest: str) -> bytes | None:
         found = self.blobs.get(digest)
@@ -81,23 +90,40 @@ class DirBlobs:
         return await asyncio.to_thread(self._put, digest, data, now)
 
     def _put(self, digest: str, data: bytes, now: float) -> bool:
-        dest = self._path(digest)
-        if dest.exists():
-            os.utime(dest, (now, now))
-            return False
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+        return self._put_many([(digest, data)], now) == 1
+
+    async def put_many(self, blobs: list[tuple[str, bytes]], now: float) -> int:
+        return await asyncio.to_thread(self._put_many, blobs, now)
+
+    def _put_many(self, blobs: list[tuple[str, bytes]], now: float) -> int:
+        """Write every new blob to a temporary file, make them all durable with one ``syncfs``
+        (an fsync per file costs ~7 ms each on a loaded disk: 70 s for 10,000 small files), then
+        rename each into place, so a name never points at bytes a crash could lose."""
+        staged: list[tuple[str, Path]] = []
+        seen: set[str] = set()
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.utime(tmp, (now, now))
-            os.replace(tmp, dest)  # a concurrent upload of the same digest wrote the same bytes
+            for digest, data in blobs:
+                dest = self._path(digest)
+                if dest.exists():
+                    os.utime(dest, (now, now))
+                    continue
+                if digest in seen:
+                    continue
+                seen.add(digest)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+                staged.append((digest, Path(name)))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.utime(name, (now, now))
+            _sync([p for _, p in staged])
+            for digest, path in staged:
+                os.replace(path, self._path(digest))  # a concurrent upload of the same digest wrote the same bytes
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            for _, path in staged:
+                path.unlink(missing_ok=True)
             raise
-        return True
+        return len(staged)
 
     async def get(self, digest: str) -> bytes | None:
         def read() -> bytes | None:
@@ -156,6 +182,14 @@ class PgBlobs:
                 "DO UPDATE SET used_at = excluded.used_at RETURNING (xmax = 0)", digest, data, now)
         return bool(inserted)
 
+    async def put_many(self, blobs: list[tuple[str, bytes]], now: float) -> int:
+        async with self._store.pool.acquire() as con:
+            rows = await con.fetch(
+                "INSERT INTO dt_blobs (digest, data, used_at) SELECT d, b, $3 FROM unnest($1::text[], $2::bytea[]) "
+                "AS t(d, b) ON CONFLICT (digest) DO UPDATE SET used_at = excluded.used_at RETURNING (xmax = 0)",
+                [d for d, _ in blobs], [b for _, b in blobs], now)
+        return sum(1 for r in rows if r[0])
+
     async def get(self, digest: str) -> bytes | None:
         async with self._store.pool.acquire() as con:
             data = await con.fetchval("SELECT data FROM dt_blobs WHERE digest = $1", digest)
@@ -170,6 +204,38 @@ class PgBlobs:
         async with self._store.pool.acquire() as con:
             status = await con.execute("DELETE FROM dt_blobs WHERE used_at < $1", before)
         return int(status.split()[-1])
+
+
+def _sync(paths: list[Path]) -> None:
+    """Make the data of ``paths`` durable: one ``syncfs`` of their filesystem where Linux has it,
+    an fsync of each otherwise."""
+    if not paths:
+        return
+    libc = _libc()
+    if libc is not None:
+        fd = os.open(paths[0], os.O_RDONLY)
+        try:
+            if libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@functools.cache
+def _libc() -> Any:
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc if hasattr(libc, "syncfs") else None
+    except OSError:
+        return None
 
 
 def blobs_for(store: Any) -> BlobStore:

@@ -276,6 +276,7 @@ CASES = [
     # key included); tests/integration/bundles/test_bundle_api.py uses one.
     Route("POST", "/api/v1/blobs/missing", frozenset(), 200, fixed("/api/v1/blobs/missing")),
     Route("PUT", "/api/v1/blobs/{digest}", frozenset(), 201, fixed(f"/api/v1/blobs/{BLOB_DIGEST}")),
+    Route("POST", "/api/v1/blobs", frozenset(), 200, fixed("/api/v1/blobs")),
     Route("PUT", "/api/v1/bundles/{digest}", frozenset(), 201, fixed(f"/api/v1/bundles/{BLOB_DIGEST}")),
     Route("GET", "/api/v1/blobs/{digest}", frozenset({"admin", "submitter", "worker"}), 200,
           lambda c: setup_stored(c, "blobs"), check_body=lambda c, call, body: body == BLOB.decode()),

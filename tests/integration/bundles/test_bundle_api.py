@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,27 @@ async def test_blobs_live_beside_a_duckdb_store_once_each_even_when_uploaded_at_
         assert sorted(s for s, _ in answers)[-1] in (200, 201) and {s for s, _ in answers} <= {200, 201}
         stored = [p for p in (tmp_path / "coord.duckdb.blobs").rglob("*") if p.is_file()]
         assert [p.name for p in stored] == [d] and stored[0].read_bytes() == data
+
+
+def records(*blobs: tuple[str, bytes]) -> bytes:
+    return b"".join(d.encode() + len(b).to_bytes(8, "big") + b for d, b in blobs)
+
+
+async def test_a_batch_of_blobs_is_stored_all_or_none_each_digest_checked(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path, workers=0, db_path=str(tmp_path / "coord.duckdb")) as c:
+        key = await c.create_key("submitter", allow_code=True)
+        good = [(hashlib.sha256(b).hexdigest(), b) for b in (b"one", b"two", b"")]
+        status, body = await raw(c, "POST", "/api/v1/blobs", key, records(*good[:1], ("0" * 64, b"liar"), *good[1:]))
+        assert status == 400 and b"0" * 64 in body
+        assert await c.runtime.blobs.missing([d for d, _ in good]) == [d for d, _ in good]  # none stored
+        status, body = await raw(c, "POST", "/api/v1/blobs", key, records(*good)[:-3])
+        assert status == 400 and b"record at byte" in body
+        status, body = await raw(c, "POST", "/api/v1/blobs", key, records(*good, good[0]))
+        assert status == 200 and json.loads(body) == {"stored": 4, "created": 3}
+        assert await c.runtime.blobs.missing([d for d, _ in good]) == []
+        assert all((tmp_path / "coord.duckdb.blobs" / d[:2] / d).read_bytes() == b for d, b in good)
+        status, body = await raw(c, "POST", "/api/v1/blobs", key, records(*good))
+        assert status == 200 and json.loads(body)["created"] == 0
 
 
 async def test_a_digest_mismatch_is_400_and_a_bad_manifest_names_what_is_wrong(tmp_path: Path) -> None:
@@ -172,5 +194,21 @@ async def test_on_postgresql_the_blobs_live_in_the_database(pg_url: str) -> None
         await blobs.touch([d], 200.0)
         assert await other.sweep(150.0) == 0 and await other.sweep(250.0) == 1
         assert await blobs.get(d) is None
+    finally:
+        await store.close()
+
+
+async def test_on_postgresql_a_batch_is_one_upsert(pg_url: str) -> None:
+    from distributed_testing.coordinator.store.blobs import PgBlobs
+    from distributed_testing.coordinator.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        blobs = PgBlobs(store)
+        items = [(hashlib.sha256(b).hexdigest(), b) for b in (b"a", b"b")]
+        assert await blobs.put_many(items, 100.0) == 2
+        assert await blobs.put_many(items, 200.0) == 0
+        assert await blobs.get(items[1][0]) == b"b" and await blobs.sweep(150.0) == 0
     finally:
         await store.close()
