@@ -76,7 +76,7 @@ def run_mode(mode: str, root: Path, target: str, url: str, key: str, cache: Path
     elif mode == MODES[1]:
         argv += ["-p", "no:cacheprovider", "-n", "2"]
     else:
-        argv += ["-o", f"cache_dir={cache}", "--dt-coordinator", url]
+        argv += ["-o", f"cache_dir={cache}", "--dt-coordinator", url, "--dt-shared-tree"]
         env["DT_API_KEY"] = key
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=3600, check=False)

@@ -15,9 +15,13 @@ and paths select as usual):
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
   different requirements never share a chunk.
-* **Files are not shipped** (yet: :func:`FleetRunner.ship_tree` is where a bundle upload goes):
-  each worker runs them from its own ``--test-root``, which must hold the same tree as
-  ``--dt-test-root`` here (default: pytest's rootdir): a shared or synchronised checkout.
+* **What runs remotely is what is on disk here.** The tree (``--dt-test-root``, default pytest's
+  rootdir) is uploaded as a content-addressed bundle before the tasks are sent (only the files
+  the coordinator lacks; ``.gitignore`` and ``.dtignore`` are honoured), and every task carries
+  its digest: workers started with ``--accept-bundles`` run it in a fresh read-only tree inside
+  their sandbox. That needs a submitter key created with ``--allow-code``. ``--dt-shared-tree``
+  sends no files instead: each worker runs the tests from its own ``--test-root``, which must
+  hold the same tree (a shared or synchronised checkout).
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
   the worker (the form pytest-xdist uses) and are replayed here under the local node id: outcome,
   the remote traceback with its crash line in the short summary, captured stdout/stderr/log
@@ -47,6 +51,7 @@ from typing import Any, Literal
 
 import pytest
 
+from .bundles.upload import UploadError, upload_with_stats
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError
@@ -67,6 +72,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dt-ca-file", metavar="PATH", help="PEM CA bundle for an https coordinator (env DT_CA_FILE)")
     group.addoption("--dt-test-root", metavar="DIR",
                     help="local directory that the workers' --test-root mirrors (default: the rootdir)")
+    group.addoption("--dt-shared-tree", action="store_true",
+                    help="ship no files: the workers' --test-root holds the same tree as --dt-test-root "
+                         "(default: upload the tree as a bundle; needs an --allow-code key and --accept-bundles workers)")
     group.addoption("--dt-timeout", type=float, default=3600.0, metavar="S",
                     help="give up waiting for the fleet after S seconds and cancel what is left (default 3600)")
     group.addoption("--dt-unschedulable-timeout", type=float, default=30.0, metavar="S",
@@ -268,13 +276,24 @@ class FleetRunner:
                 continue
 
     def ship_tree(self, fleet: Fleet) -> dict[str, Any]:
-        """Task fields that make the workers run this tree; merged into every task document.
-
-        INTEGRATION POINT for bundles (issue 26 section 1): the default mode becomes
-        ``{"bundle": bundles.upload.upload(fleet.api.base_url, fleet.api.credential, self.root)}``
-        (an ``UploadError`` turned into ``pytest.UsageError``), and a shared-tree option keeps
-        today's ``{}``: the workers' ``--test-root`` mirrors ``self.root``."""
-        return {}
+        """Task fields that make the workers run this tree; merged into every task document:
+        ``{"bundle": digest}`` after uploading what the coordinator lacks, or nothing with
+        ``--dt-shared-tree`` (the workers' ``--test-root`` mirrors ``self.root``)."""
+        if self.config.getoption("--dt-shared-tree"):
+            return {}
+        try:
+            stats = upload_with_stats(fleet.api.base_url, fleet.api.credential, self.root,
+                                      ssl_context=fleet.api.ssl_context)
+        except UploadError as exc:
+            raise pytest.UsageError(f"distributed_testing: uploading {self.root} as a bundle: {exc} "
+                                    "(--dt-shared-tree runs the workers' own --test-root instead)") from exc
+        except (ValueError, OSError) as exc:
+            raise pytest.UsageError(f"distributed_testing: {self.root} cannot be shipped: {exc}") from exc
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"distributed_testing: bundle {stats.digest} ({stats.files} files; uploaded "
+                                f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
+        return {"bundle": stats.digest}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:

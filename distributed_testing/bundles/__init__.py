@@ -9,7 +9,7 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
   the tree's root, digest, size and mode (``0o644`` or ``0o755``: only the owner's execute bit is
   kept). Its bytes are ``manifest.encode(m)`` (files sorted by path) and its digest, the SHA-256 of
   those bytes, is the bundle's name: ``"bundle": "<manifest digest>"`` in a task.
-* :func:`manifest.scan(root)` builds the manifest of a directory: ``.git/`` is skipped, the
+* :func:`manifest.scan(root)` builds the manifest of a directory: ``.git/``, ``__pycache__/`` and ``.pytest_cache/`` are skipped, the
   ``.gitignore`` and ``.dtignore`` files of every directory are honoured (gitignore syntax, a
   ``.dtignore`` read after the ``.gitignore`` beside it so it can re-include with ``!``), a symlink
   whose target leaves ``root`` raises :class:`~distributed_testing.errors.ValidationError` naming

@@ -1,5 +1,7 @@
-"""Which files of a tree are left out of its bundle: ``.git/`` and what ``.gitignore`` and
-``.dtignore`` files say (gitignore syntax, via ``pathspec``'s ``GitIgnoreSpec``).
+"""Which files of a tree are left out of its bundle: ``.git/``, Python's and pytest's caches
+(``__pycache__/``, ``.pytest_cache/``: local byte code and history, never what a task should
+run), and what ``.gitignore`` and ``.dtignore`` files say (gitignore syntax, via ``pathspec``'s
+``GitIgnoreSpec``).
 
 Each directory's ignore files apply to paths below that directory, as git applies them; the
 ``.dtignore`` of a directory is read after its ``.gitignore``, so ``!pattern`` in it re-includes
@@ -15,7 +17,7 @@ from pathlib import Path
 import pathspec
 
 IGNORE_FILES = (".gitignore", ".dtignore")
-ALWAYS_SKIPPED = frozenset({".git"})
+ALWAYS_SKIPPED = frozenset({".git", "__pycache__", ".pytest_cache"})
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.testing import run_cluster
+from distributed_testing.worker.sandbox import available as sandbox_unavailable
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
 
@@ -44,12 +45,12 @@ def _suite(root: Path) -> None:
     (root / "test_mixed.py").write_text("\n\n".join(mixed))
 
 
-async def _pytest(root: Path, url: str, key: str, *args: str) -> tuple[int, str]:
+async def _pytest(root: Path, url: str, key: str, *args: str, shared_tree: bool = True) -> tuple[int, str]:
     plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
         else ["-p", "distributed_testing.pytest_plugin"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(root),
-        "--dt-coordinator", url, *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
+        "--dt-coordinator", url, *(["--dt-shared-tree"] if shared_tree else []), *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
     return proc.returncode or 0, out.decode()
@@ -125,6 +126,31 @@ async def test_tests_inherited_from_another_module_are_reported_as_they_ran(tmp_
         assert "PASSED pkg/sub/test_derived.py::TestTwo::test_value" in out
         cases = {f"{tc.get('classname')}.{tc.get('name')}" for tc in ET.parse(junit).getroot().iter("testcase")}
         assert "pkg.sub.test_derived.TestTwo.test_fails_for_three" in cases and len(cases) == 8
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sandbox_unavailable() is not None, reason=f"no sandbox here: {sandbox_unavailable()}")
+async def test_by_default_the_local_tree_is_shipped_so_a_local_edit_is_what_runs(tmp_path: Path) -> None:
+    """The issue's trap: the worker's own --test-root holds an old copy; the plugin ships what is
+    on disk here, edit by edit, and a key without --allow-code is told what it lacks."""
+    suite, stale = tmp_path / "suite", tmp_path / "worker-root"
+    for d, value in ((suite, 1), (stale, 2)):
+        d.mkdir()
+        (d / "test_edit.py").write_text(f"VALUE = {value}\n\n\ndef test_value():\n    assert VALUE == 2\n")
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", test_root=stale, accept_bundles=True, sandbox="bwrap")
+        plain = await c.create_key("submitter")
+        code, out = await _pytest(suite, c.base_url, plain, shared_tree=False)
+        assert code == 4 and "--allow-code" in out and "--dt-shared-tree" in out, out
+        key = await c.create_key("submitter", allow_code=True)
+        code, out = await _pytest(suite, c.base_url, key, shared_tree=False)
+        assert code == 1 and "assert 1 == 2" in out and "distributed_testing: bundle " in out, out
+        (suite / "test_edit.py").write_text("VALUE = 2\n\n\ndef test_value():\n    assert VALUE == 2\n")
+        code, out = await _pytest(suite, c.base_url, key, shared_tree=False)
+        assert code == 0 and "1 passed" in out and "uploaded 1 blobs" in out, out
+        tasks = (await c.request("GET", "/api/v1/tasks"))[1]["tasks"]
+        bundles = {(await c.request("GET", f"/api/v1/tasks/{t['task_id']}"))[1]["spec"].get("bundle") for t in tasks}
+        assert len(tasks) == 2 and len(bundles) == 2 and None not in bundles, bundles  # one digest per tree
 
 
 FIDELITY = '''

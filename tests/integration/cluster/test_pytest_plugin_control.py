@@ -29,7 +29,7 @@ def _plugin() -> list[str]:
 async def _start(root: Path, url: str, key: str, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", *_plugin(), "-p", "no:cacheprovider", "--rootdir", str(root),
-        "--dt-coordinator", url, *args, cwd=root, env={**os.environ, "DT_API_KEY": key},
+        "--dt-coordinator", url, "--dt-shared-tree", *args, cwd=root, env={**os.environ, "DT_API_KEY": key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
 
 
