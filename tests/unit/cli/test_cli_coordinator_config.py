@@ -260,3 +260,11 @@ def test_worker_retention_default_variable_precedence_and_bad_values() -> None:
                              ([], {"DT_WORKER_RETENTION": "1e12"}, "DT_WORKER_RETENTION")]:
         with pytest.raises(ConfigError, match=f"^{named}:"):
             cfg(*argv, env=env)
+
+
+def test_worker_retention_is_in_the_help_and_the_operations_table() -> None:
+    text = coord_cli.build_parser().format_help()
+    assert "--worker-retention" in text and "DT_WORKER_RETENTION" in text and "86400" in text
+    ops = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    (row,) = [line for line in ops.splitlines() if line.startswith("| `--worker-retention`")]
+    assert "`DT_WORKER_RETENTION`" in row and row.endswith("| 86400 s |")
