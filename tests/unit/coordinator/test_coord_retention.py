@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sim_support import T0, Sim, saved
 
+from distributed_testing.coordinator.events import EventHub
 from distributed_testing.coordinator.model import Policy
 from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.base import FORGOTTEN, Snapshot, WorkerRow
@@ -42,6 +43,11 @@ def test_a_disconnected_worker_is_forgotten_after_the_retention_from_its_last_fr
     cmds = sim.tick(T0 + RETENTION)  # counted from last_seen (the registration at T0)
     assert [(r.worker_id, r.state) for r in saved(cmds, WorkerRow)] == [("gone", FORGOTTEN)]
     assert sim.state.worker_ids() == ["stays"] and "gone" not in sim.state.workers
+    hub = EventHub()  # the change feed's last word on it (docs/operations.md)
+    sub = hub.subscribe(None)
+    hub.publish_records(saved(cmds, WorkerRow))
+    event = sub.queue.get_nowait()
+    assert (event.kind, event.data["worker_id"], event.data["state"]) == ("worker", "gone", FORGOTTEN)
     assert not saved(sim.tick(T0 + 10 * RETENTION), WorkerRow)  # "stays" is connected: never forgotten
     sim.register(register("gone"), T0 + 10 * RETENTION, key_id="another-key")  # its id is free again
     assert sim.state.workers["gone"].key_id == "another-key" and sim.state.worker_ids() == ["gone", "stays"]
