@@ -237,12 +237,14 @@ def _bare_loop_ms(prepared: Any, batch: int, min_time: float) -> float:
     return statistics.median(samples)
 
 
-def table(min_time: float, busy: int) -> list[dict[str, Any]]:
-    """One row per model and batch size: ours (1 thread, all cores with verdict), Timer, bare."""
+def table(min_time: float, busy: int, names: list[str]) -> list[dict[str, Any]]:
+    """One row per model and batch size: ours (1 thread, all cores with verdict), Timer, bare,
+    and the 1-minute load average when the row was done (the machine may be shared)."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     rows = []
     try:
-        for name, model in TABLE_MODELS.items():
+        for name in names:
+            model = TABLE_MODELS[name]
             config = {**model, "batch_sizes": TABLE_BATCHES, "warmup": 3, "iterations": 10, "min_duration_s": min_time}
             ours, wide = _ours(config, None), _ours(config, os.cpu_count() or 1)
             torch.set_num_threads(1)
@@ -254,7 +256,7 @@ def table(min_time: float, busy: int) -> list[dict[str, Any]]:
                              "ours_ms": ours[i]["latency_ms"]["median"], "ours_verdict": ours[i]["verdict"],
                              "all_cores_ms": wide[i]["latency_ms"]["median"], "all_cores_verdict": wide[i]["verdict"],
                              "timer_ms": _bare_ms(prepared, batch, min_time)[0],
-                             "bare_ms": _bare_loop_ms(prepared, batch, min_time)})
+                             "bare_ms": _bare_loop_ms(prepared, batch, min_time), "load1": os.getloadavg()[0]})
                 print(rows[-1], flush=True)
     finally:
         for proc in procs:
@@ -263,12 +265,14 @@ def table(min_time: float, busy: int) -> list[dict[str, Any]]:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    print("\n| model | bs | busy | ours ms (verdict) | ours/Timer | all cores ms (verdict) | Timer ms | bare ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| model | bs | busy | ours ms (verdict) | ours/Timer | ours/bare | all cores ms (verdict) | Timer ms | bare ms "
+          "| load 1 min |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['batch_size']} | {r['busy']} | {r['ours_ms']:.4g} ({r['ours_verdict']}) | "
-              f"{r['ours_ms'] / r['timer_ms']:.2f} | {r['all_cores_ms']:.4g} ({r['all_cores_verdict']}) | "
-              f"{r['timer_ms']:.4g} | {r['bare_ms']:.4g} |")
+              f"{r['ours_ms'] / r['timer_ms']:.2f} | {r['ours_ms'] / r['bare_ms']:.2f} | "
+              f"{r['all_cores_ms']:.4g} ({r['all_cores_verdict']}) | {r['timer_ms']:.4g} | {r['bare_ms']:.4g} | "
+              f"{'—' if r.get('load1') is None else format(r['load1'], '.1f')} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,12 +288,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--table", action="store_true", help="only the quiet/busy table of ours, Timer and bare loop")
+    parser.add_argument("--table-models", nargs="+", default=list(TABLE_MODELS), choices=list(TABLE_MODELS),
+                        metavar="NAME", help=f"rows of --table (default all: {', '.join(TABLE_MODELS)})")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE", help="print the --table of rows saved by --json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.from_json:
+        _print_table([row for name in args.from_json for row in json.loads(Path(name).read_text())])
+        return 0
     if args.table:
         print("command:", " ".join([os.path.relpath(sys.executable), *sys.argv]))
         print(f"load average before: {os.getloadavg()}  cpu_count: {os.cpu_count()}  torch {torch.__version__}")
-        rows = table(args.min_time, 0) + table(args.min_time, max(1, (os.cpu_count() or 2) - 1))
+        busy = max(1, (os.cpu_count() or 2) - 1)
+        rows = table(args.min_time, 0, args.table_models) + table(args.min_time, busy, args.table_models)
         _print_table(rows)
         print(f"\nload average after: {os.getloadavg()}")
         if args.json:

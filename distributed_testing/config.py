@@ -38,6 +38,7 @@ class CoordinatorConfig:
     worker_ttl_s: float = 3.0
     max_heartbeat_interval_s: float = 60.0
     worker_grace_s: float = 10.0  # reconnect window before a disconnected worker's tasks are requeued
+    worker_retention_s: float = 86400.0  # a worker disconnected this long is forgotten (history kept); 0: never
     max_frame_bytes: int = 16 * 1024 * 1024
     max_clock_skew_s: float = 300.0
     max_violations: int = 5

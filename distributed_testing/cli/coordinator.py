@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the longest heartbeat interval a worker may ask for; a longer one is refused at registration "
                         "(default 60)")
     p.add_argument("--worker-grace", type=float, default=10.0, help="seconds a disconnected worker has to reconnect before its tasks are requeued (default 10)")
+    p.add_argument("--worker-retention", metavar="S",
+                   help="forget a worker disconnected and not heard from for S seconds: it leaves dt workers and "
+                        "its id is free again; the tasks and results it ran stay; 0 keeps every worker (default "
+                        "86400, a day; env DT_WORKER_RETENTION)")
     p.add_argument("--batch-max", type=int, default=8, help="benchmark tasks sharing a model sent to one worker as one batch, at most (default 8; 1 disables batching)")
     p.add_argument("--batch-wait", type=float, default=0.2, help="seconds a benchmark task may wait for others to batch with (default 0.2)")
     p.add_argument("--gang-max-wait", type=float, default=60.0,
@@ -171,6 +175,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> Coordina
         worker_ttl_s=positive(ns.worker_ttl, "--worker-ttl"),
         max_heartbeat_interval_s=positive(ns.max_heartbeat_interval, "--max-heartbeat-interval"),
         worker_grace_s=positive(ns.worker_grace, "--worker-grace", allow_zero=True),
+        worker_retention_s=_retention(ns.worker_retention, env),
         batch_max=int(positive(ns.batch_max, "--batch-max")),
         batch_wait_s=positive(ns.batch_wait, "--batch-wait", allow_zero=True),
         gang_max_wait_s=positive(ns.gang_max_wait, "--gang-max-wait", allow_zero=True),
@@ -192,6 +197,21 @@ def _bundle_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, A
                                       7 * 86400.0, float, 10 * 365 * 86400.0),
     }
     return out
+
+
+def _retention(flag: str | None, env: Mapping[str, str]) -> float:
+    """``--worker-retention`` / ``DT_WORKER_RETENTION``: seconds, 0 (never) up to ten years."""
+    raw, source = env_pick(flag, env, "DT_WORKER_RETENTION")
+    if raw is None:
+        return 86400.0
+    where = "--worker-retention" if source == "flag" else "DT_WORKER_RETENTION"
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected a number of seconds, got {raw!r}") from exc
+    if not 0 <= value <= 10 * 365 * 86400.0:
+        raise ConfigError(f"{where}: must be 0 (never) or a number of seconds up to ten years, got {raw!r}")
+    return value
 
 
 def _metrics_flags(ns: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
+from ..tasks.states import WORKER_STATES
 from . import compare, submit
 from .http import ApiClient, ApiError
 from .report import print_results, print_table, with_iso_times
@@ -108,7 +109,11 @@ def register_workers(sub: SubParsers) -> None:
     wk = sub.add_parser("workers", help="list workers (or: workers drain|release WORKER_ID)")
     wk.set_defaults(run=cmd_workers)
     wsub = wk.add_subparsers(dest="workers_cmd", metavar="ACTION")
-    wsub.add_parser("list", help="list workers (the default)")
+    state_help = ("only workers in this state (disconnected: not connected now; forgotten after the "
+                  "coordinator's --worker-retention)")
+    wk.add_argument("--state", choices=WORKER_STATES, help=state_help)
+    wl = wsub.add_parser("list", help="list workers (the default)")
+    wl.add_argument("--state", dest="list_state", choices=WORKER_STATES, help=state_help)
     wd = wsub.add_parser("drain", help="ask a worker to finish or hand back its tasks and leave (admin)")
     wd.add_argument("worker_id", help="the worker's id, as workers list shows it")
     wd.add_argument("--deadline", type=float, metavar="S",
@@ -198,8 +203,9 @@ def cmd_workers(api: ApiClient, ns: argparse.Namespace) -> int:
         api.post(f"/api/v1/workers/{urllib.parse.quote(ns.worker_id, safe='')}/release", None)
         print(f"{ns.worker_id}: released; the next worker key to register it takes it")
         return EXIT_OK
+    only = getattr(ns, "list_state", None) or ns.state
     rows = [{**w, "capabilities": ",".join(w["capabilities"]), "tags": ",".join(w["tags"]), "running": len(w["running"])}
-            for w in api.get("/api/v1/workers")["workers"]]
+            for w in api.get("/api/v1/workers" + (f"?state={only}" if only else ""))["workers"]]
     print_table(rows, ["worker_id", "name", "state", "reason", "capabilities", "tags", "running", "max_concurrent"])
     return EXIT_OK
 

@@ -473,10 +473,11 @@ async def cancel_task(request: web.Request) -> web.Response:
 async def list_workers(request: web.Request) -> web.Response:
     """One page of the known workers, in worker id order.
 
-    ``limit`` (1 to 10000, default 10000) from ``offset``; ``total`` counts them all."""
+    ``limit`` (1 to 10000, default 10000) from ``offset``; ``state`` (ready, constrained,
+    draining, disconnected) lists only workers in it; ``total`` counts all that match."""
     rt = _rt(request)
     limit, offset = views.parse_page(request.query)
-    page, total = views.worker_page(rt.state, limit, offset)
+    page, total = views.worker_page(rt.state, limit, offset, request.query.get("state"))
     return json_response({"workers": page, "total": total})
 
 

@@ -123,7 +123,7 @@ class StateCollector(Collector):
         counts: dict[str, int] = {}
         gauges = {key: GaugeMetricFamily(name, doc, labels=["worker_id", "name"]) for key, name, doc in _LOAD_GAUGES}
         for w in rt.state.workers.values():
-            state = w.health if w.connected else "disconnected"
+            state = w.state
             counts[state] = counts.get(state, 0) + 1
             if not w.connected:
                 continue

@@ -70,6 +70,9 @@ class Liveness:
 @dataclass(frozen=True)
 class Policy:
     worker_grace_s: float = 10.0
+    # a worker disconnected and not heard from for this long is forgotten (its id, row and key
+    # binding; tasks and results it ran stay); 0: never
+    worker_retention_s: float = 86400.0
     # Liveness (docs/operations.md#liveness). A worker that asks for no interval gets
     # (heartbeat_interval_s, worker_ttl_s); one that asks for a longer interval gets a TTL of as
     # many intervals (worker_ttl_s / heartbeat_interval_s, 3 by default), never below worker_ttl_s;
@@ -194,10 +197,17 @@ class Worker:
     def worker_id(self) -> str:
         return self.view.worker_id
 
-    def row(self) -> WorkerRow:
+    @property
+    def state(self) -> str:
+        """One of ``tasks.states.WORKER_STATES`` (store.base.FORGOTTEN, the record that deletes a
+        worker's row after ``worker_retention_s``, is never listed)."""
+        return self.health if self.connected else "disconnected"
+
+    def row(self, state: str | None = None) -> WorkerRow:
+        """The store record; ``state=store.base.FORGOTTEN`` makes it the one that deletes the row."""
         return WorkerRow(
             worker_id=self.worker_id, name=self.name, hardware=self.hardware,
             capabilities=sorted(self.view.capabilities), tags=sorted(self.view.tags),
             first_seen=self.first_seen, last_seen=self.last_seen,
-            state=self.health if self.connected else "disconnected", key_id=self.key_id or None,
+            state=state or self.state, key_id=self.key_id or None,
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tasks import spec as specs
+from ..tasks.states import WORKER_STATES
 
 TITLE = "distributed_testing coordinator"
 VERSION = "1"
@@ -54,7 +55,8 @@ TASK_VIEW = {"type": "object", "required": [*sorted(_TASK_COMMON), "spec", "hist
 WORKER_VIEW = {"type": "object",
                "required": ["worker_id", "name", "state", "reason", "capabilities", "tags", "max_concurrent",
                             "running", "load", "last_seen", "hardware", "pipeline"],
-               "properties": {"worker_id": {"type": "string"}, "name": {"type": "string"}, "state": {"type": "string"},
+               "properties": {"worker_id": {"type": "string"}, "name": {"type": "string"},
+                              "state": {"enum": list(WORKER_STATES)},
                               "reason": NULLABLE_STR, "capabilities": {"type": "array", "items": {"type": "string"}},
                               "tags": {"type": "array", "items": {"type": "string"}},
                               "max_concurrent": {"type": "integer"}, "running": {"type": "array"},
@@ -183,7 +185,8 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
         _ok(_obj(workers={"type": "array", "items": {"$ref": REF + "Worker"}}, total={"type": "integer"})),
         query=(_q("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "most workers listed (default 10000)"),
                _q("offset", {"type": "integer", "minimum": 0, "maximum": 10_000_000},
-                  "workers skipped, in worker id order (default 0)")),
+                  "workers skipped, in worker id order (default 0)"),
+               _q("state", {"enum": list(WORKER_STATES)}, "only workers in this state")),
         errors=(400,)),
     ("POST", "/api/v1/workers/{worker_id}/drain"): RouteSpec(
         _ok(_obj(worker_id={"type": "string"}, state={"const": "draining"}, deadline_s={"type": "number"},

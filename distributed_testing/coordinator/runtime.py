@@ -125,6 +125,7 @@ class Runtime:
         self.clock = clock
         self._completed: asyncio.Future[None] | None = None
         self.state = CoordinatorState(Policy(worker_grace_s=config.worker_grace_s, worker_ttl_s=config.worker_ttl_s,
+                                             worker_retention_s=config.worker_retention_s,
                                              heartbeat_interval_s=config.heartbeat_interval_s,
                                              max_heartbeat_interval_s=config.max_heartbeat_interval_s,
                                              batch_max=config.batch_max, batch_wait_s=config.batch_wait_s,
@@ -205,12 +206,14 @@ class Runtime:
         self._loads_at = now
         changed: dict[str, Any] = {}
         for w in self.state.workers.values():
-            state = w.health if w.connected else "disconnected"
+            state = w.state
             sig = (state, w.health_reason, w.last_seen, tuple(sorted(w.load.items())), len(w.view.running))
             if self._loads_sent.get(w.worker_id) != sig:
                 self._loads_sent[w.worker_id] = sig
                 changed[w.worker_id] = {"state": state, "reason": w.health_reason, "last_seen": w.last_seen,
                                         "load": w.load, "running": sorted(w.view.running)}
+        if len(self._loads_sent) > len(self.state.workers):  # workers forgotten (--worker-retention)
+            self._loads_sent = {k: v for k, v in self._loads_sent.items() if k in self.state.workers}
         if changed:
             self.events.publish("load", {"workers": changed})
 

@@ -61,7 +61,7 @@ from .placement import (
     unmet,
 )
 from .quota import KeyQuota, payload_size
-from .store.base import ResultRow, Snapshot, TaskRow
+from .store.base import FORGOTTEN, ResultRow, Snapshot, TaskRow
 
 
 class CoordinatorState:
@@ -514,9 +514,30 @@ class CoordinatorState:
                     cmds += self._lose_held(t, cause, now)
                 cmds += self._gang_member_lost(w.worker_id, cause, now)
                 w.view.release_all()
+        cmds += self._forget_gone(now)
         if self._gangs_active:
             cmds += self._gang_deadlines(now)
         return cmds + self.dispatch(now)
+
+    def _forget_gone(self, now: float) -> list[Command]:
+        """Forget workers disconnected, past their grace and not heard from for
+        ``worker_retention_s`` (0: never): their entry, listing and key binding go; the tasks and
+        results they ran stay. A worker some unfinished task still names is kept."""
+        keep = self.policy.worker_retention_s
+        gone = [w for w in self.workers.values() if keep and not w.connected and w.disconnected_at is None
+                and now - w.last_seen >= keep]
+        if not gone:
+            return []
+        named = {t.worker_id for t in self.tasks.values() if t.state in ACTIVE} | {
+            wid for t in self._gangs_active.values() if t.gang is not None for wid in t.gang.members}
+        cmds: list[Command] = []
+        for w in gone:
+            if w.worker_id in named:
+                continue
+            del self.workers[w.worker_id]
+            self._worker_ids = [wid for wid in self._worker_ids if wid != w.worker_id]
+            cmds.append(Save(w.row(FORGOTTEN)))
+        return cmds
 
     # --------------------------------------------------------------- dispatch
 
@@ -972,6 +993,8 @@ class CoordinatorState:
         self.note_baselines(finished)
         self.load(finished[-self.policy.finished_cache:] if self.policy.finished_cache else [])
         for wr in snap.workers:
+            if wr.state == FORGOTTEN:  # a store that kept the deleting record
+                continue
             view = WorkerView(wr.worker_id, frozenset(wr.capabilities), frozenset(wr.tags),
                               float(wr.hardware.get("memory_gb", 0.0)), 0)
             self.workers[wr.worker_id] = Worker(view=view, name=wr.name, hardware=wr.hardware, session_id=None,

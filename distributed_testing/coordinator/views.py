@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ValidationError
+from ..tasks.states import WORKER_STATES
 from .model import Task
 from .state import CoordinatorState
 from .store.base import Store, TaskQuery, TaskStats
@@ -107,10 +108,12 @@ async def find_task(state: CoordinatorState, store: Store, task_id: str) -> Task
 
 
 def parse_page(query: Mapping[str, str], default_limit: int = MAX_PAGE) -> tuple[int, int]:
-    """``limit`` and ``offset`` (the only parameters of ``GET /api/v1/workers``);
+    """``limit`` and ``offset`` (with ``state``, the parameters of ``GET /api/v1/workers``);
     ValidationError naming a bad or unknown one."""
-    unknown = set(query) - {"limit", "offset"}
+    unknown = set(query) - {"limit", "offset", "state"}
     errors = [{"field": k, "error": "unknown query parameter"} for k in sorted(unknown)]
+    if query.get("state", WORKER_STATES[0]) not in WORKER_STATES:
+        errors.append({"field": "state", "error": f"must be one of {', '.join(WORKER_STATES)}, got {query['state']!r}"})
     values = {"limit": default_limit, "offset": 0}
     for name in ("limit", "offset"):
         raw = query.get(name)
@@ -127,13 +130,17 @@ def parse_page(query: Mapping[str, str], default_limit: int = MAX_PAGE) -> tuple
     return values["limit"], values["offset"]
 
 
-def worker_page(state: CoordinatorState, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """One page of workers in worker id order, and how many are known."""
+def worker_page(state: CoordinatorState, limit: int, offset: int,
+                only: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """One page of workers in worker id order (``only``: those in that state), and how many
+    there are."""
     ids = state.worker_ids()
+    if only is not None:
+        ids = [wid for wid in ids if state.workers[wid].state == only]
     out = []
     for wid in ids[offset:offset + limit]:
         w = state.workers[wid]
-        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.health if w.connected else "disconnected",
+        out.append({"worker_id": w.worker_id, "name": w.name, "state": w.state,
                     "reason": w.health_reason, "capabilities": sorted(w.view.capabilities),
                     "tags": sorted(w.view.tags), "max_concurrent": w.view.max_concurrent,
                     "running": sorted(w.view.running), "load": w.load, "last_seen": w.last_seen,
@@ -235,7 +242,7 @@ def overview(state: CoordinatorState, activity: Activity, now: float) -> dict[st
     """Workers and tasks by state (every task, finished ones included), the last hour's
     per-minute series (tasks submitted and finished per second, queue depth sampled at each
     minute's end) and the latest failures."""
-    workers = Counter(w.health if w.connected else "disconnected" for w in state.workers.values())
+    workers = Counter(w.state for w in state.workers.values())
     pending = state.counts.get("pending", 0)
     return {
         "now": now, "tasks_by_state": {k: v for k, v in state.counts.items() if v},

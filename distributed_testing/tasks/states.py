@@ -23,6 +23,10 @@ TaskState = Literal[
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"assigned", "running"})
 RESULT_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})
+# The states a worker is listed in (REST ?state=, dt workers --state, the dashboard, the dt_workers
+# metric): its last heartbeat's health while connected (protocol.messages.WorkerState), else
+# disconnected. Kept here, beside the task states, so the CLI needs no coordinator import.
+WORKER_STATES: tuple[str, ...] = ("ready", "constrained", "draining", "disconnected")
 
 _TABLE: dict[str, frozenset[str]] = {
     "pending": frozenset({"assigned", "cancelled", "error"}),

@@ -62,7 +62,13 @@ class ResultRow(_Rec, frozen=True, tag="result"):
     task_type: str = ""
 
 
+# A WorkerRow in this state deletes the worker's row (a worker forgotten after --worker-retention).
+FORGOTTEN = "forgotten"
+
+
 class WorkerRow(_Rec, frozen=True, tag="worker"):
+    """A worker as last known; ``state`` ``FORGOTTEN`` deletes its row instead."""
+
     worker_id: str
     name: str
     hardware: dict[str, Any]

@@ -47,6 +47,7 @@ from ...errors import StoreError
 from ...journal import Journal
 from ...security import files
 from .base import (
+    FORGOTTEN,
     SCHEMA_VERSION,
     TERMINAL,
     KeyRow,
@@ -439,6 +440,8 @@ class DuckDBStore:
                     self._bulk_insert(con, TABLES[row_type], recs)
             if by_type[MetaRow]:
                 con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
+            if by_type[WorkerRow]:
+                con.execute("DELETE FROM workers WHERE state = ?", [FORGOTTEN])  # deletes its row
             con.execute("UPDATE checkpoint_state SET applied_segment = ?", [upto])
 
         if any(by_type.values()):

@@ -28,6 +28,7 @@ import msgspec
 
 from ...errors import StoreError, ValidationError
 from .base import (
+    FORGOTTEN,
     TERMINAL,
     KeyRow,
     MetaRow,
@@ -189,7 +190,10 @@ class MemoryStore:
         elif isinstance(rec, ResultRow):
             self._results.setdefault((rec.task_id, rec.attempt), rec)
         elif isinstance(rec, WorkerRow):
-            self._workers[rec.worker_id] = rec
+            if rec.state == FORGOTTEN:  # deletes the row (base.FORGOTTEN)
+                self._workers.pop(rec.worker_id, None)
+            else:
+                self._workers[rec.worker_id] = rec
         elif isinstance(rec, KeyRow):
             self._keys[rec.key_id] = rec
         elif isinstance(rec, MetaRow):

@@ -168,12 +168,13 @@ class Shape:
     meta_delete: bool  # meta keys deleted (a MetaRow with an empty value)
     fenced: bool
     notify: bool
+    worker_delete: bool = False  # worker rows deleted (a WorkerRow whose state is FORGOTTEN)
 
 
 def write_statement(shape: Shape) -> str:
     """One statement that writes a whole batch (run in autocommit: it is its own transaction, one
     round trip). Parameters: for each table in ``shape.tables`` one array per column; then the
-    meta keys to delete; then fence holder and epoch; then the notification payload. It returns one
+    meta keys to delete; then the worker ids to delete; then fence holder and epoch; then the notification payload. It returns one
     row ``(ok)``: false when the fence did not hold, in which case nothing was written."""
     by_name = {t.name: t for t in TABLES.values()}
     n = 0
@@ -201,6 +202,9 @@ def write_statement(shape: Shape) -> str:
     if shape.meta_delete:
         cond = " AND EXISTS (SELECT 1 FROM fence)" if shape.fenced else ""
         ctes.append(f"d_meta AS (DELETE FROM meta WHERE key = ANY({param()}::text[]){cond})")
+    if shape.worker_delete:
+        cond = " AND EXISTS (SELECT 1 FROM fence)" if shape.fenced else ""
+        ctes.append(f"d_workers AS (DELETE FROM workers WHERE worker_id = ANY({param()}::text[]){cond})")
     if shape.fenced:
         ctes.insert(0, FENCE_CTE.format(h=param(), e=param()))
     ok = "EXISTS (SELECT 1 FROM fence)" if shape.fenced else "true"

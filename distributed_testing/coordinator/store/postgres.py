@@ -56,6 +56,7 @@ from ...aio import wake_within
 from ...errors import Fenced, StoreError, ValidationError
 from ...retry import Backoff, retry_async
 from .base import (
+    FORGOTTEN,
     SCHEMA_VERSION,
     KeyRow,
     MetaRow,
@@ -123,6 +124,7 @@ MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs}
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}
 _KEY_AT = {t: table.key_index for t, table in TABLES.items()}
+_STATE_AT = [c.name for c in TABLES[WorkerRow].columns].index("state")
 
 
 def redact(url: str) -> str:
@@ -445,6 +447,7 @@ class PostgresStore:
         tables: list[str] = []
         deleted: list[str] = []
         key_ids: list[str] = []
+        forgotten: list[str] = []
         for row_type, table in TABLES.items():
             values = list(per_table.get(row_type, {}).values())
             if row_type is MetaRow:
@@ -452,16 +455,21 @@ class PostgresStore:
                 values = [v for v in values if v[1] != ""]
             if row_type is KeyRow:
                 key_ids = [v[0] for v in values]
+            if row_type is WorkerRow:
+                forgotten = [v[0] for v in values if v[_STATE_AT] == FORGOTTEN]  # deletes its row
+                values = [v for v in values if v[_STATE_AT] != FORGOTTEN]
             if values:
                 tables.append(table.name)
                 args.extend(list(col) for col in zip(*values, strict=True))
         if deleted:
             args.append(deleted)
+        if forgotten:
+            args.append(forgotten)
         if self._fence is not None:
             args.extend(self._fence)
         if key_ids:
             args.append(notify_payload(key_ids))
-        shape = Shape(tuple(tables), bool(deleted), self._fence is not None, bool(key_ids))
+        shape = Shape(tuple(tables), bool(deleted), self._fence is not None, bool(key_ids), bool(forgotten))
         return write_statement(shape), args
 
     async def _writer_connection(self) -> asyncpg.Connection:

@@ -22,7 +22,7 @@ async function refresh() {
   const { workers } = await getJSON("data/workers");
   workers.sort((a, b) => a.name.localeCompare(b.name));
   const cols = [["name", w => w.name], ["id", w => w.worker_id], ["hardware", hw], ["tags", w => w.tags.join(", ") || "—"],
-    ["state", w => el("span", {}, state(w.state === "disconnected" ? "gone" : w.state), w.reason ? ` (${w.reason})` : "")],
+    ["state", w => el("span", {}, state(w.state), w.reason ? ` (${w.reason})` : "")],
     ["load", load], ["running", w => `${w.running.length}/${w.max_concurrent}` + (w.running.length ? `: ${w.running.join(", ")}` : "")],
     ["last heartbeat", w => ago(w.last_seen)]];
   if (canDrain) cols.push(["", w => w.state !== "disconnected" && w.state !== "draining"

@@ -142,7 +142,7 @@ async def test_cancel_from_the_tasks_page(env: Env, tmp_path: Path) -> None:
     assert env.cluster.runtime.state.tasks[tid].state == "cancelled"
 
 
-async def test_a_worker_killed_mid_run_shows_as_gone(env: Env, tmp_path: Path) -> None:
+async def test_a_worker_killed_mid_run_shows_as_disconnected(env: Env, tmp_path: Path) -> None:
     rt = env.cluster.runtime
     await wait_for(lambda: "victim" in rt.sessions, 30, "the victim worker process to register")
     (tid,) = await env.cluster.submit({"type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 30}},
@@ -154,7 +154,7 @@ async def test_a_worker_killed_mid_run_shows_as_gone(env: Env, tmp_path: Path) -
         assert "1/" in await page.inner_text('#workers tr[data-id="victim"] td:nth-child(7)')
         env.victim.send_signal(signal.SIGKILL)
         await page.wait_for_function(
-            """() => document.querySelector('#workers tr[data-id="victim"] td:nth-child(5)')?.textContent.startsWith('gone')""",
+            """() => document.querySelector('#workers tr[data-id="victim"] td:nth-child(5)')?.textContent.startsWith('disconnected')""",
             timeout=10000)
         assert await page.locator('#workers tr[data-id="victim"] button.drain').count() == 0
         assert await page.locator('#workers tr[data-id="w0"] button.drain').count() == 1

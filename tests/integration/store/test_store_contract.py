@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from distributed_testing.coordinator.store.base import (
+    FORGOTTEN,
     KeyRow,
     MetaRow,
     ResultQuery,
@@ -115,6 +116,24 @@ async def test_upserts_keep_the_last_row_results_the_first_and_empty_meta_delete
     assert snap.keys == [KeyRow("k1", "ci", "admin", "argon2:abc", 1.0, expires_at=5.0, revoked_at=9.0)]
     assert snap.workers == [WorkerRow("w1", "box", {}, [], [], 1.0, 3.0, "disconnected")]
     assert snap.tasks == [] and snap.task_counts == {"succeeded": 1}
+
+
+@pytest.mark.asyncio
+async def test_a_forgotten_worker_record_deletes_its_row(backend: Backend) -> None:
+    """--worker-retention: the FORGOTTEN record deletes the row, before or after the row settled,
+    within one append, and a worker that registers the id again afterwards is kept."""
+    s = backend.store
+    other = WorkerRow("w2", "box2", {}, [], [], 1.0, 2.0, "ready")
+    await s.append([WORKER, other, WorkerRow("w3", "box3", {}, [], [], 1.0, 2.0, "disconnected")])
+    await backend.settle()
+    await s.append([WorkerRow("w1", "box", {}, [], [], 1.0, 3.0, FORGOTTEN),
+                    WorkerRow("w3", "box3", {}, [], [], 1.0, 2.0, FORGOTTEN),
+                    WorkerRow("w3", "box3", {}, [], [], 1.0, 9.0, "ready")])  # back in the same batch: kept
+    await s.append([WorkerRow("w4", "box4", {}, [], [], 1.0, 2.0, "ready")])
+    await s.append([WorkerRow("w4", "box4", {}, [], [], 1.0, 2.0, FORGOTTEN)])  # before it settled
+    await backend.settle()
+    snap = await backend.reopen()
+    assert [(w.worker_id, w.last_seen) for w in snap.workers] == [("w2", 2.0), ("w3", 9.0)]
 
 
 @pytest.mark.asyncio

@@ -36,6 +36,9 @@ def test_defaults() -> None:
     (["--worker-ttl", "12"], "worker_ttl_s", 12.0),
     (["--worker-grace", "0"], "worker_grace_s", 0.0),
     (["--worker-grace", "2.5"], "worker_grace_s", 2.5),
+    (["--worker-retention", "3600"], "worker_retention_s", 3600.0),
+    (["--worker-retention", "0"], "worker_retention_s", 0.0),
+    (["--worker-retention", "0.5"], "worker_retention_s", 0.5),
     (["--jwt-secret-file", "/etc/dt/jwt.secret"], "jwt_secret_file", Path("/etc/dt/jwt.secret")),
     (["--max-session-age", "3600"], "max_session_age_s", 3600.0),
     (["--tls-cert", "/tls/c.pem", "--tls-key", "/tls/k.pem"], "tls_cert", Path("/tls/c.pem")),
@@ -244,3 +247,24 @@ def test_the_default_advertised_url_names_this_machine_for_a_wildcard_bind() -> 
     assert default_advertise_url("https", "::1", 1) == "https://[::1]:1"
     assert default_advertise_url("http", "0.0.0.0", 80) in (f"http://{socket.getfqdn()}:80",
                                                             f"http://{socket.gethostname()}:80")
+
+
+def test_worker_retention_default_variable_precedence_and_bad_values() -> None:
+    assert cfg().worker_retention_s == 86400.0
+    assert cfg(env={"DT_WORKER_RETENTION": "60"}).worker_retention_s == 60.0
+    assert cfg("--worker-retention", "5", env={"DT_WORKER_RETENTION": "60"}).worker_retention_s == 5.0
+    for argv, env, named in [(["--worker-retention", "soon"], {}, "--worker-retention"),
+                             (["--worker-retention", "-1"], {}, "--worker-retention"),
+                             (["--worker-retention", "nan"], {}, "--worker-retention"),
+                             (["--worker-retention", "inf"], {}, "--worker-retention"),
+                             ([], {"DT_WORKER_RETENTION": "1e12"}, "DT_WORKER_RETENTION")]:
+        with pytest.raises(ConfigError, match=f"^{named}:"):
+            cfg(*argv, env=env)
+
+
+def test_worker_retention_is_in_the_help_and_the_operations_table() -> None:
+    text = coord_cli.build_parser().format_help()
+    assert "--worker-retention" in text and "DT_WORKER_RETENTION" in text and "86400" in text
+    ops = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    (row,) = [line for line in ops.splitlines() if line.startswith("| `--worker-retention`")]
+    assert "`DT_WORKER_RETENTION`" in row and row.endswith("| 86400 s |")

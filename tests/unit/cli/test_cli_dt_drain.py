@@ -1,4 +1,4 @@
-"""``dt workers`` / ``dt workers drain``: argument parsing and the request it makes. No network."""
+"""``dt workers [--state S]`` / ``dt workers drain``: argument parsing and the request it makes. No network."""
 
 from __future__ import annotations
 
@@ -41,6 +41,20 @@ def test_workers_alone_still_lists(argv: list[str]) -> None:
     api = Recorder()
     assert ns.run(api, ns) == 0  # type: ignore[arg-type]
     assert api.calls == [("GET", "/api/v1/workers", None)]
+
+
+@pytest.mark.parametrize("argv", [["workers", "--state", "disconnected"], ["workers", "list", "--state", "disconnected"]])
+def test_state_filters_the_list(argv: list[str]) -> None:
+    ns = dt.build_parser().parse_args(argv)
+    api = Recorder()
+    assert ns.run(api, ns) == 0  # type: ignore[arg-type]
+    assert api.calls == [("GET", "/api/v1/workers?state=disconnected", None)]
+
+
+def test_state_must_be_one_of_the_four(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        dt.build_parser().parse_args(["workers", "--state", "gone"])
+    assert "ready, constrained, draining, disconnected" in capsys.readouterr().err.replace("'", "")
 
 
 def test_drain_needs_a_worker_id(capsys: pytest.CaptureFixture[str]) -> None:

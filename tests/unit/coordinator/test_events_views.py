@@ -184,7 +184,12 @@ def test_workers_are_paged_in_id_order() -> None:
         st.register(reg, f"s-{wid}", T0, key_id=f"k-{wid}")
     assert [w["worker_id"] for w in views.worker_page(st, 2, 1)[0]] == ["w2", "w3"]
     assert views.worker_page(st, *views.parse_page({}))[1] == 3
-    for query, field in (({"limit": "0"}, "limit"), ({"offset": "x"}, "offset"), ({"state": "ready"}, "state"),
+    st.disconnect("w2", "s-w2", T0 + 1)
+    assert [w["worker_id"] for w in views.worker_page(st, 10, 0, "disconnected")[0]] == ["w2"]
+    assert views.worker_page(st, 1, 0, "ready") == (views.worker_page(st, 1, 0)[0], 2)  # total counts the matches
+    assert views.parse_page({"state": "disconnected"}) == (views.MAX_PAGE, 0)
+    for query, field in (({"limit": "0"}, "limit"), ({"offset": "x"}, "offset"), ({"state": "gone"}, "state"),
+                         ({"status": "ready"}, "status"),
                          ({"limit": "10001"}, "limit")):
         with pytest.raises(ValidationError) as err:
             views.parse_page(query)
