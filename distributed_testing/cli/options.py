@@ -35,7 +35,7 @@ class Setting:
     prefixes), raising ConfigError naming ``source``. ``default`` is the value when neither flag
     nor variable is given (None: the config's own default). ``doc`` is the README's text for the
     row when it says more than ``help``; ``shown`` the README's flag column when not
-    ``flag METAVAR``. ``read=False``: in the parser and the README, but the program reads it
+    ``flag METAVAR``, ``shown_default`` the default as a flag/variable/default table says it. ``read=False``: in the parser and the README, but the program reads it
     itself (credentials, where one excludes another)."""
 
     flag: str
@@ -55,6 +55,7 @@ class Setting:
     read: bool = True
     doc: str | None = None
     shown: str | None = None
+    shown_default: str = ""
 
     @property
     def dest(self) -> str:
@@ -163,3 +164,14 @@ def markdown_rows(settings: Iterable[Setting]) -> list[str]:
         rows.append(f"| `{shown}` | {var} | {s.doc or s.help} |".replace("|  |", "| |"))
     return rows
 
+
+
+def markdown_default_rows(settings: Iterable[Setting]) -> list[str]:
+    """docs/operations.md's style: ``flag`` (what it does) | variable | default."""
+    rows = ["| flag | variable | default |", "|---|---|---|"]
+    for s in settings:
+        text = s.help if s.doc is None else s.doc
+        flag = f"`{s.shown or s.flag}`" + (f" ({text})" if text else "")
+        var = f"`{s.env}`" + (" (`1`/`0`)" if s.type == SWITCH else "") if s.env else ""
+        rows.append(f"| {flag} | {var} | {s.shown_default} |".replace("|  |", "| |"))
+    return rows
