@@ -72,7 +72,7 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
             doc="a JWT renews JWTs only this long after its API key was used", shown_default="86400 s"),
     Setting("--tls-cert", type=Path, env="DT_TLS_CERT",
             help="PEM certificate chain: serve https and wss (needs --tls-key)",
-            doc="PEM certificate chain: serve https and wss (needs `--tls-key`)", shown_default="plain http"),
+            doc="PEM certificate chain: serve https and wss; needs `--tls-key`", shown_default="plain http"),
     Setting("--tls-key", type=Path, env="DT_TLS_KEY", help="PEM private key of --tls-cert",
             doc="PEM private key of `--tls-cert`", shown_default="plain http"),
     Setting("--heartbeat-interval", **SECONDS, default=1.0, field="heartbeat_interval_s",
@@ -116,13 +116,18 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
     Setting("--max-bundle-mb", type=float, env="DT_MAX_BUNDLE_MB", lo=0, lo_open=True, hi=1 << 20, default=1024.0,
             metavar="MB",
             help="largest bundle (shipped code) a manifest may describe; larger ones get 413 naming the "
-                 "largest files (default 1024)", shown_default="1024"),
+                 "largest files (default 1024)",
+            doc="largest bundle (shipped code) a manifest may describe; larger ones get 413 naming the largest "
+                "files", shown_default="1024"),
     Setting("--max-bundle-file-mb", type=float, env="DT_MAX_BUNDLE_FILE_MB", lo=0, lo_open=True, hi=1 << 20,
-            default=100.0, metavar="MB", help="largest single file of a bundle (default 100)", shown_default="100"),
+            default=100.0, metavar="MB", help="largest single file of a bundle (default 100)",
+            doc="largest single file of a bundle", shown_default="100"),
     Setting("--bundle-retention", type=float, env="DT_BUNDLE_RETENTION", lo=0, lo_open=True, hi=10 * 365 * 86400,
             default=7 * 86400.0, metavar="S", field="bundle_retention_s",
             help="seconds a bundle's blobs stay after the last upload or task that used them; unfinished "
-                 "tasks keep theirs (default 604800, a week)", shown_default="604800 s (a week)"),
+                 "tasks keep theirs (default 604800, a week)",
+            doc="seconds a bundle's blobs stay after the last upload or task that used them; unfinished tasks "
+                "keep theirs", shown_default="604800 s (a week)"),
     Setting("--header-timeout", type=float, env="DT_HEADER_TIMEOUT", lo=0, lo_open=True, hi=3600, default=10.0,
             metavar="S", field="header_timeout_s",
             help="close a connection that sends no complete request head within S seconds of opening or "
@@ -167,6 +172,7 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
                 "port", shown_default="none"),
     Setting("--dashboard", type=SWITCH, default=False,
             help="also serve the web dashboard under /dashboard (sign in with any key that may read tasks)",
+            doc="also serve the web dashboard under `/dashboard`; sign in with any key that may read tasks",
             shown_default="off"),
     Setting("--port-file", type=Path, read=False,
             help="write the bound port to this file once listening (for scripts using --port 0); a group member "

@@ -31,7 +31,7 @@ class Setting:
     """One flag of one program. ``type`` is ``str``, ``int``, ``float``, ``Path`` or ``SWITCH``.
 
     Bounds: ``lo``/``hi`` inclusive, ``lo_open`` makes ``lo`` exclusive (``> lo``); floats must
-    also be finite. ``check(value, source)`` converts or validates further (a URL list, module
+    also be finite; ``bounds`` says the range in words where ``0..1`` would not do. ``check(value, source)`` converts or validates further (a URL list, module
     prefixes), raising ConfigError naming ``source``. ``default`` is the value when neither flag
     nor variable is given (None: the config's own default). ``doc`` is the README's text for the
     row when it says more than ``help``; ``shown`` the README's flag column when not
@@ -46,6 +46,7 @@ class Setting:
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
+    bounds: str | None = None
     choices: tuple[str, ...] = ()
     metavar: str | None = None
     group: str | None = None
@@ -142,7 +143,7 @@ def _check_bounds(s: Setting, value: Any, source: str, raw: Any) -> None:
     above = s.lo is None or (value > s.lo if s.lo_open else value >= s.lo)
     if above and (s.hi is None or value <= s.hi):
         return
-    raise ConfigError(f"{source}: must be {bounds_text(s)}, got {raw!r}")
+    raise ConfigError(f"{source}: must be {s.bounds or bounds_text(s)}, got {raw!r}")
 
 
 def bounds_text(s: Setting) -> str:
@@ -161,7 +162,7 @@ def markdown_rows(settings: Iterable[Setting]) -> list[str]:
     for s in settings:
         shown = s.shown or (s.flag if s.type == SWITCH else f"{s.flag} {s.metavar or s.dest.upper()}")
         var = f"`{s.env}`" + (" (`1`/`0`)" if s.type == SWITCH else "") if s.env else ""
-        rows.append(f"| `{shown}` | {var} | {s.doc or s.help} |".replace("|  |", "| |"))
+        rows.append(_row(f"`{shown}`", var, s.doc or s.help))
     return rows
 
 
@@ -173,5 +174,9 @@ def markdown_default_rows(settings: Iterable[Setting]) -> list[str]:
         text = s.help if s.doc is None else s.doc
         flag = f"`{s.shown or s.flag}`" + (f" ({text})" if text else "")
         var = f"`{s.env}`" + (" (`1`/`0`)" if s.type == SWITCH else "") if s.env else ""
-        rows.append(f"| {flag} | {var} | {s.shown_default} |".replace("|  |", "| |"))
+        rows.append(_row(flag, var, s.shown_default))
     return rows
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |" if all(cells) else "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"

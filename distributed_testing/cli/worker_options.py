@@ -56,7 +56,8 @@ GROUPS = {
     "train": "multi-node training tasks",
     "trust": "what task submitters may run here (see docs/security.md)",
 }
-PERCENT: dict[str, Any] = {"type": float, "lo": 0, "hi": 100, "lo_open": True, "metavar": "P", "group": "limits"}
+PERCENT: dict[str, Any] = {"type": float, "lo": 0, "hi": 100, "lo_open": True, "bounds": "a percentage in (0, 100]",
+                           "metavar": "P", "group": "limits"}
 
 WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("--coordinator", field="coordinator_urls", env="DT_COORDINATOR_URL", metavar="URL[,URL...]",
@@ -172,7 +173,7 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("--limit-cooldown", type=float, lo=0, default=10.0, metavar="S", group="limits", field="limit_cooldown_s",
             help="seconds back under every limit before taking tasks again (default 10)",
             doc="seconds back under every limit before it is `ready` again (default 10)"),
-    Setting("--memory-buffer", type=float, lo=0, hi=0.9, metavar="F", group="limits",
+    Setting("--memory-buffer", type=float, lo=0, hi=0.9, bounds="a fraction in [0, 0.9]", metavar="F", group="limits",
             help="fraction of memory (0..0.9) kept free: tasks get available memory minus this",
             doc="fraction (0..0.9) of memory kept free: less free is `constrained`, and tasks whose "
                 "`max_memory_mb` exceeds available minus the buffer go elsewhere"),
