@@ -1,5 +1,6 @@
-"""Write the option tables of README.md ("Worker options") and docs/operations.md ("Coordinator")
-from the settings tables (distributed_testing/cli/worker_options.py, coordinator_options.py):
+"""Write the option tables of README.md ("Worker options", the dashboard's) and docs/operations.md
+("Coordinator") from the settings tables (distributed_testing/cli/worker_options.py,
+coordinator_options.py, dashboard.py):
 each sits between ``<!-- options:NAME -->`` and ``<!-- /options:NAME -->``. ``--check``: exit 1
 if a committed file differs.
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 
 from distributed_testing.cli.coordinator_options import COORDINATOR_SETTINGS
+from distributed_testing.cli.dashboard import DASHBOARD_SETTINGS
 from distributed_testing.cli.options import Setting, markdown_default_rows, markdown_rows
 from distributed_testing.cli.worker_options import WORKER_SETTINGS
 
@@ -22,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BLOCKS: list[tuple[Path, str, tuple[Setting, ...], Callable[[Iterable[Setting]], list[str]]]] = [
     (ROOT / "README.md", "worker", WORKER_SETTINGS, markdown_rows),
     (ROOT / "docs" / "operations.md", "coordinator", COORDINATOR_SETTINGS, markdown_default_rows),
+    (ROOT / "README.md", "dashboard", DASHBOARD_SETTINGS,
+     partial(markdown_default_rows, title="`dashboard_server.py` / `dt-dashboard` flag")),
 ]
 
 

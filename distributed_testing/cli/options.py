@@ -143,17 +143,22 @@ def _check_bounds(s: Setting, value: Any, source: str, raw: Any) -> None:
     above = s.lo is None or (value > s.lo if s.lo_open else value >= s.lo)
     if above and (s.hi is None or value <= s.hi):
         return
-    raise ConfigError(f"{source}: must be {s.bounds or bounds_text(s)}, got {raw!r}")
+    raise ConfigError(f"{source}: must be {s.bounds or bounds_text(s)}, got {number(value)}")
 
 
 def bounds_text(s: Setting) -> str:
     """``0..65535``, ``>= 1``, ``> 0``, ``> 0 and at most 3600``: how an error and the README say it."""
-    lo, hi = (None if b is None else f"{b:g}" for b in (s.lo, s.hi))
+    lo, hi = (None if b is None else number(b) for b in (s.lo, s.hi))
     if lo is not None and hi is not None:
         return f"> {lo} and at most {hi}" if s.lo_open else f"{lo}..{hi}"
     if lo is not None:
         return f"> {lo}" if s.lo_open else f">= {lo}"
     return f"at most {hi}"
+
+
+def number(value: float) -> str:
+    """``2592000`` and ``0.2``, not ``2.592e+06`` and ``0.20000``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def markdown_rows(settings: Iterable[Setting]) -> list[str]:
@@ -167,9 +172,9 @@ def markdown_rows(settings: Iterable[Setting]) -> list[str]:
 
 
 
-def markdown_default_rows(settings: Iterable[Setting]) -> list[str]:
+def markdown_default_rows(settings: Iterable[Setting], title: str = "flag") -> list[str]:
     """docs/operations.md's style: ``flag`` (what it does) | variable | default."""
-    rows = ["| flag | variable | default |", "|---|---|---|"]
+    rows = [f"| {title} | variable | default |", "|---|---|---|"]
     for s in settings:
         text = s.help if s.doc is None else s.doc
         flag = f"`{s.shown or s.flag}`" + (f" ({text})" if text else "")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from distributed_testing.cli import coordinator as coord_cli
+from distributed_testing.cli import dashboard as dash_cli
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.cli.coordinator_options import COORDINATOR_SETTINGS
 from distributed_testing.cli.options import SWITCH, Setting, add_settings, resolve
@@ -25,7 +26,9 @@ from distributed_testing.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 PROGRAMS = [(worker_cli.build_parser, WORKER_SETTINGS, WorkerConfig, ROOT / "README.md", "worker"),
             (coord_cli.build_parser, COORDINATOR_SETTINGS, CoordinatorConfig, ROOT / "docs" / "operations.md",
-             "coordinator")]
+             "coordinator"),
+            # the dashboard's values go to DashboardConfig, a host and a port: no one config class
+            (dash_cli.build_parser, dash_cli.DASHBOARD_SETTINGS, None, ROOT / "README.md", "dashboard")]
 IDS = [p[-1] for p in PROGRAMS]
 NOT_IN_TABLE = {"-h", "--help", "--log-level"}  # argparse's own, and cli/common.py's (every program)
 
@@ -65,7 +68,7 @@ def test_readme_help_and_table_list_the_same_flags(build: Any, settings: tuple[S
             assert s.env in after, (s.flag, s.env)
 
 
-@pytest.mark.parametrize(("build", "settings", "config", "doc", "name"), PROGRAMS, ids=IDS)
+@pytest.mark.parametrize(("build", "settings", "config", "doc", "name"), PROGRAMS[:2], ids=IDS[:2])
 def test_each_row_names_a_config_field_with_the_same_default(build: Any, settings: tuple[Setting, ...],
                                                              config: Any, doc: Path, name: str) -> None:
     fields = {f.name: f for f in dataclasses.fields(config)}
@@ -103,10 +106,10 @@ def test_flag_wins_over_variable_wins_over_default() -> None:
 
 
 @pytest.mark.parametrize(("argv", "env", "message"), [
-    (["--count", "0"], {}, "--count: must be 1..9, got '0'"),
-    ([], {"DT_COUNT": "10"}, "DT_COUNT: must be 1..9, got '10'"),
+    (["--count", "0"], {}, "--count: must be 1..9, got 0"),
+    ([], {"DT_COUNT": "10"}, "DT_COUNT: must be 1..9, got 10"),
     ([], {"DT_COUNT": "2.5"}, "DT_COUNT: expected a whole number, got '2.5'"),
-    (["--wait", "0"], {}, "--wait: must be > 0, got 0.0"),
+    (["--wait", "0"], {}, "--wait: must be > 0, got 0"),
     (["--wait", "nan"], {}, "--wait: must be a finite number, got nan"),
     ([], {"DT_ON": "maybe"}, "DT_ON: must be 1/true/yes or 0/false/no, got 'maybe'"),
     ([], {"DT_MODE": "c"}, "DT_MODE: must be one of a, b, got 'c'"),
