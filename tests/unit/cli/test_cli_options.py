@@ -123,3 +123,14 @@ def test_bad_values_name_the_flag_or_the_variable(argv: list[str], env: dict[str
 def test_a_flag_without_a_variable_is_typed_by_argparse() -> None:
     with pytest.raises(SystemExit):
         _read("--wait", "soon")
+
+
+def test_a_profile_presets_only_settings_without_a_default() -> None:
+    """config_from_args lays given values over the profile's: a row with a default would always
+    beat the profile, so every preset setting defaults to None (not given)."""
+    from distributed_testing.worker.limits import PROFILES, profile_settings
+
+    defaults = {s.key: s.default for s in WORKER_SETTINGS}
+    for name in PROFILES:
+        for key in profile_settings(name, 4):
+            assert defaults[key] is None, (name, key)
