@@ -82,7 +82,8 @@ def add_settings(parser: argparse.ArgumentParser, settings: Iterable[Setting],
             if s.group not in made:
                 made[s.group] = parser.add_argument_group((groups or {}).get(s.group, s.group))
             target = made[s.group]
-        help_text = f"{s.help} (env {s.env})" if s.env and s.env not in s.help else s.help
+        env = f"{s.env}=1/0" if s.type == SWITCH else s.env
+        help_text = f"{s.help} (env {env})" if s.env and s.env not in s.help else s.help
         if s.type == SWITCH:
             target.add_argument(s.flag, action="store_true", default=None, help=help_text)
             continue
