@@ -85,7 +85,8 @@ def add_settings(parser: argparse.ArgumentParser, settings: Iterable[Setting],
         env = f"{s.env}=1/0" if s.type == SWITCH else s.env
         help_text = f"{s.help} (env {env})" if s.env and s.env not in s.help else s.help
         if s.type == SWITCH:
-            target.add_argument(s.flag, action="store_true", default=None, help=help_text)
+            # None: not given, so that its variable can stand in
+            target.add_argument(s.flag, action="store_true", default=None if s.env else False, help=help_text)
             continue
         kwargs: dict[str, Any] = {"help": help_text, "metavar": s.metavar}
         if s.choices:

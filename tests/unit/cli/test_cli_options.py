@@ -135,3 +135,11 @@ def test_a_profile_presets_only_settings_without_a_default() -> None:
     for name in PROFILES:
         for key in profile_settings(name, 4):
             assert defaults[key] is None, (name, key)
+
+
+def test_dt_lists_exactly_its_table_before_the_subcommands() -> None:
+    from distributed_testing.cli import dt
+
+    parser = dt.build_parser()
+    assert [o for a in parser._actions for o in a.option_strings if o not in NOT_IN_TABLE] == \
+        [s.flag for s in dt.DT_SETTINGS]
