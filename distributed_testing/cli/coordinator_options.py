@@ -22,6 +22,11 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
         raise ConfigError(f"{source}: expected LOW-HIGH such as 29500-29999, got {raw!r}") from exc
 
 
+def _as_float(value: int, source: str) -> float:
+    """Whole seconds on the command line, float seconds in CoordinatorConfig."""
+    return float(value)
+
+
 SECONDS: dict[str, Any] = {"type": float, "lo": 0, "lo_open": True, "metavar": "S"}
 WAIT: dict[str, Any] = {"type": float, "lo": 0, "metavar": "S"}  # 0 allowed
 COUNT: dict[str, Any] = {"type": int, "lo": 0, "metavar": "N"}
@@ -63,10 +68,10 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
             doc="write a new signing secret and exit; restart to use it; with PostgreSQL and no "
                 "`--jwt-secret-file`: replace the group's secret in the database, every member uses it within a "
                 "second"),
-    Setting("--token-ttl", type=int, lo=1, hi=86400, default=900, field="token_ttl_s",
+    Setting("--token-ttl", type=int, lo=1, hi=86400, default=900.0, field="token_ttl_s", check=_as_float,
             help="JWT lifetime in whole seconds, at least 1 (default 900)", doc="", shown_default="900 s"),
-    Setting("--max-session-age", type=int, env="DT_MAX_SESSION_AGE", lo=1, hi=365 * 86400, default=86400,
-            usage_error=True, field="max_session_age_s",
+    Setting("--max-session-age", type=int, env="DT_MAX_SESSION_AGE", lo=1, hi=365 * 86400, default=86400.0,
+            usage_error=True, field="max_session_age_s", check=_as_float,
             help="seconds after a JWT was first obtained with an API key during which it (and its renewals) may "
                  "be renewed; renewed JWTs never outlive it (default 86400)",
             doc="a JWT renews JWTs only this long after its API key was used", shown_default="86400 s"),
