@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line entry points (logging, signals, variables)."""
+"""Helpers shared by the command-line entry points (logging, signals)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Mapping
-
-from ..config import env_pick
-from ..errors import ConfigError
 
 # Cyclic-GC thresholds for the long-running processes; see tune_gc.
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -56,18 +52,3 @@ async def wait_for_signal() -> signal.Signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
-
-def metrics_port(flag: str | None, env: Mapping[str, str]) -> int | None:
-    """``--metrics-port`` / DT_METRICS_PORT (coordinator and worker alike): a port 0..65535, or
-    None when neither is given; ConfigError naming the one that is wrong."""
-    raw, source = env_pick(flag, env, "DT_METRICS_PORT")
-    if raw is None:
-        return None
-    where = "--metrics-port" if source == "flag" else "DT_METRICS_PORT"
-    try:
-        port = int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: expected a port number, got {raw!r}") from exc
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{where}: must be 0..65535, got {raw!r}")
-    return port

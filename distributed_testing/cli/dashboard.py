@@ -1,7 +1,6 @@
 """``dt-dashboard`` / ``dashboard_server.py``: serve the web dashboard on its own port.
 
-Variables (flags win): DT_COORDINATOR_URL (comma-separated coordinator URLs; the first healthy one
-is used), DT_DASHBOARD_HOST, DT_DASHBOARD_PORT, DT_DASHBOARD_SESSION_TTL, DT_CA_FILE.
+Flags and their DT_* variables (flags win) are the rows of ``DASHBOARD_SETTINGS`` below.
 
 Exit status: 0 after SIGINT/SIGTERM; 2 when it cannot start (a bad flag or variable, the port in
 use), with one line on stderr.
@@ -19,10 +18,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..config import env_pick, environ
+from ..config import environ
 from ..dashboard.app import DashboardConfig, create_dashboard_app
 from ..errors import ConfigError
 from .common import add_log_flag, setup_logging, wait_for_signal
+from .options import Setting, add_settings, resolve
 
 log = logging.getLogger(__name__)
 
@@ -30,49 +30,53 @@ log = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-dashboard", description="Serve the distributed_testing web dashboard.",
                                 epilog="Exit status: 0 stopped by SIGTERM/SIGINT; 2 could not start.")
-    p.add_argument("--coordinator", metavar="URL[,URL...]",
-                   help="coordinator base URL(s); with several, the first that answers /healthz is used "
-                        "(env DT_COORDINATOR_URL; default http://127.0.0.1:8080)")
-    p.add_argument("--host", help="address to bind (default 127.0.0.1; env DT_DASHBOARD_HOST)")
-    p.add_argument("--port", help="port to bind, 0 for any free one (default 8081; env DT_DASHBOARD_PORT)")
-    p.add_argument("--session-ttl", metavar="S",
-                   help="seconds a sign-in lasts (default 28800; env DT_DASHBOARD_SESSION_TTL)")
-    p.add_argument("--ca-file", type=Path, help="CA bundle to trust for an https coordinator (env DT_CA_FILE)")
-    p.add_argument("--port-file", type=Path, help="write the bound port to this file once listening")
+    add_settings(p, DASHBOARD_SETTINGS)
     add_log_flag(p)
     return p
 
 
 def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[DashboardConfig, str, int]:
     """(dashboard config, host, port); ConfigError naming the flag or variable that is wrong."""
-    raw, source = env_pick(ns.coordinator, env, "DT_COORDINATOR_URL", "http://127.0.0.1:8080")
-    where = "--coordinator" if source == "flag" else source
-    urls = tuple(u.strip() for u in (raw or "").split(",") if u.strip())
+    v = resolve(DASHBOARD_SETTINGS, ns, env)
+    config = DashboardConfig(coordinator_urls=v["coordinator"], session_ttl_s=v["session_ttl"], ca_file=v["ca_file"])
+    return config, v["host"], v["port"]
+
+
+def _urls(raw: str, source: str) -> tuple[str, ...]:
+    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
     if not urls:
-        raise ConfigError(f"{where}: give at least one coordinator URL")
+        raise ConfigError(f"{source}: give at least one coordinator URL")
     for u in urls:
         parts = urlsplit(u)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{where}: {u!r} is not an http(s)://host[:port] URL")
-    port_raw, port_src = env_pick(ns.port, env, "DT_DASHBOARD_PORT", "8081")
-    try:
-        port = int(port_raw or "")
-    except ValueError as exc:
-        raise ConfigError(f"{'--port' if port_src == 'flag' else port_src}: expected a port number, got {port_raw!r}") from exc
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{'--port' if port_src == 'flag' else port_src}: must be 0..65535, got {port}")
-    ttl_raw, ttl_src = env_pick(ns.session_ttl, env, "DT_DASHBOARD_SESSION_TTL", "28800")
-    try:
-        ttl = float(ttl_raw or "")
-    except ValueError:
-        ttl = -1.0
-    if not 0 < ttl <= 30 * 86400:
-        raise ConfigError(f"{'--session-ttl' if ttl_src == 'flag' else ttl_src}: must be 1..2592000 seconds, got {ttl_raw!r}")
-    ca = ns.ca_file or (Path(env["DT_CA_FILE"]) if env.get("DT_CA_FILE") else None)
-    if ca is not None and not ca.is_file():
-        raise ConfigError(f"{'--ca-file' if ns.ca_file else 'DT_CA_FILE'}: {ca} is not a readable file")
-    host = ns.host or env.get("DT_DASHBOARD_HOST") or "127.0.0.1"
-    return DashboardConfig(coordinator_urls=urls, session_ttl_s=ttl, ca_file=ca), host, port
+            raise ConfigError(f"{source}: {u!r} is not an http(s)://host[:port] URL")
+    return urls
+
+
+def _readable(path: Path, source: str) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"{source}: {path} is not a readable file")
+    return path
+
+
+DASHBOARD_SETTINGS: tuple[Setting, ...] = (
+    Setting("--coordinator", env="DT_COORDINATOR_URL", metavar="URL[,URL...]", default=("http://127.0.0.1:8080",),
+            check=_urls, shown="--coordinator URL[,URL...]",
+            help="coordinator base URL(s); with several, the first that answers /healthz is used "
+                 "(default http://127.0.0.1:8080)",
+            doc="the first that answers `/healthz` is used", shown_default="`http://127.0.0.1:8080`"),
+    Setting("--host", env="DT_DASHBOARD_HOST", default="127.0.0.1", help="address to bind (default 127.0.0.1)",
+            doc="", shown_default="`127.0.0.1`"),
+    Setting("--port", type=int, env="DT_DASHBOARD_PORT", lo=0, hi=65535, default=8081,
+            help="port to bind, 0 for any free one (default 8081)", doc="0: any free port", shown_default="`8081`"),
+    Setting("--session-ttl", type=float, env="DT_DASHBOARD_SESSION_TTL", lo=0, lo_open=True, hi=30 * 86400,
+            default=28800.0, metavar="S", help="seconds a sign-in lasts (default 28800)",
+            doc="how long a sign-in lasts", shown="--session-ttl S", shown_default="`28800`"),
+    Setting("--ca-file", type=Path, env="DT_CA_FILE", check=_readable,
+            help="CA bundle to trust for an https coordinator", doc="CA bundle for an https coordinator",
+            shown_default="system CAs"),
+    Setting("--port-file", type=Path, read=False, help="write the bound port to this file once listening", doc=""),
+)
 
 
 async def serve(config: DashboardConfig, host: str, port: int, port_file: Path | None) -> None:

@@ -27,12 +27,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from ..config import DEFAULT_COORDINATOR_URL, env_pick, environ, parse_urls
+from ..config import DEFAULT_COORDINATOR_URL, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
 from ..tasks.states import WORKER_STATES
 from . import compare, submit
 from .http import ApiClient, ApiError
+from .options import SWITCH, Setting, add_settings, resolve
 from .report import print_results, print_table, with_iso_times
 from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
 
@@ -52,19 +53,24 @@ EPILOG = """exit codes:
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+# dt's own flags (every subcommand's are in its register function); cli/options.py reads them
+DT_SETTINGS: tuple[Setting, ...] = (
+    Setting("--coordinator", env="DT_COORDINATOR_URL", default=(DEFAULT_COORDINATOR_URL,), check=parse_urls,
+            help="coordinator URL, or the comma-separated URLs of an HA group: a request refused (connection "
+                 "refused, 503) goes to the next one, a redirect to the leader is followed, and a failover is "
+                 f"waited out for up to 20 s (default {DEFAULT_COORDINATOR_URL})"),
+    Setting("--api-key", env="DT_API_KEY", help="API key or JWT"),
+    Setting("--ca-file", type=Path, env="DT_CA_FILE", field="ssl_context", check=tls.client_context,
+            help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs)"),
+    Setting("--local-time", type=SWITCH, read=False,
+            help="show times in the local zone with its offset (default: UTC, ISO 8601 with Z)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt", description="Submit and inspect distributed_testing tasks.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--coordinator",
-                   help="coordinator URL, or the comma-separated URLs of an HA group: a request refused (connection "
-                        "refused, 503) goes to the next one, a redirect to the leader is followed, and a failover is "
-                        f"waited out for up to 20 s (env DT_COORDINATOR_URL; default {DEFAULT_COORDINATOR_URL})")
-    p.add_argument("--api-key", help="API key or JWT (env DT_API_KEY)")
-    p.add_argument("--ca-file", type=Path,
-                   help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs; "
-                        "env DT_CA_FILE)")
-    p.add_argument("--local-time", action="store_true",
-                   help="show times in the local zone with its offset (default: UTC, ISO 8601 with Z)")
+    add_settings(p, DT_SETTINGS)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for register in REGISTRARS:
         register(sub)
@@ -142,15 +148,12 @@ def register_results(sub: SubParsers) -> None:
 
 
 def client_from_args(ns: argparse.Namespace) -> ApiClient:
-    env = environ()
-    url, src = env_pick(ns.coordinator, env, "DT_COORDINATOR_URL", DEFAULT_COORDINATOR_URL)
-    key, _ = env_pick(ns.api_key, env, "DT_API_KEY")
-    if not key:
+    v = resolve(DT_SETTINGS, ns, environ())
+    if not v["api_key"]:
         raise ConfigError("no credentials: pass --api-key or set DT_API_KEY")
-    urls = parse_urls(url or DEFAULT_COORDINATOR_URL, "--coordinator" if src == "flag" else src)
-    ca, ca_src = env_pick(str(ns.ca_file) if ns.ca_file else None, env, "DT_CA_FILE")
-    context = tls.client_context(Path(ca) if ca else None, "--ca-file" if ca_src == "flag" else ca_src)
-    return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
+    urls = v["coordinator"]
+    context = v["ssl_context"] or tls.client_context(None)
+    return ApiClient(urls, v["api_key"], ssl_context=context if any(u.startswith("https://") for u in urls) else None)
 
 
 def cmd_keys(api: ApiClient, ns: argparse.Namespace) -> int:
