@@ -91,7 +91,7 @@ def test_a_write_sent_before_a_pause_does_not_land_after_the_takeover(group: HaG
             answer = asyncio.create_task(asyncio.to_thread(_submit, a, admin.key, "late"))
             pid = await _blocked_writer(watch, 30)  # the leader sent the write, holding the lease
             a.proc.send_signal(signal.SIGSTOP)
-            await asyncio.to_thread(group.wait_role, b, "leader", 30)
+            await asyncio.to_thread(group.wait_role, b, "leader", 10)  # the lease TTL (5 s) and slack
             await tx.commit()  # the old leader's statement runs now, after the lease changed hands
             await _finished(watch, pid, 30)
             in_db = db_tasks(group.dsn)  # before the old leader resumes: what its write did alone
