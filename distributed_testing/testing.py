@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -272,6 +273,72 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class RoundRobinProxy:
+    """A TCP proxy on ``host`` (a free port: ``port``) handing each new connection to the next of
+    ``targets`` (``(host, port)``; one target makes it a relay), on its own event loop in a thread.
+    A refused or slow (1 s) connect moves to the next target, as a load balancer's health check
+    soon would; a target that accepts and then says nothing (a paused process) is not detected,
+    as with a real one. ``close`` stops it and drops every connection."""
+
+    def __init__(self, targets: Sequence[tuple[str, int]], host: str = "127.0.0.1") -> None:
+        self.targets = list(targets)
+        self.host = host
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        ready = concurrent.futures.Future[int]()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        self.port = ready.result(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _run(self, ready: concurrent.futures.Future[int]) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, self.host, 0))
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(int(self._server.sockets[0].getsockname()[1]))
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in self.targets:
+            host, port = self.targets[self._next % len(self.targets)]
+            self._next += 1
+            try:
+                up_r, up_w = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+                break
+            except (OSError, TimeoutError):
+                continue
+        else:
+            writer.transport.abort()
+            return
+        await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer), return_exceptions=True)
+
+    @staticmethod
+    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.transport.abort()
+
+    def close(self) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()  # the pumps: every connection is dropped
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 class Procs:
