@@ -1,58 +1,60 @@
 """A coordinator group on PostgreSQL for the chaos suite: several ``run_coordinator.py`` processes on
 one database, workers that know all of them (``--high-availability``), and a REST client that
-follows the group (a standby answers 307 with the leader's address; a dead member is skipped).
+works with the group through the one client (any member answers: a standby forwards to the leader;
+a dead, paused or leaderless member is skipped).
 
 ``HaCluster`` extends ``ChaosCluster`` (workers, execution log, ``Tally``) with members: each has
 its own port, log and ``--advertise-url``; ``leader()`` asks ``GET /api/v1/cluster``;
-``kill_member``/``start_member`` SIGKILL and restart one. ``failover_times`` reads, from the tasks'
-histories, the time from each kill to the next assignment anywhere in the group.
+``kill_member``/``start_member`` SIGKILL and restart one, ``pause_member``/``resume_member`` SIGSTOP
+and SIGCONT one. Each kill and pause is recorded in ``disruptions``; ``next_task_times`` reads,
+from the tasks' histories, the time from each disruption to each worker's next assignment.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from chaos_support import ChaosCluster
 
+from distributed_testing.client import ApiClient, ApiError
 from distributed_testing.testing import Rest, free_port, start_coordinator_process, wait_until
 
 
 class GroupRest(Rest):
-    """``Rest`` over several coordinator URLs: a refused connection moves to the next member, a
-    307 (a standby) or 503 is followed to the leader it names, up to ``timeout_s`` in all."""
+    """``Rest`` over several coordinator URLs through the one client (``distributed_testing.client.
+    ApiClient``): any member answers (a standby forwards to the leader); a 503 without a leader, a
+    refused or silent member moves to the next one, up to ``timeout_s`` in all. A GET, or a
+    submission whose tasks all carry a ``task_id``, is asked again of another member when its
+    answer was lost. Errors come back as ``(status, {"error": message})`` (0: no member answered)."""
 
     def __init__(self, urls: Sequence[str], key: str, timeout_s: float = 60.0) -> None:
         super().__init__(urls[0], key)
-        self.urls = list(urls)
-        self.budget_s = timeout_s
+        self.client = ApiClient(list(urls), key, timeout_s=10.0, failover_s=timeout_s)  # a loaded 2-core machine
+
+    @property
+    def urls(self) -> list[str]:
+        return self.client.urls
 
     def request(self, method: str, path: str, json: Any = None, params: Any = None,
                 timeout: float | None = None) -> tuple[int, Any]:
-        deadline = time.monotonic() + self.budget_s
-        i = 0
-        while True:
-            base = self.urls[i % len(self.urls)]
-            try:
-                status, body = Rest(base, self.key, timeout or self.timeout).request(method, path, json, params)
-            except OSError:
-                status, body = 0, None
-            if status in (307, 503) or status == 0:
-                leader = body.get("leader") if isinstance(body, dict) else None
-                if leader and leader not in self.urls:
-                    self.urls.append(leader)
-                if time.monotonic() > deadline:
-                    return status, body
-                if leader:
-                    i = self.urls.index(leader)
-                else:
-                    i += 1
-                    time.sleep(0.1)
-                continue
-            return status, body
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        try:
+            return 200, self.client.request(method, path + query, json, repeatable=_repeatable(method, path, json))
+        except ApiError as exc:
+            return exc.status, {"error": str(exc)}
+
+
+def _repeatable(method: str, path: str, body: Any) -> bool:
+    if method == "GET":
+        return True
+    tasks = body if isinstance(body, list) else [body]
+    return method == "POST" and path == "/api/v1/tasks" and all(isinstance(t, dict) and t.get("task_id") for t in tasks)
 
 
 class HaCluster(ChaosCluster):
@@ -65,6 +67,8 @@ class HaCluster(ChaosCluster):
         self.members: list[subprocess.Popen[bytes] | None] = [None] * members
         self.admin_key_file = tmp / "admin.key"
         self.kills: list[float] = []
+        self.disruptions: list[tuple[str, float]] = []  # ("kill" | "pause", when)
+        self.paused: set[int] = set()
 
     def member_url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.ports[i]}"
@@ -91,7 +95,7 @@ class HaCluster(ChaosCluster):
     def leader(self) -> int | None:
         """The index of the member ``GET /api/v1/cluster`` names as leader (asked of every live one)."""
         for i, p in enumerate(self.members):
-            if p is None or p.poll() is not None:
+            if p is None or p.poll() is not None or i in self.paused:
                 continue
             try:
                 status, body = Rest(self.member_url(i), self.api.key, 5).request("GET", "/api/v1/cluster")
@@ -100,7 +104,7 @@ class HaCluster(ChaosCluster):
             if status == 200 and body.get("leader") in self.urls:
                 j = self.urls.index(body["leader"])
                 p2 = self.members[j]
-                if p2 is not None and p2.poll() is None:
+                if p2 is not None and p2.poll() is None and j not in self.paused:
                     return j
         return None
 
@@ -111,19 +115,48 @@ class HaCluster(ChaosCluster):
         at = time.time()
         p.wait()
         self.kills.append(at)
+        self.disruptions.append(("kill", at))
         return at
+
+    def pause_member(self, i: int) -> float:
+        """SIGSTOP member ``i``: it keeps its sockets and its lease's database session, and says
+        nothing; ``leader()`` skips it until ``resume_member``."""
+        p = self.members[i]
+        assert p is not None and p.poll() is None, f"member {i} is not running"
+        p.send_signal(signal.SIGSTOP)
+        at = time.time()
+        self.paused.add(i)
+        self.disruptions.append(("pause", at))
+        return at
+
+    def resume_member(self, i: int) -> None:
+        p = self.members[i]
+        assert p is not None
+        p.send_signal(signal.SIGCONT)
+        self.paused.discard(i)
+
+    def close(self) -> None:
+        for i in list(self.paused):  # a stopped process cannot be stopped gracefully
+            self.resume_member(i)
+        super().close()
 
     def add_ha_worker(self, worker_id: str, slots: int = 2) -> None:
         self.add_worker(worker_id, slots=slots, url=",".join(self.urls), extra=["--high-availability"])
 
-    def failover_times(self, tasks: dict[str, dict[str, Any]]) -> list[float]:
-        """For each kill, seconds from it to the first assignment after it (any task, any member)."""
-        assigned = sorted(h["at"] for t in tasks.values() for h in t.get("history", []) if h["to"] == "assigned")
-        out = []
-        for k in self.kills:
-            after = [a for a in assigned if a > k]
-            if after:
-                out.append(after[0] - k)
+    def next_task_times(self, tasks: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+        """Per kind of disruption: for each disruption and each worker, seconds from it to that
+        worker's first assignment after it (a worker given nothing after it counts nothing)."""
+        per_worker: dict[str, list[float]] = {}
+        for t in tasks.values():
+            for h in t.get("history", []):
+                if h["to"] == "assigned" and h.get("worker_id"):
+                    per_worker.setdefault(h["worker_id"], []).append(h["at"])
+        out: dict[str, list[float]] = {}
+        for kind, at in self.disruptions:
+            for times in per_worker.values():
+                after = [a for a in times if a > at]
+                if after:
+                    out.setdefault(kind, []).append(min(after) - at)
         return out
 
     def registrations(self) -> Any:
