@@ -441,12 +441,14 @@ class Rest:
 def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, host: str = "127.0.0.1",
                               args: Sequence[str] = (), log: Path | None = None,
                               timeout: float = 60.0, make_dir: bool = True,
-                              env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+                              env: Mapping[str, str] | None = None,
+                              prefix: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], int]:
     """``run_coordinator.py`` (``procs.cwd`` must hold it) on ``host:port`` (0: any free port) with
     ``--port-file``; returns the process and its port once it listens. The admin key is written
     beside ``db_path`` on the first start. ``make_dir=False`` leaves creating the database's
     directory to the coordinator (the port file and the default log then go to ``procs.tmp``).
-    ``env`` adds variables to the process's environment."""
+    ``env`` adds variables to the process's environment; ``prefix`` goes before the interpreter
+    (``ip netns exec NAME``)."""
     if make_dir:
         db_path.parent.mkdir(parents=True, exist_ok=True)
     aside = db_path.parent if make_dir else procs.tmp
@@ -454,7 +456,7 @@ def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, hos
     port_file.unlink(missing_ok=True)
     where = log or aside / "coordinator.log"
     p = procs.start(["run_coordinator.py", "--host", host, "--port", str(port), "--db-path", str(db_path),
-                     "--port-file", str(port_file), *args], where, env=env)
+                     "--port-file", str(port_file), *args], where, env=env, prefix=prefix)
 
     def listening() -> bool:
         if p.poll() is not None:

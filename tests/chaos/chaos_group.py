@@ -6,7 +6,8 @@ a dead, paused or leaderless member is skipped).
 ``HaCluster`` extends ``ChaosCluster`` (workers, execution log, ``Tally``) with members: each has
 its own port, log and ``--advertise-url``; ``leader()`` asks ``GET /api/v1/cluster``;
 ``kill_member``/``start_member`` SIGKILL and restart one, ``pause_member``/``resume_member`` SIGSTOP
-and SIGCONT one. Each kill and pause is recorded in ``disruptions``; ``next_task_times`` reads,
+and SIGCONT one, ``cut_member``/``restore_member`` take its network link down and up (members in
+network namespaces). Each kill, pause and cut is recorded in ``disruptions``; ``next_task_times`` reads,
 from the tasks' histories, the time from each disruption to each worker's next assignment.
 """
 
@@ -20,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos_support import ChaosCluster
+from chaos_support import ChaosCluster, NetNs
 
 from distributed_testing.client import ApiClient, ApiError
-from distributed_testing.testing import Rest, free_port, start_coordinator_process, wait_until
+from distributed_testing.testing import Rest, RoundRobinProxy, free_port, start_coordinator_process, wait_until
 
 
 class GroupRest(Rest):
@@ -58,19 +59,35 @@ def _repeatable(method: str, path: str, body: Any) -> bool:
 
 
 class HaCluster(ChaosCluster):
-    """``members`` coordinators on the PostgreSQL database ``db_url``."""
+    """``members`` coordinators on the PostgreSQL database ``db_url``.
 
-    def __init__(self, tmp: Path, db_url: str, members: int = 3) -> None:
+    With ``namespaces`` (one ``NetNs`` per member) member ``i`` runs inside namespace ``i``, so
+    ``cut_member`` can take its link down: it then reaches nothing and nothing reaches it. Relays
+    in the root namespace (``RoundRobinProxy`` with one target) on that namespace's ``host_addr``
+    carry its traffic: one to PostgreSQL (which listens on the root namespace's loopback), one to
+    its API, which is the URL it advertises and workers and the other members use."""
+
+    def __init__(self, tmp: Path, db_url: str, members: int = 3, namespaces: Sequence[NetNs] = ()) -> None:
         super().__init__(tmp)
         self.db_url = db_url
         self.ports = [free_port() for _ in range(members)]
         self.members: list[subprocess.Popen[bytes] | None] = [None] * members
         self.admin_key_file = tmp / "admin.key"
         self.kills: list[float] = []
-        self.disruptions: list[tuple[str, float]] = []  # ("kill" | "pause", when)
+        self.disruptions: list[tuple[str, float]] = []  # ("kill" | "pause" | "cut", when)
         self.paused: set[int] = set()
+        self.namespaces = list(namespaces)
+        assert not self.namespaces or len(self.namespaces) == members
+        self.relays: list[RoundRobinProxy] = []
+        db = urllib.parse.urlsplit(db_url)
+        for i, ns in enumerate(self.namespaces):
+            ns.route_default()
+            self.relays += [RoundRobinProxy([(db.hostname or "127.0.0.1", db.port or 5432)], host=ns.host_addr),
+                            RoundRobinProxy([(ns.ns_addr, self.ports[i])], host=ns.host_addr)]
 
     def member_url(self, i: int) -> str:
+        if self.namespaces:
+            return self.relays[2 * i + 1].url
         return f"http://127.0.0.1:{self.ports[i]}"
 
     @property
@@ -79,9 +96,16 @@ class HaCluster(ChaosCluster):
 
     def start_member(self, i: int) -> None:
         log = self.tmp / f"coordinator{i}.log"
+        db_url, host, prefix = self.db_url, "127.0.0.1", list[str]()
+        if self.namespaces:
+            parts = urllib.parse.urlsplit(self.db_url)
+            relay = self.relays[2 * i]
+            netloc = parts.netloc.rpartition("@")[0] + "@" if "@" in parts.netloc else ""
+            db_url = urllib.parse.urlunsplit(parts._replace(netloc=f"{netloc}{relay.host}:{relay.port}"))
+            host, prefix = self.namespaces[i].ns_addr, self.namespaces[i].prefix
         self.members[i], _ = start_coordinator_process(
-            self.procs, self.tmp / f"member{i}" / "c.db", port=self.ports[i], log=log,
-            args=["--db-path", self.db_url, "--admin-key-file", str(self.admin_key_file),
+            self.procs, self.tmp / f"member{i}" / "c.db", port=self.ports[i], host=host, log=log, prefix=prefix,
+            args=["--db-path", db_url, "--admin-key-file", str(self.admin_key_file),
                   "--advertise-url", self.member_url(i)])
 
     def start_group(self) -> None:
@@ -129,6 +153,19 @@ class HaCluster(ChaosCluster):
         self.disruptions.append(("pause", at))
         return at
 
+    def cut_member(self, i: int) -> float:
+        """Take member ``i``'s link down (``namespaces`` only): it keeps running, cut off from the
+        database, the workers and the other members, until ``restore_member``."""
+        self.namespaces[i].down()
+        at = time.time()
+        self.paused.add(i)
+        self.disruptions.append(("cut", at))
+        return at
+
+    def restore_member(self, i: int) -> None:
+        self.namespaces[i].up()
+        self.paused.discard(i)
+
     def resume_member(self, i: int) -> None:
         p = self.members[i]
         assert p is not None
@@ -138,7 +175,11 @@ class HaCluster(ChaosCluster):
     def close(self) -> None:
         for i in list(self.paused):  # a stopped process cannot be stopped gracefully
             self.resume_member(i)
+            if self.namespaces:
+                self.restore_member(i)
         super().close()
+        for relay in self.relays:
+            relay.close()
 
     def add_ha_worker(self, worker_id: str, slots: int = 2) -> None:
         self.add_worker(worker_id, slots=slots, url=",".join(self.urls), extra=["--high-availability"])
