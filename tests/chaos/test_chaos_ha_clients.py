@@ -1,45 +1,38 @@
-"""One address for the whole group, as its users see it: a round-robin TCP proxy (a load balancer,
-``testing.RoundRobinProxy``) in front of three real coordinators on PostgreSQL, and two clients
+"""One address for the whole group, as its users see it (issue 28): a round-robin TCP proxy (a load
+balancer, ``testing.RoundRobinProxy``) in front of three real coordinators on PostgreSQL (each in a
+network namespace of its own, ``HaCluster``), and two clients
 that know only the proxy: the real ``curl -L`` and plain ``urllib``, each driven as a user's script
 would (retry a 503 after its ``Retry-After``, retry a connection that failed or went silent, send a
 submission again with the same ``task_id``s). Each submits, waits and reads results while the
-leader is SIGKILLed, then while the next leader is SIGSTOPped. Every request must end in success,
+leader is SIGKILLed, then SIGSTOPped, then cut off (the last where ``ip netns`` is permitted).
+Every request must end in success,
 the only failures on the way are 503s and transport errors (never a 401 from a lost credential nor
 a 5xx of another kind), and every task ends ``succeeded`` exactly once with one result."""
 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ha_support import HaGroup, Member, db_tasks
+from chaos_group import HaCluster
+from chaos_support import NetNs
 
 from distributed_testing.testing import RoundRobinProxy, pg_database_sync, wait_until
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 CURL = "/usr/bin/curl"
 REQUEST_TIMEOUT_S = 10
 Answer = tuple[int, float, Any]  # status (0: transport error), Retry-After seconds, JSON body
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[HaGroup]:
-    with pg_database_sync(prefix="dt_ha_lb") as dsn:
-        g = HaGroup(tmp_path, dsn)
-        try:
-            yield g
-        finally:
-            g.close()
 
 
 def curl(url: str, key: str, method: str, path: str, body: Any = None) -> Answer:
@@ -108,80 +101,87 @@ class User:
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "error"}
 
 
-def _leader(group: HaGroup) -> Member:
-    def find() -> Member | None:
-        return next((m for m in group.members.values() if m.proc.poll() is None and m.role() == "leader"), None)
-
-    wait_until(lambda: find() is not None, 30, "a leader")
-    leader = find()
-    assert leader is not None
-    return leader
+def _state(cluster: HaCluster, task_id: str) -> str | None:
+    status, body = cluster.api.request("GET", f"/api/v1/tasks/{task_id}", params={"result": "0"})
+    return str(body["state"]) if status == 200 else None
 
 
-def _started(dsn: str, task_ids: list[str]) -> bool:
-    tasks = db_tasks(dsn)
-    return all(tasks.get(t, {}).get("state") not in (None, "pending") for t in task_ids)
+@pytest.fixture
+def namespaces() -> Iterator[list[NetNs]]:
+    """One network namespace per member, or none where they cannot be made here."""
+    if NetNs.unavailable() is not None:
+        yield []
+        return
+    with NetNs() as a, NetNs() as b, NetNs() as c:
+        yield [a, b, c]
 
 
-def test_curl_and_urllib_through_a_load_balancer_ride_through_a_kill_and_a_pause(group: HaGroup) -> None:
-    a = group.start_member("a")
-    group.wait_role(a, "leader")
-    b, c = group.start_member("b"), group.start_member("c")
-    group.wait_role(b, "standby")
-    group.wait_role(c, "standby")
-    admin = group.admin(a)
-    members = [a, b, c]
-    group.start_worker("w1", [m.url for m in members], admin.create_key("worker"), "--high-availability",
-                       "--max-concurrent-tasks", "4")
-    wait_until(lambda: "w1" in admin.workers(), 60, "the worker to register")
-    proxy = RoundRobinProxy([("127.0.0.1", int(m.url.rsplit(":", 1)[1])) for m in members])
-    users = [User("curl", curl, proxy.url, admin.key), User("urllib", plain, proxy.url, admin.key)]
+def test_curl_and_urllib_through_a_load_balancer_ride_through_a_kill_a_pause_and_a_cut(
+        tmp_path: Path, namespaces: list[NetNs]) -> None:
+    kinds = ("kill", "pause", "cut") if namespaces else ("kill", "pause")
+    with pg_database_sync(prefix="dt_chaos_lb") as db_url:
+        cluster = HaCluster(tmp_path, db_url, members=3, namespaces=namespaces)
+        try:
+            cluster.start_group()
+            cluster.add_ha_worker("w1", slots=4)
+            cluster.wait_registered(["w1"])
+            proxy = RoundRobinProxy([(u.hostname or "", u.port or 0) for u in map(urllib.parse.urlsplit, cluster.urls)])
+            try:
+                users = [User("curl", curl, proxy.url, cluster.api.key), User("urllib", plain, proxy.url, cluster.api.key)]
+                outcomes = _rounds(cluster, users, kinds)
+            finally:
+                proxy.close()
+            ids = [f"{u.name}-{k}-{w}" for u in users for k in kinds for w in ("before", "after")]
+            assert sorted(outcomes) == sorted(ids)
+            for task_id, seen in outcomes.items():
+                assert seen["state"] == "succeeded" and len(seen["results"]) == 1, (task_id, seen)
+            for task_id in ids:
+                history = cluster.api.ok("GET", f"/api/v1/tasks/{task_id}", params={"result": "0"})["history"]
+                assert sum(h["to"] == "succeeded" for h in history) == 1, history  # one outcome
+                assigned = [h["attempt"] for h in history if h["to"] == "assigned"]
+                assert len(set(assigned)) == len(assigned), history  # no attempt assigned twice
+            for u in users:  # what the scripts met on the way: "not now", never a lost credential
+                assert {status for status, _ in u.failures} <= {0, 503}, u.failures
+                print(f"\n{u.name}: {len(u.failures)} retried failures: {sorted({str(s) for s, _ in u.failures})}")
+            if not namespaces:
+                print(f"no cut: {NetNs.unavailable()}")
+        finally:
+            cluster.close()
+
+
+def _rounds(cluster: HaCluster, users: list[User], kinds: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per kind: both users run a task submitted before the disruption and one after it."""
     outcomes: dict[str, dict[str, Any]] = {}
     errors: list[BaseException] = []
 
-    def both(task_ids: list[str]) -> list[threading.Thread]:
-        def one(user: User, task_id: str) -> None:
+    def both(tag: str) -> list[threading.Thread]:
+        def one(user: User) -> None:
             try:
-                outcomes[task_id] = user.run_task(task_id)
+                outcomes[f"{user.name}-{tag}"] = user.run_task(f"{user.name}-{tag}")
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(u, f"{u.name}-{t}")) for u in users for t in task_ids]
+        threads = [threading.Thread(target=one, args=(u,)) for u in users]
         for t in threads:
             t.start()
         return threads
 
-    paused: Member | None = None
-    try:
-        for kind in ("kill", "pause"):
-            before = both([f"{kind}-before"])
-            wait_until(lambda k=kind: _started(group.dsn, [f"{u.name}-{k}-before" for u in users]),  # type: ignore[misc]
-                       30, "the first tasks to be given to the worker")
-            leader = _leader(group)
-            if kind == "kill":
-                group.kill(leader)
-            else:
-                leader.proc.send_signal(signal.SIGSTOP)
-                paused = leader
-            after = both([f"{kind}-after"])
-            for t in before + after:
-                t.join(200)
-            assert not errors, errors
-    finally:
-        if paused is not None:
-            paused.proc.send_signal(signal.SIGCONT)
-        proxy.close()
-    ids = [f"{u.name}-{k}-{w}" for u in users for k in ("kill", "pause") for w in ("before", "after")]
-    assert sorted(outcomes) == sorted(ids)
-    for task_id, seen in outcomes.items():
-        assert seen["state"] == "succeeded" and len(seen["results"]) == 1, (task_id, seen)
-    tasks = db_tasks(group.dsn)
-    for task_id in ids:
-        history = tasks[task_id]["history"]
-        assert sum(h["to"] == "succeeded" for h in history) == 1, history  # one outcome
-        assigned = [h["attempt"] for h in history if h["to"] == "assigned"]
-        assert len(set(assigned)) == len(assigned), history  # no attempt assigned twice
-    for u in users:  # what the scripts met on the way: "not now", never a lost credential
-        assert {status for status, _ in u.failures} <= {0, 503}, u.failures
-        print(f"\n{u.name}: {len(u.failures)} retried failures: "
-              f"{sorted({str(s) for s, _ in u.failures})}")
+    for kind in kinds:
+        before = both(f"{kind}-before")
+        wait_until(lambda k=kind: all(_state(cluster, f"{u.name}-{k}-before") not in (None, "pending")  # type: ignore[misc]
+                                      for u in users), 60, "the first tasks to be given to the worker")
+        wait_until(lambda: cluster.leader() is not None, 60, "a leader")
+        i = cluster.leader()
+        assert i is not None
+        {"kill": cluster.kill_member, "pause": cluster.pause_member, "cut": cluster.cut_member}[kind](i)
+        after = both(f"{kind}-after")
+        for t in before + after:
+            t.join(200)
+        assert not errors, errors
+        if kind == "kill":
+            cluster.start_member(i)
+        elif kind == "pause":
+            cluster.resume_member(i)
+        else:
+            cluster.restore_member(i)
+    return outcomes
