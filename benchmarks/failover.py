@@ -20,7 +20,6 @@ next round waits for three members and the worker. Prints p50 and max per disrup
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -39,53 +38,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from distributed_testing.client import ApiClient  # noqa: E402
-from distributed_testing.testing import Procs, free_port, hidden_accelerators, pg_database_sync, wait_until  # noqa: E402
+from distributed_testing.testing import (  # noqa: E402
+    Procs,
+    RoundRobinProxy,
+    free_port,
+    hidden_accelerators,
+    pg_database_sync,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEP = bool(os.environ.get("DT_BENCH_KEEP"))
-
-
-class RoundRobinProxy:
-    """A loopback TCP proxy handing each new connection to the next of ``ports`` (a refused one
-    is skipped, as a load balancer's health check would soon do), on its own loop in a thread."""
-
-    def __init__(self, ports: list[int]) -> None:
-        self.ports = ports
-        self.port = free_port()
-        self._next = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-        self._ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for _ in self.ports:
-            port = self.ports[self._next % len(self.ports)]
-            self._next += 1
-            try:
-                up_r, up_w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
-                break
-            except (OSError, TimeoutError):
-                continue
-        else:
-            writer.transport.abort()
-            return
-        await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer), return_exceptions=True)
-
-    @staticmethod
-    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-        finally:
-            dst.transport.abort()
 
 
 class Group:
@@ -209,7 +172,7 @@ def main() -> None:
             g.procs.start(["run_worker_example.py", "--coordinator", ",".join(g.url(m) for m in g.ports),
                            "--api-key-file", str(g.tmp / "w.key"), "--worker-id", "w1", "--high-availability"],
                           g.tmp / "w1.log", env=hidden_accelerators(g.tmp))
-            proxy = RoundRobinProxy(list(g.ports.values()))
+            proxy = RoundRobinProxy([("127.0.0.1", p) for p in g.ports.values()])
             for n in range(ns.rounds):
                 for kind in ("kill", "pause"):
                     row = one_round(g, api, key, proxy, kind, n, ns.pause_s)

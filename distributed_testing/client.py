@@ -182,6 +182,11 @@ class ApiClient:
         so an answer lost or late may be asked of another member."""
         return self._request("POST", path, body, repeatable=repeatable)
 
+    def request(self, method: str, path: str, body: Any = None, *, repeatable: bool = False) -> Any:
+        """Any method (``get``/``post`` are this with their defaults): the decoded JSON answer, or
+        ``ApiError``. ``repeatable`` as for ``post`` (a GET is not assumed to be: say so)."""
+        return self._request(method, path, body, repeatable=repeatable)
+
     def _request(self, method: str, path: str, body: Any, *, repeatable: bool) -> Any:
         data = None if body is None else json.dumps(body).encode()
         deadline = self._clock() + self.failover_s

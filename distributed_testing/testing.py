@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -274,6 +275,72 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class RoundRobinProxy:
+    """A TCP proxy on ``host`` (a free port: ``port``) handing each new connection to the next of
+    ``targets`` (``(host, port)``; one target makes it a relay), on its own event loop in a thread.
+    A refused or slow (1 s) connect moves to the next target, as a load balancer's health check
+    soon would; a target that accepts and then says nothing (a paused process) is not detected,
+    as with a real one. ``close`` stops it and drops every connection."""
+
+    def __init__(self, targets: Sequence[tuple[str, int]], host: str = "127.0.0.1") -> None:
+        self.targets = list(targets)
+        self.host = host
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        ready = concurrent.futures.Future[int]()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        self.port = ready.result(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _run(self, ready: concurrent.futures.Future[int]) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, self.host, 0))
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(int(self._server.sockets[0].getsockname()[1]))
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in self.targets:
+            host, port = self.targets[self._next % len(self.targets)]
+            self._next += 1
+            try:
+                up_r, up_w = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+                break
+            except (OSError, TimeoutError):
+                continue
+        else:
+            writer.transport.abort()
+            return
+        await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer), return_exceptions=True)
+
+    @staticmethod
+    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.transport.abort()
+
+    def close(self) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()  # the pumps: every connection is dropped
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
 class Procs:
     """Child processes of one test; every one is stopped (TERM, then KILL) at teardown."""
 
@@ -374,12 +441,14 @@ class Rest:
 def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, host: str = "127.0.0.1",
                               args: Sequence[str] = (), log: Path | None = None,
                               timeout: float = 60.0, make_dir: bool = True,
-                              env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+                              env: Mapping[str, str] | None = None,
+                              prefix: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], int]:
     """``run_coordinator.py`` (``procs.cwd`` must hold it) on ``host:port`` (0: any free port) with
     ``--port-file``; returns the process and its port once it listens. The admin key is written
     beside ``db_path`` on the first start. ``make_dir=False`` leaves creating the database's
     directory to the coordinator (the port file and the default log then go to ``procs.tmp``).
-    ``env`` adds variables to the process's environment."""
+    ``env`` adds variables to the process's environment; ``prefix`` goes before the interpreter
+    (``ip netns exec NAME``)."""
     if make_dir:
         db_path.parent.mkdir(parents=True, exist_ok=True)
     aside = db_path.parent if make_dir else procs.tmp
@@ -387,7 +456,7 @@ def start_coordinator_process(procs: Procs, db_path: Path, *, port: int = 0, hos
     port_file.unlink(missing_ok=True)
     where = log or aside / "coordinator.log"
     p = procs.start(["run_coordinator.py", "--host", host, "--port", str(port), "--db-path", str(db_path),
-                     "--port-file", str(port_file), *args], where, env=env)
+                     "--port-file", str(port_file), *args], where, env=env, prefix=prefix)
 
     def listening() -> bool:
         if p.poll() is not None:

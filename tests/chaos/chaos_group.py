@@ -1,72 +1,93 @@
 """A coordinator group on PostgreSQL for the chaos suite: several ``run_coordinator.py`` processes on
 one database, workers that know all of them (``--high-availability``), and a REST client that
-follows the group (a standby answers 307 with the leader's address; a dead member is skipped).
+works with the group through the one client (any member answers: a standby forwards to the leader;
+a dead, paused or leaderless member is skipped).
 
 ``HaCluster`` extends ``ChaosCluster`` (workers, execution log, ``Tally``) with members: each has
 its own port, log and ``--advertise-url``; ``leader()`` asks ``GET /api/v1/cluster``;
-``kill_member``/``start_member`` SIGKILL and restart one. ``failover_times`` reads, from the tasks'
-histories, the time from each kill to the next assignment anywhere in the group.
+``kill_member``/``start_member`` SIGKILL and restart one, ``pause_member``/``resume_member`` SIGSTOP
+and SIGCONT one, ``cut_member``/``restore_member`` take its network link down and up (members in
+network namespaces). Each kill, pause and cut is recorded in ``disruptions``; ``next_task_times`` reads,
+from the tasks' histories, the time from each disruption to each worker's next assignment.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos_support import ChaosCluster
+from chaos_support import ChaosCluster, NetNs
 
-from distributed_testing.testing import Rest, free_port, start_coordinator_process, wait_until
+from distributed_testing.client import ApiClient, ApiError
+from distributed_testing.testing import Rest, RoundRobinProxy, free_port, start_coordinator_process, wait_until
 
 
 class GroupRest(Rest):
-    """``Rest`` over several coordinator URLs: a refused connection moves to the next member, a
-    307 (a standby) or 503 is followed to the leader it names, up to ``timeout_s`` in all."""
+    """``Rest`` over several coordinator URLs through the one client (``distributed_testing.client.
+    ApiClient``): any member answers (a standby forwards to the leader); a 503 without a leader, a
+    refused or silent member moves to the next one, up to ``timeout_s`` in all. A GET, or a
+    submission whose tasks all carry a ``task_id``, is asked again of another member when its
+    answer was lost. Errors come back as ``(status, {"error": message})`` (0: no member answered)."""
 
     def __init__(self, urls: Sequence[str], key: str, timeout_s: float = 60.0) -> None:
         super().__init__(urls[0], key)
-        self.urls = list(urls)
-        self.budget_s = timeout_s
+        self.client = ApiClient(list(urls), key, timeout_s=10.0, failover_s=timeout_s)  # a loaded 2-core machine
+
+    @property
+    def urls(self) -> list[str]:
+        return self.client.urls
 
     def request(self, method: str, path: str, json: Any = None, params: Any = None,
                 timeout: float | None = None) -> tuple[int, Any]:
-        deadline = time.monotonic() + self.budget_s
-        i = 0
-        while True:
-            base = self.urls[i % len(self.urls)]
-            try:
-                status, body = Rest(base, self.key, timeout or self.timeout).request(method, path, json, params)
-            except OSError:
-                status, body = 0, None
-            if status in (307, 503) or status == 0:
-                leader = body.get("leader") if isinstance(body, dict) else None
-                if leader and leader not in self.urls:
-                    self.urls.append(leader)
-                if time.monotonic() > deadline:
-                    return status, body
-                if leader:
-                    i = self.urls.index(leader)
-                else:
-                    i += 1
-                    time.sleep(0.1)
-                continue
-            return status, body
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        try:
+            return 200, self.client.request(method, path + query, json, repeatable=_repeatable(method, path, json))
+        except ApiError as exc:
+            return exc.status, {"error": str(exc)}
+
+
+def _repeatable(method: str, path: str, body: Any) -> bool:
+    if method == "GET":
+        return True
+    tasks = body if isinstance(body, list) else [body]
+    return method == "POST" and path == "/api/v1/tasks" and all(isinstance(t, dict) and t.get("task_id") for t in tasks)
 
 
 class HaCluster(ChaosCluster):
-    """``members`` coordinators on the PostgreSQL database ``db_url``."""
+    """``members`` coordinators on the PostgreSQL database ``db_url``.
 
-    def __init__(self, tmp: Path, db_url: str, members: int = 3) -> None:
+    With ``namespaces`` (one ``NetNs`` per member) member ``i`` runs inside namespace ``i``, so
+    ``cut_member`` can take its link down: it then reaches nothing and nothing reaches it. Relays
+    in the root namespace (``RoundRobinProxy`` with one target) on that namespace's ``host_addr``
+    carry its traffic: one to PostgreSQL (which listens on the root namespace's loopback), one to
+    its API, which is the URL it advertises and workers and the other members use."""
+
+    def __init__(self, tmp: Path, db_url: str, members: int = 3, namespaces: Sequence[NetNs] = ()) -> None:
         super().__init__(tmp)
         self.db_url = db_url
         self.ports = [free_port() for _ in range(members)]
         self.members: list[subprocess.Popen[bytes] | None] = [None] * members
         self.admin_key_file = tmp / "admin.key"
         self.kills: list[float] = []
+        self.disruptions: list[tuple[str, float]] = []  # ("kill" | "pause" | "cut", when)
+        self.paused: set[int] = set()
+        self.namespaces = list(namespaces)
+        assert not self.namespaces or len(self.namespaces) == members
+        self.relays: list[RoundRobinProxy] = []
+        db = urllib.parse.urlsplit(db_url)
+        for i, ns in enumerate(self.namespaces):
+            ns.route_default()
+            self.relays += [RoundRobinProxy([(db.hostname or "127.0.0.1", db.port or 5432)], host=ns.host_addr),
+                            RoundRobinProxy([(ns.ns_addr, self.ports[i])], host=ns.host_addr)]
 
     def member_url(self, i: int) -> str:
+        if self.namespaces:
+            return self.relays[2 * i + 1].url
         return f"http://127.0.0.1:{self.ports[i]}"
 
     @property
@@ -75,9 +96,16 @@ class HaCluster(ChaosCluster):
 
     def start_member(self, i: int) -> None:
         log = self.tmp / f"coordinator{i}.log"
+        db_url, host, prefix = self.db_url, "127.0.0.1", list[str]()
+        if self.namespaces:
+            parts = urllib.parse.urlsplit(self.db_url)
+            relay = self.relays[2 * i]
+            netloc = parts.netloc.rpartition("@")[0] + "@" if "@" in parts.netloc else ""
+            db_url = urllib.parse.urlunsplit(parts._replace(netloc=f"{netloc}{relay.host}:{relay.port}"))
+            host, prefix = self.namespaces[i].ns_addr, self.namespaces[i].prefix
         self.members[i], _ = start_coordinator_process(
-            self.procs, self.tmp / f"member{i}" / "c.db", port=self.ports[i], log=log,
-            args=["--db-path", self.db_url, "--admin-key-file", str(self.admin_key_file),
+            self.procs, self.tmp / f"member{i}" / "c.db", port=self.ports[i], host=host, log=log, prefix=prefix,
+            args=["--db-path", db_url, "--admin-key-file", str(self.admin_key_file),
                   "--advertise-url", self.member_url(i)])
 
     def start_group(self) -> None:
@@ -91,7 +119,7 @@ class HaCluster(ChaosCluster):
     def leader(self) -> int | None:
         """The index of the member ``GET /api/v1/cluster`` names as leader (asked of every live one)."""
         for i, p in enumerate(self.members):
-            if p is None or p.poll() is not None:
+            if p is None or p.poll() is not None or i in self.paused:
                 continue
             try:
                 status, body = Rest(self.member_url(i), self.api.key, 5).request("GET", "/api/v1/cluster")
@@ -100,7 +128,7 @@ class HaCluster(ChaosCluster):
             if status == 200 and body.get("leader") in self.urls:
                 j = self.urls.index(body["leader"])
                 p2 = self.members[j]
-                if p2 is not None and p2.poll() is None:
+                if p2 is not None and p2.poll() is None and j not in self.paused:
                     return j
         return None
 
@@ -111,19 +139,65 @@ class HaCluster(ChaosCluster):
         at = time.time()
         p.wait()
         self.kills.append(at)
+        self.disruptions.append(("kill", at))
         return at
+
+    def pause_member(self, i: int) -> float:
+        """SIGSTOP member ``i``: it keeps its sockets and its lease's database session, and says
+        nothing; ``leader()`` skips it until ``resume_member``."""
+        p = self.members[i]
+        assert p is not None and p.poll() is None, f"member {i} is not running"
+        p.send_signal(signal.SIGSTOP)
+        at = time.time()
+        self.paused.add(i)
+        self.disruptions.append(("pause", at))
+        return at
+
+    def cut_member(self, i: int) -> float:
+        """Take member ``i``'s link down (``namespaces`` only): it keeps running, cut off from the
+        database, the workers and the other members, until ``restore_member``."""
+        self.namespaces[i].down()
+        at = time.time()
+        self.paused.add(i)
+        self.disruptions.append(("cut", at))
+        return at
+
+    def restore_member(self, i: int) -> None:
+        self.namespaces[i].up()
+        self.paused.discard(i)
+
+    def resume_member(self, i: int) -> None:
+        p = self.members[i]
+        assert p is not None
+        p.send_signal(signal.SIGCONT)
+        self.paused.discard(i)
+
+    def close(self) -> None:
+        for i in list(self.paused):  # a stopped process cannot be stopped gracefully
+            self.resume_member(i)
+            if self.namespaces:
+                self.restore_member(i)
+        super().close()
+        for relay in self.relays:
+            relay.close()
 
     def add_ha_worker(self, worker_id: str, slots: int = 2) -> None:
         self.add_worker(worker_id, slots=slots, url=",".join(self.urls), extra=["--high-availability"])
 
-    def failover_times(self, tasks: dict[str, dict[str, Any]]) -> list[float]:
-        """For each kill, seconds from it to the first assignment after it (any task, any member)."""
-        assigned = sorted(h["at"] for t in tasks.values() for h in t.get("history", []) if h["to"] == "assigned")
-        out = []
-        for k in self.kills:
-            after = [a for a in assigned if a > k]
-            if after:
-                out.append(after[0] - k)
+    def next_task_times(self, tasks: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+        """Per kind of disruption: for each disruption and each worker, seconds from it to that
+        worker's first assignment after it (a worker given nothing after it counts nothing)."""
+        per_worker: dict[str, list[float]] = {}
+        for t in tasks.values():
+            for h in t.get("history", []):
+                if h["to"] == "assigned" and h.get("worker_id"):
+                    per_worker.setdefault(h["worker_id"], []).append(h["at"])
+        out: dict[str, list[float]] = {}
+        for kind, at in self.disruptions:
+            for times in per_worker.values():
+                after = [a for a in times if a > at]
+                if after:
+                    out.setdefault(kind, []).append(min(after) - at)
         return out
 
     def registrations(self) -> Any:

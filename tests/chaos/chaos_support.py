@@ -336,6 +336,11 @@ class NetNs:
             raise
         return self
 
+    def route_default(self) -> None:
+        """Send everything not on the /24 to the root namespace's end: addresses the root namespace
+        holds (another namespace's ``host_addr``) are then reachable from inside."""
+        self._ip("route", "add", "default", "via", self.host_addr, ns=True)
+
     def down(self) -> None:
         self._ip("link", "set", self.host_if, "down")
 
