@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from chaos_support import TTL_S, ChaosCluster, Tally, WorkerWatch, quiesce, record_task
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.serial]  # it burns the CPUs: alone, after the parallel phase
 
 BURN_S = 30.0
 FREEZE_S = TTL_S + 1.5

@@ -25,7 +25,7 @@ import torch
 from distributed_testing.bench.models import build_model
 from distributed_testing.bench.models_base import ModelRequest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # busy loops of its own: alone, after the parallel phase
 
 BATCHES = [4, 16]
 RATIO = 5.0  # generous: the bare loop and the child run at different moments on a shared machine

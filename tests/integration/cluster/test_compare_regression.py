@@ -25,7 +25,7 @@ import pytest
 from distributed_testing.cli import dt
 from distributed_testing.testing import run_cluster
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow]
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow, pytest.mark.serial]  # it times a slowdown
 
 MODULE = "dt_compare_model"
 MODEL = """

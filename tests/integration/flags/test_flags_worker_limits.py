@@ -93,6 +93,7 @@ def spin(procs: Procs, n: int) -> list[subprocess.Popen[bytes]]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.serial  # the system-wide CPU must fall back under the limit: no other test beside it
 async def test_max_cpu_percent_constrains_under_load_and_the_cooldown_delays_ready(
         tmp_path: Path, start_cli_worker: StartWorker, procs: Procs) -> None:
     async with run_cluster(tmp_path, workers=0) as c:
