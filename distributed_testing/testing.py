@@ -275,6 +275,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy ``src`` to ``dst`` until EOF, then abort ``dst`` (one direction of a TCP relay)."""
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    finally:
+        dst.transport.abort()
+
+
 class RoundRobinProxy:
     """A TCP proxy on ``host`` (a free port: ``port``) handing each new connection to the next of
     ``targets`` (``(host, port)``; one target makes it a relay), on its own event loop in a thread.
@@ -318,16 +328,7 @@ class RoundRobinProxy:
         else:
             writer.transport.abort()
             return
-        await asyncio.gather(self._pump(reader, up_w), self._pump(up_r, writer), return_exceptions=True)
-
-    @staticmethod
-    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-        finally:
-            dst.transport.abort()
+        await asyncio.gather(pump(reader, up_w), pump(up_r, writer), return_exceptions=True)
 
     def close(self) -> None:
         async def stop() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,16 +27,6 @@ TASKS = 2000
 WORKERS = 4
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
-
-
-@pytest.fixture
-def namespaces() -> Iterator[list[NetNs]]:
-    """One network namespace per member, or none where they cannot be made here."""
-    if NetNs.unavailable() is not None:
-        yield []
-        return
-    with NetNs() as a, NetNs() as b, NetNs() as c:
-        yield [a, b, c]
 
 
 def test_group_loses_nothing_and_records_nothing_twice_across_leader_kills_pauses_and_cuts(

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +104,6 @@ TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "error"}
 def _state(cluster: HaCluster, task_id: str) -> str | None:
     status, body = cluster.api.request("GET", f"/api/v1/tasks/{task_id}", params={"result": "0"})
     return str(body["state"]) if status == 200 else None
-
-
-@pytest.fixture
-def namespaces() -> Iterator[list[NetNs]]:
-    """One network namespace per member, or none where they cannot be made here."""
-    if NetNs.unavailable() is not None:
-        yield []
-        return
-    with NetNs() as a, NetNs() as b, NetNs() as c:
-        yield [a, b, c]
 
 
 def test_curl_and_urllib_through_a_load_balancer_ride_through_a_kill_a_pause_and_a_cut(

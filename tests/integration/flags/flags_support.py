@@ -19,7 +19,7 @@ import pytest
 
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.config import WorkerConfig
-from distributed_testing.testing import Cluster, Procs, free_port, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
+from distributed_testing.testing import Cluster, Procs, free_port, pump, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
 from distributed_testing.worker import hardware
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.factory import build_agent
@@ -196,16 +196,7 @@ class Proxy:
             writer.transport.abort()
             return
         self._transports += [writer.transport, up_writer.transport]  # type: ignore[list-item]
-        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True)
-
-    @staticmethod
-    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-        finally:
-            dst.transport.abort()
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer), return_exceptions=True)
 
     def sever(self) -> None:
         for t in self._transports:
