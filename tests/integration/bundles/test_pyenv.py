@@ -1,0 +1,151 @@
+"""Python requirements of bundle tasks, installed for real by a worker: a bundle that ships its own
+package (``./mypkg``, built by setuptools from the worker's environment with no network) and a
+test that imports it; the second task needing the same environment reuses it; a requirement pip
+cannot satisfy ends the task in ``error`` with pip's message; a refused requirements.txt line is
+named; bad requirement strings are refused at submit with 400 naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed_testing.bundles.upload import upload
+from distributed_testing.testing import run_cluster
+from distributed_testing.worker.sandbox import available
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow,
+              pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "0.1"
+dependencies = {deps}
+'''
+TEST = '''import sys
+import mypkg
+
+def test_imports_the_shipped_package():
+    assert mypkg.VALUE == 42
+    assert mypkg.__file__.startswith(sys.prefix), (mypkg.__file__, sys.prefix)  # installed in the environment
+    assert "/pyenvs/" in sys.prefix
+    import msgspec  # the worker's own packages stay visible
+'''
+
+
+def make_bundle(root: Path, *, requirements: str | None, deps: str = "[]", name: str = "mypkg") -> Path:
+    pkg = root / "mypkg"
+    (pkg / name).mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text(PYPROJECT.format(name=name, deps=deps))
+    (pkg / name / "__init__.py").write_text("VALUE = 42\n")
+    (root / "test_uses_pkg.py").write_text(TEST)
+    if requirements is not None:
+        (root / "requirements.txt").write_text(requirements)
+    return root
+
+
+def output(done: dict[str, Any]) -> dict[str, Any]:
+    return dict((done.get("result") or {}).get("output") or {})
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_bundle_package_is_installed_once_and_reused(tmp_path: Path, sandbox: str) -> None:
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, sandbox=sandbox, task_network="none",
+                           db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        # the environment comes from the bundle's requirements.txt (a comment and a blank line in it)
+        first = await asyncio.to_thread(upload, c.base_url, code, make_bundle(
+            tmp_path / "a", requirements="# ours\nmsgspec\n\n./mypkg  # the shipped package\n"))
+        [t1] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": first}, key=code)
+        done1 = await c.wait(t1, timeout=180)
+        # the same requirements given in the task, by a bundle without the file: the same environment
+        second = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "b", requirements=None))
+        [t2] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": second,
+                               "requirements": {"python": ["./mypkg", "msgspec"]}}, key=code)
+        done2 = await c.wait(t2, timeout=180)
+    assert (done1["outcome"] or {}).get("status") == "succeeded", done1
+    assert (done2["outcome"] or {}).get("status") == "succeeded", done2
+    env1, env2 = output(done1)["python_env"], output(done2)["python_env"]
+    assert env1["cached"] is False and env1["build_s"] > 0
+    assert env2["cached"] is True and env2["digest"] == env1["digest"]
+    assert env1["requirements"] == ["./mypkg", "msgspec"]
+    envs = list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))
+    assert len(envs) == 1, envs
+
+
+async def test_a_changed_package_builds_a_new_environment(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        digests = []
+        for i, root in enumerate([tmp_path / "a", tmp_path / "b"]):
+            make_bundle(root, requirements="./mypkg\n")
+            (root / "mypkg" / "mypkg" / "extra.py").write_text(f"N = {i}\n")
+            bundle = await asyncio.to_thread(upload, c.base_url, code, root)
+            [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle},
+                                 key=code)
+            done = await c.wait(t, timeout=180)
+            assert (done["outcome"] or {}).get("status") == "succeeded", done
+            assert output(done)["python_env"]["cached"] is False
+            digests.append(output(done)["python_env"]["digest"])
+    assert digests[0] != digests[1]
+
+
+async def test_pip_failures_end_the_task_in_error_with_pips_message(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        # a dependency no index here has (--no-index for the bundle's own packages: nothing is fetched)
+        bad = await asyncio.to_thread(upload, c.base_url, code, make_bundle(
+            tmp_path / "a", requirements="./mypkg\n", deps='["definitely-not-here-dt==9.9"]'))
+        [t1] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bad}, key=code)
+        # a requirements.txt line pip would take as an option
+        opt = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "b", requirements="-e .\n"))
+        [t2] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": opt}, key=code)
+        # a directory the bundle does not have
+        plain = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "c3", requirements=None))
+        [t3] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": plain,
+                               "requirements": {"python": ["./absent"]}}, key=code)
+        done1, done2, done3 = [await c.wait(t, timeout=180) for t in (t1, t2, t3)]
+    o1, o2, o3 = (d["outcome"] or {} for d in (done1, done2, done3))
+    assert o1.get("status") == "error", done1
+    assert "installing the task's Python requirements failed" in o1["error"]
+    assert "definitely-not-here-dt" in o1["error"], o1["error"]  # pip's own message
+    assert o2.get("status") == "error" and "requirements.txt line 1: pip options are not allowed" in o2["error"], o2
+    assert o3.get("status") == "error" and "'./absent': not a directory of the bundle" in o3["error"], o3
+    assert not list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))  # no half-built env kept
+
+
+@pytest.mark.parametrize(("python", "field", "says"), [
+    (["-e ."], "requirements.python[0]", "pip options are not allowed"),
+    (["numpy", "--index-url=https://evil.example/simple"], "requirements.python[1]", "pip options are not allowed"),
+    (["-f", "x"], "requirements.python[0]", "pip options are not allowed"),
+    (["pkg @ https://evil.example/pkg.whl"], "requirements.python[0]", "URLs and file paths are not allowed"),
+    (["git+https://evil.example/x.git"], "requirements.python[0]", "URLs and file paths are not allowed"),
+    (["./a/../../etc"], "requirements.python[0]", "must stay inside the bundle"),
+    (["/etc/passwd"], "requirements.python[0]", "URLs and file paths are not allowed"),
+    (["not a requirement!"], "requirements.python[0]", "not a valid requirement"),
+    (["x" * 201], "requirements.python[0]", "at most 200 characters"),
+    (["ok"] * 101, "requirements.python", "at most 100"),
+])
+async def test_bad_requirements_are_refused_at_submit(tmp_path: Path, python: list[str], field: str,
+                                                      says: str) -> None:
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "a", requirements=None))
+        status, body = await c.request("POST", "/api/v1/tasks", key=code, json={
+            "type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle,
+            "requirements": {"python": python}})
+        unbundled, body2 = await c.request("POST", "/api/v1/tasks", key=code, json={
+            "type": "test", "config": {"test_file": "t.py"}, "requirements": {"python": ["numpy"]}})
+    assert status == 400, body
+    assert any(e["field"] == field and says in e["error"] for e in body["errors"]), body
+    assert unbundled == 400 and body2["errors"][0]["field"] == "requirements.python", body2
+    assert "needs a bundle" in body2["errors"][0]["error"]
