@@ -45,7 +45,9 @@ class Requirements(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # pip requirements of a bundle task (tasks/pyreqs.py; docs/tasks.md, "Python requirements"):
     # the worker builds a virtual environment with them, so they do not narrow placement
     python: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=pyreqs.MAX_LENGTH)]],
-                      msgspec.Meta(max_length=pyreqs.MAX_ENTRIES)] = []
+                      msgspec.Meta(max_length=pyreqs.MAX_ENTRIES, description=(
+                          "bundle tasks only: pip requirements (PEP 508 without URLs, or ./dir in the bundle) "
+                          "the worker installs in a virtual environment; no pip options"))] = []
 
 
 class _TaskFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
