@@ -82,8 +82,9 @@ def env_digest(entries: list[str], manifest: mf.Manifest) -> str:
     local: dict[str, list[list[str]]] = {}
     for e in normal:
         if pyreqs.is_local(e):
-            prefix = e[2:].strip("/") + "/"
-            local[e] = [[f.path, f.digest] for f in manifest.files if f.path.startswith(prefix)]
+            prefix = e[2:].strip("/")  # "" for "./": the whole bundle is the package
+            local[e] = [[f.path, f.digest] for f in manifest.files
+                        if not prefix or f.path == prefix or f.path.startswith(prefix + "/")]
     doc = {"python": [sys.executable, sys.version], "requirements": normal, "local": local}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
