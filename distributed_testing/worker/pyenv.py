@@ -114,6 +114,9 @@ class PythonEnvs:
             started = time.monotonic()
             try:
                 await self._build(path, normal, local, tree, scratch)
+            except ExecutionError as exc:
+                await asyncio.to_thread(shutil.rmtree, path, True)
+                raise ExecutionError(f"{exc}\n(after {time.monotonic() - started:.1f} s)") from exc
             except BaseException:
                 await asyncio.to_thread(shutil.rmtree, path, True)
                 raise

@@ -149,3 +149,74 @@ async def test_bad_requirements_are_refused_at_submit(tmp_path: Path, python: li
     assert any(e["field"] == field and says in e["error"] for e in body["errors"]), body
     assert unbundled == 400 and body2["errors"][0]["field"] == "requirements.python", body2
     assert "needs a bundle" in body2["errors"][0]["error"]
+
+
+SLOW_SETUP = '''import os, pathlib, time
+pathlib.Path(os.environ["HOME"], "building").write_text("x")
+time.sleep(120)
+from setuptools import setup
+setup()
+'''
+
+
+def _pip_processes(under: Path) -> list[str]:
+    """The command lines of pip runs whose interpreter is an environment under ``under``."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if str(under) in cmd and "pip" in cmd:
+            out.append(cmd)
+    return out
+
+
+async def test_a_cancel_stops_pip_at_once(tmp_path: Path) -> None:
+    from distributed_testing.testing import wait_for
+
+    root = make_bundle(tmp_path / "a", requirements="./mypkg\n")
+    (root / "mypkg" / "setup.py").write_text(SLOW_SETUP)
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, root)
+        [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}, key=code)
+        await wait_for(lambda: any((tmp_path / "state").glob("bundles-*/tasks/*/scratch/building")), timeout=120,
+                       what="the package's build to start")
+        status, body = await c.request("POST", f"/api/v1/tasks/{t}/cancel")
+        assert status == 200, body
+        done = await c.wait(t, timeout=60)
+        await wait_for(lambda: not _pip_processes(tmp_path / "state"), timeout=30, what="pip to be gone")
+    assert done["state"] == "cancelled", done
+    assert not list((tmp_path / "state").glob("bundles-*/pyenvs/*"))  # the half-built environment is removed
+
+
+async def test_pip_is_stopped_past_its_time_limit(tmp_path: Path) -> None:
+    from distributed_testing.bundles.manifest import scan
+    from distributed_testing.errors import ExecutionError
+    from distributed_testing.worker.pyenv import PythonEnvs
+    from distributed_testing.worker.sandbox import Sandbox
+
+    root = make_bundle(tmp_path / "a", requirements=None)
+    (root / "mypkg" / "setup.py").write_text(SLOW_SETUP)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    envs = PythonEnvs(tmp_path / "envs", Sandbox(network="none"), timeout_s=5)
+    with pytest.raises(ExecutionError, match="ran past 5 s"):
+        await envs.ensure(["./mypkg"], root, scan(root)[0], scratch)
+    assert not _pip_processes(tmp_path / "envs")
+    assert list((tmp_path / "envs").iterdir()) == []
+
+
+async def test_two_tasks_needing_one_environment_build_it_once(tmp_path: Path) -> None:
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", max_concurrent_tasks=2,
+                           db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "a", requirements="./mypkg\n"))
+        ids = await c.submit([{"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}] * 2,
+                             key=code)
+        done = [await c.wait(t, timeout=180) for t in ids]
+    assert all((d["outcome"] or {}).get("status") == "succeeded" for d in done), done
+    assert sorted(output(d)["python_env"]["cached"] for d in done) == [False, True]
+    assert len(list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))) == 1
