@@ -220,3 +220,61 @@ async def test_two_tasks_needing_one_environment_build_it_once(tmp_path: Path) -
     assert all((d["outcome"] or {}).get("status") == "succeeded" for d in done), done
     assert sorted(output(d)["python_env"]["cached"] for d in done) == [False, True]
     assert len(list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))) == 1
+
+
+PROBING_SETUP = '''import os, pathlib, socket
+KEY, STATE, PORT = {key!r}, {state!r}, {port}
+
+def blocked(action):
+    try:
+        action()
+    except OSError:
+        return True
+    return False
+
+problems = []
+if not blocked(lambda: open(KEY).read()):
+    problems.append("read the worker's key file")
+if not blocked(lambda: open(os.path.join(STATE, "planted"), "w").write("x")):
+    problems.append("wrote the worker's state directory")
+if not blocked(lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2)):
+    problems.append("connected out")
+if "DT_CANARY" in os.environ:
+    problems.append("saw the worker's environment")
+if problems:
+    raise SystemExit("PROBE: " + ", ".join(problems))
+from setuptools import setup
+setup()
+'''
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_shipped_packages_build_reaches_nothing_of_the_worker(tmp_path: Path, sandbox: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setenv("DT_CANARY", "worker-secret")
+    state = tmp_path / "state"
+    state.mkdir()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    root = make_bundle(tmp_path / "a", requirements="./mypkg\n")
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, sandbox=sandbox, task_network="none", db_path=state / "outbox.duckdb")
+        key_file = state / "worker.key"
+        key_file.write_text(c.worker_keys["w0"])
+        (root / "mypkg" / "setup.py").write_text(PROBING_SETUP.format(
+            key=str(key_file), state=str(state), port=listener.getsockname()[1]))
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, root)
+        [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}, key=code)
+        done = await c.wait(t, timeout=180)
+    listener.close()
+    outcome = done["outcome"] or {}
+    if sandbox == "bwrap":
+        assert outcome.get("status") == "succeeded", done
+        assert not (state / "planted").exists()
+    else:  # unconfined: the probe is not vacuous
+        assert outcome.get("status") == "error", done
+        assert "PROBE: read the worker's key file" in outcome["error"], outcome["error"]
