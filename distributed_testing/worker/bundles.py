@@ -131,6 +131,7 @@ class ShippedCode:
         if task_type not in SHIPPED_KINDS:
             raise ExecutionError(f"a bundle runs in {', '.join(sorted(SHIPPED_KINDS))} tasks only, not {task_type!r}")
         top = Path(tempfile.mkdtemp(prefix=f"{_safe(task_id)}-", dir=self.work_root))
+        held: str | None = None  # the Python environment this task holds while it runs
         try:
             tree, scratch = top / "bundle", top / "scratch"
             scratch.mkdir()
@@ -139,9 +140,12 @@ class ShippedCode:
             wanted = [*_bundle_requirements(tree, m), *python]
             if wanted and self.envs is not None:
                 env = await self.envs.ensure(wanted, tree, m, scratch)
+                held = env.digest
                 fields.update(python=env.python, python_env=env.report())
             yield fields
         finally:
+            if held is not None and self.envs is not None:
+                self.envs.release(held)
             await asyncio.to_thread(_remove, top)
 
 

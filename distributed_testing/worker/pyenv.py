@@ -22,6 +22,9 @@ contract:
   scratch directory (builds write beside their sources), are built with ``--no-build-isolation
   --no-index`` on the task's own network (``--task-network``): their build backend is the
   submitter's code, and their dependencies must be listed as requirements or already present.
+* **Kept.** At most ``max_envs`` complete environments (``MAX_ENVS``) are kept; after a build,
+  the least recently used beyond that are deleted, never one a running task holds (``ensure``
+  holds the environment it returns until ``release(digest)``).
 * **Failure.** :class:`~distributed_testing.errors.ExecutionError` with pip's exit status and the
   tail of its output; the half-built environment is removed. pip runs at most ``PIP_TIMEOUT_S``.
 """
@@ -29,6 +32,7 @@ contract:
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import hashlib
 import json
@@ -50,6 +54,7 @@ from .sandbox import Sandbox, task_environ
 log = logging.getLogger(__name__)
 
 PIP_TIMEOUT_S = 1800.0
+MAX_ENVS = 16
 COMPLETE = ".dt-complete"
 _TAIL_CHARS = 3000
 _PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-cache-dir",
@@ -92,12 +97,21 @@ def env_digest(entries: list[str], manifest: mf.Manifest) -> str:
 class PythonEnvs:
     """The worker's environments under ``root``; ``sandbox`` confines pip as it does task children."""
 
-    def __init__(self, root: Path, sandbox: Sandbox, timeout_s: float = PIP_TIMEOUT_S) -> None:
+    def __init__(self, root: Path, sandbox: Sandbox, timeout_s: float = PIP_TIMEOUT_S,
+                 max_envs: int = MAX_ENVS) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.sandbox = sandbox
         self.timeout_s = timeout_s
+        self.max_envs = max_envs
         self._locks: dict[str, asyncio.Lock] = {}
+        self._held: collections.Counter[str] = collections.Counter()
+
+    def release(self, digest: str) -> None:
+        """A task that ``ensure`` gave this environment no longer uses it."""
+        self._held[digest] -= 1
+        if self._held[digest] <= 0:
+            del self._held[digest]
 
     async def ensure(self, entries: list[str], tree: Path, manifest: mf.Manifest, scratch: Path) -> PythonEnv:
         """The environment for ``entries`` (see the module docstring); built at most once."""
@@ -109,7 +123,8 @@ class PythonEnvs:
         path = self.root / digest
         async with self._locks.setdefault(digest, asyncio.Lock()):
             if (path / COMPLETE).exists():
-                os.utime(path / COMPLETE)  # its last use, for a future eviction
+                os.utime(path / COMPLETE)  # its last use: eviction removes the least recently used
+                self._held[digest] += 1
                 return PythonEnv(digest, path, True, 0.0, normal)
             started = time.monotonic()
             try:
@@ -123,7 +138,25 @@ class PythonEnvs:
             took = time.monotonic() - started
             (path / COMPLETE).write_text(json.dumps({"requirements": normal, "build_s": took}))
             log.info("python environment %s built in %.1f s (%d requirements)", digest[:12], took, len(normal))
-            return PythonEnv(digest, path, False, took, normal)
+            self._held[digest] += 1
+        keep = set(self._held) | {d for d, lock in self._locks.items() if lock.locked()}  # read on the loop
+        await asyncio.to_thread(self._evict, keep)
+        return PythonEnv(digest, path, False, took, normal)
+
+    def _evict(self, keep: set[str]) -> None:
+        """Delete the least recently used complete environments beyond ``max_envs``, none in ``keep``
+        (held by a task or being built)."""
+        done = sorted(((p / COMPLETE).stat().st_mtime, p) for p in self.root.iterdir() if (p / COMPLETE).exists())
+        extra = len(done) - self.max_envs
+        for _, p in done:
+            if extra <= 0:
+                break
+            if p.name in keep:
+                continue
+            (p / COMPLETE).unlink()  # incomplete first: a crash midway leaves a directory that is rebuilt
+            shutil.rmtree(p, ignore_errors=True)
+            log.info("python environment %s removed (least recently used beyond %d)", p.name[:12], self.max_envs)
+            extra -= 1
 
     async def _build(self, path: Path, normal: list[str], local: list[str], tree: Path, scratch: Path) -> None:
         if path.exists():

@@ -278,3 +278,29 @@ async def test_a_shipped_packages_build_reaches_nothing_of_the_worker(tmp_path: 
     else:  # unconfined: the probe is not vacuous
         assert outcome.get("status") == "error", done
         assert "PROBE: read the worker's key file" in outcome["error"], outcome["error"]
+
+
+async def test_least_recently_used_environments_beyond_the_cap_are_removed_unless_held(tmp_path: Path) -> None:
+    from distributed_testing.bundles.manifest import scan
+    from distributed_testing.worker.pyenv import PythonEnvs
+    from distributed_testing.worker.sandbox import Sandbox
+
+    root = make_bundle(tmp_path / "a", requirements=None)
+    m = scan(root)[0]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    envs = PythonEnvs(tmp_path / "envs", Sandbox(network="none"), max_envs=1)
+
+    def kept() -> set[str]:
+        return {p.name for p in (tmp_path / "envs").iterdir()}
+
+    a = await envs.ensure(["./mypkg"], root, m, scratch)  # held, as by a running task
+    b = await envs.ensure(["./mypkg", "msgspec"], root, m, scratch)  # already satisfied: no network
+    assert kept() == {a.digest, b.digest}  # over the cap, but both are held
+    envs.release(a.digest)
+    envs.release(b.digest)
+    c = await envs.ensure(["./mypkg", "msgspec>=0.1"], root, m, scratch)
+    assert kept() == {c.digest}  # a and b, least recently used and no longer held, are gone
+    envs.release(c.digest)
+    again = await envs.ensure(["./mypkg", "msgspec>=0.1"], root, m, scratch)
+    assert again.cached and kept() == {c.digest}
