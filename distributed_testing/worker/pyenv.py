@@ -99,7 +99,7 @@ class PythonEnvs:
 
     def __init__(self, root: Path, sandbox: Sandbox, timeout_s: float = PIP_TIMEOUT_S,
                  max_envs: int = MAX_ENVS) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # bwrap binds and runs absolute paths only
         self.root.mkdir(parents=True, exist_ok=True)
         self.sandbox = sandbox
         self.timeout_s = timeout_s
@@ -116,6 +116,7 @@ class PythonEnvs:
     async def ensure(self, entries: list[str], tree: Path, manifest: mf.Manifest, scratch: Path) -> PythonEnv:
         """The environment for ``entries`` (see the module docstring); built at most once."""
         normal = pyreqs.normalise(entries)
+        tree, scratch = tree.absolute(), scratch.absolute()
         local = [e for e in normal if pyreqs.is_local(e)]
         for e in local:
             _check_local(tree, e)

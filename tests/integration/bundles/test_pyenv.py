@@ -304,3 +304,17 @@ async def test_least_recently_used_environments_beyond_the_cap_are_removed_unles
     envs.release(c.digest)
     again = await envs.ensure(["./mypkg", "msgspec>=0.1"], root, m, scratch)
     assert again.cached and kept() == {c.digest}
+
+
+async def test_relative_cache_and_task_paths_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose --db-path is relative has a relative cache (bwrap needs absolute paths)."""
+    from distributed_testing.bundles.manifest import scan
+    from distributed_testing.worker.pyenv import PythonEnvs
+    from distributed_testing.worker.sandbox import Sandbox
+
+    monkeypatch.chdir(tmp_path)
+    make_bundle(Path("a"), requirements=None)
+    Path("scratch").mkdir()
+    envs = PythonEnvs(Path("envs"), Sandbox(network="none"))
+    env = await envs.ensure(["./mypkg"], Path("a"), scan(Path("a"))[0], Path("scratch"))
+    assert env.path.is_absolute() and (env.path / ".dt-complete").exists()
