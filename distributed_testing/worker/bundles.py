@@ -113,7 +113,7 @@ class ShippedCode:
             log.warning("--sandbox none: tasks with shipped code run unconfined, with this worker's files and "
                         "environment in reach (the operator's explicit choice)")
         base = Path(config.db_path).parent if config.db_path else Path(tempfile.gettempdir()) / "distributed_testing"
-        root = base / f"bundles-{config.worker_id}"
+        root = base.absolute() / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
         provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context)
         (root / "tasks").mkdir(parents=True, exist_ok=True)
         return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))

@@ -318,3 +318,16 @@ async def test_relative_cache_and_task_paths_work(tmp_path: Path, monkeypatch: p
     envs = PythonEnvs(Path("envs"), Sandbox(network="none"))
     env = await envs.ensure(["./mypkg"], Path("a"), scan(Path("a"))[0], Path("scratch"))
     assert env.path.is_absolute() and (env.path / ".dt-complete").exists()
+
+
+async def test_a_worker_with_a_relative_db_path_runs_bundle_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its bundle directory was relative: the sandbox bound the wrong scratch directory and pytest,
+    started in the bundle, wrote its report where the worker did not look (the task failed)."""
+    monkeypatch.chdir(tmp_path)
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=Path("state/outbox.duckdb"))
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "a", requirements="./mypkg\n"))
+        [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}, key=code)
+        done = await c.wait(t, timeout=180)
+    assert (done["outcome"] or {}).get("status") == "succeeded", done
