@@ -718,7 +718,7 @@ class CoordinatorState:
         return m.TaskAssignment(
             task_id=t.task_id, attempt=t.attempt, type=t.type, config=specs.config_dict(t.spec),
             timeout_s=t.spec.timeout_s, max_memory_mb=t.spec.max_memory_mb, cache=t.spec.cache, gang=gang,
-            bundle=t.spec.bundle)
+            bundle=t.spec.bundle, python=list(t.spec.requirements.python))
 
     # ------------------------------------------------------------------ gangs
 

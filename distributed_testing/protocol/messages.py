@@ -13,12 +13,13 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 9  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+PROTOCOL_VERSION = 10  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
 # 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
 # worker that has its handler instead of failing on one that does not); 7: register.heartbeat_interval_s,
 # registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract);
 # 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots);
-# 9: register.accept_bundles, task assignment bundle (shipped code)
+# 9: register.accept_bundles, task assignment bundle (shipped code); 10: task assignment python (its
+# requirements.python, installed by the worker in a virtual environment)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -131,6 +132,7 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cache: bool = False
     gang: GangAssignment | None = None  # set for multi-node training tasks only
     bundle: str | None = None  # the manifest digest of the task's shipped code (docs/tasks.md, "Bundles")
+    python: list[str] = []  # its requirements.python: pip requirements the worker installs for the bundle
 
 
 class AssignTasks(_Msg, frozen=True, tag="assign"):

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..errors import ValidationError
-from . import kinds
+from . import kinds, pyreqs
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
@@ -42,6 +42,12 @@ class Requirements(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     hardware: list[HardwareName] = []
     tags: list[str] = []
     min_memory_gb: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    # pip requirements of a bundle task (tasks/pyreqs.py; docs/tasks.md, "Python requirements"):
+    # the worker builds a virtual environment with them, so they do not narrow placement
+    python: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=pyreqs.MAX_LENGTH)]],
+                      msgspec.Meta(max_length=pyreqs.MAX_ENTRIES, description=(
+                          "bundle tasks only: pip requirements (PEP 508 without URLs, or ./dir in the bundle) "
+                          "the worker installs in a virtual environment; no pip options"))] = []
 
 
 class _TaskFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -206,8 +212,25 @@ def _check_config(spec: TaskSpec, prefix: str) -> None:
     cfg = kind.decode(spec.config)
     errors = [{"field": _path(prefix, ["config", f]), "error": e} for f, e in kind.check(spec.config, cfg)]
     errors += _free_form_errors(spec.config, _path(prefix, ["config"]))
+    errors += _python_errors(spec, prefix)
     if errors:
         raise ValidationError(errors)
+
+
+def _python_errors(spec: TaskSpec, prefix: str) -> list[dict[str, str]]:
+    """``requirements.python``: each entry a requirement pip may install (:mod:`.pyreqs`), and
+    only on a task that ships a bundle (the environment is built for shipped code only)."""
+    wanted = spec.requirements.python
+    if not wanted:
+        return []
+    where = _path(prefix, ["requirements", "python"])
+    out = [{"field": where, "error": reason} if i is None else
+           {"field": f"{where}[{i}]", "error": f"{reason}; got {_short(wanted[i])}"}
+           for i, reason in pyreqs.errors(wanted)]
+    if spec.bundle is None:
+        out.append({"field": where, "error": "needs a bundle: Python requirements are installed for shipped code "
+                    "only (dt submit --bundle DIR)"})
+    return out
 
 
 def _parse_one(item: Any, prefix: str) -> tuple[TaskSpec, str | None]:

@@ -713,8 +713,12 @@ class WorkerAgent:
             if a.bundle is None:
                 return await ex.run(self._context(a))
             cred = await self.credentials.current()
-            async with self.shipped.task(a.type, a.task_id, self.candidates.current, cred, a.bundle) as shipped:
-                return await ex.run(dataclasses.replace(self._context(a), **shipped))
+            async with self.shipped.task(a.type, a.task_id, self.candidates.current, cred, a.bundle,
+                                         a.python) as shipped:
+                out = await ex.run(dataclasses.replace(self._context(a), **shipped))
+            if "python_env" in shipped:  # its environment's digest, build time and whether it was cached
+                out.output.setdefault("python_env", shipped["python_env"])
+            return out
         except ExecutionError as exc:
             return ExecOutcome("error", error=str(exc), started_at=started, finished_at=self.clock())
         except asyncio.CancelledError:

@@ -16,7 +16,7 @@ import logging
 import shutil
 import ssl
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from ..bundles import manifest as mf
 from ..bundles.cache import BlobCache
 from ..bundles.tree import build_tree, remove_tree
 from ..errors import ExecutionError
+from ..tasks import pyreqs
+from .pyenv import PythonEnvs
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16
@@ -89,12 +91,13 @@ class ShippedCode:
     operator's explicit choice logged as a warning at every start."""
 
     def __init__(self, accept: bool, sandbox: Any, refusal: str | None, provider: BundleProvider | None,
-                 work_root: Path) -> None:
+                 work_root: Path, envs: PythonEnvs | None = None) -> None:
         self.accepting = accept and refusal is None
         self.sandbox = sandbox
         self.refusal = refusal
         self.provider = provider
         self.work_root = work_root
+        self.envs = envs
 
     @classmethod
     def at_start(cls, config: Any, ssl_context: ssl.SSLContext | None) -> ShippedCode:
@@ -110,29 +113,51 @@ class ShippedCode:
             log.warning("--sandbox none: tasks with shipped code run unconfined, with this worker's files and "
                         "environment in reach (the operator's explicit choice)")
         base = Path(config.db_path).parent if config.db_path else Path(tempfile.gettempdir()) / "distributed_testing"
-        root = base / f"bundles-{config.worker_id}"
+        root = base.absolute() / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
         provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context)
         (root / "tasks").mkdir(parents=True, exist_ok=True)
-        return cls(True, box, refusal, provider, root / "tasks")
+        return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))
 
     @contextlib.asynccontextmanager
     async def task(self, task_type: str, task_id: str, base_url: str, credential: str,
-                   digest: str) -> AsyncIterator[dict[str, Any]]:
-        """The TaskContext fields of a bundle task (tree, scratch, sandbox); removed afterwards.
-        ExecutionError names what is missing when this worker may not run it."""
+                   digest: str, python: Sequence[str] = ()) -> AsyncIterator[dict[str, Any]]:
+        """The TaskContext fields of a bundle task (tree, scratch, sandbox and, with Python
+        requirements, the environment: the task's ``python`` list and the bundle's root
+        ``requirements.txt``, see :mod:`.pyenv`); removed afterwards. ExecutionError names what is
+        missing when this worker may not run it, or why its requirements could not be installed."""
         if not self.accepting or self.provider is None:
             raise ExecutionError("this worker does not run shipped code: " + (
                 self.refusal or "it was not started with --accept-bundles"))
         if task_type not in SHIPPED_KINDS:
             raise ExecutionError(f"a bundle runs in {', '.join(sorted(SHIPPED_KINDS))} tasks only, not {task_type!r}")
         top = Path(tempfile.mkdtemp(prefix=f"{_safe(task_id)}-", dir=self.work_root))
+        held: str | None = None  # the Python environment this task holds while it runs
         try:
             tree, scratch = top / "bundle", top / "scratch"
             scratch.mkdir()
-            await self.provider.prepare(base_url, credential, digest, tree)
-            yield {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
+            m = await self.provider.prepare(base_url, credential, digest, tree)
+            fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
+            wanted = [*_bundle_requirements(tree, m), *python]
+            if wanted and self.envs is not None:
+                env = await self.envs.ensure(wanted, tree, m, scratch)
+                held = env.digest
+                fields.update(python=env.python, python_env=env.report())
+            yield fields
         finally:
+            if held is not None and self.envs is not None:
+                self.envs.release(held)
             await asyncio.to_thread(_remove, top)
+
+
+def _bundle_requirements(tree: Path, m: mf.Manifest) -> list[str]:
+    """The entries of the bundle's root ``requirements.txt`` (none without one); ExecutionError
+    naming each refused line (the grammar of :mod:`..tasks.pyreqs`, as at submit)."""
+    if not any(f.path == "requirements.txt" for f in m.files):
+        return []
+    entries, problems = pyreqs.parse_file((tree / "requirements.txt").read_text(errors="replace"))
+    if problems:
+        raise ExecutionError("the bundle's requirements.txt: " + "; ".join(problems[:10]))
+    return entries
 
 
 def _safe(task_id: str) -> str:

@@ -15,6 +15,7 @@ starts or reuses a child process and awaits it. The contract:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,10 @@ class TaskContext:
     bundle_root: Path | None = None
     scratch_dir: Path | None = None
     sandbox: Any = None  # worker.sandbox.Sandbox | None
+    # a bundle task with Python requirements (worker/pyenv.py): its environment's interpreter and
+    # the build report (digest, cached, build_s) the result output carries as ``python_env``
+    python: Path | None = None
+    python_env: dict[str, Any] | None = None
 
 
 @dataclass
@@ -102,6 +107,14 @@ class ExecutorSettings:
     result_cache: Any = None  # bench_cache.ResultCache | None
     exclusive: Any = field(default_factory=_new_lock)  # asyncio.Lock
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def task_python(ctx: TaskContext) -> tuple[str, list[Path]]:
+    """The interpreter a task's child runs (its bundle's environment when the task has Python
+    requirements, else the worker's) and the directories a sandbox must show it, read-only."""
+    if ctx.python is None:
+        return sys.executable, []
+    return str(ctx.python), [ctx.python.parent.parent]
 
 
 def check_model_allowed(ctx: TaskContext) -> None:

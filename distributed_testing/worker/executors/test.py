@@ -33,7 +33,7 @@ from distributed_testing.errors import ExecutionError
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
 from distributed_testing.worker.executors import pytest_report
-from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
+from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.proc import (
     DEFAULT_TAIL_BYTES,
     OutputTail,
@@ -135,13 +135,14 @@ class TestExecutor:
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or ctx.work_dir) as tmp:
             report_path = Path(tmp) / "report.jsonl"
-            argv = pytest_argv(target, root, spec.test_args, report_path)
+            python, env_dirs = task_python(ctx)
+            argv = pytest_argv(target, root, spec.test_args, report_path, python)
             logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                         ctx.task_id, len(spec.test_args) + 1, root, timeout)
             env = self._env
             if ctx.sandbox is not None and ctx.scratch_dir is not None:  # shipped code: confined
                 env = task_environ(self._extra, ctx.scratch_dir)
-                argv = ctx.sandbox.wrap(argv, ro=[root], rw=[ctx.scratch_dir], cwd=root, env=env)
+                argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env)
             verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
             summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
         output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
@@ -181,14 +182,15 @@ class TestExecutor:
         return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
 
 
-def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path) -> list[str]:
+def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path,
+                python: str = sys.executable) -> list[str]:
     """The pytest command line: the root first (an allowed ``--rootdir`` overrides it), then the
     task's options, then the worker's (so they win), all before a ``--`` in ``test_args`` (after
-    which pytest takes every token for a path)."""
+    which pytest takes every token for a path). ``python`` runs it (a bundle's environment's)."""
     ours = ["-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", MARKER_PLUGIN,
             "-p", pytest_report.__name__, f"{pytest_report.REPORT_OPTION}={report_path}"]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
-    return [sys.executable, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
+    return [python, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
 
 
 async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:
