@@ -4,16 +4,19 @@ reach; ``--task-network none`` leaves the ranks no rendezvous, so the task error
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from distributed_testing.bundles.upload import upload
+from distributed_testing.testing import run_cluster
 from distributed_testing.worker.executors.base import TaskContext
 from distributed_testing.worker.executors.training import TrainingExecutor, TrainingOptions
 from distributed_testing.worker.sandbox import Sandbox, available
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180), pytest.mark.slow,
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
 FACTORY = """
@@ -63,3 +66,22 @@ async def test_no_network_leaves_the_ranks_no_rendezvous(tmp_path: Path) -> None
     finally:
         await ex.close()
     assert outcome.status == "error" and "--task-network none" in str(outcome.error), outcome
+
+
+async def test_a_two_node_gang_trains_a_bundle_model_across_sandboxes(tmp_path: Path) -> None:
+    """Two --accept-bundles workers with --task-network host each fetch the bundle and run their
+    node in bwrap; the ranks meet across the two sandboxes."""
+    (tmp_path / "worker.key").write_text("secret")
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "shipped_model.py").write_text(FACTORY.format(secret=str(tmp_path / "worker.key")))
+    overrides = {"interface": "lo", "accept_bundles": True, "sandbox": "bwrap", "task_network": "host"}
+    async with run_cluster(tmp_path / "c", workers=2, worker_overrides=overrides) as c:
+        code = await c.create_key("submitter", allow_code=True)
+        digest = await asyncio.to_thread(upload, c.base_url, code, bundle)
+        [tid] = await c.submit({"type": "training", "timeout_s": 150, "bundle": digest,
+                                "config": {**CONFIG, "nodes": 2, "load_balance": "none"}}, key=code)
+        done = await c.wait(tid, timeout=170)
+    assert done["state"] == "succeeded", done["outcome"]
+    metrics = done["result"]["output"]["metrics"]
+    assert (metrics["nnodes"], metrics["world_size"]) == (2, 2)
