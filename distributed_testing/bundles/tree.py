@@ -46,3 +46,15 @@ def remove_tree(dest: Path) -> None:
     for dirpath, _, _ in os.walk(dest):
         os.chmod(dirpath, 0o755)
     shutil.rmtree(dest)
+
+
+def top_level_modules(root: Path) -> tuple[str, ...]:
+    """The top-level module names a built tree offers to ``import`` with its root on ``sys.path``:
+    ``NAME.py`` files and directories (packages, namespace packages included) whose NAME is an
+    identifier, sorted. What a bundle task's ``module:callable`` may name (docs/tasks.md)."""
+    names = set()
+    for entry in Path(root).iterdir():
+        name = entry.name[:-3] if entry.name.endswith(".py") and entry.is_file() else entry.name
+        if name.isidentifier() and (entry.is_dir() or entry.name.endswith(".py")):
+            names.add(name)
+    return tuple(sorted(names))

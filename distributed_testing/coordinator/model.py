@@ -145,13 +145,16 @@ class Task:
         kind = specs.kind_of(self.spec)
         self.pipelined = kind.pipelined
         cfg = kind.decode(self.spec.config)
+        # shipped code brings its own model module and handler (the worker checks them against the
+        # bundle), and gets its own tree and child: no allow-list or handler to match, never batched
+        shipped = self.spec.bundle is not None
         self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
-                                   model_module(kind.imports_model, self.spec.config), kind.handler(cfg),
-                                   bundle=self.spec.bundle is not None)
+                                   None if shipped else model_module(kind.imports_model, self.spec.config),
+                                   None if shipped else kind.handler(cfg), bundle=shipped)
         nodes = kind.gang_size(cfg)
         if nodes:
             self.gang = Gang(nodes)
-        self.batch_key = kind.batch_key(cfg)
+        self.batch_key = None if shipped else kind.batch_key(cfg)
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)

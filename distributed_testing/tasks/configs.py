@@ -144,7 +144,8 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
 
 
 class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """A named handler the worker's operator installed, called with ``parameters``."""
+    """A named handler the worker's operator installed, called with ``parameters``; in a task with a
+    ``bundle``, ``name`` is ``module:function`` inside the bundle, run in a sandboxed child of its own."""
 
     name: NonEmpty
     parameters: dict[str, Any] = {}

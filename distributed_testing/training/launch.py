@@ -90,6 +90,9 @@ class NodeAssignment:
             raise InvalidTrainingConfig("master_addr", "empty")
 
 
+Confine = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str], Path]]
+
+
 def launch(
     task_config: Mapping[str, Any],
     assignment: NodeAssignment,
@@ -103,6 +106,7 @@ def launch(
     cancel: threading.Event | None = None,
     progress: Progress | None = None,
     allow_model_modules: tuple[str, ...] = (),
+    confine: Confine | None = None,
 ) -> dict[str, Any]:
     """Run this node's ranks of a training task; see the module doc for the contract.
 
@@ -111,6 +115,8 @@ def launch(
     every node of the job has CUDA. ``extra_env`` is added to the ranks' environment, which holds
     none of the worker's credentials. ``allow_model_modules`` (the worker's
     ``--allow-model-modules``) is handed to each rank, which refuses any other user model.
+    ``confine(command, env)``, when given, returns the command, environment and working directory
+    the launcher really runs with (a bundle task's sandbox, ``worker/executors/training.py``).
     """
     started = time.monotonic()
     config = resolve(parse_config(task_config), cuda_device_count=cuda_device_count, all_cuda=all_cuda)
@@ -122,6 +128,9 @@ def launch(
     files = _LaunchFiles.for_node(Path(result_path), assignment.node_rank)
     command = build_command(config, assignment, files, timeout_s=timeout_s, allow_model_modules=allow_model_modules)
     env = _child_env(extra_env)
+    cwd = None
+    if confine is not None:
+        command, env, cwd = confine(command, env)
     logger.info(
         "node %d/%d launching %d rank(s), master %s:%d, log %s",
         assignment.node_rank,
@@ -132,7 +141,7 @@ def launch(
         files.log,
     )
     remaining = timeout_s - (time.monotonic() - started)
-    _supervise(command, env, files, timeout_s=remaining, cancel=cancel, progress=progress)
+    _supervise(command, env, files, timeout_s=remaining, cancel=cancel, progress=progress, cwd=cwd)
     metrics = _read_result(files) if assignment.node_rank == 0 else None
     return {
         "node_rank": assignment.node_rank,
@@ -245,6 +254,7 @@ def _supervise(
     timeout_s: float,
     cancel: threading.Event | None,
     progress: Progress | None,
+    cwd: Path | None = None,
 ) -> None:
     """Run the agent to completion; stop the whole tree and raise on failure, timeout or cancel."""
     deadline = time.monotonic() + timeout_s
@@ -252,7 +262,7 @@ def _supervise(
     with files.log.open("wb") as log:
         proc = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, cwd=cwd,
         )  # fmt: skip
     tree = ProcessTree(proc)
     outcome = "exited"

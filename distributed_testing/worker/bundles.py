@@ -80,7 +80,7 @@ async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str], w
         raise ExecutionError(f"fetching {what}: {exc}") from exc
 
 
-SHIPPED_KINDS = frozenset({"test"})  # kinds whose executor runs a bundle inside the sandbox
+SHIPPED_KINDS = frozenset({"test", "custom", "benchmark", "training"})  # kinds whose executor runs a bundle inside the sandbox
 
 
 class ShippedCode:

@@ -11,6 +11,7 @@ would pass those checks) but absent. The child gets:
   this package, and the task's bundle tree (``ro``);
 * writable: its own scratch directory only (``rw``; ``TMPDIR`` and ``HOME`` point into it); the
   rest of its root, including the directories bwrap makes for the binds, is remounted read-only;
+* in ``/dev`` only the basic nodes, plus the GPU nodes a benchmark child is given (``devices``);
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` to read), IPC and
   UTS namespaces, a new session (no terminal injection), ``--die-with-parent``;
 * a scrubbed environment: ``--clearenv``, then only what the caller passes;
@@ -51,9 +52,17 @@ NETLESS = (
 )
 
 
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the directory holding the distributed_testing package
+
+
 def _code_dirs() -> list[Path]:
-    here = Path(__file__).resolve().parents[2]  # the directory holding the distributed_testing package
-    return sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), here})
+    return sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), PACKAGE_PARENT})
+
+
+def gpu_devices() -> list[str]:
+    """The GPU device nodes of this machine (``/dev/nvidia*``, ``/dev/dri``) that a benchmark child
+    binds into its otherwise fresh ``/dev`` to reach the GPU its ``CUDA_VISIBLE_DEVICES`` names."""
+    return sorted(str(p) for p in [*Path("/dev").glob("nvidia*"), Path("/dev/dri")] if p.exists())
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,9 @@ class Sandbox:
     bwrap: str = "bwrap"
 
     def wrap(self, argv: Sequence[str], *, ro: Sequence[Path], rw: Sequence[Path], cwd: Path,
-             env: Mapping[str, str]) -> list[str]:
-        """The command that runs ``argv`` confined (see the module docstring)."""
+             env: Mapping[str, str], devices: Sequence[str] = ()) -> list[str]:
+        """The command that runs ``argv`` confined (see the module docstring); ``devices`` are
+        device nodes bound into its ``/dev`` (a benchmark's GPU, :func:`gpu_devices`)."""
         if self.mode == "none":
             return list(argv)
         cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
@@ -77,6 +87,8 @@ class Sandbox:
             cmd += ["--ro-bind", str(p), str(p)]
         for p in rw:
             cmd += ["--bind", str(p), str(p)]
+        for d in devices:
+            cmd += ["--dev-bind-try", d, d]
         # the tmpfs bwrap builds the root on (and the directories it made for the binds above) is
         # read-only too: nothing but the scratch directory and /tmp takes a write
         cmd += ["--remount-ro", "/", "--chdir", str(cwd), "--clearenv"]

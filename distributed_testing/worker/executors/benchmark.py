@@ -17,11 +17,23 @@ for the child's lifetime), and on a hit the stored result is returned without me
 ``from_cache: true`` with ``cached_from_task`` and ``cached_at``; in a batch only the misses go
 to the child. Measured results say ``from_cache: false``. A failing cache is logged and the task
 runs as a miss.
+
+A task with a bundle (``ctx.bundle_root``) gets a child of its own, started inside the sandbox
+(:mod:`distributed_testing.worker.sandbox`) with the bundle's root as its working directory (first
+on ``sys.path``, so ``model: "module:callable"`` imports from the bundle), the bundle read-only,
+its scratch directory writable, the GPU device nodes bound in, and the sandbox's scrubbed
+environment (``CUDA_VISIBLE_DEVICES`` and the ``DT_BENCH_*`` thread settings carried over). The
+bundle's own top-level modules are allowed on top of ``--allow-model-modules`` (the task came from
+an ``--allow-code`` key to an ``--accept-bundles`` worker); the callable must still be defined in
+an allowed module. The child is killed after the task (a cached child of the operator's tasks is
+kept aside meanwhile), and the result cache is neither read nor written: the key does not know
+the bundle's code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import logging
@@ -30,14 +42,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ...bundles.tree import top_level_modules
 from ...childenv import child_environ
-from ...errors import StoreError
+from ...errors import ExecutionError, StoreError
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
+from ..sandbox import PACKAGE_PARENT, gpu_devices, task_environ
 from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed
 from .proc import describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024 * 1024
+# what a sandboxed child keeps of the worker's environment: the GPU it may use, its thread settings
+_CARRIED = ("CUDA_VISIBLE_DEVICES", "DT_BENCH_THREADS", "DT_BENCH_INTEROP_THREADS")
 FINGERPRINT_TIMEOUT_S = 120.0  # the child's torch import plus a first CUDA/OpenVINO device query
 
 
@@ -89,6 +105,10 @@ class BenchmarkExecutor:
 
     async def run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
         """Answer cache hits, run the rest in one child request, in order; one outcome per task."""
+        if any(c.bundle_root is not None for c in ctxs):
+            if len(ctxs) != 1:  # the coordinator never batches them (coordinator/model.py)
+                raise ExecutionError("benchmark tasks with a bundle run one at a time, not in a batch")
+            return [await self._run_shipped(ctxs[0])]
         for ctx in ctxs:
             check_model_allowed(ctx)
         async with self.exclusive, self._lock:
@@ -106,6 +126,22 @@ class BenchmarkExecutor:
                 if not self.options.cache_models:
                     await self.close()
 
+    async def _run_shipped(self, ctx: TaskContext) -> ExecOutcome:
+        """A bundle task in a sandboxed child of its own (module docstring)."""
+        assert ctx.bundle_root is not None
+        if ctx.sandbox is None or ctx.scratch_dir is None:
+            raise ExecutionError("a benchmark task with a bundle needs the worker's sandbox and a scratch directory")
+        tops = top_level_modules(ctx.bundle_root)
+        check_model_allowed(dataclasses.replace(ctx, allow_model_modules=(*ctx.allow_model_modules, *tops)))
+        async with self.exclusive, self._lock:
+            kept, self._child = self._child, None  # the operator's cached child waits aside
+            try:
+                self._child = await self._spawn(ctx, tops)
+                return (await self._request([ctx], [self._config(ctx)], time.time()))[0]
+            finally:
+                await self.close()
+                self._child = kept
+
     def _config(self, ctx: TaskContext) -> dict[str, Any]:
         cfg = dict(ctx.config)
         if self.options.optimize_for is not None:
@@ -118,9 +154,11 @@ class BenchmarkExecutor:
         """Worker settings that change a measurement without showing in the config."""
         return {"mixed_precision": self.options.mixed_precision}
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
-        args = [sys.executable, "-m", "distributed_testing.bench.child",
-                f"--allow-model-modules={','.join(self.options.allow_model_modules)}"]
+    async def _spawn(self, shipped: TaskContext | None = None, modules: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
+        """The benchmark child; with ``shipped``, a bundle task's sandboxed one allowing ``modules``
+        too."""
+        allowed = (*self.options.allow_model_modules, *modules)
+        args = [sys.executable, "-m", "distributed_testing.bench.child", f"--allow-model-modules={','.join(allowed)}"]
         if self.options.threads is not None:
             args += ["--threads", str(self.options.threads)]
         if self.options.mixed_precision:
@@ -128,9 +166,16 @@ class BenchmarkExecutor:
         env = child_environ()
         if self.options.cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.options.cuda_visible_devices
+        cwd = None
+        if shipped is not None and shipped.bundle_root is not None and shipped.scratch_dir is not None:
+            cwd = shipped.bundle_root.resolve()
+            carried = {k: v for k, v in env.items() if k in _CARRIED}
+            env = {**task_environ(carried, shipped.scratch_dir), "PYTHONPATH": str(PACKAGE_PARENT)}
+            args = shipped.sandbox.wrap(args, ro=[cwd], rw=[shipped.scratch_dir], cwd=cwd, env=env,
+                                        devices=gpu_devices())
         return await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, env=env,
-            start_new_session=True, limit=MAX_LINE)
+            start_new_session=True, limit=MAX_LINE, cwd=cwd)
 
     async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line. A child that

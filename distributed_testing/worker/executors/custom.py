@@ -9,6 +9,16 @@ Config: ``{"name": str, "parameters": dict}``. Handlers and how to add more are 
 * ``ctx.max_memory_mb`` exceeded by the child's process tree -> ``failed`` (killed, replaced);
 * the child died (segfault, ``os._exit``) -> ``error`` with its exit code (replaced);
 * unknown handler, bad parameters, a plugin that will not import -> :class:`ExecutionError`.
+
+A task with a bundle (``ctx.bundle_root``) names its handler as ``"module:function"`` inside the
+bundle (``module``'s top-level name must be a ``NAME.py`` or a directory at the bundle's root). It
+never runs in the shared pool: a long-lived child serves one task after another, so one task
+could leave code behind for the next or read its files. Each shipped handler gets a one-off pool
+of one child started inside the sandbox (``ctx.sandbox``, :mod:`distributed_testing.worker.sandbox`)
+with the bundle's root as its working directory (first on ``sys.path``), the bundle read-only, its
+scratch directory writable (``HandlerContext.work_dir``; ``cache_dir`` is None), the sandbox's
+scrubbed environment and network. The same limits and outcomes apply; the child is killed after
+the task.
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ from typing import Any
 
 import msgspec
 
+from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.usercode import model_name_error
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
 from distributed_testing.worker.executors.handlers import (
     BUILTIN_HANDLERS,
@@ -35,6 +47,7 @@ from distributed_testing.worker.executors.handlers import (
 from distributed_testing.worker.executors.pool import HandlerPool, PoolResult
 from distributed_testing.worker.executors.pool_child import Request
 from distributed_testing.worker.executors.proc import describe_exit
+from distributed_testing.worker.sandbox import PACKAGE_PARENT, task_environ
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -114,6 +127,8 @@ class CustomExecutor:
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         """Run the handler named in ``ctx.config``; outcomes as in the module docstring."""
         name, parameters = parse_custom_config(ctx.config)
+        if ctx.bundle_root is not None:
+            return await self._run_shipped(ctx, name, parameters)
         if name not in self.registry:
             raise ExecutionError(f"unknown custom handler {name!r}; known handlers: {', '.join(self.handler_names())}")
         if not self._started:
@@ -134,6 +149,48 @@ class CustomExecutor:
         outcome.started_at = started
         outcome.finished_at = time.time()
         return outcome
+
+    async def _run_shipped(self, ctx: TaskContext, name: str, parameters: dict[str, Any]) -> ExecOutcome:
+        """A bundle's ``module:function`` handler in its own sandboxed child (module docstring)."""
+        assert ctx.bundle_root is not None
+        root = ctx.bundle_root.resolve()
+        if (bad := shipped_handler_error(name, top_level_modules(root))) is not None:
+            raise ExecutionError(bad)
+        if ctx.sandbox is None or ctx.scratch_dir is None:
+            raise ExecutionError("a custom task with a bundle needs the worker's sandbox and a scratch directory")
+        scratch = ctx.scratch_dir
+        env = {**task_environ({}, scratch), "PYTHONPATH": str(PACKAGE_PARENT)}
+        argv = HandlerPool.child_argv({name: name}, use_entry_points=False)
+        argv = ctx.sandbox.wrap(argv, ro=[root], rw=[scratch], cwd=root, env=env)
+        pool = HandlerPool(1, command=argv, env=env, cwd=root)
+        started = time.time()
+        try:
+            await pool.start()
+            request = Request(seq=0, name=name, parameters=parameters, task_id=ctx.task_id, attempt=ctx.attempt,
+                              work_dir=str(scratch), timeout_s=ctx.timeout_s)
+            result = await pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb)
+        finally:
+            await pool.close()
+        outcome = _outcome(name, result, ctx)
+        outcome.started_at = started
+        outcome.finished_at = time.time()
+        return outcome
+
+
+def shipped_handler_error(name: str, modules: Sequence[str]) -> str | None:
+    """Why ``name`` is not a ``module:function`` handler inside a bundle offering top-level
+    ``modules`` (None when it is)."""
+    if ":" not in name:
+        return (f"custom handler {name!r}: a task with a bundle names its handler as 'module:function' "
+                "inside the bundle")
+    bad = model_name_error(name)
+    if bad is not None:
+        return "custom handler" + bad.removeprefix("model")
+    top = name.partition(":")[0].split(".")[0]
+    if top not in modules:
+        return (f"custom handler {name!r}: module {top!r} is not in the bundle (its top-level modules: "
+                f"{', '.join(modules) or 'none'})")
+    return None
 
 
 def _outcome(name: str, result: PoolResult, ctx: TaskContext) -> ExecOutcome:

@@ -110,6 +110,9 @@ class HandlerPool:
 
     ``handlers`` maps extra handler names to ``"module:function"`` specs; ``pythonpath`` entries
     are prepended to the children's ``PYTHONPATH`` (after this package's own location).
+    ``command``, ``env`` and ``cwd``, when given, replace the child's command line (see
+    :meth:`child_argv`), environment and working directory: a shipped handler's one-off pool runs
+    its child inside the sandbox (``custom.py``).
     """
 
     def __init__(
@@ -120,12 +123,16 @@ class HandlerPool:
         pythonpath: Sequence[Path] = (),
         use_entry_points: bool = True,
         start_timeout_s: float = 60.0,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
         self.size = size
-        self._argv = self._child_argv(handlers or {}, use_entry_points)
-        self._env = self._child_env(pythonpath)
+        self._argv = list(command) if command is not None else self.child_argv(handlers or {}, use_entry_points)
+        self._env = dict(env) if env is not None else self._child_env(pythonpath)
+        self._cwd = cwd
         self._start_timeout_s = start_timeout_s
         self._idle: list[_Child] = []
         self._children: set[_Child] = set()
@@ -136,7 +143,7 @@ class HandlerPool:
         self._closed = False
 
     @staticmethod
-    def _child_argv(handlers: Mapping[str, str], use_entry_points: bool) -> list[str]:
+    def child_argv(handlers: Mapping[str, str], use_entry_points: bool) -> list[str]:
         argv = [sys.executable, "-m", "distributed_testing.worker.executors.pool_child"]
         argv += ["--log-level", str(logger.getEffectiveLevel())]
         for name, spec in handlers.items():
@@ -186,6 +193,7 @@ class HandlerPool:
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             env=self._env,
+            cwd=self._cwd,
         )
         assert proc.stdout is not None and proc.stderr is not None
         tail = OutputTail()

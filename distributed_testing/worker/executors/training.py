@@ -35,6 +35,15 @@ A failed launch's ``error`` is the reason, the launcher's message and the tail o
 (torchelastic's "Root Cause" block names the first failing rank); ``output["log_path"]`` is the
 whole log on this worker.
 
+A task with a bundle (``ctx.bundle_root``) runs its launcher and ranks inside the sandbox
+(:mod:`distributed_testing.worker.sandbox`): the bundle read-only as the working directory and
+first on the ranks' ``sys.path`` (its top-level modules are allowed models on top of
+``--allow-model-modules``; the factory must be defined in one), the run directory and its scratch
+directory writable, the GPU nodes bound in, a scrubbed environment (``CUDA_VISIBLE_DEVICES`` and
+``NCCL_*``/``GLOO_*``/``TORCH_*`` carried). The pre-flight runs in the worker, as before. The
+ranks need a network to meet: one node runs with ``--task-network loopback`` or ``host``, several
+need ``host``; otherwise the task ends in ``error`` saying so.
+
 Result files (rank 0's result, the launcher log, torchelastic's per-rank logs) go to
 ``<run_dir>/<task id>-a<attempt>/``; only the newest ``KEEP_RUNS`` run directories are kept.
 """
@@ -56,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
 from distributed_testing.protocol.messages import GangAssignment
 from distributed_testing.training.errors import (
@@ -72,6 +82,7 @@ from distributed_testing.worker.executors.base import (
     OutcomeStatus,
     TaskContext,
 )
+from distributed_testing.worker.sandbox import PACKAGE_PARENT, gpu_devices, task_environ
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +106,40 @@ _PEER_LOST = re.compile(
 )
 # torchelastic's "Root Cause" block: "exitcode  : -9 (pid: 123)  (SIGKILL)".
 _KILLED = re.compile(r"exitcode\s*:\s*-(\d+)\b[^\n]*")
+
+
+# what a sandboxed rank keeps of the launcher's environment: its GPUs and the collectives' settings
+_CARRIED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_")
+_CARRIED = ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+
+
+def shipped_refusal(ctx: TaskContext, nnodes: int) -> str | None:
+    """Why this worker cannot run a training node with a bundle (None: it can): the ranks need the
+    sandbox, and a network in it where they meet (a private loopback for one node, the host's for
+    several)."""
+    if ctx.sandbox is None or ctx.scratch_dir is None:
+        return "a training task with a bundle needs the worker's sandbox and a scratch directory"
+    network = ctx.sandbox.network
+    if ctx.sandbox.mode != "none" and nnodes > 1 and network != "host":
+        return (f"a training task with a bundle on {nnodes} nodes needs its ranks to reach each other: this worker "
+                f"runs shipped code with --task-network {network}, and only host reaches other machines")
+    if ctx.sandbox.mode != "none" and network == "none":
+        return ("a training task with a bundle needs a network for its ranks' rendezvous: this worker runs shipped "
+                "code with --task-network none (loopback serves one node, host several)")
+    return None
+
+
+def _confine(ctx: TaskContext, run_path: Path, command: list[str],
+             env: dict[str, str]) -> tuple[list[str], dict[str, str], Path]:
+    """The launcher's command inside the sandbox: the bundle read-only as its working directory and
+    first on the ranks' path, the run directory (result, logs) and scratch writable, GPU nodes bound."""
+    assert ctx.bundle_root is not None and ctx.scratch_dir is not None
+    root = ctx.bundle_root.resolve()
+    carried = {k: v for k, v in env.items() if k in _CARRIED or k.startswith(_CARRIED_PREFIXES)}
+    confined = {**task_environ(carried, ctx.scratch_dir), "PYTHONPATH": f"{root}:{PACKAGE_PARENT}"}
+    argv = ctx.sandbox.wrap(command, ro=[root], rw=[ctx.scratch_dir, run_path], cwd=root, env=confined,
+                            devices=gpu_devices())
+    return argv, confined, root
 
 
 @dataclass(frozen=True)
@@ -133,6 +178,8 @@ class TrainingExecutor:
             assignment, all_cuda = self._assignment(ctx)
         except ExecutionError as exc:
             return _error(exc, started, retryable=False)
+        if ctx.bundle_root is not None and (refused := shipped_refusal(ctx, assignment.nnodes)) is not None:
+            return _error(ExecutionError(refused), started, retryable=False, assignment=assignment)
         if assignment.nnodes > 1 and self.exclusive.locked():
             return _error(ExecutionError(
                 f"node {assignment.node_rank}: this worker is busy with another benchmark or training task "
@@ -158,11 +205,15 @@ class TrainingExecutor:
         run_path = await asyncio.to_thread(self._run_path, ctx)
         log = run_path / f"result.json.node{assignment.node_rank}.log"  # launch's name for it
         cancel = threading.Event()
+        allowed, confine = self.options.allow_model_modules, None
+        if ctx.bundle_root is not None:  # shipped code: its ranks run in the sandbox (module docstring)
+            allowed = (*allowed, *top_level_modules(ctx.bundle_root))
+            confine = functools.partial(_confine, ctx, run_path)
         call = functools.partial(
             launch, ctx.config, assignment, run_path / "result.json",
             cuda_device_count=self.options.cuda_device_count, all_cuda=all_cuda,
             timeout_s=ctx.timeout_s or NO_TIMEOUT_S, preflight_timeout_s=self.options.preflight_timeout_s,
-            cancel=cancel, progress=_Forward.wrap(ctx.progress), allow_model_modules=self.options.allow_model_modules)
+            cancel=cancel, progress=_Forward.wrap(ctx.progress), allow_model_modules=allowed, confine=confine)
         logger.info("training task %s attempt %d: node %d/%d, master %s:%d, files in %s", ctx.task_id, ctx.attempt,
                     assignment.node_rank, assignment.nnodes, assignment.master_addr, assignment.master_port, run_path)
         if self._threads is None:

@@ -1,15 +1,20 @@
 """A shipped test, run by a real worker in bubblewrap, tries to reach what is the worker's: its
 key file, outbox, state directory, environment, another running task's files and, with
 ``--task-network none``, the network. Every attempt fails, while it reads its bundle and writes its
-scratch directory; with ``--sandbox none`` the same reads succeed (the probe is not vacuous)."""
+scratch directory; with ``--sandbox none`` the same reads succeed (the probe is not vacuous). A
+shipped custom handler makes the same attempts."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import textwrap
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,16 +55,50 @@ HOLDER = "import time\n\ndef test_hold(tmp_path):\n    import os, pathlib\n" \
          "    (pathlib.Path(os.environ['HOME']) / 'mine.txt').write_text('secret')\n    time.sleep(60)\n"
 
 
-def make_bundle(root: Path, test: str) -> Path:
+HANDLER = '''
+import os, socket, pathlib
+
+KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
+
+def blocked(action):
+    try:
+        action()
+    except OSError:
+        return True
+    return False
+
+def run(parameters, ctx):
+    """The test probe's attempts from a shipped custom handler: which of them got through."""
+    (ctx.work_dir / "written.txt").write_text("ok")
+    bundle = pathlib.Path("data.txt").read_text()
+    attempts = {{
+        "read the worker's key file": lambda: open(KEY).read(),
+        "read the worker's outbox": lambda: open(OUTBOX, "rb").read(),
+        "read another running task's file": lambda: open(OTHER).read(),
+        "read the worker's environment": lambda: open(f"/proc/{{PID}}/environ", "rb").read(),
+        "wrote the worker's state dir": lambda: open(os.path.join(STATE, "planted"), "w").write("x"),
+        "changed its bundle": lambda: pathlib.Path("data.txt").write_text("changed"),
+        "connected out": lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2),
+    }}
+    reached = [what for what, attempt in attempts.items() if not blocked(attempt)]
+    if "DT_CANARY" in os.environ:
+        reached.append("saw the worker's environment variable")
+    return {{"bundle": bundle, "scratch": (ctx.work_dir / "written.txt").read_text(),
+            "cache_dir": None if ctx.cache_dir is None else str(ctx.cache_dir), "reached": reached}}
+'''
+
+
+def make_bundle(root: Path, files: dict[str, str]) -> Path:
     root.mkdir(parents=True)
-    (root / "test_probe.py").write_text(test)
-    (root / "data.txt").write_text("bundle data")
+    for name, text in {**files, "data.txt": "bundle data"}.items():
+        (root / name).write_text(text)
     return root
 
 
-@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
-async def test_a_shipped_test_reaches_nothing_of_the_worker(tmp_path: Path, sandbox: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.asynccontextmanager
+async def probing(tmp_path: Path, sandbox: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Probing]:
+    """A cluster whose one worker (outbox and key file in ``state``) runs a holder task (a shipped
+    test that writes its scratch and waits), and the values a probe needs to reach for them."""
     monkeypatch.setenv("DT_CANARY", "worker-secret")
     state = tmp_path / "state"
     state.mkdir()
@@ -72,22 +111,71 @@ async def test_a_shipped_test_reaches_nothing_of_the_worker(tmp_path: Path, sand
                            db_path=state / "outbox.duckdb")
         key_file.write_text(c.worker_keys["w0"])
         code = await c.create_key("submitter", allow_code=True)
-        holder = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "h", HOLDER))
+        holder = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "h", {"test_probe.py": HOLDER}))
         [hid] = await c.submit({"type": "test", "config": {"test_file": "test_probe.py"}, "bundle": holder}, key=code)
         tasks_root = next(state.glob("bundles-*")) / "tasks"
         await wait_for(lambda: any(tasks_root.glob("*/scratch/mine.txt")), timeout=60, what="the holder to start")
-        other = str(next(tasks_root.glob("*/scratch/mine.txt")))
-        probe = PROBE.format(key=str(key_file), outbox=str(state / "outbox.duckdb"), state=str(state), other=other,
-                             pid=os.getpid(), port=listener.getsockname()[1])
-        digest = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "p", textwrap.dedent(probe)))
-        [pid] = await c.submit({"type": "test", "config": {"test_file": "test_probe.py"}, "bundle": digest}, key=code)
-        done = await c.wait(pid, timeout=60)
-        await c.request("POST", f"/api/v1/tasks/{hid}/cancel")
-    listener.close()
+        values = {"key": str(key_file), "outbox": str(state / "outbox.duckdb"), "state": str(state),
+                  "other": str(next(tasks_root.glob("*/scratch/mine.txt"))), "pid": os.getpid(),
+                  "port": listener.getsockname()[1]}
+        try:
+            yield Probing(c, code, values, state)
+        finally:
+            await c.request("POST", f"/api/v1/tasks/{hid}/cancel")
+            listener.close()
+
+
+@dataclass
+class Probing:
+    cluster: Any
+    code: str  # an --allow-code submitter key
+    values: dict[str, Any]  # what PROBE and HANDLER are formatted with
+    state: Path  # the worker's state directory
+
+    async def run(self, bundle: Path, task: dict[str, Any]) -> dict[str, Any]:
+        """Upload ``bundle``, run ``task`` with it and return the finished task."""
+        c = self.cluster
+        digest = await asyncio.to_thread(upload, c.base_url, self.code, bundle)
+        [tid] = await c.submit({**task, "bundle": digest}, key=self.code)
+        done: dict[str, Any] = await c.wait(tid, timeout=60)
+        return done
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_shipped_test_reaches_nothing_of_the_worker(tmp_path: Path, sandbox: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    async with probing(tmp_path, sandbox, monkeypatch) as p:
+        probe = textwrap.dedent(PROBE.format(**p.values))
+        done = await p.run(make_bundle(tmp_path / "p", {"test_probe.py": probe}),
+                           {"type": "test", "config": {"test_file": "test_probe.py"}})
     outcome = done["outcome"] or {}
     if sandbox == "bwrap":
         assert outcome.get("status") == "succeeded", (done.get("result") or {}).get("output", {}).get("stdout_tail")
-        assert not (state / "planted").exists()
+        assert not (p.state / "planted").exists()
     else:  # unconfined: the first forbidden read succeeds, so the probe fails there
         assert outcome.get("status") == "failed", done
         assert "read the worker's key file" in str(done.get("result") or done)
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_shipped_custom_handler_reaches_nothing_of_the_worker(tmp_path: Path, sandbox: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same attempts from a bundle's ``module:function`` handler, which runs in a sandboxed
+    child of its own, not in the worker's shared pool (whose children see the worker's files)."""
+    async with probing(tmp_path, sandbox, monkeypatch) as p:
+        done = await p.run(make_bundle(tmp_path / "p", {"probe.py": HANDLER.format(**p.values)}),
+                           {"type": "custom", "config": {"name": "probe:run"}})
+        missing = await p.run(make_bundle(tmp_path / "q", {"probe.py": ""}),
+                              {"type": "custom", "config": {"name": "os:system", "parameters": {}}})
+    result = done.get("result") or {}
+    assert (done["outcome"] or {}).get("status") == "succeeded", result
+    output = result["output"]
+    assert (output["bundle"], output["scratch"], output["cache_dir"]) == ("bundle data", "ok", None)
+    if sandbox == "bwrap":
+        assert output["reached"] == []
+        assert not (p.state / "planted").exists()
+    else:  # unconfined: the probe is not vacuous (its environment is still the scrubbed one)
+        assert "read the worker's key file" in output["reached"]
+        assert "saw the worker's environment variable" not in output["reached"]
+    assert (missing["outcome"] or {}).get("status") == "error"
+    assert "module 'os' is not in the bundle" in str(missing["outcome"]["error"])

@@ -53,3 +53,16 @@ def test_a_lone_task_waits_for_mates_then_goes_alone() -> None:
     assert assigns(cmds) == []  # two of four, still within the wait
     [a] = assigns(s.tick(10.6))
     assert [t.task_id for t in a.tasks] == ["solo", "mate"]
+
+
+def test_bundle_tasks_go_alone_and_bring_their_own_model_module() -> None:
+    """Each bundle task gets its own tree and sandboxed child on the worker, so none shares a
+    batch; its ``module:callable`` is checked against the bundle there, not against the workers'
+    ``--allow-model-modules`` here (no worker allows ``shipped``)."""
+    s = CoordinatorState(Policy(batch_max=8, batch_wait_s=0.0))
+    s.register(m.Register(worker_id="w", name="w", protocol_version=1, hardware={}, capabilities=["cpu"],
+                          tags=[], max_concurrent=3, accept_bundles=True), "sess", 0.0, key_id="k")
+    digest = "ab" * 32
+    _, cmds = s.submit(parse_tasks([{**bench(f"s{i}", model="shipped:make"), "bundle": digest} for i in range(3)]), 1.0)
+    [sent] = assigns(cmds)  # one message to the worker, three separate tasks
+    assert [t.task_id for t in sent.tasks] == ["s0", "s1", "s2"] and sent.batch_id is None
