@@ -111,6 +111,7 @@ async def test_a_failed_checkpoint_stops_the_coordinator(tmp_path: Path, monkeyp
 
 async def test_ticker_and_store_watch_are_cancelled_quietly_at_shutdown(tmp_path: Path) -> None:
     async with run_cluster(tmp_path, workers=0, db_path=str(tmp_path / "c.duckdb")) as c:
-        await wait_for(lambda: len(c.runtime.supervisor._tasks) == 2, what="the supervised tasks")
+        # the ticker, the store watch and the bundle sweep
+        await wait_for(lambda: len(c.runtime.supervisor._tasks) == 3, what="the supervised tasks")
         sup = c.runtime.supervisor
     assert sup.failure is None and not sup._tasks
