@@ -14,6 +14,7 @@ Liveness flags are left at their defaults on purpose: the suite proves the defau
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -288,13 +289,18 @@ class WorkerWatch:
 # ------------------------------------------------------------------------------ netns
 
 
+_NS_COUNTER = itertools.count()
+
+
 class NetNs:
     """A network namespace joined to the root one by a veth pair on a private /24 (10.78.x.0):
     ``host_addr`` (.1) is the root-namespace end, ``ns_addr`` (.2) the namespace's.
     ``prefix`` runs a command inside it; ``down``/``up`` cut and restore the link."""
 
     def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000}{random.randrange(100):02d}"
+        # unique per process (the pid) and within it (a counter): three namespaces of one test once
+        # drew the same random suffix; 7 digits keep the veth names within 15 characters
+        tag = f"{os.getpid() % 100000}{next(_NS_COUNTER) % 100:02d}"
         self.name = f"dtchaos{tag}"
         self.host_if, self.ns_if = f"dtch{tag}", f"dtcn{tag}"
         used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
