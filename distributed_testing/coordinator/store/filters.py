@@ -188,7 +188,7 @@ def holds(f: Filter, row: Any) -> bool:
 
 
 class Params:
-    """Collects a statement's parameter values; ``add`` returns the placeholder that names one:
+    """Collects a statement's parameter values; ``add`` returns the SQL parameter marker for one:
     ``$1``, ``$2``, ... when ``numbered`` (PostgreSQL), ``?`` otherwise (DuckDB, by position)."""
 
     def __init__(self, numbered: bool = True) -> None:

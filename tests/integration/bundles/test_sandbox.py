@@ -25,9 +25,8 @@ from distributed_testing.worker.sandbox import available
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
-PROBE = '''
-import os, socket, pathlib, pytest
-
+# what both probes (a shipped test and a shipped handler) start with: the worker's paths and a check
+PRELUDE = '''
 KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
 
 def blocked(action):
@@ -36,7 +35,11 @@ def blocked(action):
     except OSError:
         return True
     return False
+'''
 
+PROBE = '''
+import os, socket, pathlib, pytest
+'''+PRELUDE+'''
 def test_reaches_nothing_of_the_worker():
     assert pathlib.Path("data.txt").read_text() == "bundle data"  # its own bundle
     home = pathlib.Path(os.environ["HOME"])
@@ -57,16 +60,7 @@ HOLDER = "import time\n\ndef test_hold(tmp_path):\n    import os, pathlib\n" \
 
 HANDLER = '''
 import os, socket, pathlib
-
-KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
-
-def blocked(action):
-    try:
-        action()
-    except OSError:
-        return True
-    return False
-
+'''+PRELUDE+'''
 def run(parameters, ctx):
     """The test probe's attempts from a shipped custom handler: which of them got through."""
     (ctx.work_dir / "written.txt").write_text("ok")
