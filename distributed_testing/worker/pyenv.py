@@ -133,8 +133,8 @@ class PythonEnvs:
             except ExecutionError as exc:
                 await asyncio.to_thread(shutil.rmtree, path, True)
                 raise ExecutionError(f"{exc}\n(after {time.monotonic() - started:.1f} s)") from exc
-            except BaseException:
-                await asyncio.to_thread(shutil.rmtree, path, True)
+            except BaseException:  # a cancel: the removal runs on even if the worker is stopping too
+                await asyncio.shield(asyncio.to_thread(shutil.rmtree, path, True))
                 raise
             took = time.monotonic() - started
             (path / COMPLETE).write_text(json.dumps({"requirements": normal, "build_s": took}))
