@@ -53,7 +53,7 @@ class CoordinatorConfig:
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
     auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
     auth_fail_window_s: float = 60.0
-    # per-key quotas (coordinator/quota.py, docs/security.md "Quotas"); 0: off
+    # per-key quotas (coordinator/core/quota.py, docs/security.md "Quotas"); 0: off
     max_queued_per_key: int = 10000  # tasks queued or running per key
     max_payload_mb_per_key: int = 64  # MiB of task specs (as JSON) queued or running per key
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"

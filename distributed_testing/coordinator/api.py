@@ -41,10 +41,11 @@ from ..security import keys as sk
 from ..security import roles, throttle, tokens
 from ..tasks import spec as specs
 from . import bundles_api, events, forward, limits, openapi, views
+from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .runtime import RUNTIME, Runtime, key_view
-from .store.base import ResultQuery, ResultRow
+from .store.base import ResultQuery
 from .store.filters import parse_query
 
 log = logging.getLogger(__name__)

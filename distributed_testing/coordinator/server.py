@@ -36,10 +36,11 @@ from ..errors import ConfigError, StoreError
 from ..security import bootstrap, tokens
 from . import bundles_api, forward, limits
 from .api import AUTH_THROTTLE, LIMITS, PROXY_SECRET, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
+from .core.rows import KeyRow, Snapshot
 from .group import Group, LeadershipLost, is_postgres_url
 from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
-from .store.base import TERMINAL, KeyRow, Snapshot, Store, TaskQuery
+from .store.base import TERMINAL, Store, TaskQuery
 from .ws import worker_endpoint
 
 log = logging.getLogger(__name__)

@@ -46,22 +46,15 @@ from ...duckfile import lock_holder
 from ...errors import StoreError
 from ...journal import Journal
 from ...security import files
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
 from .base import (
-    FORGOTTEN,
     SCHEMA_VERSION,
     TERMINAL,
-    KeyRow,
-    MetaRow,
-    Record,
     RecordTable,
     ResultQuery,
-    ResultRow,
-    Snapshot,
     TaskPage,
     TaskQuery,
-    TaskRow,
     TaskStats,
-    WorkerRow,
     stored_schema_version,
 )
 from .filters import DUCKDB, Params, describe, holds, render

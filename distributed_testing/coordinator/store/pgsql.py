@@ -25,7 +25,8 @@ from typing import Any
 
 import msgspec
 
-from .base import TERMINAL, KeyRow, MetaRow, RecordTable, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
+from ..core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
 from .blobs import BLOBS_DDL
 from .filters import Dialect, Params, describe, render
 

@@ -55,22 +55,8 @@ import msgspec
 from ...aio import wake_within
 from ...errors import Fenced, StoreError, ValidationError
 from ...retry import Backoff, retry_async
-from .base import (
-    FORGOTTEN,
-    SCHEMA_VERSION,
-    KeyRow,
-    MetaRow,
-    Record,
-    ResultQuery,
-    ResultRow,
-    Snapshot,
-    TaskPage,
-    TaskQuery,
-    TaskRow,
-    TaskStats,
-    WorkerRow,
-    stored_schema_version,
-)
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .blobs import BLOBS_DDL
 from .filters import Params
 from .memory import validate_query

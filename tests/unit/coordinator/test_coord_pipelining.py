@@ -1,4 +1,4 @@
-"""Pipelining in the pure scheduler (``coordinator/pipeline.py`` and ``state.py``): a worker that
+"""Pipelining in the pure scheduler (``coordinator/core/pipeline.py`` and ``core/state.py``): a worker that
 registers a ``pipeline_depth`` is sent short tasks ahead of its slots, as many as the durations
 it reports allow; nothing is queued behind a long or exclusive task, and a task waiting behind
 one is taken back for an idle worker, moving as a new attempt only once the worker says it never
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim, sent
 
-from distributed_testing.coordinator.model import Policy, Refused
-from distributed_testing.coordinator.pipeline import Pace
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.model import Policy, Refused
+from distributed_testing.coordinator.core.pipeline import Pace
+from distributed_testing.coordinator.core.rows import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 

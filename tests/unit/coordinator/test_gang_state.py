@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from sim_support import T0, saved, sent
 from sim_support import Sim as StateSim
 
-from distributed_testing.coordinator.model import Command, Notify, Policy, Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.model import Command, Notify, Policy, Save, Send
+from distributed_testing.coordinator.core.rows import ResultRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs

@@ -25,8 +25,8 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..tasks.spec import Requirements
-from ..tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
+from ...tasks.spec import Requirements
+from ...tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
 
 # (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "",
 #  runs shipped code (a bundle))
@@ -63,7 +63,7 @@ class WorkerView:
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
     accept_bundles: bool = False  # --accept-bundles: runs tasks with shipped code, from the registration
-    # Pipelining (coordinator/pipeline.py): how many tasks it may hold beyond its slots now, and
+    # Pipelining (coordinator/core/pipeline.py): how many tasks it may hold beyond its slots now, and
     # which held slots stop anything from being queued behind them: tasks that must run alone
     # (``exclusive``), and pipelined tasks that ran past the worker's started delay (``started``).
     window: int = 0

@@ -10,15 +10,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ValidationError
-from ..protocol import messages as m
-from ..retry import Backoff
-from ..tasks import spec as specs
-from ..tasks.usercode import model_module
+from ...errors import ValidationError
+from ...protocol import messages as m
+from ...retry import Backoff
+from ...tasks import spec as specs
+from ...tasks.usercode import model_module
 from .gang import Gang
 from .pipeline import Pace
 from .placement import NO_REQUIREMENTS, ReqKey, WorkerView, requirement_key
-from .store.base import Record, TaskRow, WorkerRow
+from .rows import Record, TaskRow, WorkerRow
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,13 @@ class Policy:
     gang_max_wait_s: float = 60.0  # then a waiting gang's eligible workers take no new lower/equal-priority work
     gang_port_range: tuple[int, int] = (29500, 29999)  # rendezvous ports the coordinator hands to gangs
     strict: bool = False  # refuse at submit a custom task whose handler no connected worker has
-    # Pipelining (coordinator/pipeline.py): a task sent ahead waits behind at most about this much
+    # Pipelining (coordinator/core/pipeline.py): a task sent ahead waits behind at most about this much
     # queued work on its worker, judged by the durations the worker reports
     pipeline_budget_s: float = 0.02
     # finished tasks kept in memory once their terminal record is durable (answers to ?wait and to
     # reads right after the outcome need no store read); older ones are read back from the store
     finished_cache: int = 4096
-    # per-key quotas (coordinator/quota.py): tasks queued or running, and their payload; 0: off
+    # per-key quotas (coordinator/core/quota.py): tasks queued or running, and their payload; 0: off
     max_queued_per_key: int = 0
     max_payload_bytes_per_key: int = 0
 
@@ -202,12 +202,12 @@ class Worker:
 
     @property
     def state(self) -> str:
-        """One of ``tasks.states.WORKER_STATES`` (store.base.FORGOTTEN, the record that deletes a
+        """One of ``tasks.states.WORKER_STATES`` (rows.FORGOTTEN, the record that deletes a
         worker's row after ``worker_retention_s``, is never listed)."""
         return self.health if self.connected else "disconnected"
 
     def row(self, state: str | None = None) -> WorkerRow:
-        """The store record; ``state=store.base.FORGOTTEN`` makes it the one that deletes the row."""
+        """The store record; ``state=rows.FORGOTTEN`` makes it the one that deletes the row."""
         return WorkerRow(
             worker_id=self.worker_id, name=self.name, hardware=self.hardware,
             capabilities=sorted(self.view.capabilities), tags=sorted(self.view.tags),

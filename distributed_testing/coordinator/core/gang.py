@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import messages as m
-from .store.base import ResultRow
+from ...protocol import messages as m
+from .rows import ResultRow
 
 BaselineKey = tuple[str, int, str]  # model, global batch, precision
 

@@ -38,11 +38,11 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import Conflict, NotFound, ValidationError
-from ..protocol import messages as m
-from ..tasks import spec as specs
-from ..tasks.states import ACTIVE, check_transition, is_terminal
-from ..tasks.usercode import model_module
+from ...errors import Conflict, NotFound, ValidationError
+from ...protocol import messages as m
+from ...tasks import spec as specs
+from ...tasks.states import ACTIVE, check_transition, is_terminal
+from ...tasks.usercode import model_module
 from .gang import Baselines, PortPool, attempt_row, success_row
 from .identity import check_owner, held
 from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send, Task, Worker
@@ -61,7 +61,7 @@ from .placement import (
     unmet,
 )
 from .quota import KeyQuota, payload_size
-from .store.base import FORGOTTEN, ResultRow, Snapshot, TaskRow
+from .rows import FORGOTTEN, ResultRow, Snapshot, TaskRow
 
 
 class CoordinatorState:

@@ -1,0 +1,14 @@
+"""The coordinator's pure core: events in, commands out. No awaits, no clock, no sockets, no
+logging, no store: every method takes ``now`` and returns what the transport must do.
+
+- ``state``: ``CoordinatorState``, the scheduling state machine the transport drives.
+- ``model``: the commands it returns, its policy, and the tasks and workers it holds.
+- ``rows``: the records it hands the store to persist, and the snapshot it is rebuilt from.
+- ``placement``: which worker may run which task, and the index that picks one.
+- ``gang``: multi-node tasks placed all-or-nothing.
+- ``pipeline``: how many tasks a worker may hold ahead of its slots.
+- ``identity``: which key owns a worker id, and which attempts a worker was given.
+- ``quota``: what one API key may keep queued.
+
+``tests/test_core_purity.py`` reads the imports of every ``core`` package and holds it to this.
+"""
