@@ -1,11 +1,12 @@
-"""Gang tasks (multi-node DDP training): per-attempt bookkeeping, rendezvous ports, combined
-results and the scaling-efficiency baseline. Pure: no I/O, no clock.
+"""Gang tasks (multi-node DDP training): their part of the state machine, rendezvous ports,
+combined results and the scaling-efficiency baseline. Pure: no I/O, no clock.
 
-A ``training`` task is a gang of ``nodes`` members (its kind's ``gang_size``). :class:`~.state.CoordinatorState` reserves the members all-or-nothing in one dispatch
-round; this module holds what the state machine needs around that:
+A ``training`` task is a gang of ``nodes`` members (its kind's ``gang_size``). Its placement, the
+members of the current attempt, is the task's :class:`~.model.Gang`. This module holds the rest:
 
-- :class:`Gang`: the members of the current attempt by node rank, the rendezvous address and
-  port, and the member results held (unacknowledged) until the attempt's row is saved.
+- :class:`Gangs`: the gang part of :class:`~.state.CoordinatorState`: the gangs waiting and
+  placed, reserved all-or-nothing in one dispatch round, ended for every member at once, and
+  restored or rejoined after a restart or a member's reconnect (below).
 - :class:`PortPool`: the coordinator-chosen rendezvous port, unique per master address among
   running gangs, rotating through the range so a retry gets a different port.
 - :func:`success_row` / :func:`attempt_row`: the ONE result row stored per attempt (results
@@ -13,16 +14,27 @@ round; this module holds what the state machine needs around that:
   scaling efficiency against a single-node baseline.
 - :class:`Baselines`: the latest succeeded single-node run per (model, global batch, precision),
   rebuilt from task outcomes after a restart.
+
+Gang tasks wait in their own small list and compete with the queue heads in the same order. A gang is reserved all-or-nothing in one dispatch round: its
+``nodes`` distinct eligible workers each get one slot, or nothing is held. While it cannot be
+placed, later tasks may use the free slots (backfill) until it has waited ``gang_max_wait_s``;
+from then on its eligible workers take no new work of lower or equal priority until it fits, unless
+fewer eligible workers are connected than it needs (then it holds nothing and says so). Any
+member's failure, loss or hand-back ends the attempt for all members (the others get ``Cancel``),
+and the gang is requeued whole or ends. Member results are held unacknowledged until the attempt's
+single combined result row is saved.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ...protocol import messages as m
+from ...tasks.states import ACTIVE
+from .model import Command, Gang, Notify, Policy, Save, Send, Task, Worker
+from .placement import WorkerView, pick_gang, unmet
 from .rows import ResultRow
 
 BaselineKey = tuple[str, int, str]  # model, global batch, precision
@@ -41,64 +53,6 @@ def scaling_efficiency(multi_node: Mapping[str, Any], single_node: Mapping[str, 
     if base <= 0:
         raise ValueError("single-node baseline has no throughput")
     return float(multi_node["global_samples_per_s"]) / int(multi_node["nnodes"]) / base
-
-
-@dataclass(slots=True)
-class Gang:
-    """One gang task's placement. ``members`` is empty while the task is pending."""
-
-    nodes: int
-    members: list[str] = field(default_factory=list)  # worker ids by node rank, current attempt
-    addresses: list[str] = field(default_factory=list)  # their Register.address, by node rank
-    master_addr: str = ""
-    master_port: int = 0
-    all_cuda: bool = False
-    dispatched_at: float = 0.0
-    held: dict[str, m.TaskResult] = field(default_factory=dict)  # member -> its result, not yet acked
-    awaiting: dict[str, float] = field(default_factory=dict)  # member -> deadline for its re-sent result
-    queued_at: float = 0.0  # when it last became dispatchable; the starvation bound counts from here
-    protecting: bool = False  # past gang_max_wait_s: its eligible workers take no new lower work
-
-    def place(self, members: list[str], addresses: list[str], port: int, all_cuda: bool, now: float) -> None:
-        self.members, self.addresses = list(members), list(addresses)
-        self.master_addr, self.master_port, self.all_cuda = addresses[0], port, all_cuda
-        self.dispatched_at, self.protecting = now, False
-        self.held.clear()
-        self.awaiting.clear()
-
-    def clear(self) -> None:
-        """The attempt is over: forget its members and held results."""
-        self.members, self.addresses = [], []
-        self.master_addr, self.master_port = "", 0
-        self.held.clear()
-        self.awaiting.clear()
-
-    def assignment(self, rank: int) -> m.GangAssignment:
-        return m.GangAssignment(node_rank=rank, nnodes=self.nodes, master_addr=self.master_addr,
-                                master_port=self.master_port, all_cuda=self.all_cuda, members=list(self.members))
-
-    def record(self) -> dict[str, Any]:
-        """What the dispatch history entry keeps, so a restarted coordinator knows the members."""
-        return {"members": list(self.members), "addresses": list(self.addresses), "master_addr": self.master_addr,
-                "master_port": self.master_port, "all_cuda": self.all_cuda}
-
-    def restore(self, history: list[dict[str, Any]], attempt: int, fallback_worker: str | None, at: float) -> None:
-        """Rebuild the members of ``attempt`` from the dispatch entry of the task's history."""
-        for h in reversed(history):
-            rec = h.get("gang")
-            if h.get("to") == "assigned" and h.get("attempt") == attempt and isinstance(rec, dict):
-                self.members = [str(w) for w in rec.get("members", [])]
-                self.addresses = [str(a) for a in rec.get("addresses", [])] or [""] * len(self.members)
-                self.master_addr, self.master_port = str(rec.get("master_addr", "")), int(rec.get("master_port", 0))
-                self.all_cuda, self.dispatched_at = bool(rec.get("all_cuda", False)), float(h.get("at", at))
-                return
-        self.members = [fallback_worker] if fallback_worker else []
-        self.addresses, self.dispatched_at = [""] * len(self.members), at
-
-    def view(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "members": list(self.members), "master_addr": self.master_addr or None,
-                "master_port": self.master_port or None, "all_cuda": self.all_cuda if self.members else None,
-                "reported": sorted(self.held), "waiting_past_bound": self.protecting}
 
 
 class PortPool:
@@ -254,3 +208,203 @@ def attempt_row(task_id: str, attempt: int, gang: Gang, status: str, cause: str,
     return ResultRow(task_id=task_id, attempt=attempt, worker_id=culprit or (gang.members[0] if gang.members else ""),
                      status=status, started_at=started, finished_at=finished, received_at=now, output=output,
                      error=cause, task_type="training")
+
+
+class Host(Protocol):
+    """What :class:`Gangs` needs of the state machine that owns it (``CoordinatorState``)."""
+
+    policy: Policy
+    workers: dict[str, Worker]
+
+    def touch(self, worker_id: str) -> None: ...
+    def transition(self, t: Task, new: str, cause: str, now: float, outcome: dict[str, Any] | None = None) -> None: ...
+    def requeue(self, t: Task, cause: str, now: float, *, count: bool) -> list[Command]: ...
+    def free_slot(self, t: Task) -> None: ...
+
+
+class Gangs:
+    """The gang tasks of one state machine: ``pending`` (ready to dispatch; they wait here, not
+    in the requirement queues), ``active`` (assigned or running), their rendezvous ports and the
+    single-node ``baselines`` that scaling efficiency is measured against."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.pending: dict[str, Task] = {}
+        self.active: dict[str, Task] = {}
+        self.ports = PortPool(*host.policy.gang_port_range)
+        self.baselines = Baselines()
+
+    def enqueue(self, t: Task, now: float) -> None:
+        """``t`` is ready to dispatch from ``now`` (the starvation bound counts from here)."""
+        assert t.gang is not None
+        t.gang.queued_at, t.gang.protecting = now, False
+        self.pending[t.task_id] = t
+
+    def order(self) -> list[Task]:
+        """Pending gangs in dispatch order (higher priority first, then FIFO)."""
+        for tid in [tid for tid, t in self.pending.items() if t.state != "pending"]:
+            del self.pending[tid]
+        return sorted(self.pending.values(), key=lambda t: (-t.spec.priority, t.seq))
+
+    def place(self, t: Task, workers: list[WorkerView], now: float) -> list[Command] | None:
+        """Reserve one slot on each of ``nodes`` distinct workers and send each its node rank, or
+        change nothing (None) when they are not all free now."""
+        g = t.gang
+        assert g is not None
+        chosen = pick_gang(t.key, g.nodes, workers)
+        if chosen is None:
+            return None
+        addresses = [self.host.workers[w.worker_id].address for w in chosen]
+        port = self.ports.take(addresses[0])
+        if port is None:
+            return None  # every port of the range is in use on that address; wait for a gang to end
+        t.attempt += 1
+        g.place([w.worker_id for w in chosen], addresses, port, all("cuda" in w.capabilities for w in chosen), now)
+        t.worker_id, t.slot = chosen[0].worker_id, t.task_id
+        for w in chosen:
+            w.hold(t.task_id, exclusive=True)
+            if w.available_memory_mb is not None and t.key[3]:
+                w.available_memory_mb -= t.key[3]
+        ranks = ", ".join(f"{wid} (rank {r})" for r, wid in enumerate(g.members))
+        self.host.transition(t, "assigned", f"dispatched to gang {ranks}, rendezvous {g.master_addr}:{port}", now)
+        t.history[-1]["gang"] = g.record()
+        del self.pending[t.task_id]
+        self.active[t.task_id] = t
+        return [Save(t.row()), *(Send(wid, m.AssignTasks([t.assignment(g.assignment(rank))]))
+                                 for rank, wid in enumerate(g.members))]
+
+    def starving(self, t: Task, now: float) -> bool:
+        """Past ``gang_max_wait_s`` and placeable in principle (enough eligible workers connected
+        and accepting): its eligible workers then take no new lower or equal priority work."""
+        g = t.gang
+        assert g is not None
+        g.protecting = now - g.queued_at >= self.host.policy.gang_max_wait_s and sum(
+            1 for w in self.host.workers.values()
+            if w.connected and w.view.accepting and w.view.max_concurrent > 0 and not unmet(t.key, w.view)) >= g.nodes
+        return g.protecting
+
+    def result(self, t: Task, worker_id: str, r: m.TaskResult, now: float, acked: list[m.TaskRef]) -> list[Command]:
+        """A member's result. Held without an ack until the attempt's row is saved; a result of an
+        attempt the worker held but that is over is stored and acknowledged (appended to ``acked``)."""
+        g = t.gang
+        assert g is not None
+        if t.state not in ACTIVE or r.attempt != t.attempt or worker_id not in g.members:
+            acked.append(m.TaskRef(r.task_id, r.attempt))
+            return [Save(ResultRow(
+                task_id=r.task_id, attempt=r.attempt, worker_id=worker_id, status=r.status, started_at=r.started_at,
+                finished_at=r.finished_at, received_at=now, output=r.output, error=r.error, task_type=t.type))]
+        w = self.host.workers.get(worker_id)
+        if w is not None:
+            w.view.release(t.task_id)  # this node is done
+            self.host.touch(worker_id)
+        g.held[worker_id] = r
+        g.awaiting.pop(worker_id, None)
+        if r.status != "succeeded":
+            rank = g.members.index(worker_id)
+            retry = r.status in ("error", "cancelled") and r.output.get("retryable") is not False
+            return self.end(t, now, status="error" if r.status == "cancelled" else r.status,
+                            cause=f"node {rank} ({worker_id}) {r.status}: {r.error or 'no reason given'}",
+                            culprit=worker_id, retry=retry)
+        if len(g.held) < len(g.members):
+            return []
+        row, extra = success_row(t.task_id, t.attempt, g, self.baselines, now)
+        acks = self.acks(t)
+        outcome = {"status": "succeeded", "attempt": t.attempt, "worker_id": g.members[0], "error": None,
+                   "duration_s": round(row.finished_at - row.started_at, 6), **extra}
+        self.host.transition(t, "succeeded", f"all {g.nodes} node(s) succeeded", now, outcome=outcome)
+        if extra["training"] is not None:
+            self.baselines.record(t.task_id, t.attempt, extra["training"], now)
+        self.host.free_slot(t)
+        return [Save(row), Save(t.row()), *acks, Notify((t.task_id,))]
+
+    def end(self, t: Task, now: float, *, status: str, cause: str, culprit: str | None, retry: bool,
+            count: bool = True) -> list[Command]:
+        """End the current attempt of gang ``t`` for every member: save its one result row,
+        ``Cancel`` the members still running, acknowledge the held results, free every slot, then
+        requeue the whole gang (``retry`` and retries left; ``count=False`` never uses one) or end
+        the task as ``status``."""
+        g = t.gang
+        assert g is not None
+        stop = [w for w in g.members if w not in g.held and w != culprit]
+        notes = {w: f"stopped: {cause}" for w in stop}
+        if culprit is not None and culprit not in g.held:
+            notes[culprit] = cause
+        cmds: list[Command] = [Save(attempt_row(t.task_id, t.attempt, g, status, cause, culprit, notes, now))]
+        cmds += [Send(w, m.Cancel(t.ref(), f"gang attempt {t.attempt} ended: {cause}")) for w in stop]
+        acks = self.acks(t)
+        if retry and (not count or t.retries_used < t.spec.max_retries):
+            return cmds + self.host.requeue(t, cause, now, count=count) + acks
+        outcome = {"status": status, "attempt": t.attempt, "worker_id": culprit or t.worker_id, "error": cause,
+                   "members": list(g.members)}
+        self.host.transition(t, status, cause, now, outcome=outcome)
+        self.host.free_slot(t)
+        return [*cmds, Save(t.row()), *acks, Notify((t.task_id,))]
+
+    @staticmethod
+    def acks(t: Task) -> list[Command]:
+        assert t.gang is not None
+        return [Send(w, m.ResultAck([m.TaskRef(r.task_id, r.attempt)])) for w, r in t.gang.held.items()]
+
+    def release(self, t: Task) -> None:
+        """Free every member's slot and the rendezvous port; the attempt's members are forgotten."""
+        g = t.gang
+        assert g is not None
+        for wid in g.members:
+            w = self.host.workers.get(wid)
+            if w is not None:
+                w.view.release(t.task_id)
+                self.host.touch(wid)
+        if g.master_port:
+            self.ports.release(g.master_addr, g.master_port)
+        g.clear()
+        t.slot = ""
+        self.active.pop(t.task_id, None)
+
+    def member_lost(self, worker_id: str, cause: str, now: float) -> list[Command]:
+        cmds: list[Command] = []
+        for t in list(self.active.values()):
+            g = t.gang
+            assert g is not None
+            if worker_id in g.members and worker_id not in g.held:
+                cmds += self.end(t, now, status="error", cause=f"node {g.members.index(worker_id)}: {cause}",
+                                 culprit=worker_id, retry=True)
+        return cmds
+
+    def deadlines(self, now: float) -> list[Command]:
+        """Fail attempts whose member re-registered without the task and sent no result in time."""
+        cmds: list[Command] = []
+        for t in list(self.active.values()):
+            g = t.gang
+            assert g is not None
+            late = [w for w, deadline in g.awaiting.items() if deadline <= now]
+            if late and t.task_id in self.active:
+                cmds += self.end(t, now, status="error", culprit=late[0], retry=True,
+                                 cause=f"node {g.members.index(late[0])} ({late[0]}) re-registered without "
+                                       f"the task and sent no result within {self.host.policy.worker_grace_s:g}s")
+        return cmds
+
+    def restore(self, t: Task, now: float) -> None:
+        """After a restart: an active gang keeps its members (each must re-announce the attempt
+        within the grace period) and port."""
+        g = t.gang
+        assert g is not None
+        if t.state in ACTIVE:
+            g.restore(t.history, t.attempt, t.worker_id, now)
+            t.slot = t.task_id
+            if g.master_port:
+                self.ports.hold(g.master_addr, g.master_port)
+            self.active[t.task_id] = t
+
+    def rejoined(self, t: Task, w: Worker, announced: dict[str, int], now: float) -> None:
+        """A gang member re-registered: it keeps its slot if it still runs the attempt. If it does
+        not, its result may be on the way (a worker re-sends unacknowledged results right after
+        registering), so it has ``worker_grace_s`` for that before the attempt fails."""
+        g = t.gang
+        assert g is not None
+        if w.worker_id not in g.members or w.worker_id in g.held:
+            return
+        if announced.get(t.task_id) == t.attempt:
+            w.view.hold(t.task_id, exclusive=True)
+            g.awaiting.pop(w.worker_id, None)
+        else:
+            g.awaiting.setdefault(w.worker_id, now + self.host.policy.worker_grace_s)

@@ -1,8 +1,8 @@
 """What the coordinator's scheduling core (:mod:`.state`) works on and emits: the commands its
 events return (:class:`Save` records first, then :class:`Send` / :class:`CloseWorker` /
 :class:`Notify` / :class:`Refused` for the transport), its :class:`Policy` and the liveness
-contract it grants, and the :class:`Task` and :class:`Worker` it keeps in memory with the store
-rows they become. Plain data: no scheduling decisions here."""
+contract it grants, and the :class:`Task` (with its :class:`Gang` placement) and :class:`Worker`
+it keeps in memory with the store rows they become. Plain data: no scheduling decisions here."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from ...protocol import messages as m
 from ...retry import Backoff
 from ...tasks import spec as specs
 from ...tasks.usercode import model_module
-from .gang import Gang
 from .pipeline import Pace
 from .placement import NO_REQUIREMENTS, ReqKey, WorkerView, requirement_key
 from .rows import Record, TaskRow, WorkerRow
@@ -115,6 +114,65 @@ class Policy:
 
 
 @dataclass(slots=True)
+class Gang:
+    """A gang task's placement (``Task.gang``; the rest of gang scheduling is :mod:`.gang`).
+    ``members`` is empty while the task is pending."""
+
+    nodes: int
+    members: list[str] = field(default_factory=list)  # worker ids by node rank, current attempt
+    addresses: list[str] = field(default_factory=list)  # their Register.address, by node rank
+    master_addr: str = ""
+    master_port: int = 0
+    all_cuda: bool = False
+    dispatched_at: float = 0.0
+    held: dict[str, m.TaskResult] = field(default_factory=dict)  # member -> its result, not yet acked
+    awaiting: dict[str, float] = field(default_factory=dict)  # member -> deadline for its re-sent result
+    queued_at: float = 0.0  # when it last became dispatchable; the starvation bound counts from here
+    protecting: bool = False  # past gang_max_wait_s: its eligible workers take no new lower work
+
+    def place(self, members: list[str], addresses: list[str], port: int, all_cuda: bool, now: float) -> None:
+        self.members, self.addresses = list(members), list(addresses)
+        self.master_addr, self.master_port, self.all_cuda = addresses[0], port, all_cuda
+        self.dispatched_at, self.protecting = now, False
+        self.held.clear()
+        self.awaiting.clear()
+
+    def clear(self) -> None:
+        """The attempt is over: forget its members and held results."""
+        self.members, self.addresses = [], []
+        self.master_addr, self.master_port = "", 0
+        self.held.clear()
+        self.awaiting.clear()
+
+    def assignment(self, rank: int) -> m.GangAssignment:
+        return m.GangAssignment(node_rank=rank, nnodes=self.nodes, master_addr=self.master_addr,
+                                master_port=self.master_port, all_cuda=self.all_cuda, members=list(self.members))
+
+    def record(self) -> dict[str, Any]:
+        """What the dispatch history entry keeps, so a restarted coordinator knows the members."""
+        return {"members": list(self.members), "addresses": list(self.addresses), "master_addr": self.master_addr,
+                "master_port": self.master_port, "all_cuda": self.all_cuda}
+
+    def restore(self, history: list[dict[str, Any]], attempt: int, fallback_worker: str | None, at: float) -> None:
+        """Rebuild the members of ``attempt`` from the dispatch entry of the task's history."""
+        for h in reversed(history):
+            rec = h.get("gang")
+            if h.get("to") == "assigned" and h.get("attempt") == attempt and isinstance(rec, dict):
+                self.members = [str(w) for w in rec.get("members", [])]
+                self.addresses = [str(a) for a in rec.get("addresses", [])] or [""] * len(self.members)
+                self.master_addr, self.master_port = str(rec.get("master_addr", "")), int(rec.get("master_port", 0))
+                self.all_cuda, self.dispatched_at = bool(rec.get("all_cuda", False)), float(h.get("at", at))
+                return
+        self.members = [fallback_worker] if fallback_worker else []
+        self.addresses, self.dispatched_at = [""] * len(self.members), at
+
+    def view(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "members": list(self.members), "master_addr": self.master_addr or None,
+                "master_port": self.master_port or None, "all_cuda": self.all_cuda if self.members else None,
+                "reported": sorted(self.held), "waiting_past_bound": self.protecting}
+
+
+@dataclass(slots=True)
 class Task:
     spec: specs.TaskSpec
     spec_dict: dict[str, Any]
@@ -158,6 +216,13 @@ class Task:
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)
+
+    def assignment(self, gang: m.GangAssignment | None = None) -> m.TaskAssignment:
+        """The message that gives the current attempt to a worker (``gang``: its node rank's part)."""
+        return m.TaskAssignment(
+            task_id=self.task_id, attempt=self.attempt, type=self.type, config=specs.config_dict(self.spec),
+            timeout_s=self.spec.timeout_s, max_memory_mb=self.spec.max_memory_mb, cache=self.spec.cache, gang=gang,
+            bundle=self.spec.bundle, python=list(self.spec.requirements.python))
 
     @classmethod
     def from_row(cls, row: TaskRow) -> Task:

@@ -350,11 +350,11 @@ def test_scaling_efficiency_against_the_latest_matching_single_node_run(sim: Sim
     # a restarted coordinator finds the same baseline in the task outcomes it reads from the store
     again = CoordinatorState(POLICY)
     again.restore(sim.snapshot(), T0 + 5)
-    assert again.baselines.lookup(metrics(2, 0.0)) is None  # finished tasks are not in the snapshot
+    assert again.gangs.baselines.lookup(metrics(2, 0.0)) is None  # finished tasks are not in the snapshot
     again.note_baselines(sim.rows().values())
-    assert again.baselines.lookup(metrics(2, 0.0))["task_id"] == "one-b"
-    assert again.baselines.lookup(metrics(2, 0.0, precision="bf16"))["task_id"] == "one-bf16"
-    assert again.baselines.lookup(metrics(2, 0.0, model="cnn")) is None
+    assert again.gangs.baselines.lookup(metrics(2, 0.0))["task_id"] == "one-b"
+    assert again.gangs.baselines.lookup(metrics(2, 0.0, precision="bf16"))["task_id"] == "one-bf16"
+    assert again.gangs.baselines.lookup(metrics(2, 0.0, model="cnn")) is None
 
 
 def test_missing_metrics_give_null_efficiency_not_a_crash(sim: Sim) -> None:
