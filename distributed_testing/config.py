@@ -47,7 +47,7 @@ class CoordinatorConfig:
     gang_max_wait_s: float = 60.0  # a gang waiting longer reserves its eligible workers as they free up
     gang_ports: tuple[int, int] = (29500, 29999)  # rendezvous ports handed to multi-node training tasks
     strict: bool = False  # refuse at submit what no connected worker could run (a missing custom handler)
-    # unauthenticated clients (coordinator/limits.py, docs/security.md "Unauthenticated clients")
+    # unauthenticated clients (coordinator/admission.py, docs/security.md "Unauthenticated clients")
     header_timeout_s: float = 10.0  # from accept or the last answer to a complete request head
     max_connections: int = 0  # open HTTP connections at once; 0: derived from RLIMIT_NOFILE
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE

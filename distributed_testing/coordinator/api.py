@@ -3,7 +3,7 @@
 Every route declares the permission it needs in ``ROUTES``; the middleware checks it from the
 request's headers before the handler runs (and so before any body is read), so a handler never
 forgets. A client address with too many failed authentications is refused first (429, see
-``limits.AuthThrottle``), and a worker handshake beyond ``--max-worker-sessions`` gets 503.
+``admission.AuthThrottle``), and a worker handshake beyond ``--max-worker-sessions`` gets 503.
 Errors: 400 ValidationError (``errors`` lists each bad field; also a body that cannot be decoded
 per its ``Content-Encoding``), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict,
 429 RateLimited, 503 Unavailable; aiohttp's own errors (no such route, wrong method, body over the
@@ -38,7 +38,7 @@ from ..errors import (
 from ..security import auth as sa
 from ..security import roles, throttle
 from ..tasks import spec as specs
-from . import bundles_api, events, forward, keys_api, limits, openapi, views
+from . import admission, bundles_api, events, forward, keys_api, openapi, views
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -60,12 +60,12 @@ DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
 MAX_DRAIN_DEADLINE_S = 86400.0
 WORKER_ROUTE = "/ws/worker"
 METRICS_ROUTE = "/metrics"
-AUTH_THROTTLE = web.AppKey("auth_throttle", limits.AuthThrottle)
-LIMITS = web.AppKey("connection_limits", limits.ConnectionLimits)
+AUTH_THROTTLE = web.AppKey("auth_throttle", admission.AuthThrottle)
+LIMITS = web.AppKey("connection_limits", admission.ConnectionLimits)
 # The secret the dashboard mounted in this process shows to name the browser it speaks for
 # (security/throttle.py); random per process, never leaves it.
 PROXY_SECRET = web.AppKey("proxy_secret", str)
-_failure_log = limits.RateLimitedLog(log, logging.WARNING)
+_failure_log = admission.RateLimitedLog(log, logging.WARNING)
 
 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
@@ -102,7 +102,7 @@ def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
 
 def check_address(app: web.Application, peer: str | None) -> None:
     """RateLimited while ``peer`` is refused for failed authentications."""
-    wait = app[AUTH_THROTTLE].retry_after(limits.address_key(peer or ""), time.monotonic())
+    wait = app[AUTH_THROTTLE].retry_after(admission.address_key(peer or ""), time.monotonic())
     if wait is not None:
         app[RUNTIME].metrics.auth_failures.labels("throttled").inc()
         raise RateLimited(f"too many failed authentications from this address; retry in {math.ceil(wait)} s", wait)
@@ -117,7 +117,7 @@ def note_failure(app: web.Application, peer: str | None, authorization: str, exc
     if reason != "invalid":
         return
     throttle, now = app[AUTH_THROTTLE], time.monotonic()
-    if throttle.failed(limits.address_key(peer or ""), now):
+    if throttle.failed(admission.address_key(peer or ""), now):
         log.warning("%s: %d failed authentications within %gs; refusing it (429) until they age out",
                     peer, throttle.limit, throttle.window_s)
     else:

@@ -48,7 +48,8 @@ from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
 from . import views
-from .core.model import CloseWorker, Command, Notify, Policy, Refused, Save, Send
+from .core.commands import CloseWorker, Command, Notify, Refused, Save, Send
+from .core.policy import Policy
 from .core.quota import MIB
 from .core.rows import KeyRow, MetaRow, Record, TaskRow
 from .core.state import CoordinatorState

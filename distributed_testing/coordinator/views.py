@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..tasks.states import WORKER_STATES
-from .core.model import Task
+from .core.entities import Task
 from .core.state import CoordinatorState
 from .store.base import Store, TaskQuery, TaskStats
 from .store.filters import parse_query

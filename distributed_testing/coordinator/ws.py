@@ -38,7 +38,7 @@ from ..protocol import messages as m
 from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
-from .core.model import Command
+from .core.commands import Command
 from .group import NotLeader
 from .runtime import RUNTIME, Runtime, Session
 

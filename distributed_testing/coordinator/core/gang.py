@@ -2,7 +2,7 @@
 combined results and the scaling-efficiency baseline. Pure: no I/O, no clock.
 
 A ``training`` task is a gang of ``nodes`` members (its kind's ``gang_size``). Its placement, the
-members of the current attempt, is the task's :class:`~.model.Gang`. This module holds the rest:
+members of the current attempt, is the task's :class:`~.entities.Gang`. This module holds the rest:
 
 - :class:`Gangs`: the gang part of :class:`~.state.CoordinatorState`: the gangs waiting and
   placed, reserved all-or-nothing in one dispatch round, ended for every member at once, and
@@ -33,8 +33,10 @@ from typing import Any, Protocol
 
 from ...protocol import messages as m
 from ...tasks.states import ACTIVE
-from .model import Command, Gang, Notify, Policy, Save, Send, Task, Worker
+from .commands import Command, Notify, Save, Send
+from .entities import Gang, Task, Worker
 from .placement import WorkerView, pick_gang, unmet
+from .policy import Policy
 from .rows import ResultRow
 
 BaselineKey = tuple[str, int, str]  # model, global batch, precision

@@ -13,7 +13,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Mapping
 
-from .model import Task
+from .entities import Task
 from .placement import ReqKey
 
 

@@ -18,9 +18,11 @@ from typing import Protocol
 
 from ...protocol import messages as m
 from ...tasks.states import ACTIVE, is_terminal
+from .commands import CloseWorker, Command, Save, Send
+from .entities import Task, Worker
 from .gang import Gangs
-from .model import CloseWorker, Command, Policy, Save, Send, Task, Worker
 from .placement import WorkerView
+from .policy import Policy
 from .quota import KeyQuota, payload_size
 from .rows import FORGOTTEN, Snapshot, TaskRow
 

@@ -32,9 +32,10 @@ from ...errors import Conflict, NotFound, ValidationError
 from ...protocol import messages as m
 from ...tasks import spec as specs
 from ...tasks.states import ACTIVE, check_transition, is_terminal
+from .commands import CloseWorker, Command, Notify, Refused, Save, Send
+from .entities import Task, Worker
 from .gang import Gangs
 from .identity import check_owner, held
-from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send, Task, Worker
 from .pipeline import Pace
 from .placement import (
     PlacementIndex,
@@ -47,6 +48,7 @@ from .placement import (
     unmet,
     unrunnable,
 )
+from .policy import Policy
 from .queues import Queues
 from .quota import KeyQuota, payload_size
 from .recovery import Recovery

@@ -17,7 +17,8 @@ from typing import Protocol
 
 from ...protocol import messages as m
 from ...tasks.states import ACTIVE
-from .model import Command, Refused, Send, Task, Worker
+from .commands import Command, Refused, Send
+from .entities import Task, Worker
 from .placement import WorkerView, unmet
 
 

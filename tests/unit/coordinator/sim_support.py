@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, TypeVar
 
-from distributed_testing.coordinator.core.model import Command, Policy, Save, Send
+from distributed_testing.coordinator.core.commands import Command, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import Snapshot, TaskRow, WorkerRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.store.base import TERMINAL

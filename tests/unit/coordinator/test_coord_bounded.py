@@ -12,7 +12,8 @@ import msgspec
 import pytest
 from sim_support import T0, Sim, saved, sent
 
-from distributed_testing.coordinator.core.model import Notify, Policy, Refused
+from distributed_testing.coordinator.core.commands import Notify, Refused
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import ResultRow, Snapshot, TaskRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict

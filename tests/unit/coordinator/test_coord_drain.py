@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.core.model import Save, Send
+from distributed_testing.coordinator.core.commands import Save, Send
 from distributed_testing.coordinator.core.rows import WorkerRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict, NotFound

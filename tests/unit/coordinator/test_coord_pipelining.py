@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim, sent
 
-from distributed_testing.coordinator.core.model import Policy, Refused
+from distributed_testing.coordinator.core.commands import Refused
 from distributed_testing.coordinator.core.pipeline import Pace
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs

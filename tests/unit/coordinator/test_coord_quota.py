@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim
 
-from distributed_testing.coordinator.core.model import Policy
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.quota import RETRY_AFTER_S, payload_size
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import RateLimited

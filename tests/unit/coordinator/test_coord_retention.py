@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sim_support import T0, Sim, saved
 
-from distributed_testing.coordinator.core.model import Policy
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import FORGOTTEN, Snapshot, WorkerRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.events import EventHub

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from distributed_testing.coordinator import views
-from distributed_testing.coordinator.core.model import Policy, Save
+from distributed_testing.coordinator.core.commands import Save
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import KeyRow, ResultRow, TaskRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.events import RESET, Event, EventHub, Subscriber, sse_frame

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from distributed_testing.coordinator.core.entities import Gang
 from distributed_testing.coordinator.core.gang import Baselines, PortPool, nodes_summary, training_summary
-from distributed_testing.coordinator.core.model import Gang
 from distributed_testing.coordinator.core.placement import (
     WorkerView,
     describe,

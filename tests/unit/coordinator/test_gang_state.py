@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from sim_support import T0, saved, sent
 from sim_support import Sim as StateSim
 
-from distributed_testing.coordinator.core.model import Command, Notify, Policy, Save, Send
+from distributed_testing.coordinator.core.commands import Command, Notify, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import ResultRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributed_testing.coordinator.core.model import Send
+from distributed_testing.coordinator.core.commands import Send
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import ValidationError
 from distributed_testing.protocol import messages as m

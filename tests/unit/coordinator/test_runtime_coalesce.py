@@ -1,6 +1,6 @@
 """One event that changes a task twice journals only its final row, with the whole history."""
 
-from distributed_testing.coordinator.core.model import Save
+from distributed_testing.coordinator.core.commands import Save
 from distributed_testing.coordinator.core.rows import MetaRow, TaskRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.runtime import _coalesce

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from distributed_testing.coordinator import views
-from distributed_testing.coordinator.core.model import Policy
+from distributed_testing.coordinator.core.policy import Policy
 from distributed_testing.coordinator.core.rows import Snapshot, WorkerRow
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
