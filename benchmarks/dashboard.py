@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from distributed_testing.coordinator.store.base import TaskRow, WorkerRow  # noqa: E402
+from distributed_testing.coordinator.core.rows import TaskRow, WorkerRow  # noqa: E402
 from distributed_testing.coordinator.store.duckdb import DuckDBStore  # noqa: E402
 from distributed_testing.testing import Procs, start_coordinator_process  # noqa: E402
 

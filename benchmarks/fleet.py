@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from latency_stats import pct  # noqa: E402
 
-from distributed_testing.coordinator.limits import connection_limits  # noqa: E402
+from distributed_testing.coordinator.admission import connection_limits  # noqa: E402
 from distributed_testing.protocol import messages as m  # noqa: E402
 from distributed_testing.protocol.signing import SESSION_HEADER, Channel, derive_session_key  # noqa: E402
 from distributed_testing.retry import Backoff  # noqa: E402

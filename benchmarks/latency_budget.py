@@ -264,8 +264,8 @@ def micro_state(n: int) -> dict[str, list[float]]:
     from metrics_overhead import register
 
     from distributed_testing.config import CoordinatorConfig
+    from distributed_testing.coordinator.core.state import Send
     from distributed_testing.coordinator.runtime import Runtime
-    from distributed_testing.coordinator.state import Send
     from distributed_testing.coordinator.store.memory import MemoryStore
     from distributed_testing.protocol import messages as m
     from distributed_testing.tasks.spec import parse_tasks

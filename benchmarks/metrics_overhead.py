@@ -16,7 +16,7 @@ import argparse
 import time
 
 from distributed_testing.config import CoordinatorConfig
-from distributed_testing.coordinator.model import Command, Send
+from distributed_testing.coordinator.core.commands import Command, Send
 from distributed_testing.coordinator.runtime import Runtime
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.protocol import messages as m

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import duckdb
 
-from distributed_testing.coordinator.store.base import ResultQuery, TaskRow
-from distributed_testing.coordinator.store.duckdb import TABLES, DuckDBStore
+from distributed_testing.coordinator.core.rows import TaskRow
+from distributed_testing.coordinator.store.base import ResultQuery
+from distributed_testing.coordinator.store.duckdb import DuckDBStore
+from distributed_testing.coordinator.store.duckdbsql import TABLES
 from distributed_testing.coordinator.store.postgres import PostgresStore
 
 Store = DuckDBStore | PostgresStore

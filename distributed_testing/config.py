@@ -47,13 +47,13 @@ class CoordinatorConfig:
     gang_max_wait_s: float = 60.0  # a gang waiting longer reserves its eligible workers as they free up
     gang_ports: tuple[int, int] = (29500, 29999)  # rendezvous ports handed to multi-node training tasks
     strict: bool = False  # refuse at submit what no connected worker could run (a missing custom handler)
-    # unauthenticated clients (coordinator/limits.py, docs/security.md "Unauthenticated clients")
+    # unauthenticated clients (coordinator/admission.py, docs/security.md "Unauthenticated clients")
     header_timeout_s: float = 10.0  # from accept or the last answer to a complete request head
     max_connections: int = 0  # open HTTP connections at once; 0: derived from RLIMIT_NOFILE
     max_worker_sessions: int = 0  # registered worker sessions at once; 0: derived from RLIMIT_NOFILE
     auth_fail_limit: int = 20  # failed authentications per client address per window before 429; 0: off
     auth_fail_window_s: float = 60.0
-    # per-key quotas (coordinator/quota.py, docs/security.md "Quotas"); 0: off
+    # per-key quotas (coordinator/core/quota.py, docs/security.md "Quotas"); 0: off
     max_queued_per_key: int = 10000  # tasks queued or running per key
     max_payload_mb_per_key: int = 64  # MiB of task specs (as JSON) queued or running per key
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"

@@ -1,7 +1,8 @@
 """Layers point one way (docs/architecture.md, "Layers"): every ``import`` in the package, read
 with ``ast`` (nothing is imported), goes to a strictly lower layer or stays in its own unit;
 inside ``worker`` only ``worker.executors`` uses the runners; no two modules import each other,
-directly or round a longer loop. Imports under ``if TYPE_CHECKING:`` and inside functions count."""
+directly or round a longer loop; every ``core`` package (``coordinator/core``, and any other
+``*/core/``) stays pure. Imports under ``if TYPE_CHECKING:`` and inside functions count."""
 
 from __future__ import annotations
 
@@ -150,3 +151,75 @@ def test_the_checker_names_an_offending_import() -> None:
     assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.config: tasks (layer 2) may import only lower "
                    f"layers, and training is layer 5",
                    f"{agent} (line 7) imports {PACKAGE}.training.preflight: only worker.executors runs the runners"]
+
+
+# A core package is pure (docs/architecture.md, "Layers"): events in, commands out, no awaits, no
+# clock, no sockets, no logging, no store. It may import the standard library less these, its own
+# core package, and the pure units below: errors, protocol, tasks, and retry (for ``Backoff``, whose
+# jitter comes from an injectable ``random.Random``). Anything else of the package is refused.
+IMPURE = frozenset({
+    "asyncio", "socket", "selectors", "ssl", "time", "datetime", "logging", "threading", "multiprocessing",
+    "concurrent", "subprocess", "signal", "os", "shutil", "pathlib", "tempfile", "random",
+    "aiohttp", "websockets", "duckdb", "asyncpg", "psycopg", "pyarrow", "torch", "psutil",
+})
+PURE_UNITS = ("errors", "protocol", "tasks", "retry")
+
+
+def core_packages() -> list[Path]:
+    return sorted(p.parent for p in ROOT.rglob("core/__init__.py"))
+
+
+def every_import(source: str, name: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in ``source``: ours (relative ones resolved) as
+    ``imports_in`` reads them, the others by their absolute name."""
+    ours = set(imports_in(source, name, is_package))
+    yield from ours
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if not a.name.startswith(PACKAGE))
+        elif isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith(PACKAGE):
+            yield node.lineno, node.module or ""
+
+
+def impurities(core: str, imports: list[tuple[int, str]], module: str) -> list[str]:
+    bad = []
+    for line, target in imports:
+        top = target.split(".")[0]
+        if top == PACKAGE:
+            if target == core or target.startswith(core + ".") or unit_of(target) in PURE_UNITS:
+                continue
+            why = "a core imports only its own core and " + ", ".join(PURE_UNITS)
+        elif top in IMPURE:
+            why = f"{top} is I/O, a clock, logging or a store"
+        else:
+            continue
+        bad.append(f"{module} (line {line}) imports {target}: {why}")
+    return bad
+
+
+def test_every_core_package_is_pure() -> None:
+    cores = core_packages()
+    assert ROOT / "coordinator" / "core" in cores
+    bad = []
+    for core in cores:
+        for path in sorted(core.rglob("*.py")):
+            name = module_name(path)
+            found = sorted(every_import(path.read_text(), name, path.name == "__init__.py"))
+            bad += impurities(module_name(core / "__init__.py"), found, name)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_purity_check_names_an_offending_import() -> None:
+    """The rule itself: a core module importing asyncio, the store, or a module of its unit
+    outside the core is reported; its own core, protocol and the standard library pass."""
+    core = f"{PACKAGE}.coordinator.core"
+    source = ("import asyncio\nimport heapq\nfrom ..store.base import Store\nfrom ...protocol import messages\n"
+              "from . import rows\nfrom ..events import EventHub\n")
+    found = sorted(every_import(source, f"{core}.probe", False))
+    assert impurities(core, found, f"{core}.probe") == [
+        f"{core}.probe (line 1) imports asyncio: asyncio is I/O, a clock, logging or a store",
+        f"{core}.probe (line 3) imports {PACKAGE}.coordinator.store.base: a core imports only its own core and "
+        + ", ".join(PURE_UNITS),
+        f"{core}.probe (line 6) imports {PACKAGE}.coordinator.events: a core imports only its own core and "
+        + ", ".join(PURE_UNITS),
+    ]

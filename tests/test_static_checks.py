@@ -1,5 +1,5 @@
 """The house rules' static checks run with the suite, so CI enforces them: ruff on everything,
-mypy on the package (strict for protocol/ and the scheduler, per pyproject.toml)."""
+mypy on the package (strict for protocol/ and coordinator/core/, per pyproject.toml)."""
 
 import subprocess
 import sys

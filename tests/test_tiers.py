@@ -22,6 +22,6 @@ def test_the_fast_tier_is_the_unit_and_in_process_tests() -> None:
     folders = {Path(f).parts[1] if Path(f).parts[1] != "integration" else "/".join(Path(f).parts[1:3])
                for f in fast if len(Path(f).parts) > 2}
     assert folders == {"unit", "integration/api", "integration/store"}, folders
-    assert {f for f in fast if len(Path(f).parts) == 2} == {"tests/test_import_layers.py"}
+    assert {f for f in fast if len(Path(f).parts) == 2} == {"tests/test_import_layers.py", "tests/test_module_size.py"}
     unit = {str(p.relative_to(ROOT)) for p in (ROOT / "tests/unit").rglob("test_*.py")}
     assert unit <= fast, f"unit test files left out of the fast tier: {sorted(unit - fast)}"

@@ -36,8 +36,8 @@ import asyncpg
 
 from .. import aio
 from ..config import CoordinatorConfig, environ
+from ..coordinator.admission import connection_limits
 from ..coordinator.fast_http import FastSite
-from ..coordinator.limits import connection_limits
 from ..coordinator.runtime import RUNTIME
 from ..coordinator.server import create_app, make_runner, nofile
 from ..coordinator.supervisor import EXIT_FATAL, demoted

@@ -3,7 +3,7 @@
 Every route declares the permission it needs in ``ROUTES``; the middleware checks it from the
 request's headers before the handler runs (and so before any body is read), so a handler never
 forgets. A client address with too many failed authentications is refused first (429, see
-``limits.AuthThrottle``), and a worker handshake beyond ``--max-worker-sessions`` gets 503.
+``admission.AuthThrottle``), and a worker handshake beyond ``--max-worker-sessions`` gets 503.
 Errors: 400 ValidationError (``errors`` lists each bad field; also a body that cannot be decoded
 per its ``Content-Encoding``), 401 AuthError, 403 PermissionDenied, 404 NotFound, 409 Conflict,
 429 RateLimited, 503 Unavailable; aiohttp's own errors (no such route, wrong method, body over the
@@ -27,7 +27,6 @@ from aiohttp import web
 from ..errors import (
     AuthError,
     DTError,
-    NotFound,
     PermissionDenied,
     RateLimited,
     Unavailable,
@@ -37,14 +36,15 @@ from ..errors import (
     http_status,
 )
 from ..security import auth as sa
-from ..security import keys as sk
-from ..security import roles, throttle, tokens
+from ..security import roles, throttle
 from ..tasks import spec as specs
-from . import bundles_api, events, forward, limits, openapi, views
+from . import admission, bundles_api, events, forward, keys_api, openapi, views
+from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .runtime import RUNTIME, Runtime, key_view
-from .store.base import ResultQuery, ResultRow
+from .rest import AUTHENTICATED, CLOSE_AFTER, PRINCIPAL, json_body, json_response, positive_seconds, read_body
+from .runtime import RUNTIME, Runtime
+from .store.base import ResultQuery
 from .store.filters import parse_query
 
 log = logging.getLogger(__name__)
@@ -58,24 +58,14 @@ WAIT_SUBMIT_LINGER_S = 0.002
 INT64_MAX = 2**63 - 1
 DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
 MAX_DRAIN_DEADLINE_S = 86400.0
-PRINCIPAL = web.RequestKey("principal", sa.Principal)
-CLOSE_AFTER = web.RequestKey("close_after", bool)  # the answer ends the connection
-AUTHENTICATED = "authenticated"  # any valid credential, whatever its role
 WORKER_ROUTE = "/ws/worker"
 METRICS_ROUTE = "/metrics"
-AUTH_THROTTLE = web.AppKey("auth_throttle", limits.AuthThrottle)
-LIMITS = web.AppKey("connection_limits", limits.ConnectionLimits)
+AUTH_THROTTLE = web.AppKey("auth_throttle", admission.AuthThrottle)
+LIMITS = web.AppKey("connection_limits", admission.ConnectionLimits)
 # The secret the dashboard mounted in this process shows to name the browser it speaks for
 # (security/throttle.py); random per process, never leaves it.
 PROXY_SECRET = web.AppKey("proxy_secret", str)
-_failure_log = limits.RateLimitedLog(log, logging.WARNING)
-
-
-def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    """``data`` as a JSON response, encoded once to bytes. Strict JSON whatever workers reported:
-    NaN and infinities become null, bytes base64 (msgspec's rules)."""
-    return web.Response(body=msgspec.json.encode(data), status=status, headers=headers,
-                        content_type="application/json", charset="utf-8")
+_failure_log = admission.RateLimitedLog(log, logging.WARNING)
 
 
 def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str, str] | None]:
@@ -112,7 +102,7 @@ def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
 
 def check_address(app: web.Application, peer: str | None) -> None:
     """RateLimited while ``peer`` is refused for failed authentications."""
-    wait = app[AUTH_THROTTLE].retry_after(limits.address_key(peer or ""), time.monotonic())
+    wait = app[AUTH_THROTTLE].retry_after(admission.address_key(peer or ""), time.monotonic())
     if wait is not None:
         app[RUNTIME].metrics.auth_failures.labels("throttled").inc()
         raise RateLimited(f"too many failed authentications from this address; retry in {math.ceil(wait)} s", wait)
@@ -127,7 +117,7 @@ def note_failure(app: web.Application, peer: str | None, authorization: str, exc
     if reason != "invalid":
         return
     throttle, now = app[AUTH_THROTTLE], time.monotonic()
-    if throttle.failed(limits.address_key(peer or ""), now):
+    if throttle.failed(admission.address_key(peer or ""), now):
         log.warning("%s: %d failed authentications within %gs; refusing it (429) until they age out",
                     peer, throttle.limit, throttle.window_s)
     else:
@@ -229,35 +219,6 @@ def _http_error(exc: web.HTTPException) -> web.Response:
     return json_response({"error": name, "message": message}, status=exc.status, headers=kept)
 
 
-async def read_body(request: web.Request) -> bytes:
-    """The request's body, decoded per its ``Content-Encoding``; ValidationError on ``(body)``
-    when it cannot be (the connection is then closed after the answer: its framing is lost)."""
-    try:
-        return await request.read()
-    except web.RequestPayloadError as exc:
-        request.content.feed_eof()  # nothing more to read: no lingering read of a broken payload
-        request[CLOSE_AFTER] = True
-        cause = exc.__cause__ or exc
-        detail = getattr(cause, "message", None) or str(cause)
-        raise ValidationError([{"field": "(body)", "error": f"cannot read the body: {' '.join(str(detail).split())}"}]
-                              ) from exc
-
-
-async def _json_body(request: web.Request) -> Any:
-    return specs.decode_json(await read_body(request))
-
-
-def _positive_seconds(value: Any, field: str) -> float:
-    """``value`` as a finite number of seconds > 0, else ValidationError on ``field``."""
-    try:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    except OverflowError:  # an integer too large for a float
-        ok = False
-    if not ok:
-        raise ValidationError([{"field": field, "error": "must be a positive number of seconds"}])
-    return float(value)
-
-
 def _rt(request: web.Request) -> Runtime:
     return request.app[RUNTIME]
 
@@ -296,56 +257,6 @@ async def cluster(request: web.Request) -> web.Response:
               "healthy": True, "started_at": None}
         return json_response({"leader": rt.advertise_url, "epoch": None, "self": None, "members": [me]})
     return json_response(rt.group.view())
-
-
-async def issue_token(request: web.Request) -> web.Response:
-    rt = _rt(request)
-    principal: sa.Principal = request[PRINCIPAL]
-    rec = rt.keys[principal.key_id]
-    # a JWT renews within its session's maximum age only; the API key starts a new session
-    token, claims = tokens.issue_token(rt.jwt_secret, rec, rt.clock(), ttl_s=int(rt.config.token_ttl_s),
-                                       session_start=principal.session_start if principal.via == "jwt" else None,
-                                       max_session_age_s=int(rt.config.max_session_age_s))
-    return json_response({"token": token, "expires_at": claims.exp, "role": claims.role, "key_id": claims.sub,
-                          "session_expires_at": claims.session_start + int(rt.config.max_session_age_s)})
-
-
-async def create_key(request: web.Request) -> web.Response:
-    rt = _rt(request)
-    body = await _json_body(request)
-    if not isinstance(body, dict):
-        raise ValidationError([{"field": "(body)", "error": "expected an object with role, name, expires_in_s"}])
-    unknown = set(body) - {"role", "name", "expires_in_s", "allow_code"}
-    if unknown:
-        raise ValidationError([{"field": k, "error": "unknown field"} for k in sorted(unknown)])
-    role = roles.parse_role(body.get("role", ""))
-    expires = body.get("expires_in_s")
-    if expires is not None:
-        expires = _positive_seconds(expires, "expires_in_s")
-    name = body.get("name") or f"{role}-key"
-    if not isinstance(name, str):
-        raise ValidationError([{"field": "name", "error": "must be a string"}])
-    allow_code = body.get("allow_code", False)
-    if not isinstance(allow_code, bool) or (allow_code and role not in (roles.Role.SUBMITTER, roles.Role.ADMIN)):
-        raise ValidationError([{"field": "allow_code", "error": "must be true or false, and true only for a "
-                                "submitter or admin key"}])
-    plaintext, rec = sk.generate_key(role, name, rt.clock(), expires_in_s=expires, allow_code=allow_code)
-    await rt.save_key(rec)
-    log.info("created %s key %s (%s)", role, rec.key_id, name)
-    return json_response({"key": plaintext, **key_view(rec)}, status=201)
-
-
-async def list_keys(request: web.Request) -> web.Response:
-    return json_response({"keys": [key_view(k) for k in _rt(request).keys.values()]})
-
-
-async def revoke_key(request: web.Request) -> web.Response:
-    rt = _rt(request)
-    key_id = request.match_info["key_id"]
-    if key_id not in rt.keys:
-        raise NotFound(f"no key {key_id!r}")
-    rec = await rt.revoke_key(key_id)
-    return json_response(key_view(rec))
 
 
 async def submit_tasks(request: web.Request) -> web.Response:
@@ -486,7 +397,7 @@ async def drain_worker(request: web.Request) -> web.Response:
     (it takes nothing new from now on); 404 unknown worker, 409 not connected."""
     rt = _rt(request)
     worker_id = request.match_info["worker_id"]
-    body = await _json_body(request)
+    body = await json_body(request)
     if body is None:
         body = {}
     if not isinstance(body, dict):
@@ -494,7 +405,7 @@ async def drain_worker(request: web.Request) -> web.Response:
     errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"deadline_s", "reason"})]
     deadline = DEFAULT_DRAIN_DEADLINE_S
     try:
-        deadline = _positive_seconds(body.get("deadline_s", deadline), "deadline_s")
+        deadline = positive_seconds(body.get("deadline_s", deadline), "deadline_s")
     except ValidationError as exc:
         errors += exc.errors
     if deadline > MAX_DRAIN_DEADLINE_S:
@@ -516,7 +427,7 @@ async def release_worker(request: web.Request) -> web.Response:
     worker, 409 while it is connected."""
     rt = _rt(request)
     worker_id = request.match_info["worker_id"]
-    if (await _json_body(request)) not in (None, {}):
+    if (await json_body(request)) not in (None, {}):
         raise ValidationError([{"field": "(body)", "error": "takes no body (or an empty object)"}])
     await rt.execute(rt.state.release_worker(worker_id, rt.clock()))
     log.warning("worker id %s released from its key by %s", worker_id, request[PRINCIPAL].name)
@@ -582,11 +493,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/healthz", healthz, None),
     ("GET", "/api/v1/health", health, None),
     ("GET", "/api/v1/cluster", cluster, AUTHENTICATED),
-    ("POST", "/api/v1/auth/token", issue_token, AUTHENTICATED),
-    ("POST", "/api/v1/keys", create_key, "keys:manage"),
-    ("GET", "/api/v1/keys", list_keys, "keys:manage"),
-    ("POST", "/api/v1/keys/{key_id}/revoke", revoke_key, "keys:manage"),
-    ("DELETE", "/api/v1/keys/{key_id}", revoke_key, "keys:manage"),
+    *keys_api.ROUTES,
     ("POST", "/api/v1/tasks", submit_tasks, "tasks:submit"),
     ("GET", "/api/v1/tasks", list_tasks, "tasks:read"),
     ("GET", "/api/v1/tasks/{task_id}", get_task, "tasks:read"),

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from .store.base import Record, ResultRow, TaskRow, WorkerRow
+from .core.rows import Record, ResultRow, TaskRow, WorkerRow
 
 RING_CAPACITY = 10_000
 QUEUE_MAX = 5_000

@@ -49,7 +49,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from ..errors import AuthError, DTError
 from ..security.auth import Principal
 from . import api, forward
-from .limits import RateLimitedLog, listen_backlog
+from .admission import RateLimitedLog, listen_backlog
 from .runtime import RUNTIME, Runtime
 from .server import CONFIG, LINGER_S, nofile
 

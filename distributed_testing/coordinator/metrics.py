@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..promhttp import CONTENT_TYPE, serve_metrics
-from .state import CoordinatorState
+from .core.state import CoordinatorState
 
 
 class Runtime(Protocol):

@@ -48,13 +48,15 @@ from ..security import keys as sk
 from ..security import secret_file, tokens
 from ..security.roles import Role
 from . import views
+from .core.commands import CloseWorker, Command, Notify, Refused, Save, Send
+from .core.policy import Policy
+from .core.quota import MIB
+from .core.rows import KeyRow, MetaRow, Record, TaskRow
+from .core.state import CoordinatorState
 from .events import EventHub
 from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
-from .model import CloseWorker, Command, Notify, Policy, Refused, Save, Send
-from .quota import MIB
-from .state import CoordinatorState
-from .store.base import TERMINAL, KeyRow, MetaRow, Record, Store, TaskRow
+from .store.base import TERMINAL, Store
 from .store.blobs import blobs_for
 from .supervisor import Supervisor
 

@@ -34,12 +34,13 @@ from aiohttp import web
 from ..config import CoordinatorConfig
 from ..errors import ConfigError, StoreError
 from ..security import bootstrap, tokens
-from . import bundles_api, forward, limits
+from . import admission, bundles_api, forward
 from .api import AUTH_THROTTLE, LIMITS, PROXY_SECRET, WORKER_ROUTE, add_routes, error_middleware, publish_openapi
+from .core.rows import KeyRow, Snapshot
 from .group import Group, LeadershipLost, is_postgres_url
 from .metrics import serve_metrics
 from .runtime import RUNTIME, Runtime, key_record
-from .store.base import TERMINAL, KeyRow, Snapshot, Store, TaskQuery
+from .store.base import TERMINAL, Store, TaskQuery
 from .ws import worker_endpoint
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     app = web.Application(middlewares=[error_middleware], client_max_size=config.max_frame_bytes)
     app[CONFIG] = config
     app[STORE] = store
-    app[LIMITS] = limits.connection_limits(config.max_connections, config.max_worker_sessions, nofile())
-    app[AUTH_THROTTLE] = limits.AuthThrottle(config.auth_fail_limit, config.auth_fail_window_s)
+    app[LIMITS] = admission.connection_limits(config.max_connections, config.max_worker_sessions, nofile())
+    app[AUTH_THROTTLE] = admission.AuthThrottle(config.auth_fail_limit, config.auth_fail_window_s)
     add_routes(app, metrics_route=config.metrics == "key")
     app.router.add_get(WORKER_ROUTE, worker_endpoint, allow_head=False)
     publish_openapi(app)

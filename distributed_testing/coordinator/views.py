@@ -26,8 +26,8 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..tasks.states import WORKER_STATES
-from .model import Task
-from .state import CoordinatorState
+from .core.entities import Task
+from .core.state import CoordinatorState
 from .store.base import Store, TaskQuery, TaskStats
 from .store.filters import parse_query
 

@@ -38,8 +38,8 @@ from ..protocol import messages as m
 from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..security import auth as sa
 from ..security import roles
+from .core.commands import Command
 from .group import NotLeader
-from .model import Command
 from .runtime import RUNTIME, Runtime, Session
 
 log = logging.getLogger(__name__)

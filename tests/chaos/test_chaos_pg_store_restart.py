@@ -10,7 +10,8 @@ import asyncio
 import pytest
 from pg_private import private_postgres, why_unavailable
 
-from distributed_testing.coordinator.store.base import TaskQuery, TaskRow
+from distributed_testing.coordinator.core.rows import TaskRow
+from distributed_testing.coordinator.store.base import TaskQuery
 from distributed_testing.coordinator.store.postgres import PostgresStore
 from distributed_testing.testing import wait_for
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.config import WorkerConfig
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import Snapshot
+from distributed_testing.coordinator.core.rows import Snapshot
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 from distributed_testing.testing import CPU_HARDWARE, free_port, wait_for

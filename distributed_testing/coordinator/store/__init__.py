@@ -1,4 +1,5 @@
-"""Coordinator persistence: the ``Store`` protocol (``base``) and its backends.
+"""Coordinator persistence: the ``Store`` protocol (``base``) and its backends. The records they
+keep are ``coordinator/core/rows.py``.
 
 ``open_store`` picks the backend from a URL or path. ``DuckDBStore`` and ``PostgresStore`` are
 imported only when asked for, so importing the record types loads neither DuckDB and Arrow nor
@@ -11,23 +12,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ...errors import StoreError
-from .base import SCHEMA_VERSION, KeyRow, MetaRow, Record, ResultQuery, ResultRow, Snapshot, Store, TaskRow, WorkerRow
+from .base import SCHEMA_VERSION, ResultQuery, Store
 from .memory import MemoryStore
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "KeyRow",
-    "MemoryStore",
-    "MetaRow",
-    "Record",
-    "ResultQuery",
-    "ResultRow",
-    "Snapshot",
-    "Store",
-    "TaskRow",
-    "WorkerRow",
-    "open_store",
-]
+__all__ = ["SCHEMA_VERSION", "MemoryStore", "ResultQuery", "Store", "open_store"]
 
 
 def open_store(url_or_path: str | Path) -> Store:

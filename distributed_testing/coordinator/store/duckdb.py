@@ -22,7 +22,7 @@ Everything here is private to the coordinator's user: the directory, when the st
 narrowed, with a warning; ``security.files``). The token-signing secret is not stored here at all.
 
 All DuckDB work runs on one dedicated thread that owns the connection; the event loop never
-blocks on it. Nested fields (spec, history, outcome, output, hardware, ...) are JSON columns.
+blocks on it. The table mapping, migrations and SQL are ``duckdbsql``.
 """
 
 from __future__ import annotations
@@ -34,39 +34,39 @@ import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-import msgspec
 import pyarrow as pa
 
 from ...duckfile import lock_holder
 from ...errors import StoreError
 from ...journal import Journal
 from ...security import files
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
 from .base import (
-    FORGOTTEN,
     SCHEMA_VERSION,
-    TERMINAL,
-    KeyRow,
-    MetaRow,
-    Record,
-    RecordTable,
     ResultQuery,
-    ResultRow,
-    Snapshot,
     TaskPage,
     TaskQuery,
-    TaskRow,
     TaskStats,
-    WorkerRow,
     stored_schema_version,
 )
-from .filters import DUCKDB, Params, describe, holds, render
+from .duckdbsql import (
+    ACTIVE_SQL,
+    FAILED_SQL,
+    MIGRATIONS,
+    NOT_PENDING_SQL,
+    TABLES,
+    TERMINAL_SQL,
+    Table,
+    copy_result,
+    task_order,
+    where_sql,
+)
+from .filters import describe, holds
 from .memory import (
-    FAILED_STATES,
     result_order_key,
     stats_of,
     validate_query,
@@ -76,114 +76,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-
-def _bind_workers_to_keys(con: duckdb.DuckDBPyConnection) -> None:
-    """1 -> 2: ``workers.key_id``, the key a worker id is bound to. Existing rows stay unbound
-    (NULL): the next key to register each id takes it."""
-    con.execute("ALTER TABLE workers ADD COLUMN key_id VARCHAR")
-
-
-def _keys_allow_code(con: duckdb.DuckDBPyConnection) -> None:
-    """2 -> 3: ``api_keys.allow_code`` (``dt keys create --allow-code``); existing keys may not."""
-    con.execute("ALTER TABLE api_keys ADD COLUMN allow_code JSON DEFAULT 'false'")  # as the table's other non-scalars
-    con.execute("UPDATE api_keys SET allow_code = 'false'")
-
-
-# Upgrades from schema version N to N + 1, run in one transaction with the version bump.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code}
-
-_json_encode = msgspec.json.Encoder().encode
-_json_decode = msgspec.json.Decoder().decode
-_msgpack_encode = msgspec.msgpack.Encoder().encode
-_result_decode = msgspec.msgpack.Decoder(ResultRow).decode
-
-
-def _copy_result(row: ResultRow) -> ResultRow:
-    """A deep copy, so later changes to the caller's dicts do not show in pending results."""
-    return _result_decode(_msgpack_encode(row))
-
-
-# ---------------------------------------------------------------------------- table mapping
-
-
-@dataclass(frozen=True)
-class _Column:
-    name: str
-    sql: str
-    arrow: pa.DataType
-    json: bool
-    nullable: bool
-
-
-@dataclass(frozen=True)
-class _Table(RecordTable[_Column]):
-    """A record type's DuckDB table (``RecordTable``), written from Arrow batches."""
-
-    @classmethod
-    def column(cls, name: str, base: Any, nullable: bool) -> _Column:
-        if base is str:
-            return _Column(name, "VARCHAR", pa.string(), False, nullable)
-        if base is int:
-            return _Column(name, "BIGINT", pa.int64(), False, nullable)
-        if base is float:
-            return _Column(name, "DOUBLE", pa.float64(), False, nullable)
-        return _Column(name, "JSON", pa.string(), True, nullable)
-
-    def dedupe(self, rows: list[Any]) -> list[Any]:
-        unique: dict[tuple[Any, ...], Any] = {}
-        for row in rows:
-            k = tuple(getattr(row, name) for name in self.key)
-            if self.keep_first:
-                unique.setdefault(k, row)
-            else:
-                unique[k] = row
-        return list(unique.values())
-
-    def to_arrow(self, rows: list[Any]) -> pa.Table:
-        arrays = []
-        for c in self.columns:
-            values = [getattr(r, c.name) for r in rows]
-            if c.json:
-                values = [None if v is None else _json_encode(v).decode() for v in values]
-            arrays.append(pa.array(values, type=c.arrow))
-        return pa.Table.from_arrays(arrays, names=[c.name for c in self.columns])
-
-    def from_tuple(self, values: tuple[Any, ...]) -> Any:
-        kwargs = {
-            c.name: (_json_decode(v) if c.json and v is not None else v)
-            for c, v in zip(self.columns, values, strict=True)
-        }
-        return self.row_type(**kwargs)
-
-
-TABLES: dict[type[Any], _Table] = {
-    TaskRow: _Table.of("tasks", TaskRow, ("task_id",)),
-    ResultRow: _Table.of("results", ResultRow, ("task_id", "attempt"), keep_first=True),
-    WorkerRow: _Table.of("workers", WorkerRow, ("worker_id",)),
-    KeyRow: _Table.of("api_keys", KeyRow, ("key_id",)),
-    MetaRow: _Table.of("meta", MetaRow, ("key",)),
-}
-
-
-# ---------------------------------------------------------------------------- query semantics
-
-
-def where_sql(q: ResultQuery | TaskQuery) -> tuple[str, list[Any]]:
-    """SQL ``WHERE`` clause and parameters of ``q``'s filter (``filters``)."""
-    p = Params(numbered=False)
-    table = TABLES[ResultRow if isinstance(q, ResultQuery) else TaskRow]
-    return render(describe(q), DUCKDB, p, [c.name for c in table.columns]), p.values
-
-
-def _task_order(t: TaskRow) -> tuple[float, int, str]:
-    return (t.submitted_at, t.seq, t.task_id)
-
-
-_ACTIVE = "state NOT IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
-_TERMINAL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
-_FAILED = "state IN (" + ", ".join(f"'{s}'" for s in sorted(FAILED_STATES)) + ")"
-_NOT_PENDING = "task_id NOT IN (SELECT task_id FROM _pending_tasks)"
 
 
 # ---------------------------------------------------------------------------- the store
@@ -369,7 +261,7 @@ class DuckDBStore:
             meta = {m.key: m.value for m in rows(MetaRow, "key")}
             table = TABLES[TaskRow]
             active = con.execute(
-                f"SELECT {table.column_list} FROM tasks WHERE {_ACTIVE} ORDER BY seq, submitted_at, task_id"
+                f"SELECT {table.column_list} FROM tasks WHERE {ACTIVE_SQL} ORDER BY seq, submitted_at, task_id"
             ).fetchall()
             counts = con.execute("SELECT state, count(*), max(seq) FROM tasks GROUP BY state").fetchall()
             return Snapshot(
@@ -399,7 +291,7 @@ class DuckDBStore:
             if isinstance(rec, TaskRow):
                 self._pending_tasks[rec.task_id] = (self._appended, rec)
             elif isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
-                self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, _copy_result(rec))
+                self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, copy_result(rec))
         if self._appended - self._applied >= self.checkpoint_max_records:
             self._ckpt_wake.set()
         return fut
@@ -451,7 +343,7 @@ class DuckDBStore:
         self._journal.drop_segments(upto)
 
     @staticmethod
-    def _bulk_insert(con: duckdb.DuckDBPyConnection, table: _Table, recs: list[Any]) -> None:
+    def _bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> None:
         batch = table.to_arrow(table.dedupe(recs))
         verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
         view = f"_batch_{table.name}"
@@ -583,7 +475,7 @@ class DuckDBStore:
         f = describe(query)
         hits = [t for t in pending if holds(f, t)]
         total, stored = await self._db(self._query_tasks_sync, query, [t.task_id for t in pending])
-        rows = heapq.nlargest(query.offset + query.limit, stored + hits, key=_task_order)
+        rows = heapq.nlargest(query.offset + query.limit, stored + hits, key=task_order)
         return TaskPage(tasks=rows[query.offset :], total=total + len(hits))
 
     def _query_tasks_sync(self, query: TaskQuery, pending_ids: list[str]) -> tuple[int, list[TaskRow]]:
@@ -592,10 +484,10 @@ class DuckDBStore:
         con = self._conn()
         try:
             with self._pending_ids(con, pending_ids):
-                (total,) = con.execute(f"SELECT count(*) FROM tasks WHERE {where} AND {_NOT_PENDING}",
+                (total,) = con.execute(f"SELECT count(*) FROM tasks WHERE {where} AND {NOT_PENDING_SQL}",
                                        params).fetchone() or (0,)
                 fetched = con.execute(
-                    f"SELECT {table.column_list} FROM tasks WHERE {where} AND {_NOT_PENDING} "
+                    f"SELECT {table.column_list} FROM tasks WHERE {where} AND {NOT_PENDING_SQL} "
                     "ORDER BY submitted_at DESC, seq DESC, task_id DESC LIMIT ?",
                     [*params, query.offset + query.limit],
                 ).fetchall()
@@ -623,7 +515,7 @@ class DuckDBStore:
             out = [0] * buckets
             for b, n in con.execute(
                 f"SELECT floor(({col} - ?) / ?)::BIGINT AS b, count(*) FROM tasks "
-                f"WHERE {col} >= ? AND {col} < ? AND {extra} AND {_NOT_PENDING} GROUP BY b",
+                f"WHERE {col} >= ? AND {col} < ? AND {extra} AND {NOT_PENDING_SQL} GROUP BY b",
                 [since, bucket_s, since, end],
             ).fetchall():
                 if 0 <= b < buckets:
@@ -634,9 +526,9 @@ class DuckDBStore:
         try:
             with self._pending_ids(con, pending_ids):
                 submitted = spread("submitted_at", "TRUE")
-                finished = spread("updated_at", _TERMINAL)
+                finished = spread("updated_at", TERMINAL_SQL)
                 failed = con.execute(
-                    f"SELECT {table.column_list} FROM tasks WHERE {_FAILED} AND {_NOT_PENDING} "
+                    f"SELECT {table.column_list} FROM tasks WHERE {FAILED_SQL} AND {NOT_PENDING_SQL} "
                     "ORDER BY updated_at DESC, seq DESC, task_id DESC LIMIT ?", [failures]).fetchall()
         except duckdb.Error as exc:
             raise StoreError(f"task statistics on {self.path} failed: {exc}") from exc

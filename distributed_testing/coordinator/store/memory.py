@@ -27,21 +27,8 @@ from typing import Any
 import msgspec
 
 from ...errors import StoreError, ValidationError
-from .base import (
-    FORGOTTEN,
-    TERMINAL,
-    KeyRow,
-    MetaRow,
-    Record,
-    ResultQuery,
-    ResultRow,
-    Snapshot,
-    TaskPage,
-    TaskQuery,
-    TaskRow,
-    TaskStats,
-    WorkerRow,
-)
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from .base import TERMINAL, ResultQuery, TaskPage, TaskQuery, TaskStats
 from .filters import describe, holds
 
 FAILED_STATES = frozenset({"failed", "timed_out", "error"})

@@ -25,7 +25,8 @@ from typing import Any
 
 import msgspec
 
-from .base import TERMINAL, KeyRow, MetaRow, RecordTable, ResultQuery, ResultRow, TaskQuery, TaskRow, WorkerRow
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
 from .blobs import BLOBS_DDL
 from .filters import Dialect, Params, describe, render
 
@@ -235,3 +236,50 @@ def where_sql(q: ResultQuery | TaskQuery, p: Params) -> str:
 
 TASK_ORDER = "submitted_at DESC, seq DESC, task_id DESC"
 RESULT_ORDER = "received_at DESC, task_id DESC, attempt DESC"
+
+
+KEY_AT = {t: table.key_index for t, table in TABLES.items()}
+STATE_AT = [c.name for c in TABLES[WorkerRow].columns].index("state")
+
+
+def batch_statement(rows: list[tuple[type[Any], tuple[Any, ...]]],
+                    fence: tuple[str, int] | None) -> tuple[str, list[Any]]:
+    """The one statement writing ``rows`` (record type, encoded row), deduplicated per key (last
+    wins, first for results), with its arguments; ``fence`` (holder, epoch) makes it write only
+    while that lease is held."""
+    per_table: dict[type[Any], dict[tuple[Any, ...], tuple[Any, ...]]] = {}
+    for row_type, row in rows:
+        unique = per_table.setdefault(row_type, {})
+        key = tuple(row[i] for i in KEY_AT[row_type])
+        if TABLES[row_type].keep_first:
+            unique.setdefault(key, row)
+        else:
+            unique[key] = row
+    args: list[Any] = []
+    tables: list[str] = []
+    deleted: list[str] = []
+    key_ids: list[str] = []
+    forgotten: list[str] = []
+    for row_type, table in TABLES.items():
+        values = list(per_table.get(row_type, {}).values())
+        if row_type is MetaRow:
+            deleted = [v[0] for v in values if v[1] == ""]  # an empty value deletes its key
+            values = [v for v in values if v[1] != ""]
+        if row_type is KeyRow:
+            key_ids = [v[0] for v in values]
+        if row_type is WorkerRow:
+            forgotten = [v[0] for v in values if v[STATE_AT] == FORGOTTEN]  # deletes its row
+            values = [v for v in values if v[STATE_AT] != FORGOTTEN]
+        if values:
+            tables.append(table.name)
+            args.extend(list(col) for col in zip(*values, strict=True))
+    if deleted:
+        args.append(deleted)
+    if forgotten:
+        args.append(forgotten)
+    if fence is not None:
+        args.extend(fence)
+    if key_ids:
+        args.append(notify_payload(key_ids))
+    shape = Shape(tuple(tables), bool(deleted), fence is not None, bool(key_ids), bool(forgotten))
+    return write_statement(shape), args

@@ -53,40 +53,18 @@ import asyncpg
 import msgspec
 
 from ...aio import wake_within
-from ...errors import Fenced, StoreError, ValidationError
+from ...errors import Fenced, StoreError
 from ...retry import Backoff, retry_async
-from .base import (
-    FORGOTTEN,
-    SCHEMA_VERSION,
-    KeyRow,
-    MetaRow,
-    Record,
-    ResultQuery,
-    ResultRow,
-    Snapshot,
-    TaskPage,
-    TaskQuery,
-    TaskRow,
-    TaskStats,
-    WorkerRow,
-    stored_schema_version,
-)
+from ..core.rows import KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from . import postgres_reads as reads
+from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .blobs import BLOBS_DDL
-from .filters import Params
-from .memory import validate_query
 from .pgsql import (
     ACTIVE_SQL,
-    FAILED_SQL,
     KEYS_CHANNEL,
-    RESULT_ORDER,
     TABLES,
-    TASK_ORDER,
-    TERMINAL_SQL,
-    Shape,
-    notify_payload,
+    batch_statement,
     schema_ddl,
-    where_sql,
-    write_statement,
 )
 
 log = logging.getLogger(__name__)
@@ -123,8 +101,6 @@ MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs}
 
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}
-_KEY_AT = {t: table.key_index for t, table in TABLES.items()}
-_STATE_AT = [c.name for c in TABLES[WorkerRow].columns].index("state")
 
 
 def redact(url: str) -> str:
@@ -402,7 +378,7 @@ class PostgresStore:
             log.error("the writer of %s stopped: %s; appends are refused", self.where, task.exception())
 
     async def _write(self, rows: list[tuple[type[Any], tuple[Any, ...]]]) -> None:
-        sql, args = self._batch_statement(rows)
+        sql, args = batch_statement(rows, self._fence)
 
         last: list[BaseException] = []
 
@@ -432,45 +408,6 @@ class PostgresStore:
                          f"{len(rows)} records were not written")
         self.batch_count += 1
         self.record_count += len(rows)
-
-    def _batch_statement(self, rows: list[tuple[type[Any], tuple[Any, ...]]]) -> tuple[str, list[Any]]:
-        """Deduplicate per key (last wins, first for results) and build the one statement."""
-        per_table: dict[type[Any], dict[tuple[Any, ...], tuple[Any, ...]]] = {}
-        for row_type, row in rows:
-            unique = per_table.setdefault(row_type, {})
-            key = tuple(row[i] for i in _KEY_AT[row_type])
-            if TABLES[row_type].keep_first:
-                unique.setdefault(key, row)
-            else:
-                unique[key] = row
-        args: list[Any] = []
-        tables: list[str] = []
-        deleted: list[str] = []
-        key_ids: list[str] = []
-        forgotten: list[str] = []
-        for row_type, table in TABLES.items():
-            values = list(per_table.get(row_type, {}).values())
-            if row_type is MetaRow:
-                deleted = [v[0] for v in values if v[1] == ""]  # an empty value deletes its key
-                values = [v for v in values if v[1] != ""]
-            if row_type is KeyRow:
-                key_ids = [v[0] for v in values]
-            if row_type is WorkerRow:
-                forgotten = [v[0] for v in values if v[_STATE_AT] == FORGOTTEN]  # deletes its row
-                values = [v for v in values if v[_STATE_AT] != FORGOTTEN]
-            if values:
-                tables.append(table.name)
-                args.extend(list(col) for col in zip(*values, strict=True))
-        if deleted:
-            args.append(deleted)
-        if forgotten:
-            args.append(forgotten)
-        if self._fence is not None:
-            args.extend(self._fence)
-        if key_ids:
-            args.append(notify_payload(key_ids))
-        shape = Shape(tuple(tables), bool(deleted), self._fence is not None, bool(key_ids), bool(forgotten))
-        return write_statement(shape), args
 
     async def _writer_connection(self) -> asyncpg.Connection:
         if self._conn is not None and not self._conn.is_closed():
@@ -587,74 +524,19 @@ class PostgresStore:
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
         """Results matching every filter of ``query`` (``filters``), newest first."""
-        validate_query(query)
-        p = Params()
-        where = where_sql(query, p)
-        t = TABLES[ResultRow]
-        sql = (f"SELECT {t.column_list} FROM results WHERE {where} ORDER BY {RESULT_ORDER} "
-               f"LIMIT {p.add(query.limit)} OFFSET {p.add(query.offset)}")
-        fetched = await self._read("result query", lambda con: con.fetch(sql, *p.values))
-        return [_DECODE[ResultRow](r) for r in fetched]
+        return await reads.query_results(self._read, query)
 
     async def get_tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
         if not task_ids:
             self.pool  # noqa: B018  (raises when not open, like every read)
             return {}
-        t = TABLES[TaskRow]
-        sql = f"SELECT {t.column_list} FROM tasks WHERE task_id = ANY($1::text[])"
-        fetched = await self._read("task lookup", lambda con: con.fetch(sql, list(task_ids)))
-        rows = [_DECODE[TaskRow](r) for r in fetched]
-        return {r.task_id: r for r in rows}
+        return await reads.get_tasks(self._read, task_ids)
 
     async def query_tasks(self, query: TaskQuery) -> TaskPage:
-        validate_query(query)
-        p = Params()
-        where = where_sql(query, p)
-        t = TABLES[TaskRow]
-        count_sql = f"SELECT count(*) FROM tasks WHERE {where}"
-        page_sql = (f"SELECT {t.column_list} FROM tasks WHERE {where} ORDER BY {TASK_ORDER} "
-                    f"LIMIT {p.add(query.limit)} OFFSET {p.add(query.offset)}")
-        n_filter = len(p.values) - 2
-
-        async def run(con: asyncpg.Connection) -> tuple[int, list[Any]]:
-            async with con.transaction(isolation="repeatable_read", readonly=True):
-                total = await con.fetchval(count_sql, *p.values[:n_filter])
-                return int(total), await con.fetch(page_sql, *p.values)
-
-        total, fetched = await self._read("task query", run)
-        return TaskPage(tasks=[_DECODE[TaskRow](r) for r in fetched], total=total)
+        return await reads.query_tasks(self._read, query)
 
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
-        if not bucket_s > 0 or buckets < 0 or failures < 0:
-            raise ValidationError([{"field": "(stats)", "error": "bucket_s must be > 0, buckets and failures >= 0"}])
-        # A loose upper bound for the index; the bucket index itself decides (memory.bucket_of).
-        end = since + bucket_s * (buckets + 1)
-        t = TABLES[TaskRow]
-        bucket = "floor(({col} - $1) / $2)::bigint"
-        submitted_sql = (f"SELECT {bucket.format(col='submitted_at')} AS b, count(*) FROM tasks "
-                         "WHERE submitted_at >= $1 AND submitted_at < $3 GROUP BY b")
-        finished_sql = (f"SELECT {bucket.format(col='updated_at')} AS b, count(*) FROM tasks "
-                        f"WHERE updated_at >= $1 AND updated_at < $3 AND {TERMINAL_SQL} GROUP BY b")
-        failed_sql = (f"SELECT {t.column_list} FROM tasks WHERE {FAILED_SQL} "
-                      "ORDER BY updated_at DESC, seq DESC, task_id DESC LIMIT $1")
-
-        async def run(con: asyncpg.Connection) -> tuple[list[Any], list[Any], list[Any]]:
-            async with con.transaction(isolation="repeatable_read", readonly=True):
-                sub = await con.fetch(submitted_sql, since, bucket_s, end)
-                fin = await con.fetch(finished_sql, since, bucket_s, end)
-                return sub, fin, await con.fetch(failed_sql, failures)
-
-        sub, fin, failed = await self._read("task statistics", run)
-
-        def spread(counts: list[Any]) -> list[int]:
-            out = [0] * buckets
-            for b, n in counts:
-                if 0 <= b < buckets:
-                    out[b] += int(n)
-            return out
-
-        return TaskStats(submitted=spread(sub), finished=spread(fin),
-                         recent_failures=[_DECODE[TaskRow](r) for r in failed])
+        return await reads.task_stats(self._read, since, bucket_s, buckets, failures)
 
     # ------------------------------------------------------------------ closing
 

@@ -1,4 +1,4 @@
-"""The coordinator listens with the backlog its descriptor limit allows (``limits.listen_backlog``),
+"""The coordinator listens with the backlog its descriptor limit allows (``admission.listen_backlog``),
 not asyncio's default of 100: the kernel reports a listening socket's backlog as its Send-Q."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.config import CoordinatorConfig
-from distributed_testing.coordinator.limits import listen_backlog
+from distributed_testing.coordinator.admission import listen_backlog
 from distributed_testing.testing import start_coordinator
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")]

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from distributed_testing.coordinator.store.base import Record
+from distributed_testing.coordinator.core.rows import Record
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import StoreError
 from distributed_testing.protocol import messages as m

@@ -18,7 +18,7 @@ import pytest
 from flags_support import ThreadCluster, free_port
 
 from distributed_testing.cli import dt
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.rows import ResultRow
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,7 @@ import pytest
 from flags_support import ThreadCluster
 from test_flags_dt_cli import DT, run_dt, task_file, unrunnable  # noqa: F401 (run_dt is a fixture)
 
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.rows import ResultRow
 
 pytestmark = pytest.mark.timeout(60)
 

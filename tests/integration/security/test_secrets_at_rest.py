@@ -21,8 +21,8 @@ import duckdb
 import pytest
 from security_support import can_impersonate, forge_admin_token, read_all, read_as_nobody, secret_candidates
 
+from distributed_testing.coordinator.core.rows import MetaRow
 from distributed_testing.coordinator.runtime import key_row
-from distributed_testing.coordinator.store.base import MetaRow
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.security import generate_key, issue_token, parse_key
 from distributed_testing.security.roles import Role

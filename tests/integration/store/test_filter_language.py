@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from distributed_testing.coordinator.store.base import TaskRow
-from distributed_testing.coordinator.store.duckdb import TABLES as DUCK_TABLES
+from distributed_testing.coordinator.core.rows import TaskRow
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
+from distributed_testing.coordinator.store.duckdbsql import TABLES as DUCK_TABLES
 from distributed_testing.coordinator.store.filters import (
     DUCKDB,
     AnyOf,

@@ -19,18 +19,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from distributed_testing.coordinator.store.base import (
+from distributed_testing.coordinator.core.rows import (
     FORGOTTEN,
     KeyRow,
     MetaRow,
-    ResultQuery,
     ResultRow,
     Snapshot,
-    Store,
-    TaskQuery,
     TaskRow,
     WorkerRow,
 )
+from distributed_testing.coordinator.store.base import ResultQuery, Store, TaskQuery
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.coordinator.store.memory import MemoryStore, filter_tasks, stats_of
 from distributed_testing.coordinator.store.postgres import PostgresStore

@@ -23,7 +23,7 @@ N = 300
 CHILD = r"""
 import asyncio, sys
 from pathlib import Path
-from distributed_testing.coordinator.store.base import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 
 def task(task_id, state):

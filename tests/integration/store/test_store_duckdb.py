@@ -10,15 +10,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from distributed_testing.coordinator.store.base import (
-    SCHEMA_VERSION,
-    KeyRow,
-    MetaRow,
-    ResultQuery,
-    ResultRow,
-    TaskRow,
-    WorkerRow,
-)
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from distributed_testing.coordinator.store.base import SCHEMA_VERSION, ResultQuery
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.errors import StoreError
 

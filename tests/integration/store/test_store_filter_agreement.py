@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from distributed_testing.coordinator.core.rows import ResultRow, TaskRow
 from distributed_testing.coordinator.store import MemoryStore
-from distributed_testing.coordinator.store.base import ResultQuery, ResultRow, TaskQuery, TaskRow
+from distributed_testing.coordinator.store.base import ResultQuery, TaskQuery
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.coordinator.store.postgres import PostgresStore
 from distributed_testing.testing import pg_schema_url

@@ -12,8 +12,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow
 from distributed_testing.coordinator.store import postgres
-from distributed_testing.coordinator.store.base import SCHEMA_VERSION, KeyRow, MetaRow, ResultQuery, ResultRow, TaskRow
+from distributed_testing.coordinator.store.base import SCHEMA_VERSION, ResultQuery
 from distributed_testing.coordinator.store.postgres import PostgresStore
 from distributed_testing.errors import Fenced, StoreError
 from distributed_testing.testing import free_port, pg_database, wait_for

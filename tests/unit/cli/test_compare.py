@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from distributed_testing.cli.compare import NOT_COMPARED, judge, write_junit
-from distributed_testing.coordinator.store.base import ResultQuery, ResultRow
+from distributed_testing.coordinator.core.rows import ResultRow
+from distributed_testing.coordinator.store.base import ResultQuery
 from distributed_testing.coordinator.store.memory import filter_results
 from distributed_testing.regress import Policy
 

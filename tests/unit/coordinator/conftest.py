@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from distributed_testing.coordinator import placement
+from distributed_testing.coordinator.core import placement
 
 
 @pytest.fixture(autouse=True)

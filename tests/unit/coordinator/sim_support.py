@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, TypeVar
 
-from distributed_testing.coordinator.model import Command, Policy, Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import TERMINAL, Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.commands import Command, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
+from distributed_testing.coordinator.store.base import TERMINAL
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 

@@ -1,4 +1,4 @@
-"""``coordinator/limits.py``: connection caps below RLIMIT_NOFILE, the per-address throttle of
+"""``coordinator/admission.py``: connection caps below RLIMIT_NOFILE, the per-address throttle of
 failed authentications, and the rate-limited log. Pure: the clock is an argument."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from distributed_testing.coordinator.limits import (
+from distributed_testing.coordinator.admission import (
     ACCEPT_BURST,
     RESERVED_FDS_MIN,
     AuthThrottle,

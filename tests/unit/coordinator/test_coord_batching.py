@@ -1,8 +1,9 @@
 """Benchmark batching in the pure scheduler: one slot per batch, freed when the whole batch is
 done; a lone benchmark task waits at most batch_wait_s for mates."""
 
-from distributed_testing.coordinator.model import Policy, Send
-from distributed_testing.coordinator.state import CoordinatorState
+from distributed_testing.coordinator.core.commands import Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks.spec import parse_tasks
 

@@ -12,9 +12,10 @@ import msgspec
 import pytest
 from sim_support import T0, Sim, saved, sent
 
-from distributed_testing.coordinator.model import Notify, Policy, Refused
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow
+from distributed_testing.coordinator.core.commands import Notify, Refused
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import ResultRow, Snapshot, TaskRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff

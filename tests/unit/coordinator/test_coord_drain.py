@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.model import Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import WorkerRow
+from distributed_testing.coordinator.core.commands import Save, Send
+from distributed_testing.coordinator.core.rows import WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict, NotFound
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs

@@ -11,10 +11,11 @@ import msgspec
 import pytest
 from sim_support import T0, Sim, saved, sent
 
-from distributed_testing.coordinator.identity import held
-from distributed_testing.coordinator.model import CloseWorker, Command, Policy, Refused
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import ResultRow, Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.commands import CloseWorker, Command, Refused
+from distributed_testing.coordinator.core.identity import held
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import ResultRow, Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict, NotFound, PermissionDenied
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff

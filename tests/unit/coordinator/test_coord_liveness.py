@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from distributed_testing.coordinator.model import CloseWorker, Liveness, Policy
-from distributed_testing.coordinator.state import CoordinatorState
+from distributed_testing.coordinator.core.commands import CloseWorker
+from distributed_testing.coordinator.core.policy import Liveness, Policy
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import ValidationError
 from distributed_testing.protocol import messages as m
 

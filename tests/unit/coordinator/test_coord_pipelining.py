@@ -1,4 +1,4 @@
-"""Pipelining in the pure scheduler (``coordinator/pipeline.py`` and ``state.py``): a worker that
+"""Pipelining in the pure scheduler (``coordinator/core/pipeline.py`` and ``core/state.py``): a worker that
 registers a ``pipeline_depth`` is sent short tasks ahead of its slots, as many as the durations
 it reports allow; nothing is queued behind a long or exclusive task, and a task waiting behind
 one is taken back for an idle worker, moving as a new attempt only once the worker says it never
@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim, sent
 
-from distributed_testing.coordinator.model import Policy, Refused
-from distributed_testing.coordinator.pipeline import Pace
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.commands import Refused
+from distributed_testing.coordinator.core.pipeline import Pace
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import ResultRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
 
@@ -186,9 +187,9 @@ def test_a_take_back_pending_when_the_session_ends_is_forgotten(sim: Sim) -> Non
     sim.submit(custom("long", 30), custom("s1"))
     sim.started("a", "long", 1)
     worker(sim, "b")
-    assert sim.state._taking_back  # asked of a
+    assert sim.state.take_backs.asked  # asked of a
     sim.disconnect("a", T0)
-    assert not sim.state._taking_back
+    assert not sim.state.take_backs.asked
     cmds = sim.run(sim.state.taken_back("a", m.TakenBack(dropped=[m.TaskRef("s1", 1)], kept=[]), T0))
     assert [c.what for c in cmds if isinstance(c, Refused)] == ["taken_back"]  # an answer from an old session
     assert sim.task("s1").worker_id == "a"
@@ -211,7 +212,7 @@ def test_tasks_held_ahead_by_a_worker_that_turns_constrained_are_taken_back_for_
     sim.submit(custom("s0"), custom("s1"), custom("s2"))
     assert sim.running("a") == {"s0", "s1", "s2"}
     worker(sim, "b")  # idle, but a is not stuck: its tasks are short and it takes work
-    assert not sim.state._taking_back
+    assert not sim.state.take_backs.asked
     cmds = sim.heartbeat("a", "constrained", reason="memory 91% > limit 75%")
     assert sent(cmds, m.TakeBack) == [("a", m.TakeBack([m.TaskRef("s1", 1)]))]  # oldest waiting first
 

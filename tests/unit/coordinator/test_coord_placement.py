@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.placement import (
+from distributed_testing.coordinator.core.placement import (
     WorkerView,
     pending_reason,
     pick_worker,

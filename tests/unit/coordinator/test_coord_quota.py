@@ -1,4 +1,4 @@
-"""Per-key quotas in the scheduling core (``coordinator/quota.py``): a submission past either cap
+"""Per-key quotas in the scheduling core (``coordinator/core/quota.py``): a submission past either cap
 is refused whole with RateLimited, a task stops counting when it ends, resubmissions cost nothing,
 and a restore (a restart, or an HA member taking over) rebuilds the counts from the active tasks."""
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sim_support import T0, Sim
 
-from distributed_testing.coordinator.model import Policy
-from distributed_testing.coordinator.quota import RETRY_AFTER_S, payload_size
-from distributed_testing.coordinator.state import CoordinatorState
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.quota import RETRY_AFTER_S, payload_size
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import RateLimited
 from distributed_testing.tasks import spec as specs
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from sim_support import T0, Sim, saved
 
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import FORGOTTEN, Snapshot, WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.events import EventHub
-from distributed_testing.coordinator.model import Policy
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import FORGOTTEN, Snapshot, WorkerRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_support import T0, Sim, saved, sent
 
-from distributed_testing.coordinator.model import CloseWorker, Command, Notify, Policy, Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import ResultRow, TaskRow
+from distributed_testing.coordinator.core.commands import CloseWorker, Command, Notify, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import ResultRow, TaskRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import Conflict, NotFound
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from distributed_testing.coordinator import views
+from distributed_testing.coordinator.core.commands import Save
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import KeyRow, ResultRow, TaskRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.events import RESET, Event, EventHub, Subscriber, sse_frame
-from distributed_testing.coordinator.model import Policy, Save
-from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store import MemoryStore
-from distributed_testing.coordinator.store.base import KeyRow, ResultRow, TaskRow
 from distributed_testing.errors import ValidationError
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.gang import (
-    Baselines,
-    Gang,
-    PortPool,
-    nodes_summary,
-    training_summary,
-)
-from distributed_testing.coordinator.placement import (
+from distributed_testing.coordinator.core.entities import Gang
+from distributed_testing.coordinator.core.gang import Baselines, PortPool, nodes_summary, training_summary
+from distributed_testing.coordinator.core.placement import (
     WorkerView,
     describe,
     gang_pending_reason,

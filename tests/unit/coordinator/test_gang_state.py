@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from sim_support import T0, saved, sent
 from sim_support import Sim as StateSim
 
-from distributed_testing.coordinator.model import Command, Notify, Policy, Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import ResultRow
+from distributed_testing.coordinator.core.commands import Command, Notify, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import ResultRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs
@@ -350,11 +351,11 @@ def test_scaling_efficiency_against_the_latest_matching_single_node_run(sim: Sim
     # a restarted coordinator finds the same baseline in the task outcomes it reads from the store
     again = CoordinatorState(POLICY)
     again.restore(sim.snapshot(), T0 + 5)
-    assert again.baselines.lookup(metrics(2, 0.0)) is None  # finished tasks are not in the snapshot
+    assert again.gangs.baselines.lookup(metrics(2, 0.0)) is None  # finished tasks are not in the snapshot
     again.note_baselines(sim.rows().values())
-    assert again.baselines.lookup(metrics(2, 0.0))["task_id"] == "one-b"
-    assert again.baselines.lookup(metrics(2, 0.0, precision="bf16"))["task_id"] == "one-bf16"
-    assert again.baselines.lookup(metrics(2, 0.0, model="cnn")) is None
+    assert again.gangs.baselines.lookup(metrics(2, 0.0))["task_id"] == "one-b"
+    assert again.gangs.baselines.lookup(metrics(2, 0.0, precision="bf16"))["task_id"] == "one-bf16"
+    assert again.gangs.baselines.lookup(metrics(2, 0.0, model="cnn")) is None
 
 
 def test_missing_metrics_give_null_efficiency_not_a_crash(sim: Sim) -> None:

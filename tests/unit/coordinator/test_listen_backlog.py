@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.coordinator.limits import (
+from distributed_testing.coordinator.admission import (
     ACCEPT_BURST,
     LISTEN_BACKLOG_MAX,
     RESERVED_FDS_MIN,

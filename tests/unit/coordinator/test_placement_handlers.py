@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from distributed_testing.cli import coordinator as coord_cli
-from distributed_testing.coordinator.model import Policy, Send
+from distributed_testing.coordinator.core.commands import Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.runtime import Runtime
-from distributed_testing.coordinator.state import CoordinatorState
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import ConfigError, ValidationError
 from distributed_testing.protocol import messages as m

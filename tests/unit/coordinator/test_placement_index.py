@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from distributed_testing.coordinator.placement import (
+from distributed_testing.coordinator.core.placement import (
     NO_REQUIREMENTS,
     PlacementIndex,
     ReqKey,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from distributed_testing.coordinator.model import Send
-from distributed_testing.coordinator.state import CoordinatorState
+from distributed_testing.coordinator.core.commands import Send
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.errors import ValidationError
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs

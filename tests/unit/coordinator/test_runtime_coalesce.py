@@ -1,9 +1,9 @@
 """One event that changes a task twice journals only its final row, with the whole history."""
 
-from distributed_testing.coordinator.model import Save
+from distributed_testing.coordinator.core.commands import Save
+from distributed_testing.coordinator.core.rows import MetaRow, TaskRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.coordinator.runtime import _coalesce
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import MetaRow, TaskRow
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks.spec import parse_tasks
 

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from distributed_testing.config import CoordinatorConfig
-from distributed_testing.coordinator.model import Command, Notify, Save, Send
+from distributed_testing.coordinator.core.commands import Command, Notify, Save, Send
+from distributed_testing.coordinator.core.rows import MetaRow, Record
 from distributed_testing.coordinator.runtime import Runtime, Session
-from distributed_testing.coordinator.store.base import MetaRow, Record
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import StoreError
 from distributed_testing.protocol import messages as m

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 
 from distributed_testing.coordinator import views
-from distributed_testing.coordinator.model import Policy
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import Snapshot, WorkerRow
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import Snapshot, WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 
 T0 = 1000.0

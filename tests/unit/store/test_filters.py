@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from distributed_testing.coordinator.store.base import ResultQuery, ResultRow, TaskQuery, TaskRow
+from distributed_testing.coordinator.core.rows import ResultRow, TaskRow
+from distributed_testing.coordinator.store.base import ResultQuery, TaskQuery
 from distributed_testing.coordinator.store.filters import (
     DUCKDB,
     PAGING,

@@ -8,16 +8,9 @@ from typing import Any
 
 import pytest
 
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
 from distributed_testing.coordinator.store import MemoryStore, open_store
-from distributed_testing.coordinator.store.base import (
-    KeyRow,
-    MetaRow,
-    ResultQuery,
-    ResultRow,
-    TaskQuery,
-    TaskRow,
-    WorkerRow,
-)
+from distributed_testing.coordinator.store.base import ResultQuery, TaskQuery
 from distributed_testing.coordinator.store.memory import filter_results, filter_tasks, result_matches, stats_of
 from distributed_testing.errors import StoreError, ValidationError
 

@@ -38,9 +38,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from distributed_testing.coordinator.model import CloseWorker, Policy, Refused, Save, Send
-from distributed_testing.coordinator.state import CoordinatorState
-from distributed_testing.coordinator.store.base import Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.commands import CloseWorker, Refused, Save, Send
+from distributed_testing.coordinator.core.policy import Policy
+from distributed_testing.coordinator.core.rows import Snapshot, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.retry import Backoff
 from distributed_testing.tasks import spec as specs

@@ -15,7 +15,7 @@ start as its slots free. How many is the worker's **window**, kept here per work
 The window is only an upper bound: the state machine sends nothing ahead to a worker that holds
 a task which must run alone, or whose slots are all taken by tasks that ran past the worker's
 ``started`` delay (something long runs there), and it takes tasks back from such a worker for
-an idle one (``TakeBack``); see :mod:`.state`.
+an idle one (``TakeBack``); see :mod:`.takeback`.
 """
 
 from __future__ import annotations

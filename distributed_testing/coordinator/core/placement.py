@@ -22,11 +22,12 @@ is node rank 0).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
-from ..tasks.spec import Requirements
-from ..tasks.usercode import ALLOW_MODEL_MODULES_FLAG, module_allowed
+from ...tasks import spec as specs
+from ...tasks.spec import Requirements
+from ...tasks.usercode import ALLOW_MODEL_MODULES_FLAG, model_module, module_allowed
 
 # (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "",
 #  runs shipped code (a bundle))
@@ -63,7 +64,7 @@ class WorkerView:
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
     accept_bundles: bool = False  # --accept-bundles: runs tasks with shipped code, from the registration
-    # Pipelining (coordinator/pipeline.py): how many tasks it may hold beyond its slots now, and
+    # Pipelining (coordinator/core/pipeline.py): how many tasks it may hold beyond its slots now, and
     # which held slots stop anything from being queued behind them: tasks that must run alone
     # (``exclusive``), and pipelined tasks that ran past the worker's started delay (``started``).
     window: int = 0
@@ -192,6 +193,29 @@ def handler_refusal(handler: str, workers: Iterable[WorkerView]) -> str | None:
     return (f"no connected worker has custom handler {handler!r} (connected workers have: "
             f"{', '.join(known) or 'none'}); the coordinator runs with --strict, so the task is refused "
             "instead of waiting for one")
+
+
+def unrunnable(prepared: list[specs.TaskSpec], known: Container[str], connected: Iterable[WorkerView], *,
+               strict: bool) -> list[dict[str, str]]:
+    """The errors (field, error) of new tasks among ``prepared`` (ids not in ``known``) whose
+    user model imports a module no ``connected`` worker allows (placement would never find them a
+    worker), and with ``strict`` of those calling a custom handler no connected worker has.
+    Tasks that ship their code in a bundle are the worker's to check."""
+    errors: list[dict[str, str]] = []
+    for i, s in enumerate(prepared):
+        if s.task_id in known or s.bundle is not None:
+            continue
+        where = f"[{i}].config." if len(prepared) > 1 else "config."
+        kind, config = specs.kind_of(s), specs.config_dict(s)
+        module = model_module(kind.imports_model, config)
+        reason = None if module is None else model_module_refusal(config["model"], module, connected)
+        if reason is not None:
+            errors.append({"field": where + "model", "error": reason})
+        handler = kind.handler(kind.decode(config)) if strict else None
+        reason = None if handler is None else handler_refusal(handler, connected)
+        if reason is not None:
+            errors.append({"field": where + kind.handler_field, "error": reason})
+    return errors
 
 
 def gang_pending_reason(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> str:

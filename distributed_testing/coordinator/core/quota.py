@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import RateLimited
+from ...errors import RateLimited
 
 RETRY_AFTER_S = 5.0
 MIB = 1024 * 1024

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import PermissionDenied
+from ...errors import PermissionDenied
 
 
 def check_owner(worker_id: str, bound_key: str, key_id: str) -> None:

@@ -1,0 +1,123 @@
+"""The SQL of the DuckDB store (``duckdb.DuckDBStore``): how each record type maps to a table and
+to Arrow, the schema migrations, and the query filters' dialect. Builds statements and converts
+rows; the migrations run on the connection they are handed.
+
+Nested fields (spec, history, outcome, output, hardware, ...) are JSON columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from ..core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
+from .filters import DUCKDB, Params, describe, render
+from .memory import FAILED_STATES
+
+
+def _bind_workers_to_keys(con: duckdb.DuckDBPyConnection) -> None:
+    """1 -> 2: ``workers.key_id``, the key a worker id is bound to. Existing rows stay unbound
+    (NULL): the next key to register each id takes it."""
+    con.execute("ALTER TABLE workers ADD COLUMN key_id VARCHAR")
+
+
+def _keys_allow_code(con: duckdb.DuckDBPyConnection) -> None:
+    """2 -> 3: ``api_keys.allow_code`` (``dt keys create --allow-code``); existing keys may not."""
+    con.execute("ALTER TABLE api_keys ADD COLUMN allow_code JSON DEFAULT 'false'")  # as the table's other non-scalars
+    con.execute("UPDATE api_keys SET allow_code = 'false'")
+
+
+# Upgrades from schema version N to N + 1, run in one transaction with the version bump.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code}
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+_msgpack_encode = msgspec.msgpack.Encoder().encode
+_result_decode = msgspec.msgpack.Decoder(ResultRow).decode
+
+
+def copy_result(row: ResultRow) -> ResultRow:
+    """A deep copy, so later changes to the caller's dicts do not show in pending results."""
+    return _result_decode(_msgpack_encode(row))
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql: str
+    arrow: pa.DataType
+    json: bool
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class Table(RecordTable[Column]):
+    """A record type's DuckDB table (``RecordTable``), written from Arrow batches."""
+
+    @classmethod
+    def column(cls, name: str, base: Any, nullable: bool) -> Column:
+        if base is str:
+            return Column(name, "VARCHAR", pa.string(), False, nullable)
+        if base is int:
+            return Column(name, "BIGINT", pa.int64(), False, nullable)
+        if base is float:
+            return Column(name, "DOUBLE", pa.float64(), False, nullable)
+        return Column(name, "JSON", pa.string(), True, nullable)
+
+    def dedupe(self, rows: list[Any]) -> list[Any]:
+        unique: dict[tuple[Any, ...], Any] = {}
+        for row in rows:
+            k = tuple(getattr(row, name) for name in self.key)
+            if self.keep_first:
+                unique.setdefault(k, row)
+            else:
+                unique[k] = row
+        return list(unique.values())
+
+    def to_arrow(self, rows: list[Any]) -> pa.Table:
+        arrays = []
+        for c in self.columns:
+            values = [getattr(r, c.name) for r in rows]
+            if c.json:
+                values = [None if v is None else _json_encode(v).decode() for v in values]
+            arrays.append(pa.array(values, type=c.arrow))
+        return pa.Table.from_arrays(arrays, names=[c.name for c in self.columns])
+
+    def from_tuple(self, values: tuple[Any, ...]) -> Any:
+        kwargs = {
+            c.name: (_json_decode(v) if c.json and v is not None else v)
+            for c, v in zip(self.columns, values, strict=True)
+        }
+        return self.row_type(**kwargs)
+
+
+TABLES: dict[type[Any], Table] = {
+    TaskRow: Table.of("tasks", TaskRow, ("task_id",)),
+    ResultRow: Table.of("results", ResultRow, ("task_id", "attempt"), keep_first=True),
+    WorkerRow: Table.of("workers", WorkerRow, ("worker_id",)),
+    KeyRow: Table.of("api_keys", KeyRow, ("key_id",)),
+    MetaRow: Table.of("meta", MetaRow, ("key",)),
+}
+
+
+def where_sql(q: ResultQuery | TaskQuery) -> tuple[str, list[Any]]:
+    """SQL ``WHERE`` clause and parameters of ``q``'s filter (``filters``)."""
+    p = Params(numbered=False)
+    table = TABLES[ResultRow if isinstance(q, ResultQuery) else TaskRow]
+    return render(describe(q), DUCKDB, p, [c.name for c in table.columns]), p.values
+
+
+def task_order(t: TaskRow) -> tuple[float, int, str]:
+    return (t.submitted_at, t.seq, t.task_id)
+
+
+ACTIVE_SQL = "state NOT IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+TERMINAL_SQL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
+FAILED_SQL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(FAILED_STATES)) + ")"
+NOT_PENDING_SQL = "task_id NOT IN (SELECT task_id FROM _pending_tasks)"
