@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # Lowest first. A unit is a top-level module or package of distributed_testing.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif", "promhttp", "regress"),
-    ("journal", "protocol", "tasks", "bundles"),
+    ("process", "retry", "config"),  # process: event loop, child environment, NICs, the metrics endpoint
+    ("durable", "protocol", "tasks", "bundles"),  # durable: the journal, DuckDB file helpers, fsync_dir
     ("security",),
     ("client",),  # the one coordinator client: dashboard, worker, cli and testing use it
     ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .. import aio
-from ..childenv import scrub_environ
 from ..config import WorkerConfig, environ, read_key_file
 from ..errors import ConfigError
-from ..promhttp import serve_metrics
+from ..process import aio
+from ..process.childenv import scrub_environ
+from ..process.promhttp import serve_metrics
 from ..retry import RetriesExhausted
 from ..worker import metrics as worker_metrics
 from ..worker.agent import WorkerAgent

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import distributed_testing
-from distributed_testing.childenv import child_environ
-from distributed_testing.netif import interface_address
+from distributed_testing.process.childenv import child_environ
+from distributed_testing.process.netif import interface_address
 from distributed_testing.training.config import ResolvedTrainingConfig, parse_config, resolve
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,

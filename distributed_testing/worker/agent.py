@@ -8,7 +8,7 @@ coordinator acknowledges them; after a reconnect the unacknowledged ones are sen
 still-running tasks are re-announced in ``register``.
 
 The bookkeeping (what runs, what is provisional, what waits to be sent or acknowledged) is the
-pure ``state.WorkerState``; this module feeds it events and executes its instructions
+pure ``core.state.WorkerState``; this module feeds it events and executes its instructions
 (``_apply``, dispatched by ``_INSTRUCTIONS``).
 """
 
@@ -30,7 +30,7 @@ import aiohttp
 from ..client import canonical
 from ..config import WorkerConfig, ws_url
 from ..errors import ExecutionError, ProtocolError
-from ..netif import InterfaceError, interface_address, interface_of
+from ..process.netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..retry import Backoff, RetriesExhausted, retry_async
@@ -38,6 +38,23 @@ from ..security import tls
 from .auth import Credentials
 from .bundles import ShippedCode
 from .coordinators import Candidates
+from .core.state import (
+    ArmHold,
+    Attempt,
+    DisarmHold,
+    FlushSoon,
+    Forget,
+    Instruction,
+    Keep,
+    Kill,
+    RecordFinished,
+    RecordStarted,
+    ResendKept,
+    Send,
+    Start,
+    Warn,
+    WorkerState,
+)
 from .executors.base import ExecOutcome, Executor, TaskContext, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
 from .outbox import Outbox
@@ -54,22 +71,6 @@ from .session import (
     bound_unacknowledged,
     ping_period,
     refusal_json,
-)
-from .state import (
-    ArmHold,
-    Attempt,
-    DisarmHold,
-    FlushSoon,
-    Forget,
-    Instruction,
-    Keep,
-    Kill,
-    RecordFinished,
-    RecordStarted,
-    ResendKept,
-    Send,
-    Start,
-    WorkerState,
 )
 
 log = logging.getLogger(__name__)
@@ -637,6 +638,10 @@ class WorkerAgent:
             self._hold.cancel()
             self._hold = None
 
+    def _do_warn(self, ins: Instruction) -> None:
+        assert isinstance(ins, Warn)
+        log.warning("%s", ins.text)
+
     def _flush(self) -> None:
         self._apply(self.state.flush(self.clock()))
 
@@ -869,4 +874,5 @@ _INSTRUCTIONS: dict[type[Any], Callable[[WorkerAgent, Instruction], asyncio.Futu
     FlushSoon: WorkerAgent._do_flush_soon,
     ArmHold: WorkerAgent._do_arm_hold,
     DisarmHold: WorkerAgent._do_disarm_hold,
+    Warn: WorkerAgent._do_warn,
 }

@@ -32,9 +32,9 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from ..duckfile import lock_holder
+from ..durable.duckfile import lock_holder
+from ..durable.journal import Journal
 from ..errors import ConfigError, StoreError
-from ..journal import Journal
 from ..protocol import messages as m
 from ..security import files
 from .bench_cache import CacheEntry

@@ -112,7 +112,7 @@ def _check_not_in_use(db: Path | None) -> None:
         return
     import duckdb
 
-    from ..duckfile import lock_holder
+    from ..durable.duckfile import lock_holder
 
     try:
         duckdb.connect(str(db)).close()
