@@ -103,7 +103,7 @@ class FlushSoon:
 
 @dataclass(frozen=True, slots=True)
 class ArmHold:
-    """Call ``hold_expired`` after the result hold (``agent.RESULT_HOLD_S``) unless disarmed."""
+    """Call ``hold_expired`` after the result hold (``runs.RESULT_HOLD_S``) unless disarmed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from hand_support import hand_session
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
-from distributed_testing.worker import agent as agent_mod
+from distributed_testing.worker import runs as runs_mod
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -136,7 +136,7 @@ async def test_an_ack_settles_a_result_sent_before_its_confirm(tmp_path: Path) -
 
 
 async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "RESULT_HOLD_S", 2.0)  # b's result is held behind a's unacked one
+    monkeypatch.setattr(runs_mod, "RESULT_HOLD_S", 2.0)  # b's result is held behind a's unacked one
     ex = Gated()
     async with hand_session(tmp_path, {"custom": ex}) as (coord, agent):
         await coord.assign("a", provisional=1)

@@ -14,13 +14,13 @@ from hand_support import hand_session
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
-from distributed_testing.worker import agent as agent_mod
+from distributed_testing.worker import runs as runs_mod
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 
 async def test_results_wait_for_the_previous_ack_and_go_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "RESULT_HOLD_S", 30.0)  # only the ack can end the hold here
+    monkeypatch.setattr(runs_mod, "RESULT_HOLD_S", 30.0)  # only the ack can end the hold here
     async with hand_session(tmp_path) as (coord, agent):
         await coord.assign("a")
         assert await coord.results() == ["a"]  # nothing unacknowledged: sent at once
@@ -37,7 +37,7 @@ async def test_results_wait_for_the_previous_ack_and_go_together(tmp_path: Path,
 
 async def test_a_missing_ack_delays_results_only_until_the_hold_ends(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "RESULT_HOLD_S", 0.3)
+    monkeypatch.setattr(runs_mod, "RESULT_HOLD_S", 0.3)
     async with hand_session(tmp_path) as (coord, agent):
         await coord.assign("a")
         assert await coord.results() == ["a"]

@@ -265,7 +265,7 @@ async def results_for(c: Cluster, task_id: str) -> list[dict[str, Any]]:
 @pytest.mark.asyncio
 async def test_recover_reports_tasks_a_crash_interrupted_and_without_it_they_are_only_logged(
         tmp_path: Path, start_cli_worker: StartWorker, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="distributed_testing.worker.agent")
+    caplog.set_level(logging.INFO, logger="distributed_testing.worker.runs")
     await crashed_outbox(tmp_path / "rec.duckdb", ("ghost", 1))
     await crashed_outbox(tmp_path / "plain.duckdb", ("phantom", 1))
     async with run_cluster(tmp_path, workers=0) as c:
