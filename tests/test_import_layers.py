@@ -142,11 +142,11 @@ def test_the_checker_names_an_offending_import() -> None:
     """The rule itself: a task-format module importing a runner, and the worker's agent importing
     one, are each reported with the module, the line and the import."""
     probe = f"{PACKAGE}.tasks.probe"
-    found = list(imports_in("import os\n\nfrom ..training import config\n", probe, False))
-    assert found == [(3, f"{PACKAGE}.training.config")]
+    found = list(imports_in("import os\n\nfrom ..training import task_config\n", probe, False))
+    assert found == [(3, f"{PACKAGE}.training.task_config")]
     agent = f"{PACKAGE}.worker.agent"
     bad = violations({probe: found, agent: [(7, f"{PACKAGE}.training.preflight")],
                       f"{PACKAGE}.worker.executors.training": [(9, f"{PACKAGE}.training.launch")]})
-    assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.config: tasks (layer 2) may import only lower "
+    assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.task_config: tasks (layer 2) may import only lower "
                    f"layers, and training is layer 5",
                    f"{agent} (line 7) imports {PACKAGE}.training.preflight: only worker.executors runs the runners"]

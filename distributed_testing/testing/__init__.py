@@ -151,10 +151,10 @@ class Cluster:
             self.worker_keys.setdefault(config.worker_id, config.api_key)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
-        outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
+        result_store, results = await open_storage(config)  # in memory unless the overrides give a db_path
         executors = with_benchmark_cache(executors, config, results)
         agent = WorkerAgent(config, executors if probe is None else with_environment(executors, probe),
-                            outbox, hardware or CPU_HARDWARE, ["cpu"],
+                            result_store, hardware or CPU_HARDWARE, ["cpu"],
                             Credentials(self.base_url, api_key=config.api_key, token=config.token,
                                         ca_file=config.ca_file))
         self.agents.append(agent)

@@ -3,7 +3,7 @@
 One reader coroutine receives every frame and dispatches by message type (``_HANDLERS``); one
 writer drains an ordered queue, signing each frame as it is sent. Heartbeats come from this event
 loop, never from task code (tasks run in children), so a task at 100 % CPU cannot make the worker
-look dead. Results are written to the outbox before they are sent and stay there until the
+look dead. Results are written to the result store before they are sent and stay there until the
 coordinator acknowledges them; after a reconnect the unacknowledged ones are sent again and
 still-running tasks are re-announced in ``register``.
 
@@ -38,7 +38,7 @@ from .coordinators import Candidates
 from .core.state import Attempt, WorkerState
 from .executors.base import Executor, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
-from .outbox import Outbox
+from .result_store import ResultStore
 from .runs import Runs
 from .session import (
     FIRST_RECONNECT_SPREAD_S,
@@ -61,12 +61,12 @@ FLUSH_MIN_S = 5.0
 
 
 class WorkerAgent:
-    def __init__(self, config: WorkerConfig, executors: dict[str, Executor], outbox: Outbox,
+    def __init__(self, config: WorkerConfig, executors: dict[str, Executor], result_store: ResultStore,
                  hardware: dict[str, Any], capabilities: list[str], credentials: Credentials,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.executors = executors
-        self.outbox = outbox
+        self.result_store = result_store
         self.hardware = hardware
         self.capabilities = capabilities
         self.credentials = credentials
@@ -96,7 +96,7 @@ class WorkerAgent:
         self._dialer = Dialer(self.candidates, credentials.ssl)
         self.rng = random.Random()  # the first reconnect's jitter (first_reconnect_delay)
         self.shipped = ShippedCode.at_start(config, credentials.ssl)  # --accept-bundles, --sandbox
-        self.runs = Runs(config, self.state, executors, outbox, send=self._send, registered=self.registered,
+        self.runs = Runs(config, self.state, executors, result_store, send=self._send, registered=self.registered,
                          candidates=self.candidates, credentials=credentials, shipped=self.shipped, clock=clock)
 
     @property
@@ -243,11 +243,11 @@ class WorkerAgent:
     async def _await_acks(self, budget_s: float) -> None:
         loop = asyncio.get_running_loop()
         until = loop.time() + budget_s
-        # results sent before their confirm are not in the outbox yet, but are waited for all the same
-        while (unacked := [*await self.outbox.unacked(), *self.state.unlogged.values()]):
+        # results sent before their confirm are not in the result store yet, but are waited for all the same
+        while (unacked := [*await self.result_store.unacked(), *self.state.unlogged.values()]):
             if (left := until - loop.time()) <= 0:
                 log.warning("%d result(s) not acknowledged before the drain deadline; %s", len(unacked),
-                            "they stay in the outbox" if self.config.db_path else "they are lost (no --db-path)")
+                            "they stay in the result store" if self.config.db_path else "they are lost (no --db-path)")
                 return
             self._acked.clear()
             with contextlib.suppress(TimeoutError):
@@ -331,7 +331,7 @@ class WorkerAgent:
                           max_concurrent=self.config.max_concurrent_tasks,
                           memory_gb=float(self.hardware.get("memory_gb", 0.0)),
                           running=self.state.running_refs(),
-                          address=address, interface=self.interface, finished=self.outbox.unacked_refs(),
+                          address=address, interface=self.interface, finished=self.result_store.unacked_refs(),
                           abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
                           accept_bundles=self.shipped.accepting,
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
@@ -442,7 +442,7 @@ class WorkerAgent:
         self._sampler.close()
         for ex in self.executors.values():
             await ex.close()
-        await self.outbox.close()
+        await self.result_store.close()
 
     # ----------------------------------------------------------------- writing
 

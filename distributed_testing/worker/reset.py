@@ -75,7 +75,7 @@ async def _reported(agent: WorkerAgent, run: asyncio.Task[None], timeout_s: floa
         registered.cancel()
         return -1  # the agent stopped before registering: ``await run`` raises why
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while (left := len(await agent.outbox.unacked())) and asyncio.get_running_loop().time() < deadline:
+    while (left := len(await agent.result_store.unacked())) and asyncio.get_running_loop().time() < deadline:
         if run.done():
             return left
         await asyncio.sleep(POLL_S)

@@ -4,7 +4,7 @@
 A run is one executor call (a batch shares one) in an asyncio task of its own, its child
 processes under it; ``Kill`` cancels that task. A task still running after ``STARTED_DELAY_S`` is
 announced; its result goes to the state (``finished``), which sends it at once and keeps it in the
-outbox until acknowledged. The result hold and the end-of-iteration flush are loop timers.
+result store until acknowledged. The result hold and the end-of-iteration flush are loop timers.
 ``WorkerAgent`` (``agent.py``) owns one ``Runs`` and feeds the state the coordinator's messages;
 it never touches a run itself.
 """
@@ -42,7 +42,7 @@ from .core.state import (
     WorkerState,
 )
 from .executors.base import ExecOutcome, Executor, TaskContext
-from .outbox import Outbox
+from .result_store import ResultStore
 
 log = logging.getLogger(__name__)
 # A task still running after this long is announced with ``started``; shorter ones are announced
@@ -64,13 +64,14 @@ class Runs:
     established; ``candidates.current`` is the coordinator a task's bundle is fetched from;
     ``interface`` is the NIC training ranks bind (the agent sets it at each connect)."""
 
-    def __init__(self, config: WorkerConfig, state: WorkerState, executors: dict[str, Executor], outbox: Outbox,
+    def __init__(self, config: WorkerConfig, state: WorkerState, executors: dict[str, Executor],
+                 result_store: ResultStore,
                  *, send: Callable[[m.Message], None], registered: asyncio.Event, candidates: Candidates,
                  credentials: Credentials, shipped: ShippedCode, clock: Callable[[], float]) -> None:
         self.config = config
         self.state = state
         self.executors = executors
-        self.outbox = outbox
+        self.result_store = result_store
         self.send = send
         self.registered = registered
         self.candidates = candidates
@@ -84,8 +85,8 @@ class Runs:
     # --------------------------------------------------------------- executing
 
     def apply(self, instructions: Sequence[Instruction]) -> list[asyncio.Future[None]]:
-        """Execute the state's instructions in order; returns the outbox writes' futures (an
-        async caller awaits them before it goes on, as the outbox's durability point)."""
+        """Execute the state's instructions in order; returns the result store writes' futures (an
+        async caller awaits them before it goes on, as the result store's durability point)."""
         writes: list[asyncio.Future[None]] = []
         for ins in instructions:
             if (fut := _INSTRUCTIONS[type(ins)](self, ins)) is not None:
@@ -114,7 +115,7 @@ class Runs:
         for t in runs:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        self.outbox.running_finished(self.state.running_refs())
+        self.result_store.running_finished(self.state.running_refs())
 
     def _do_send(self, ins: Instruction) -> None:
         assert isinstance(ins, Send)
@@ -142,16 +143,16 @@ class Runs:
 
     def _do_keep(self, ins: Instruction) -> asyncio.Future[None]:
         assert isinstance(ins, Keep)
-        return self.outbox.add(ins.result)
+        return self.result_store.add(ins.result)
 
     def _do_forget(self, ins: Instruction) -> None:
         assert isinstance(ins, Forget)
-        self.outbox.ack(ins.refs)
+        self.result_store.ack(ins.refs)
 
     def _do_resend_kept(self, ins: Instruction) -> asyncio.Future[None]:
-        """Re-send what the outbox keeps; the returned future completes once it is queued."""
+        """Re-send what the result store keeps; the returned future completes once it is queued."""
         async def resend() -> None:
-            unsent = await self.outbox.unacked()
+            unsent = await self.result_store.unacked()
             if unsent:
                 log.info("re-sending %d unacknowledged results", len(unsent))
                 self.send(m.Results(unsent))
@@ -159,11 +160,11 @@ class Runs:
 
     def _do_record_started(self, ins: Instruction) -> None:
         assert isinstance(ins, RecordStarted)
-        self.outbox.running_started(ins.refs)
+        self.result_store.running_started(ins.refs)
 
     def _do_record_finished(self, ins: Instruction) -> None:
         assert isinstance(ins, RecordFinished)
-        self.outbox.running_finished(ins.refs)
+        self.result_store.running_finished(ins.refs)
 
     def _do_flush_soon(self, _ins: Instruction) -> None:
         asyncio.get_running_loop().call_soon(self._flush)
@@ -225,7 +226,7 @@ class Runs:
                            error=f"stopped because {', '.join(cancelled)} in the same batch was cancelled")
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
-        """Sent at once. Written to the outbox too (no fsync of its own: see outbox_duckdb), so an
+        """Sent at once. Written to the result store too (no fsync of its own: see result_store_duckdb), so an
         unacked result is re-sent after a reconnect; the coordinator acks only after its fsync."""
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
@@ -277,17 +278,17 @@ class Runs:
     async def recovery_report(self) -> None:
         """At start: what an earlier run left behind. With ``recover`` the tasks that were
         running when it died are reported as retryable errors (sent after registration)."""
-        interrupted = await self.outbox.take_interrupted()
+        interrupted = await self.result_store.take_interrupted()
         names = ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in interrupted)
         if not self.config.recover:
             if interrupted:
                 log.warning("%d task(s) were running when this worker last died: %s; not reported "
                             "(start with --recover to report them)", len(interrupted), names)
             return
-        unacked = await self.outbox.unacked()
+        unacked = await self.result_store.unacked()
         now = self.clock()
         for r in interrupted:
-            await self.outbox.add(m.TaskResult(
+            await self.result_store.add(m.TaskResult(
                 task_id=r.task_id, attempt=r.attempt, status="error", started_at=r.started_at, finished_at=now,
                 output={"retryable": True}, error="interrupted by a worker crash", worker_id=self.config.worker_id))
         log.warning("recovery: %d unacknowledged result(s) to re-send; %d task(s) interrupted by a worker crash%s",

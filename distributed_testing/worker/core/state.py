@@ -16,9 +16,9 @@ drain's leftovers), ``closing`` (the worker stops). Time is passed in where a me
 
 Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call,
 started only while fewer than ``slots`` runs are under way, in the order assigned; a killed run
-reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the outbox until acknowledged, :class:`Forget` the
+reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the result store until acknowledged, :class:`Forget` the
 acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
-/ :class:`RecordFinished` running attempts in the outbox (for ``--recover``); :class:`FlushSoon`
+/ :class:`RecordFinished` running attempts in the result store (for ``--recover``); :class:`FlushSoon`
 (call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
 one message); :class:`ArmHold` / :class:`DisarmHold` the result hold (``hold_expired`` after it);
 :class:`Warn`: log a warning (this module logs nothing itself).
@@ -69,21 +69,21 @@ class Kill:
 
 @dataclass(frozen=True, slots=True)
 class Keep:
-    """Write ``result`` to the outbox: it is re-sent after a reconnect until acknowledged."""
+    """Write ``result`` to the result store: it is re-sent after a reconnect until acknowledged."""
 
     result: m.TaskResult
 
 
 @dataclass(frozen=True, slots=True)
 class Forget:
-    """The coordinator has these results on disk: drop them from the outbox."""
+    """The coordinator has these results on disk: drop them from the result store."""
 
     refs: list[m.TaskRef]
 
 
 @dataclass(frozen=True, slots=True)
 class ResendKept:
-    """Send every result the outbox keeps (just registered: they were never acknowledged)."""
+    """Send every result the result store keeps (just registered: they were never acknowledged)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +265,7 @@ class WorkerState:
         return self._flush_soon()
 
     def finished(self, result: m.TaskResult) -> list[Instruction]:
-        """An attempt's run ended with ``result``: sent at once, and kept in the outbox unless
+        """An attempt's run ended with ``result``: sent at once, and kept in the result store unless
         unconfirmed (the coordinator journals a result after its assignment, so it is durable
         only once the assignment is: kept only once confirmed, never re-sent unconfirmed).
         Nothing is reported for an attempt no longer running here (abandoned, superseded or
@@ -321,7 +321,7 @@ class WorkerState:
 
     def ack(self, msg: m.ResultAck) -> list[Instruction]:
         """These results are durable at the coordinator, and so are their assignments: an
-        unlogged one is settled (no outbox entry needed); then ``confirm_upto`` applies."""
+        unlogged one is settled (no result store entry needed); then ``confirm_upto`` applies."""
         for r in msg.tasks if self.unlogged else ():
             key = (r.task_id, r.attempt)
             if self.unlogged.pop(key, None) is not None:

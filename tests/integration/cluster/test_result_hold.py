@@ -26,7 +26,7 @@ async def test_results_wait_for_the_previous_ack_and_go_together(tmp_path: Path,
         assert await coord.results() == ["a"]  # nothing unacknowledged: sent at once
         await coord.assign("b", "c", "d")
         # "not agent.running" would also hold before the worker has read the assignment
-        await wait_for(lambda: len(agent.outbox.unacked_refs()) == 4, what="b, c and d to finish")
+        await wait_for(lambda: len(agent.result_store.unacked_refs()) == 4, what="b, c and d to finish")
         assert coord.received.empty()  # finished, but held: "a" is not acknowledged yet
         await coord.ack("a")
         assert await coord.results() == ["b", "c", "d"]  # one message
@@ -43,4 +43,4 @@ async def test_a_missing_ack_delays_results_only_until_the_hold_ends(tmp_path: P
         assert await coord.results() == ["a"]
         await coord.assign("b")
         assert await coord.results() == ["b"]  # "a" never acknowledged: sent when the hold ended
-        assert agent.outbox.unacked_refs() == [m.TaskRef("a", 1), m.TaskRef("b", 1)]
+        assert agent.result_store.unacked_refs() == [m.TaskRef("a", 1), m.TaskRef("b", 1)]
