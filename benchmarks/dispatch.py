@@ -47,7 +47,7 @@ import aiohttp
 import psutil
 from latency_stats import summary_ms
 
-from distributed_testing import aio
+from distributed_testing.process import aio
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ import aiohttp
 from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughput
 from latency_stats import summary_ms
 
-from distributed_testing import aio
+from distributed_testing.process import aio
 
 Submit = Callable[[], Awaitable[dict[str, Any]]]
 

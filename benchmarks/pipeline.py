@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 from dispatch import Cluster, _count_done, cpu_seconds, settle, throughput
 
-from distributed_testing import aio
+from distributed_testing.process import aio
 
 CONFIGS: dict[str, list[str]] = {
     "defaults": [],

@@ -38,7 +38,7 @@ import aiohttp
 from dispatch import ROOT, Cluster, SyncClient, settle, submit_waiting, throughput
 from latency_stats import pct, summary_ms
 
-from distributed_testing import aio
+from distributed_testing.process import aio
 
 # Our two worker configurations: the workers' flags ([] = as a new user starts them).
 CONFIGS: dict[str, list[str]] = {

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # Lowest first. A unit is a top-level module or package of distributed_testing.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("fsutil", "aio", "childenv", "retry", "config", "duckfile", "netif", "promhttp", "regress"),
-    ("journal", "protocol", "tasks", "bundles"),
+    ("process", "retry", "config"),  # process: event loop, child environment, NICs, the metrics endpoint
+    ("durable", "protocol", "tasks", "bundles"),  # durable: the journal, DuckDB file helpers, fsync_dir
     ("security",),
     ("client",),  # the one coordinator client: dashboard, worker, cli and testing use it
     ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts
@@ -143,12 +143,12 @@ def test_the_checker_names_an_offending_import() -> None:
     """The rule itself: a task-format module importing a runner, and the worker's agent importing
     one, are each reported with the module, the line and the import."""
     probe = f"{PACKAGE}.tasks.probe"
-    found = list(imports_in("import os\n\nfrom ..training import config\n", probe, False))
-    assert found == [(3, f"{PACKAGE}.training.config")]
+    found = list(imports_in("import os\n\nfrom ..training import task_config\n", probe, False))
+    assert found == [(3, f"{PACKAGE}.training.task_config")]
     agent = f"{PACKAGE}.worker.agent"
     bad = violations({probe: found, agent: [(7, f"{PACKAGE}.training.preflight")],
                       f"{PACKAGE}.worker.executors.training": [(9, f"{PACKAGE}.training.launch")]})
-    assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.config: tasks (layer 2) may import only lower "
+    assert bad == [f"{probe} (line 3) imports {PACKAGE}.training.task_config: tasks (layer 2) may import only lower "
                    f"layers, and training is layer 5",
                    f"{agent} (line 7) imports {PACKAGE}.training.preflight: only worker.executors runs the runners"]
 

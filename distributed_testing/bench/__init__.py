@@ -7,8 +7,8 @@ precisions, torch eager/compile), openvino_backend, measure (timing, statistics,
 disturbance (was the measurement disturbed: verdicts), env (environment fingerprint), runner (entry points), child (JSON-lines process).
 """
 
-from distributed_testing.bench.config import RunnerDefaults
 from distributed_testing.bench.models import known_models
 from distributed_testing.bench.runner import run_benchmark, run_benchmark_batch
+from distributed_testing.bench.task_config import RunnerDefaults
 
 __all__ = ["RunnerDefaults", "known_models", "run_benchmark", "run_benchmark_batch"]

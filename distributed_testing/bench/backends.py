@@ -40,10 +40,10 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from distributed_testing.bench.config import BenchConfig
 from distributed_testing.bench.env import cpu_flags
 from distributed_testing.bench.measure import Workload, memory_tracker
 from distributed_testing.bench.models_base import BuiltModel, ModelInputs
+from distributed_testing.bench.task_config import BenchConfig
 from distributed_testing.errors import ExecutionError
 
 logger = logging.getLogger(__name__)

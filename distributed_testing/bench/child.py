@@ -48,9 +48,9 @@ from typing import IO, Any
 import torch
 
 from distributed_testing.bench.backends import resolve_torch_device
-from distributed_testing.bench.config import BACKENDS, DEFAULT_THREADS, RunnerDefaults
 from distributed_testing.bench.env import collect_environment
 from distributed_testing.bench.runner import ModelCache, apply_threads, run_benchmark_batch
+from distributed_testing.bench.task_config import BACKENDS, DEFAULT_THREADS, RunnerDefaults
 from distributed_testing.errors import ConfigError, DTError, ExecutionError
 from distributed_testing.tasks.usercode import parse_module_prefixes
 

@@ -25,7 +25,7 @@ to latency mode. ``latency_ms`` is always the time of a round;
 ``throughput_items_s = batch_size * concurrency * rounds / measured seconds``.
 
 Every result keeps its per-iteration latencies as ``samples_ms`` (rounded to 0.1 µs) for
-regression tests on the distribution (``regress.py``): all of them up to ``MAX_SAMPLES``, beyond
+regression tests on the distribution (``cli/regress.py``): all of them up to ``MAX_SAMPLES``, beyond
 that ``MAX_SAMPLES`` evenly spaced in time order, with ``samples_kept_every`` saying the stride.
 
 Each entry says whether it can be trusted: ``verdict`` (``quiet``, ``noisy`` or ``disturbed``),

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from distributed_testing.bench.backends import PreparedModel
-from distributed_testing.bench.config import BenchConfig
 from distributed_testing.bench.measure import CpuRssTracker, Workload
 from distributed_testing.bench.models_base import BuiltModel, ModelInputs
+from distributed_testing.bench.task_config import BenchConfig
 from distributed_testing.errors import ExecutionError
 
 logger = logging.getLogger(__name__)

@@ -46,11 +46,11 @@ from distributed_testing.bench.backends import (
     prepare_torch,
     torch_device_for,
 )
-from distributed_testing.bench.config import BenchConfig, RunnerDefaults, parse_config
 from distributed_testing.bench.env import collect_environment, config_hash
 from distributed_testing.bench.measure import measure
 from distributed_testing.bench.models import build_model, canonical_name
 from distributed_testing.bench.models_base import ModelRequest
+from distributed_testing.bench.task_config import BenchConfig, RunnerDefaults, parse_config
 from distributed_testing.errors import DTError, ExecutionError
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``dt compare``: judge benchmark results against their history (``regress.py`` does the maths).
+"""``dt compare``: judge benchmark results against their history (``cli/regress.py`` does the maths).
 
 Which results: every succeeded benchmark result of the given task ids. Each is compared, per
 batch size, with the **baseline** chosen by ``--baseline REF``:
@@ -11,7 +11,7 @@ batch size, with the **baseline** chosen by ``--baseline REF``:
 A baseline result whose fingerprint differs is never compared: the row says ``fingerprint
 differs`` and names the fields (for ``latest``: when no history with the same fingerprint exists,
 the newest result of the same model and configuration is described). Verdicts: ``faster``,
-``slower``, ``unchanged``, ``inconclusive`` (see ``regress.py``), and ``not compared`` (no
+``slower``, ``unchanged``, ``inconclusive`` (see ``cli/regress.py``), and ``not compared`` (no
 baseline, no samples, a different fingerprint, or a measurement that says it was ``disturbed``).
 A disturbed measurement (``verdict`` of a batch result, see ``bench/disturbance.py``) is never
 called faster or slower: a disturbed new result is not compared, disturbed baseline results are
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..regress import Policy, Verdict, compare, describe_diff, fingerprint_diff
 from .http import ApiClient
+from .regress import Policy, Verdict, compare, describe_diff, fingerprint_diff
 
 NOT_COMPARED = "not compared"
 Fetch = Callable[[dict[str, str]], list[dict[str, Any]]]

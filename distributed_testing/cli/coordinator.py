@@ -34,7 +34,6 @@ from typing import Any
 
 import asyncpg
 
-from .. import aio
 from ..config import CoordinatorConfig, environ
 from ..coordinator.admission import connection_limits
 from ..coordinator.fast_http import FastSite
@@ -42,6 +41,7 @@ from ..coordinator.runtime import RUNTIME
 from ..coordinator.server import create_app, make_runner, nofile
 from ..coordinator.supervisor import EXIT_FATAL, demoted
 from ..errors import ConfigError, StoreError
+from ..process import aio
 from ..security import secret_file, tls
 from .common import add_log_flag, setup_logging, tune_gc, wait_for_signal
 from .coordinator_options import COORDINATOR_SETTINGS

@@ -88,7 +88,7 @@ def training_fields(output: dict[str, Any]) -> dict[str, Any] | None:
     """The ``TRAINING_COLUMNS`` of a multi-node training result, or None for other results.
 
     A training result's output is node 0's launch dict (``node_rank``, ``nnodes``, ``metrics``:
-    the result document of ``training.metrics``, None when the run failed), to which the
+    the result document of ``training.result``, None when the run failed), to which the
     coordinator adds ``model``, ``global_samples_per_s``, ``scaling_efficiency`` and ``nodes``
     (one entry per node)."""
     metrics = output.get("metrics")

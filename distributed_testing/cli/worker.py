@@ -20,13 +20,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .. import aio
-from ..childenv import scrub_environ
 from ..config import WorkerConfig, environ, read_key_file
 from ..errors import ConfigError
-from ..promhttp import serve_metrics
+from ..process import aio
+from ..process.childenv import scrub_environ
+from ..process.promhttp import serve_metrics
 from ..retry import RetriesExhausted
-from ..worker import metrics as worker_metrics
+from ..worker import prometheus
 from ..worker.agent import WorkerAgent
 from ..worker.limits import profile_settings, swap_unavailable_reason
 from ..worker.session import SessionRejected
@@ -116,8 +116,8 @@ async def run_worker(config: WorkerConfig) -> int:
 
 
 async def _serve_metrics(agent: WorkerAgent, host: str, port: int) -> web.AppRunner:
-    registry = worker_metrics.registry_for(agent)
-    runner, bound = await serve_metrics(lambda: worker_metrics.render(registry), host, port)
+    registry = prometheus.registry_for(agent)
+    runner, bound = await serve_metrics(lambda: prometheus.render(registry), host, port)
     log.info("metrics on http://%s:%d/metrics (no credential)", host, bound)
     return runner
 

@@ -11,7 +11,7 @@ import psutil
 
 from ..config import DEFAULT_COORDINATOR_URL, parse_urls
 from ..errors import ConfigError
-from ..netif import InterfaceError, interface_address
+from ..process.netif import InterfaceError, interface_address
 from ..protocol.messages import MAX_PIPELINE_DEPTH
 from ..tasks.pytest_args import parse_test_options
 from ..tasks.usercode import parse_module_prefixes

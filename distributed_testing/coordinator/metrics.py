@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..promhttp import CONTENT_TYPE, serve_metrics
+from ..process.promhttp import CONTENT_TYPE, serve_metrics
 from .core.state import CoordinatorState
 
 

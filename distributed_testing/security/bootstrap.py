@@ -16,8 +16,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from distributed_testing.durable.fsutil import fsync_dir
 from distributed_testing.errors import ConfigError
-from distributed_testing.fsutil import fsync_dir
 from distributed_testing.security.keys import KeyRecord, generate_key
 from distributed_testing.security.roles import Role
 

@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import distributed_testing
-from distributed_testing.childenv import child_environ
-from distributed_testing.netif import interface_address
-from distributed_testing.training.config import ResolvedTrainingConfig, parse_config, resolve
+from distributed_testing.process.childenv import child_environ
+from distributed_testing.process.netif import interface_address
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
     LaunchCancelled,
@@ -60,6 +59,7 @@ from distributed_testing.training.preflight import (
     route_source_address,
 )
 from distributed_testing.training.proctree import ProcessTree
+from distributed_testing.training.task_config import ResolvedTrainingConfig, parse_config, resolve
 
 logger = logging.getLogger(__name__)
 

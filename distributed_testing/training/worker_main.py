@@ -35,12 +35,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from distributed_testing.errors import ExecutionError
 from distributed_testing.training.balance import Balancer
-from distributed_testing.training.config import ResolvedTrainingConfig
 from distributed_testing.training.deathsig import set_parent_death_signal
 from distributed_testing.training.exchange import all_gather_summaries
 from distributed_testing.training.loop import LoopResult, StepRunner, build_runner, run_loop
-from distributed_testing.training.metrics import build_result
 from distributed_testing.training.models import check_model_allowed, load_model_source
+from distributed_testing.training.result import build_result
+from distributed_testing.training.task_config import ResolvedTrainingConfig
 
 logger = logging.getLogger(__name__)
 

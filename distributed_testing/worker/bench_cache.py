@@ -9,7 +9,7 @@ backend and device. Equal keys mean the same measurement on the same software, h
 thread settings.
 
 :class:`ResultCache` is what the benchmark executor needs; :class:`MemoryResultCache` lives as
-long as the worker process, :class:`~.outbox_duckdb.DuckDBResultCache` keeps entries in the ``bench_cache`` table
+long as the worker process, :class:`~.result_store_duckdb.DuckDBResultCache` keeps entries in the ``bench_cache`` table
 of the worker's ``--db-path`` file through the outbox's connection (one writer per file). Cache
 implementations raise :class:`~distributed_testing.errors.StoreError` when storage fails.
 """

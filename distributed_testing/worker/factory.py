@@ -1,6 +1,6 @@
 """Assemble a :class:`~.agent.WorkerAgent` from a :class:`~distributed_testing.config.WorkerConfig`:
-real hardware detection (in a thread: it imports torch), credentials, executors, the outbox and
-the benchmark result cache (in the outbox's DuckDB file with ``--db-path``, else in memory), and
+real hardware detection (in a thread: it imports torch), credentials, executors, the result store and
+the benchmark result cache (in the result store's DuckDB file with ``--db-path``, else in memory), and
 the environment fingerprint on every result (``environment.py``).
 Training nodes get the detected CUDA device count, ``--interface`` and ``<cache dir>/training``."""
 
@@ -21,7 +21,7 @@ from .executors import Executor, default_executors
 from .executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 from .executors.training import TrainingExecutor, TrainingOptions
 from .hardware import capabilities, detect_hardware
-from .outbox import MemoryOutbox, Outbox
+from .result_store import MemoryResultStore, ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +33,16 @@ def cache_dir_for(config: WorkerConfig) -> Path:
     return Path.home() / ".cache" / "distributed_testing" / config.worker_id
 
 
-async def open_storage(config: WorkerConfig) -> tuple[Outbox, ResultCache]:
-    """The opened outbox and the benchmark result cache: both in the ``--db-path`` DuckDB file
+async def open_storage(config: WorkerConfig) -> tuple[ResultStore, ResultCache]:
+    """The opened result store and the benchmark result cache: both in the ``--db-path`` DuckDB file
     (sharing its one connection), or both in memory."""
     if config.db_path is None:
-        return MemoryOutbox(), MemoryResultCache()
-    from .outbox_duckdb import DuckDBOutbox, DuckDBResultCache
+        return MemoryResultStore(), MemoryResultCache()
+    from .result_store_duckdb import DuckDBResultCache, DuckDBResultStore
 
-    outbox = DuckDBOutbox(config.db_path)
-    await outbox.open()
-    return outbox, DuckDBResultCache(outbox)
+    store = DuckDBResultStore(config.db_path)
+    await store.open()
+    return store, DuckDBResultCache(store)
 
 
 def benchmark_options(config: WorkerConfig) -> BenchmarkOptions:
@@ -85,9 +85,9 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
     caps = sorted(capabilities(info))
     log.info("detected %s, %s cores, %.1f GB; capabilities %s; tags %s", hardware.get("cpu_model"),
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
-    outbox, results = await open_storage(config)
+    result_store, results = await open_storage(config)
     executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
                                   benchmark=benchmark_options(config), training=training_options(config, hardware),
                                   result_cache=results)
     executors = with_environment(executors, EnvironmentProbe())
-    return WorkerAgent(config, executors, outbox, hardware, caps, creds)
+    return WorkerAgent(config, executors, result_store, hardware, caps, creds)

@@ -75,7 +75,7 @@ async def _reported(agent: WorkerAgent, run: asyncio.Task[None], timeout_s: floa
         registered.cancel()
         return -1  # the agent stopped before registering: ``await run`` raises why
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while (left := len(await agent.outbox.unacked())) and asyncio.get_running_loop().time() < deadline:
+    while (left := len(await agent.result_store.unacked())) and asyncio.get_running_loop().time() < deadline:
         if run.done():
             return left
         await asyncio.sleep(POLL_S)
@@ -112,7 +112,7 @@ def _check_not_in_use(db: Path | None) -> None:
         return
     import duckdb
 
-    from ..duckfile import lock_holder
+    from ..durable.duckfile import lock_holder
 
     try:
         duckdb.connect(str(db)).close()

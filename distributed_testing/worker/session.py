@@ -1,6 +1,6 @@
 """The worker's connection to a coordinator, apart from what it carries: the handshake and how
-it is refused, the timeouts and reconnect pacing, and how a dead coordinator is noticed
-(``ping_period``, ``bound_unacknowledged``; the rules are in ``WorkerAgent._keepalive``)."""
+it is refused (``Dialer``), the timeouts and reconnect pacing, reading frames (``next_frame``) and
+how a dead coordinator is noticed (``keepalive``, ``ping_period``, ``bound_unacknowledged``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
+import time
 from typing import Any
 
 import aiohttp
 from multidict import CIMultiDictProxy
 
+from ..client import canonical
+from ..config import ws_url
 from ..errors import ProtocolError
+from ..protocol.signing import SESSION_HEADER
+from ..security import tls
+from .coordinators import Candidates
 
 log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 10.0  # proxy, TCP connect and WebSocket handshake together
@@ -32,7 +39,7 @@ RETRY_ON = (OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError)
 
 def ping_period(ttl_s: float, high_availability: bool) -> float:
     """Seconds between a worker's WebSocket pings in a session whose TTL is ``ttl_s``: the TTL,
-    half of it with ``--high-availability`` (see ``WorkerAgent._keepalive``)."""
+    half of it with ``--high-availability`` (see ``keepalive``)."""
     return ttl_s / 2 if high_availability else ttl_s
 
 
@@ -92,3 +99,142 @@ def refusal_json(body: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+class Dialer:
+    """Opens the WebSocket to a coordinator. ``http`` is the HTTP client the socket is opened with
+    (``client_session``, one per ``WorkerAgent.run``); ``handshake`` sees each handshake's answer;
+    a standby's refusal naming the leader sends the next attempt there (through ``candidates``)."""
+
+    def __init__(self, candidates: Candidates, ssl_context: ssl.SSLContext | None) -> None:
+        self.candidates = candidates
+        self.ssl = ssl_context
+        self.handshake = HandshakeProbe()
+        self.http: aiohttp.ClientSession | None = None
+
+    def client_session(self) -> aiohttp.ClientSession:
+        """The HTTP client the coordinator WebSocket is opened with. It connects directly, as the
+        worker's token requests do: no proxy variables, and no ``~/.netrc`` (with ``trust_env``,
+        a matching netrc entry makes aiohttp refuse our Authorization header). Every connection
+        carries one WebSocket session and is closed with it, so nothing is pooled
+        (``force_close``), and the coordinator's name is resolved at every connect (no DNS cache),
+        so a coordinator that moved is found at the next reconnect. No total timeout: the
+        handshake has its own (``OPEN_TIMEOUT_S``) and a session lasts as long as it lasts."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, use_dns_cache=False, ssl=self.ssl or True),
+            timeout=aiohttp.ClientTimeout(total=None), trace_configs=[self.handshake.config])
+
+    def session_id(self) -> str | None:
+        """The session id header of the last handshake's answer."""
+        return self.handshake.headers.get(SESSION_HEADER) if self.handshake.headers is not None else None
+
+    async def open(self, url: str, cred: str) -> aiohttp.ClientWebSocketResponse:
+        """The WebSocket handshake with the coordinator at ``url``. A standby's 503 naming the
+        leader sends the next attempt there (``NotTheLeader``)."""
+        assert self.http is not None, "only within client_session()"
+        self.handshake.reset()
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                # No compression (compress=0, the default); keepalive pings are ours (keepalive).
+                return await self.http.ws_connect(ws_url(url), headers={"Authorization": f"Bearer {cred}"},
+                                                  max_msg_size=MAX_FRAME_BYTES, autoping=False)
+        except aiohttp.ClientConnectorCertificateError as exc:  # a configuration problem: retrying cannot help
+            raise SessionRejected(tls.describe_tls_error(exc, url) or str(exc)) from exc
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (401, 403):
+                raise SessionRejected(f"coordinator refused credentials: HTTP {exc.status} "
+                                      f"{self.handshake.body.decode(errors='replace')}".rstrip()) from exc
+            if exc.status == 503 and (answer := refusal_json(self.handshake.body)).get("error") == "not_leader":
+                leader = answer.get("leader")
+                if isinstance(leader, str) and canonical(leader) != url:
+                    await self._follow(url, leader, cred)
+                raise NotTheLeader(f"{url} is a standby; leader: {leader or 'none yet'}") from exc
+            raise
+
+    async def _follow(self, url: str, leader: str, cred: str) -> None:
+        """A standby at ``url`` named ``leader``: the next attempt goes there if it is a member
+        (asking ``url``'s cluster view once for a URL not yet known); the worker key never goes
+        anywhere else, nor from https to http (client.Members)."""
+        if canonical(leader) not in self.candidates.urls and self.candidates.refusal(url, leader, membership=False) is None:
+            view = await self.cluster_view(url, cred)
+            if view is not None:
+                self.candidates.learn(view, url)
+        refused = self.candidates.refusal(url, leader)
+        if refused is not None:
+            log.warning("%s", refused)
+        elif not self.candidates.redirect(leader, time.monotonic()):
+            log.info("standby %s names %s, which failed just now: trying the other members first", url, leader)
+
+    async def cluster_view(self, url: str, cred: str) -> dict[str, Any] | None:
+        """``GET /api/v1/cluster`` of the member at ``url`` (None, logged, when it has none)."""
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl or True),
+                                             timeout=aiohttp.ClientTimeout(total=CLUSTER_TIMEOUT_S)) as http:
+                async with http.get(f"{url}/api/v1/cluster", headers={"Authorization": f"Bearer {cred}"}) as resp:
+                    view = await resp.json(content_type=None) if resp.status == 200 else None
+                    if view is None:
+                        log.warning("GET %s/api/v1/cluster: HTTP %d", url, resp.status)
+                    return view if isinstance(view, dict) else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("GET %s/api/v1/cluster failed: %s", url, exc)
+            return None
+
+
+async def next_frame(ws: aiohttp.ClientWebSocketResponse, pong: asyncio.Event) -> bytes | None:
+    """The next data frame (a text frame as its UTF-8 bytes), or None once the session was
+    closed cleanly (the coordinator's close frame with code 1000 or 1001, or a close from this
+    side). Answers pings and sets ``pong`` at each pong (autoping is off: see ``keepalive``). A
+    connection that ended without a clean close, or one aiohttp found broken (a bad or oversized
+    frame), raises ConnectionError: a lost session, or before registration a failed connect."""
+    while True:
+        frame = await ws.receive()
+        kind = frame.type
+        if kind is aiohttp.WSMsgType.BINARY:
+            return frame.data  # type: ignore[no-any-return]
+        if kind is aiohttp.WSMsgType.PING:
+            await ws.pong(frame.data)
+        elif kind is aiohttp.WSMsgType.PONG:
+            pong.set()
+        elif kind is aiohttp.WSMsgType.TEXT:
+            return frame.data.encode()  # type: ignore[no-any-return]
+        elif kind is aiohttp.WSMsgType.CLOSE and frame.data in (aiohttp.WSCloseCode.OK, aiohttp.WSCloseCode.GOING_AWAY):
+            log.info("coordinator closed the session%s", f": {frame.extra}" if frame.extra else "")
+            return None
+        elif kind is aiohttp.WSMsgType.CLOSING:  # closed from this side
+            return None
+        elif kind is aiohttp.WSMsgType.ERROR:
+            raise ConnectionError(f"WebSocket to coordinator failed: {frame.data}") from frame.data
+        else:  # CLOSE with an error code; CLOSED: the connection ended without a close frame
+            raise ConnectionError(f"connection to coordinator closed abnormally (close code {ws.close_code}"
+                                  f"{f': {frame.extra}' if frame.extra else ''})")
+
+
+async def keepalive(ws: aiohttp.ClientWebSocketResponse, ttl: float, high_availability: bool,
+                    pong: asyncio.Event) -> None:
+    """How the worker finds a dead coordinator, with the one number of the session's contract
+    (``registered``): its TTL. Raises ConnectionError when it finds one.
+
+    - A dead host or path: the heartbeats the worker sends every interval stay unacknowledged,
+      and the kernel ends the connection once data has waited a TTL for its ACK
+      (``TCP_USER_TIMEOUT``, Linux; nothing for the coordinator's process to do).
+    - A coordinator process that is alive to TCP but not answering (SIGSTOP, a stuck loop): a
+      WebSocket ping every TTL (every half of it with ``--high-availability``); no pong within
+      the TTL ends the session. Pings go every TTL, not every heartbeat, because each pong is
+      a write the coordinator makes for every worker: at 10,000 idle workers, pinging every
+      second made the pongs a third of its CPU (``benchmarks/fleet.py``).
+
+    The coordinator never pings; each ping is also a sign of life to it. aiohttp's
+    ``heartbeat=`` is not used: its pong timeout is half the interval and cannot be set, so a
+    coordinator busy for half a second would cost a reconnect and every provisional
+    assignment with it."""
+    bound_unacknowledged(ws, ttl)
+    period = ping_period(ttl, high_availability)
+    while True:
+        await asyncio.sleep(period)
+        pong.clear()
+        try:
+            async with asyncio.timeout(ttl):
+                await ws.ping()  # waits while the send buffer is full, as a dead path leaves it
+                await pong.wait()
+        except TimeoutError:
+            raise ConnectionError(f"no pong from the coordinator within {ttl:g}s") from None

@@ -18,7 +18,7 @@ from distributed_testing.tasks import spec as specs
 from distributed_testing.testing import CPU_HARDWARE, free_port, wait_for
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
-from distributed_testing.worker.outbox import MemoryOutbox
+from distributed_testing.worker.result_store import MemoryResultStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,7 +27,7 @@ def unreachable_agent(tmp: Path) -> WorkerAgent:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens: every connect is refused
     config = WorkerConfig(coordinator_url=url, api_key="dtk_a_b", worker_id="orphan", test_root=tmp,
                           reconnect_interval_s=30.0, reconnect_attempts=5)
-    return WorkerAgent(config, {}, MemoryOutbox(), CPU_HARDWARE, ["cpu"], Credentials(url, api_key="dtk_a_b"))
+    return WorkerAgent(config, {}, MemoryResultStore(), CPU_HARDWARE, ["cpu"], Credentials(url, api_key="dtk_a_b"))
 
 
 @pytest.mark.asyncio

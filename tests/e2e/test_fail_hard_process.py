@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.journal import PREALLOCATE_BYTES
+from distributed_testing.durable.journal import PREALLOCATE_BYTES
 from distributed_testing.testing import Procs, Rest, hidden_accelerators, start_coordinator_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distributed_testing.regress import Policy, compare, describe_diff, fingerprint_diff
+from distributed_testing.cli.regress import Policy, compare, describe_diff, fingerprint_diff
 
 SEEDS = 200
 POLICY = Policy(resamples=500)

@@ -2,7 +2,7 @@
 
 Why the journal: a DuckDB statement costs hundreds of microseconds and a commit on file about a
 millisecond and a half, while a group-committed append+fsync costs about 200 µs for a whole batch.
-So the durability point is :class:`~distributed_testing.journal.Journal` in ``<path>.journal/``:
+So the durability point is :class:`~distributed_testing.durable.journal.Journal` in ``<path>.journal/``:
 ``append`` completes once the records are fsync'd there. A background checkpointer (every
 ``checkpoint_interval_s``, or sooner once ``checkpoint_max_records`` records wait) rotates the
 journal, applies the closed segments to DuckDB in one transaction with bulk Arrow inserts
@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from ...duckfile import lock_holder
+from ...durable.duckfile import lock_holder
+from ...durable.journal import Journal
 from ...errors import StoreError
-from ...journal import Journal
 from ...security import files
 from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
 from .base import (

@@ -52,8 +52,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import msgspec
 
-from ...aio import wake_within
 from ...errors import Fenced, StoreError
+from ...process.aio import wake_within
 from ...retry import Backoff, retry_async
 from ..core.rows import KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
 from . import postgres_reads as reads

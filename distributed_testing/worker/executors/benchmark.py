@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...bundles.tree import top_level_modules
-from ...childenv import child_environ
 from ...errors import ExecutionError, StoreError
+from ...process.childenv import child_environ
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
 from ..sandbox import PACKAGE_PARENT, gpu_devices, task_environ
 from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed

@@ -26,8 +26,8 @@ from typing import Literal
 import msgspec
 
 import distributed_testing
-from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
+from distributed_testing.process.childenv import child_environ
 from distributed_testing.worker.executors.pool_child import (
     HEADER,
     MAX_FRAME,

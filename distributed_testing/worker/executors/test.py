@@ -28,8 +28,8 @@ from typing import Any
 
 import msgspec
 
-from distributed_testing.childenv import child_environ
 from distributed_testing.errors import ExecutionError
+from distributed_testing.process.childenv import child_environ
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
 from distributed_testing.worker.executors import pytest_report
@@ -89,7 +89,7 @@ class TestExecutor:
 
     ``extra_env`` is merged over the inherited environment of every pytest child (for example
     ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), from which the worker's credentials are removed
-    (:mod:`distributed_testing.childenv`). ``test_args`` are checked first
+    (:mod:`distributed_testing.process.childenv`). ``test_args`` are checked first
     (:mod:`distributed_testing.tasks.pytest_args`). ``memory_poll_interval_s`` is how often the process
     tree's RSS is sampled when ``ctx.max_memory_mb`` is set.
     """

@@ -22,7 +22,7 @@ and the coordinator retries the whole gang.
 Outcomes (``output`` always holds ``node_rank``, ``nnodes``, ``master``; ``retryable`` on errors):
 
 * succeeded: the launch dict (node 0's ``metrics`` is the result document of
-  :mod:`distributed_testing.training.metrics`, other nodes' is ``None``);
+  :mod:`distributed_testing.training.result`, other nodes' is ``None``);
 * ``failed``: a rank raised (the model or its config failed at run time), or ran cleanly but wrote
   no result;
 * ``error`` + ``retryable: true``: infrastructure: pre-flight (peer unreachable, port in use), a

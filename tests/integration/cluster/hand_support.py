@@ -22,7 +22,7 @@ from distributed_testing.testing import wait_for
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
 from distributed_testing.worker.executors import default_executors
-from distributed_testing.worker.outbox import MemoryOutbox
+from distributed_testing.worker.result_store import MemoryResultStore
 
 KEY = "dt_test_key_for_a_hand_driven_coordinator"
 
@@ -93,7 +93,7 @@ async def hand_session(tmp_path: Path, executors: dict[str, Any] | None = None
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     config = WorkerConfig(coordinator_url=url, api_key=KEY, name="w", worker_id="w", max_concurrent_tasks=4,
                           heartbeat_interval_s=60.0, reconnect_interval_s=0.1, test_root=tmp_path)
-    agent = WorkerAgent(config, executors or default_executors(4, cache_dir=tmp_path / "cache"), MemoryOutbox(), {}, ["cpu"],
+    agent = WorkerAgent(config, executors or default_executors(4, cache_dir=tmp_path / "cache"), MemoryResultStore(), {}, ["cpu"],
                         Credentials(url, api_key=KEY))
     run = asyncio.create_task(agent.run())
     try:

@@ -15,7 +15,7 @@ from hand_support import hand_session
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
-from distributed_testing.worker import agent as agent_mod
+from distributed_testing.worker import runs as runs_mod
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -26,15 +26,15 @@ async def test_a_provisional_result_is_sent_at_once_and_kept_only_once_confirmed
     async with hand_session(tmp_path) as (coord, agent):
         await coord.assign("a", provisional=1)
         assert await coord.results() == ["a"]  # the coordinator journals it after the assignment
-        assert agent.outbox.unacked_refs() == []  # but it is not kept for a re-send: maybe never durable
+        assert agent.result_store.unacked_refs() == []  # but it is not kept for a re-send: maybe never durable
         await coord.assign("b", provisional=2)
         assert await coord.results() == ["b"]
         await coord.send(m.Confirm(1))
-        await wait_for(lambda: agent.outbox.unacked_refs() == [m.TaskRef("a", 1)], what="a to be kept")
+        await wait_for(lambda: agent.result_store.unacked_refs() == [m.TaskRef("a", 1)], what="a to be kept")
         await coord.send(m.Confirm(2))
-        await wait_for(lambda: len(agent.outbox.unacked_refs()) == 2, what="b to be kept")
+        await wait_for(lambda: len(agent.result_store.unacked_refs()) == 2, what="b to be kept")
         await coord.ack("a", "b")
-        await wait_for(lambda: agent.outbox.unacked_refs() == [], what="the acks")
+        await wait_for(lambda: agent.result_store.unacked_refs() == [], what="the acks")
 
 
 async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ async def test_unconfirmed_assignments_are_abandoned_when_the_session_ends(tmp_p
         again = coord.registers[-1]
         assert again.running == [] and again.finished == []  # neither is announced as kept
         assert again.abandoned == [m.TaskRef("done", 1), m.TaskRef("long", 1)]  # requeued at no retry cost
-        assert agent.running == {} and agent.outbox.unacked_refs() == []
+        assert agent.running == {} and agent.result_store.unacked_refs() == []
         await asyncio.sleep(0.3)
         assert coord.received.empty()  # and "done"'s result is not sent again, nor any of "long"
         await wait_for(lambda: child_pids - set(pool.pids), what="the sleeping child to be killed")
@@ -132,11 +132,11 @@ async def test_an_ack_settles_a_result_sent_before_its_confirm(tmp_path: Path) -
         await wait_for(lambda: not agent.state.unlogged, what="the ack")
         await coord.send(m.Confirm(1))
         await asyncio.sleep(0.2)
-        assert agent.outbox.unacked_refs() == [] and agent.state.unconfirmed == {}
+        assert agent.result_store.unacked_refs() == [] and agent.state.unconfirmed == {}
 
 
 async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_mod, "RESULT_HOLD_S", 2.0)  # b's result is held behind a's unacked one
+    monkeypatch.setattr(runs_mod, "RESULT_HOLD_S", 2.0)  # b's result is held behind a's unacked one
     ex = Gated()
     async with hand_session(tmp_path, {"custom": ex}) as (coord, agent):
         await coord.assign("a", provisional=1)
@@ -158,8 +158,8 @@ async def test_an_ack_carrying_a_confirm_settles_its_results_and_confirms_the_re
     ex = Gated()
     async with hand_session(tmp_path, {"custom": ex}) as (coord, agent):
         kept: list[str] = []
-        add = agent.outbox.add
-        agent.outbox.add = lambda r: (kept.append(r.task_id), add(r))[1]  # type: ignore[method-assign]
+        add = agent.result_store.add
+        agent.result_store.add = lambda r: (kept.append(r.task_id), add(r))[1]  # type: ignore[method-assign]
         ex.gates["b"] = asyncio.Event()
         await coord.assign("a", provisional=1)
         assert await coord.results() == ["a"]
@@ -167,8 +167,8 @@ async def test_an_ack_carrying_a_confirm_settles_its_results_and_confirms_the_re
         await wait_for(lambda: "b" in agent.running, what="b to start")
         await coord.send(m.ResultAck([m.TaskRef("a", 1)], confirm_upto=2))
         await wait_for(lambda: not agent.state.unconfirmed, what="the confirm")
-        assert kept == [] and agent.outbox.unacked_refs() == []
+        assert kept == [] and agent.result_store.unacked_refs() == []
         ex.gates["b"].set()
         assert await coord.results() == ["b"]
-        await wait_for(lambda: agent.outbox.unacked_refs() == [m.TaskRef("b", 1)], what="b to be kept")
+        await wait_for(lambda: agent.result_store.unacked_refs() == [m.TaskRef("b", 1)], what="b to be kept")
         assert kept == ["b"]

@@ -201,11 +201,11 @@ async def test_a_real_workers_refused_result_is_settled_in_its_outbox(tmp_path: 
     async with run_cluster(tmp_path, workers=1) as c:
         agent = c.agents[0]
         now = time.time()
-        await agent.outbox.add(m.TaskResult("ghost", 3, "succeeded", now - 1, now))
-        assert [r.task_id for r in await agent.outbox.unacked()] == ["ghost"]
+        await agent.result_store.add(m.TaskResult("ghost", 3, "succeeded", now - 1, now))
+        assert [r.task_id for r in await agent.result_store.unacked()] == ["ghost"]
         sessions = agent.sessions
         c.runtime.sessions["w0"].close("test: reconnect")  # the worker re-sends its outbox on registering
-        await wait_for(lambda: agent.sessions > sessions and not agent.outbox.unacked_refs(),
+        await wait_for(lambda: agent.sessions > sessions and not agent.result_store.unacked_refs(),
                        what="the refused result to be settled")
         assert c.runtime.stats["refused_result"] == 1
         assert await result_rows(c, "ghost") == []

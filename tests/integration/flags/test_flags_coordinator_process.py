@@ -191,7 +191,7 @@ def test_event_loop_variable_picks_the_loop(tmp_path: Path, procs: Procs, choice
                             "--log-level", "INFO"], log, tmp_path / "port", env={"DT_EVENT_LOOP": choice})
     assert call(f"http://127.0.0.1:{port}/healthz")[0] == 200
     assert Procs.stop(p) == 0
-    assert f" INFO distributed_testing.aio: event loop: {choice or 'uvloop'}" in log.read_text()
+    assert f" INFO distributed_testing.process.aio: event loop: {choice or 'uvloop'}" in log.read_text()
 
 
 @pytest.mark.parametrize("launcher", ["run_coordinator.py", "run_worker_example.py"])

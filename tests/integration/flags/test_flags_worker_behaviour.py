@@ -19,7 +19,7 @@ from flags_support import StartWorker, worker_config, workers_by_id
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
-from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -209,10 +209,10 @@ CRASHING_WORKER = """
 import asyncio, os, sys
 from pathlib import Path
 from distributed_testing.protocol import messages as m
-from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 async def main():
-    outbox = DuckDBOutbox(Path(sys.argv[1]))
+    outbox = DuckDBResultStore(Path(sys.argv[1]))
     await outbox.open()
     await outbox.add(m.TaskResult(task_id=sys.argv[2], attempt=1, status="succeeded", started_at=1.0,
                                   finished_at=2.0, output={"note": "kept"}))
@@ -263,13 +263,13 @@ async def test_db_path_results_of_a_crashed_run_are_resent_after_restart(
 
 async def test_db_path_unacked_results_survive_a_clean_stop(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
-    outbox = DuckDBOutbox(db)  # e.g. a worker stopped while the coordinator was unreachable
+    outbox = DuckDBResultStore(db)  # e.g. a worker stopped while the coordinator was unreachable
     await outbox.open()
     await outbox.add(m.TaskResult(task_id="from-last-run", attempt=1, status="succeeded", started_at=1.0,
                                   finished_at=2.0, output={"note": "kept"}, worker_id="durable"))
     await outbox.close()
     assert outbox_rows(db) == [("from-last-run", 1, "succeeded", False)]  # on disk, not acknowledged
-    reopened = DuckDBOutbox(db)
+    reopened = DuckDBResultStore(db)
     await reopened.open()
     try:
         assert [r.task_id for r in await reopened.unacked()] == ["from-last-run"]

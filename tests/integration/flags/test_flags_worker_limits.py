@@ -25,7 +25,7 @@ from distributed_testing.errors import ConfigError
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
 from distributed_testing.worker.limits import gpu_unavailable_reason
-from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 pytestmark = [pytest.mark.timeout(60)]
 NO_GPU = gpu_unavailable_reason()
@@ -249,7 +249,7 @@ def test_drain_timeout_is_a_number_of_seconds() -> None:
 async def crashed_outbox(db: Path, *refs: tuple[str, int]) -> None:
     """An outbox as a worker leaves it when it dies while ``refs`` run and before the result of
     task ``done-<db stem>`` was acknowledged."""
-    outbox = DuckDBOutbox(db)
+    outbox = DuckDBResultStore(db)
     await outbox.open()
     outbox.running_started([m.TaskRef(t, a) for t, a in refs])
     outbox.add(m.TaskResult(f"done-{db.stem}", 1, "succeeded", 1.0, 2.0))
@@ -265,7 +265,7 @@ async def results_for(c: Cluster, task_id: str) -> list[dict[str, Any]]:
 @pytest.mark.asyncio
 async def test_recover_reports_tasks_a_crash_interrupted_and_without_it_they_are_only_logged(
         tmp_path: Path, start_cli_worker: StartWorker, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="distributed_testing.worker.agent")
+    caplog.set_level(logging.INFO, logger="distributed_testing.worker.runs")
     await crashed_outbox(tmp_path / "rec.duckdb", ("ghost", 1))
     await crashed_outbox(tmp_path / "plain.duckdb", ("phantom", 1))
     async with run_cluster(tmp_path, workers=0) as c:
@@ -302,7 +302,7 @@ async def test_recover_reports_tasks_a_crash_interrupted_and_without_it_they_are
         assert await results_for(c, "phantom") == []
 
     for name in ("rec", "plain"):  # the records were consumed: a second start reports nothing
-        outbox = DuckDBOutbox(tmp_path / f"{name}.duckdb")
+        outbox = DuckDBResultStore(tmp_path / f"{name}.duckdb")
         await outbox.open()
         assert await outbox.take_interrupted() == []
         await outbox.close()

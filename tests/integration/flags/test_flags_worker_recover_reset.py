@@ -14,7 +14,7 @@ from flags_support import ROOT, Procs, free_port, worker_config
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import hidden_accelerators, raw_worker, run_cluster, wait_for
-from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 pytestmark = [pytest.mark.timeout(90)]
 DROP = ["DT_API_KEY", "DT_API_KEY_FILE", "DT_COORDINATOR_URL", "DT_DB_PATH"]
@@ -24,7 +24,7 @@ async def crashed_outbox(db: Path) -> None:
     """An outbox as a worker leaves it when it dies while task ``ghost`` runs and before the
     result of task ``done`` was acknowledged; plus a cache file."""
     db.parent.mkdir(parents=True, exist_ok=True)
-    outbox = DuckDBOutbox(db)
+    outbox = DuckDBResultStore(db)
     await outbox.open()
     outbox.running_started([m.TaskRef("ghost", 1)])
     outbox.add(m.TaskResult("done", 1, "succeeded", 1.0, 2.0))

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from distributed_testing.training import worker_main
-from distributed_testing.training.config import ResolvedTrainingConfig
+from distributed_testing.training.task_config import ResolvedTrainingConfig
 
 MARKER = sys.argv[1]
 env = worker_main.RankEnv.from_environ(os.environ)

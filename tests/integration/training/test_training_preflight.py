@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.netif import InterfaceError, interface_address
+from distributed_testing.process.netif import InterfaceError, interface_address
 from distributed_testing.training.errors import PreflightError
 from distributed_testing.training.launch import NodeAssignment, launch
 from distributed_testing.training.preflight import check_in, gather_check_ins

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from distributed_testing.cli.compare import NOT_COMPARED, judge, write_junit
+from distributed_testing.cli.regress import Policy
 from distributed_testing.coordinator.core.rows import ResultRow
 from distributed_testing.coordinator.store.base import ResultQuery
 from distributed_testing.coordinator.store.memory import filter_results
-from distributed_testing.regress import Policy
 
 POLICY = Policy(resamples=300)
 ENV = {"fingerprint_hash": "f1", "torch_threads": 4, "torch_version": "2.13.0"}

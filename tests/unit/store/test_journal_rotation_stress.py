@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from distributed_testing import journal as journal_mod
-from distributed_testing.journal import Journal
+from distributed_testing.durable import journal as journal_mod
+from distributed_testing.durable.journal import Journal
 
 pytestmark = pytest.mark.timeout(120)
 

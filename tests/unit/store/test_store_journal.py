@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from distributed_testing import journal as journal_mod
+from distributed_testing.durable import journal as journal_mod
+from distributed_testing.durable.journal import Journal
 from distributed_testing.errors import StoreError
-from distributed_testing.journal import Journal
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -283,7 +283,7 @@ async def test_truncated_last_record_is_a_torn_tail(tmp_path: Path, caplog: pyte
     await _write(tmp_path, 10)
     (seg,) = _segment_files(tmp_path)
     seg.write_bytes(seg.read_bytes()[:-3])
-    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.durable.journal"):
         got = Journal(tmp_path, Rec, name="j").replay()
     assert got == [Put(f"k{i}", i) for i in range(9)]
     assert str(seg) in caplog.text and "offset" in caplog.text
@@ -309,7 +309,7 @@ async def test_the_active_segment_is_preallocated_and_trimmed_when_closed(
             (tmp_path / "crash" / seg.name).write_bytes(seg.read_bytes())
     active = tmp_path / "crash" / f"j-{closed + 1:08d}.log"
     assert active.stat().st_size >= (chunk or 0)
-    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.durable.journal"):
         assert Journal(tmp_path / "crash", Rec, name="j").replay() == records
         assert Journal(tmp_path / "j", Rec, name="j").replay() == records
     assert caplog.text == ""
@@ -359,7 +359,7 @@ async def test_zeros_end_a_segment_quietly_unless_data_follows(
     await _write(tmp_path, 2)
     (seg,) = _segment_files(tmp_path)
     frames = seg.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.durable.journal"):
         for tail in (b"\0" * 3, b"\0" * 4096):  # the preallocated end, however short
             seg.write_bytes(frames + tail)
             assert Journal(tmp_path, Rec, name="j").replay() == [Put("k0", 0), Put("k1", 1)]
@@ -400,7 +400,7 @@ async def test_flipped_byte_stops_before_the_corrupt_record(tmp_path: Path, capl
     frame = len(data) // 10  # every frame has the same size here
     data[5 * frame + 10] ^= 0x40
     seg.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="distributed_testing.journal"):
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.durable.journal"):
         got = Journal(tmp_path, Rec, name="j").replay()
     assert got == [Put(f"k{i}", i) for i in range(5)]
     assert "crc mismatch" in caplog.text and f"offset {5 * frame}" in caplog.text

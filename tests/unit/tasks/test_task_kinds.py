@@ -8,7 +8,7 @@ import dataclasses
 import msgspec
 import pytest
 
-from distributed_testing.bench.config import BenchConfig
+from distributed_testing.bench.task_config import BenchConfig
 from distributed_testing.errors import ValidationError
 from distributed_testing.tasks import kinds, spec
 from distributed_testing.tasks.configs import BenchmarkConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psutil
 
-from distributed_testing.netif import interface_of
+from distributed_testing.process.netif import interface_of
 
 
 def test_every_local_address_maps_back_to_its_interface() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_testing.childenv import child_environ, scrub_environ
+from distributed_testing.process.childenv import child_environ, scrub_environ
 from distributed_testing.training import launch
 from distributed_testing.worker.executors.pool import HandlerPool
 from distributed_testing.worker.executors.test import TestExecutor

@@ -14,7 +14,7 @@ from distributed_testing.config import WorkerConfig
 from distributed_testing.testing import CPU_HARDWARE
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
-from distributed_testing.worker.outbox import MemoryOutbox
+from distributed_testing.worker.result_store import MemoryResultStore
 from distributed_testing.worker.session import FIRST_RECONNECT_SPREAD_S
 
 pytestmark = pytest.mark.timeout(30)
@@ -24,7 +24,7 @@ URL = "http://127.0.0.1:9"
 def agent(tmp: Path, interval: float) -> WorkerAgent:
     config = WorkerConfig(coordinator_url=URL, api_key="dtk_a_b", worker_id="w", test_root=tmp,
                           reconnect_interval_s=interval)
-    return WorkerAgent(config, {}, MemoryOutbox(), CPU_HARDWARE, ["cpu"], Credentials(URL, api_key="dtk_a_b"))
+    return WorkerAgent(config, {}, MemoryResultStore(), CPU_HARDWARE, ["cpu"], Credentials(URL, api_key="dtk_a_b"))
 
 
 async def sessions_and_waits(a: WorkerAgent, sessions: int) -> list[tuple[str, float]]:

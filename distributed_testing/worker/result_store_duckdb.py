@@ -1,4 +1,4 @@
-"""The worker's durable outbox (``--db-path`` / DT_DB_PATH).
+"""The worker's durable result store (``--db-path`` / DT_DB_PATH).
 
 A result is appended to a journal beside the DuckDB file as it is sent; acknowledgements and
 running-task records are journalled too. A background checkpoint (every ``CHECKPOINT_S``) moves
@@ -12,7 +12,7 @@ lost, so a record lost in an OS crash costs at most a re-run or a re-send. On st
 are sent again after registration.
 
 The same file holds the benchmark result cache (table ``bench_cache``, see ``bench_cache.py``):
-:meth:`DuckDBOutbox.cache_get` / :meth:`DuckDBOutbox.cache_put` run on the outbox's one DuckDB
+:meth:`DuckDBResultStore.cache_get` / :meth:`DuckDBResultStore.cache_put` run on the result store's one DuckDB
 connection and thread, since DuckDB allows a single writing process per file.
 """
 
@@ -32,13 +32,13 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from ..duckfile import lock_holder
+from ..durable.duckfile import lock_holder
+from ..durable.journal import Journal
 from ..errors import ConfigError, StoreError
-from ..journal import Journal
 from ..protocol import messages as m
 from ..security import files
 from .bench_cache import CacheEntry
-from .outbox import RunningRecord
+from .result_store import RunningRecord
 
 log = logging.getLogger(__name__)
 CHECKPOINT_S = 1.0
@@ -84,7 +84,7 @@ CREATE TABLE IF NOT EXISTS bench_cache (
 """
 
 
-class DuckDBOutbox:
+class DuckDBResultStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._journal: Journal[OutRecord] = Journal(path.parent / f"{path.name}.journal", OutRecord, name="outbox")
@@ -341,13 +341,13 @@ def _log_failure(fut: asyncio.Future[None]) -> None:
 
 
 class DuckDBResultCache:
-    """Entries in the worker's DuckDB file (table ``bench_cache``), via the open outbox."""
+    """Entries in the worker's DuckDB file (table ``bench_cache``), via the open result store."""
 
-    def __init__(self, outbox: DuckDBOutbox) -> None:
-        self.outbox = outbox
+    def __init__(self, store: DuckDBResultStore) -> None:
+        self.store = store
 
     async def get(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
-        return await self.outbox.cache_get(keys)
+        return await self.store.cache_get(keys)
 
     async def put(self, entries: Sequence[CacheEntry]) -> None:
-        await self.outbox.cache_put(entries)
+        await self.store.cache_put(entries)

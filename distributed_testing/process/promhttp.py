@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the Prometheus text format
 

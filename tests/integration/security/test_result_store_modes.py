@@ -15,7 +15,7 @@ import pytest
 from security_support import can_impersonate, read_as_nobody
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.worker.outbox_duckdb import DuckDBOutbox
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 MARKER = "result-only-the-worker-may-read"
@@ -35,8 +35,8 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-async def fill(path: Path) -> DuckDBOutbox:
-    box = DuckDBOutbox(path)
+async def fill(path: Path) -> DuckDBResultStore:
+    box = DuckDBResultStore(path)
     await box.open()
     now = time.time()
     await box.add(m.TaskResult(task_id="t1", attempt=1, status="succeeded", started_at=now, finished_at=now,
@@ -78,7 +78,7 @@ async def test_an_outbox_left_open_by_an_older_version_is_narrowed(tmp_path: Pat
     await (await fill(path)).close()
     for p in [path, *path.with_name(path.name + ".journal").iterdir()]:
         os.chmod(p, 0o644)
-    box = DuckDBOutbox(path)
+    box = DuckDBResultStore(path)
     await box.open()
     try:
         assert mode(path) == 0o600
@@ -93,7 +93,7 @@ async def test_a_fresh_outbox_is_private_without_a_warning_and_an_open_one_is_wa
     old_umask = os.umask(0o022)  # the usual umask: DuckDB would create the file 0644
     try:
         with caplog.at_level("WARNING"):
-            box = DuckDBOutbox(path)
+            box = DuckDBResultStore(path)
             await box.open()
             await box.close()
         assert mode(path) == 0o600
@@ -101,7 +101,7 @@ async def test_a_fresh_outbox_is_private_without_a_warning_and_an_open_one_is_wa
         os.chmod(path, 0o644)  # an operator's copy, found open
         caplog.clear()
         with caplog.at_level("WARNING"):
-            box = DuckDBOutbox(path)
+            box = DuckDBResultStore(path)
             await box.open()
             await box.close()
         assert mode(path) == 0o600

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 
 from distributed_testing.coordinator.core.gang import scaling_efficiency
-from distributed_testing.training.metrics import build_result
+from distributed_testing.training.result import build_result
 
 CONFIG = {
     "model": "mlp",

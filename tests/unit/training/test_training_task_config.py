@@ -3,13 +3,13 @@ from typing import Any
 import pytest
 
 from distributed_testing.errors import ExecutionError
-from distributed_testing.training.config import (
+from distributed_testing.training.errors import InvalidTrainingConfig
+from distributed_testing.training.task_config import (
     ResolvedTrainingConfig,
     TrainingConfig,
     parse_config,
     resolve,
 )
-from distributed_testing.training.errors import InvalidTrainingConfig
 
 BASE: dict[str, Any] = {"kind": "training", "model": "mlp", "nodes": 2, "batch_size": 64, "steps": 10}
 

@@ -12,7 +12,7 @@ import socket
 
 import psutil
 
-from .errors import ExecutionError
+from ..errors import ExecutionError
 
 
 class InterfaceError(ExecutionError):

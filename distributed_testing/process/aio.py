@@ -15,7 +15,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distributed_testing.bench.backends import check_config_combination, check_device_combination
-from distributed_testing.bench.config import KNOWN_KEYS, RunnerDefaults, parse_config
+from distributed_testing.bench.task_config import KNOWN_KEYS, RunnerDefaults, parse_config
 from distributed_testing.errors import ExecutionError
 
 
@@ -128,7 +128,7 @@ def test_cache_key_separates_model_affecting_fields() -> None:
 
 
 def test_known_keys_documented() -> None:
-    from distributed_testing.bench import config
+    from distributed_testing.bench import task_config as config
 
     for key in KNOWN_KEYS:
         assert f"``{key}``" in (config.__doc__ or ""), key

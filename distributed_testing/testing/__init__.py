@@ -2,7 +2,8 @@
 
 ``run_cluster()`` starts a real coordinator (aiohttp on 127.0.0.1, port 0) and real worker agents
 that connect to it over WebSockets and run tasks in real child processes. Only the parts named
-``Fake*`` here are doubles, and nothing in the product imports this module.
+``Fake*`` here are doubles, and nothing in the product imports this package (``postgres``:
+throwaway PostgreSQL databases and schemas, re-exported here).
 
 ::
 
@@ -18,7 +19,6 @@ import concurrent.futures
 import contextlib
 import json as jsonlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -36,23 +36,29 @@ from typing import Any, TypeVar, overload
 import aiohttp
 from aiohttp import web
 
-from .config import CoordinatorConfig, WorkerConfig
-from .coordinator.fast_http import FastSite
-from .coordinator.runtime import RUNTIME, Runtime
-from .coordinator.server import METRICS_PORT, create_app, make_runner
-from .coordinator.store.base import Store
-from .coordinator.store.memory import MemoryStore
-from .protocol import messages as m
-from .protocol.signing import SESSION_HEADER, Channel, derive_session_key
-from .security import tls
-from .worker.agent import WorkerAgent
-from .worker.auth import Credentials
-from .worker.environment import EnvironmentProbe, with_environment
-from .worker.executors import default_executors
-from .worker.factory import benchmark_options, open_storage, with_benchmark_cache
+from ..config import CoordinatorConfig, WorkerConfig
+from ..coordinator.fast_http import FastSite
+from ..coordinator.runtime import RUNTIME, Runtime
+from ..coordinator.server import METRICS_PORT, create_app, make_runner
+from ..coordinator.store.base import Store
+from ..coordinator.store.memory import MemoryStore
+from ..protocol import messages as m
+from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
+from ..security import tls
+from ..worker.agent import WorkerAgent
+from ..worker.auth import Credentials
+from ..worker.environment import EnvironmentProbe, with_environment
+from ..worker.executors import default_executors
+from ..worker.factory import benchmark_options, open_storage, with_benchmark_cache
+from .postgres import PG_SERVER as PG_SERVER
+from .postgres import create_pg_database as create_pg_database
+from .postgres import drop_pg_database as drop_pg_database
+from .postgres import pg_database as pg_database
+from .postgres import pg_database_sync as pg_database_sync
+from .postgres import pg_schema_url as pg_schema_url
+from .postgres import run_sync as run_sync
 
 M = TypeVar("M", bound=m.Message)
-T = TypeVar("T")
 
 CPU_HARDWARE: dict[str, Any] = {"hostname": "test", "memory_gb": 8.0, "cpu": {"model": "test", "logical_cores": 2}}
 
@@ -145,10 +151,10 @@ class Cluster:
             self.worker_keys.setdefault(config.worker_id, config.api_key)
         executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
                                       benchmark=benchmark_options(config))
-        outbox, results = await open_storage(config)  # in memory unless the overrides give a db_path
+        result_store, results = await open_storage(config)  # in memory unless the overrides give a db_path
         executors = with_benchmark_cache(executors, config, results)
         agent = WorkerAgent(config, executors if probe is None else with_environment(executors, probe),
-                            outbox, hardware or CPU_HARDWARE, ["cpu"],
+                            result_store, hardware or CPU_HARDWARE, ["cpu"],
                             Credentials(self.base_url, api_key=config.api_key, token=config.token,
                                         ca_file=config.ca_file))
         self.agents.append(agent)
@@ -509,89 +515,6 @@ def standby_answer(leader: str | None, *, redirect: bool = False) -> Respond:
 async def record_only(_request: web.Request) -> web.StreamResponse:
     """A foreign listener's answer: 200 and nothing (what matters is what reached it)."""
     return web.json_response({})
-
-
-# ---------------------------------------------------------------------------- PostgreSQL
-
-# The server every test machine runs (trust authentication for user postgres); tests make their
-# own databases on it and drop them, never touching any other.
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
-
-
-def _pg_split(url: str) -> tuple[str, str]:
-    """``(server URL without a database, database name)`` of a ``postgresql://`` URL."""
-    parts = urllib.parse.urlsplit(url)
-    name = parts.path.strip("/")
-    if not name:
-        raise ValueError(f"{url!r} names no database")
-    return urllib.parse.urlunsplit(parts._replace(path="", query="")), name
-
-
-async def create_pg_database(server: str = PG_SERVER, prefix: str = "dt_test") -> str:
-    """Create an empty database ``<prefix>_<pid>_<random>`` on ``server``; returns its URL."""
-    import asyncpg
-
-    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
-    con = await asyncpg.connect(f"{server}/postgres")
-    try:
-        await con.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await con.close()
-    return f"{server}/{name}"
-
-
-async def drop_pg_database(url: str) -> None:
-    """Drop the database of ``url``, ending its sessions first (no error if it is gone)."""
-    import asyncpg
-
-    server, name = _pg_split(url)
-    con = await asyncpg.connect(f"{server}/postgres")
-    try:
-        await con.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await con.close()
-
-
-@contextlib.asynccontextmanager
-async def pg_database(server: str = PG_SERVER, prefix: str = "dt_test") -> AsyncIterator[str]:
-    """A new empty database for the block (its URL), dropped afterwards."""
-    url = await create_pg_database(server, prefix)
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion on a new event loop in a thread of its own, so this works
-    whether or not the caller runs an event loop (which it blocks meanwhile)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-@contextlib.contextmanager
-def pg_database_sync(server: str = PG_SERVER, prefix: str = "dt_test") -> Iterator[str]:
-    """Blocking :func:`pg_database`, for session fixtures and scripts."""
-    url = run_sync(create_pg_database(server, prefix))
-    try:
-        yield url
-    finally:
-        run_sync(drop_pg_database(url))
-
-
-async def pg_schema_url(database_url: str, schema: str) -> str:
-    """Create ``schema`` in the database (empty) and return a URL whose sessions use only it
-    (``?search_path=``): a fresh namespace for one test, much cheaper than a database."""
-    import asyncpg
-
-    if not schema.isidentifier():
-        raise ValueError(f"invalid schema name {schema!r}")
-    con = await asyncpg.connect(database_url)
-    try:
-        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
-    finally:
-        await con.close()
-    return f"{database_url}?search_path={schema}"
 
 
 def hidden_accelerators(tmp: Path) -> dict[str, str]:

@@ -54,10 +54,9 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from distributed_testing.fsutil import fsync_dir
-
-from .aio import wake_within
-from .errors import StoreError
+from ..errors import StoreError
+from ..process.aio import wake_within
+from .fsutil import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``add`` registers the result as unacknowledged at once and returns a future that completes once
 it is durable (with ``--db-path``: in the worker's journal, then checkpointed into its DuckDB
 file); ``unacked`` lists what must be (re)sent after a reconnect;
-``ack`` forgets what the coordinator has on disk. Without a database path the outbox lives in
+``ack`` forgets what the coordinator has on disk. Without a database path the store lives in
 memory: it survives reconnects, not a worker crash.
 """
 
@@ -23,7 +23,7 @@ class RunningRecord(NamedTuple):
     started_at: float
 
 
-class Outbox(Protocol):
+class ResultStore(Protocol):
     def add(self, result: m.TaskResult) -> asyncio.Future[None]: ...
 
     def ack(self, refs: list[m.TaskRef]) -> None: ...
@@ -49,7 +49,7 @@ class Outbox(Protocol):
         """Records an earlier run left behind (it died while they ran); they are then forgotten."""
 
 
-class MemoryOutbox:
+class MemoryResultStore:
     def __init__(self) -> None:
         self._pending: dict[tuple[str, int], m.TaskResult] = {}
 

@@ -31,7 +31,7 @@ class AgentCollector(Collector):
         yield _gauge("dt_worker_running_tasks", "tasks running now", len(a.running))
         yield _gauge("dt_worker_slots", "tasks it runs at once (--max-concurrent-tasks)", a.config.max_concurrent_tasks)
         yield _gauge("dt_worker_unacked_results", "results kept until the coordinator acknowledges them",
-                     len(a.outbox.unacked_refs()))
+                     len(a.result_store.unacked_refs()))
         state = "draining" if a.draining else a.monitor.state
         by_state = GaugeMetricFamily("dt_worker_state", "1 for the state the worker reports", labels=["state"])
         for s in STATES:

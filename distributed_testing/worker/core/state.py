@@ -5,7 +5,7 @@ which run, a batch sharing one), which runs have started and which wait for a sl
 coordinator may send tasks ahead of the worker's slots: pipelining), which assignments are still *provisional* (sent before the
 coordinator's record was durable, see ``AssignTasks.provisional``), the ``started``
 announcements and results waiting to go out, the results sent before their confirm, and the
-attempts abandoned because their session ended first. ``agent.py`` is the shell: it feeds the
+attempts abandoned because their session ended first. ``worker/agent.py`` is the shell: it feeds the
 events below and executes the instructions they return, in order.
 
 Events (one method each): ``assign``, ``announce`` (a task ran past the ``started`` delay),
@@ -16,11 +16,12 @@ drain's leftovers), ``closing`` (the worker stops). Time is passed in where a me
 
 Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call,
 started only while fewer than ``slots`` runs are under way, in the order assigned; a killed run
-reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the outbox until acknowledged, :class:`Forget` the
+reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the result store until acknowledged, :class:`Forget` the
 acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
-/ :class:`RecordFinished` running attempts in the outbox (for ``--recover``); :class:`FlushSoon`
+/ :class:`RecordFinished` running attempts in the result store (for ``--recover``); :class:`FlushSoon`
 (call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
-one message); :class:`ArmHold` / :class:`DisarmHold` the result hold (``hold_expired`` after it).
+one message); :class:`ArmHold` / :class:`DisarmHold` the result hold (``hold_expired`` after it);
+:class:`Warn`: log a warning (this module logs nothing itself).
 
 Contracts kept here (docs/protocol.md, "Provisional assignments"):
 
@@ -38,12 +39,9 @@ Contracts kept here (docs/protocol.md, "Provisional assignments"):
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
 
-from ..protocol import messages as m
-
-log = logging.getLogger(__name__)
+from ...protocol import messages as m
 
 Key = tuple[str, int]  # (task id, attempt)
 
@@ -71,21 +69,21 @@ class Kill:
 
 @dataclass(frozen=True, slots=True)
 class Keep:
-    """Write ``result`` to the outbox: it is re-sent after a reconnect until acknowledged."""
+    """Write ``result`` to the result store: it is re-sent after a reconnect until acknowledged."""
 
     result: m.TaskResult
 
 
 @dataclass(frozen=True, slots=True)
 class Forget:
-    """The coordinator has these results on disk: drop them from the outbox."""
+    """The coordinator has these results on disk: drop them from the result store."""
 
     refs: list[m.TaskRef]
 
 
 @dataclass(frozen=True, slots=True)
 class ResendKept:
-    """Send every result the outbox keeps (just registered: they were never acknowledged)."""
+    """Send every result the result store keeps (just registered: they were never acknowledged)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +103,7 @@ class FlushSoon:
 
 @dataclass(frozen=True, slots=True)
 class ArmHold:
-    """Call ``hold_expired`` after the result hold (``agent.RESULT_HOLD_S``) unless disarmed."""
+    """Call ``hold_expired`` after the result hold (``runs.RESULT_HOLD_S``) unless disarmed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +111,15 @@ class DisarmHold:
     pass
 
 
-Instruction = Send | Start | Kill | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold | DisarmHold
+@dataclass(frozen=True, slots=True)
+class Warn:
+    """Log ``text`` as a warning (something the operator should know; it changes nothing here)."""
+
+    text: str
+
+
+Instruction = (Send | Start | Kill | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold
+               | DisarmHold | Warn)
 
 
 @dataclass(slots=True)
@@ -172,8 +178,8 @@ class WorkerState:
         for a in fresh:
             old = self.running.get(a.task_id)
             if old is not None:
-                log.warning("task %s: attempt %d supersedes attempt %d still running here; stopping that one",
-                            a.task_id, a.attempt, old.assignment.attempt)
+                out.append(Warn(f"task {a.task_id}: attempt {a.attempt} supersedes attempt {old.assignment.attempt} "
+                                "still running here; stopping that one"))
                 out += self._drop(a.task_id)
             if msg.provisional:
                 self.unconfirmed[(a.task_id, a.attempt)] = msg.provisional
@@ -259,7 +265,7 @@ class WorkerState:
         return self._flush_soon()
 
     def finished(self, result: m.TaskResult) -> list[Instruction]:
-        """An attempt's run ended with ``result``: sent at once, and kept in the outbox unless
+        """An attempt's run ended with ``result``: sent at once, and kept in the result store unless
         unconfirmed (the coordinator journals a result after its assignment, so it is durable
         only once the assignment is: kept only once confirmed, never re-sent unconfirmed).
         Nothing is reported for an attempt no longer running here (abandoned, superseded or
@@ -315,7 +321,7 @@ class WorkerState:
 
     def ack(self, msg: m.ResultAck) -> list[Instruction]:
         """These results are durable at the coordinator, and so are their assignments: an
-        unlogged one is settled (no outbox entry needed); then ``confirm_upto`` applies."""
+        unlogged one is settled (no result store entry needed); then ``confirm_upto`` applies."""
         for r in msg.tasks if self.unlogged else ():
             key = (r.task_id, r.attempt)
             if self.unlogged.pop(key, None) is not None:
@@ -370,9 +376,8 @@ class WorkerState:
         missing when this worker registers again and requeues it)."""
         if not self.unconfirmed:
             return []
-        log.warning("session ended before %d provisional assignment(s) were confirmed; abandoning them: %s",
-                    len(self.unconfirmed), ", ".join(f"{t}#{a}" for t, a in self.unconfirmed))
-        out: list[Instruction] = []
+        out: list[Instruction] = [Warn(f"session ended before {len(self.unconfirmed)} provisional assignment(s) were "
+                                       f"confirmed; abandoning them: {', '.join(f'{t}#{a}' for t, a in self.unconfirmed)}")]
         for task_id, attempt in self.unconfirmed:
             self.abandoned.append(m.TaskRef(task_id, attempt))
             if self.attempt(task_id, attempt) is not None:
