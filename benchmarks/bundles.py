@@ -13,10 +13,11 @@ the pytest plugin call):
 2. the same tree again (0 blobs, 0 bytes expected),
 3. the tree with one file changed (1 blob expected).
 
-Then a worker's ``BundleProvider`` (its own worker key) prepares the bundle twice: cold (every
-blob fetched into the cache) and warm (the manifest fetched and the tree linked from the cache;
-issue goal <= 1 s), and ``build_tree`` alone is timed on the warm cache. Each figure is the
-median of ``--repeat`` runs where a repeat makes sense (2, 3, warm build).
+Then a worker's ``BundleProvider`` (its own worker key) prepares the bundle's tree: cold (every
+blob fetched into the cache, the tree built), for a later task of the same bundle (the kept tree:
+issue goal <= 1 s), and on a restarted worker whose blob cache is warm (the manifest fetched, the
+tree linked); ``build_tree`` alone is timed on the warm cache. Each figure is the median of
+``--repeat`` runs where a repeat makes sense (2, 3, the worker's kept and warm trees, the build).
 
     python benchmarks/bundles.py [--files 10000] [--repeat 3]
 """
@@ -80,17 +81,25 @@ def median_upload(url: str, key: str, tree: Path, repeat: int) -> UploadStats:
 
 
 async def worker_side(url: str, key: str, digest: str, work: Path, repeat: int) -> None:
-    provider = BundleProvider(work / "cache", 10 * 1024 ** 3)
+    provider = BundleProvider(work / "cache", 10 * 1024 ** 3, trees_dir=work / "trees")
     t = time.perf_counter()
-    await provider.prepare(url, key, digest, work / "cold")
-    print(f"{'worker, cold cache':<22} {time.perf_counter() - t:7.2f} s  (manifest + every blob fetched, tree built)")
-    warm = []
-    for i in range(repeat):
+    async with provider.shared(url, key, digest):
+        print(f"{'worker, cold cache':<22} {time.perf_counter() - t:7.2f} s  (manifest + every blob fetched, tree built)")
+    kept = []
+    for _ in range(repeat):
         t = time.perf_counter()
-        await provider.prepare(url, key, digest, work / f"warm{i}")
-        warm.append(time.perf_counter() - t)
-    print(f"{'worker, warm cache':<22} {statistics.median(warm):7.2f} s  (manifest fetched, tree linked; "
-          f"runs: {', '.join(f'{w:.2f}' for w in warm)})")
+        async with provider.shared(url, key, digest):
+            kept.append(time.perf_counter() - t)
+    print(f"{'worker, tree kept':<22} {statistics.median(kept) * 1e3:7.2f} ms (a later task of the bundle; "
+          f"runs: {', '.join(f'{k * 1e3:.2f}' for k in kept)} ms)")
+    warm = []
+    for i in range(repeat):  # a restarted worker: blobs cached, nothing else
+        fresh = BundleProvider(work / "cache", 10 * 1024 ** 3, trees_dir=work / f"trees{i}")
+        t = time.perf_counter()
+        async with fresh.shared(url, key, digest):
+            warm.append(time.perf_counter() - t)
+    print(f"{'worker, warm cache':<22} {statistics.median(warm):7.2f} s  (restarted worker: manifest fetched, "
+          f"tree linked; runs: {', '.join(f'{w:.2f}' for w in warm)})")
     m = mf.decode(await asyncio.to_thread(_manifest, url, key, digest))
     builds = []
     for i in range(repeat):

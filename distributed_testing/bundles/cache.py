@@ -1,11 +1,13 @@
 """The worker's blob cache: a directory of read-only blobs, least recently used evicted first.
 
 Layout: ``<root>/<d[:2]>/<d>`` (mode 0444) and, for a blob some manifest marks executable,
-``<d>.x`` (0555); hard links to them are the per-task trees (``tree.build_tree``), so a blob's
+``<d>.x`` (0555); hard links to them are the bundle trees (``tree.build_tree``), so a blob's
 mode is the tree file's mode. Use is recorded as the file's mtime (``touch``), and ``evict`` keeps
 the total at or under ``max_bytes``, deleting the least recently used first, never a blob in
-``keep`` (the blobs of a task about to run). Not thread-safe: the worker calls it from one thread
-at a time.
+``keep`` (the blobs of a task about to run or of a tree kept for reuse). Which digests are present
+is read from disk once, at construction, and kept in memory, so ``missing`` over a 10,000-file
+manifest is a set difference, not 10,000 ``stat`` calls. Not thread-safe: the worker calls it from
+one thread at a time.
 """
 
 from __future__ import annotations
@@ -24,17 +26,19 @@ class BlobCache:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
-        self.size = sum(p.stat().st_size for p in self.root.glob("??/*") if not p.name.startswith("."))
+        entries = [p for p in self.root.glob("??/*") if not p.name.startswith(".")]
+        self.size = sum(p.stat().st_size for p in entries)
+        self._present = {p.name for p in entries if not p.name.endswith(".x")}
 
     def path(self, digest: str, executable: bool = False) -> Path:
         return self.root / digest[:2] / (digest + (".x" if executable else ""))
 
     def has(self, digest: str) -> bool:
-        return self.path(digest).exists()
+        return digest in self._present
 
     def missing(self, digests: set[str]) -> set[str]:
         """The digests not in the cache."""
-        return {d for d in digests if not self.path(d).exists()}
+        return digests - self._present
 
     def put(self, digest: str, data: bytes) -> None:
         """Store ``data`` as ``digest`` after checking it; ValidationError when it does not match."""
@@ -47,7 +51,9 @@ class BlobCache:
             f.write(data)
         os.chmod(tmp, 0o444)
         os.replace(tmp, dest)
-        self.size += len(data)
+        if digest not in self._present:  # a blob fetched twice (overlapping tasks) replaces itself
+            self._present.add(digest)
+            self.size += len(data)
 
     def executable(self, digest: str) -> Path:
         """The 0555 twin of a cached blob, made on first use."""
@@ -83,6 +89,7 @@ class BlobCache:
                 continue
             size = p.stat().st_size
             p.unlink()
+            self._present.discard(p.name)
             freed += size
         self.size -= freed
         return freed

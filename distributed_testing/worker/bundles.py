@@ -1,4 +1,4 @@
-"""The worker's side of bundles: fetch what the cache lacks, build a fresh tree per task.
+"""The worker's side of bundles: fetch what the cache lacks, build the read-only tree a task runs.
 
 ``BundleProvider.prepare(url, credential, digest, dest)`` reads the manifest (its digest checked),
 fetches the blobs not in the cache over the worker's own credential (each digest checked on
@@ -6,17 +6,29 @@ arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard l
 least recently used blobs beyond ``--cache-max-gb``. Blocking file work runs in a thread. Fetches
 of different tasks may overlap; a blob fetched twice is stored twice under the same name (the
 rename keeps one).
+
+``BundleProvider.shared(url, credential, digest)`` gives a task the tree of a bundle that is kept
+for reuse: built once, then handed to every later task of the same bundle at no cost (no fetch, no
+link), and removed, least recently used first, once more than ``MAX_TREES`` are kept and unused.
+That is sound only where the task cannot write to the tree: under the sandbox, which binds it
+read-only. A worker with ``--sandbox none`` builds a fresh tree per task (``prepare``). A validated
+manifest is remembered by its digest (``MAX_MANIFESTS``), so a task of a known bundle asks the
+coordinator for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import os
 import shutil
 import ssl
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +44,78 @@ from .pyenv import PythonEnvs
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16
+MAX_TREES = 8  # unused shared trees kept beyond this are removed, least recently used first
+MAX_MANIFESTS = 64
+
+
+@dataclass
+class _Tree:
+    path: Path
+    manifest: mf.Manifest
+    users: int = 0
+    last_used: float = 0.0
 
 
 class BundleProvider:
-    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None,
+                 trees_dir: Path | None = None) -> None:
         self.cache = BlobCache(cache_dir, max_bytes)
         self._ssl = ssl_context
         self._lock = asyncio.Lock()  # the cache is used from one thread at a time
+        self._manifests: collections.OrderedDict[str, mf.Manifest] = collections.OrderedDict()
+        self.trees_dir = Path(trees_dir) if trees_dir is not None else Path(cache_dir).parent / "trees"
+        _clear(self.trees_dir)  # what an earlier run of this worker left
+        self._trees: dict[str, _Tree] = {}
+        self._building: dict[str, asyncio.Lock] = {}
+        self.builds = 0  # trees built so far (shared and fresh)
 
     async def prepare(self, base_url: str, credential: str, digest: str, dest: Path) -> mf.Manifest:
+        """A fresh tree of bundle ``digest`` at ``dest`` (the caller removes it)."""
+        m = await self._fetch(base_url, credential, digest)
+        async with self._lock:
+            await asyncio.to_thread(self._build, m, m.digests(), dest)
+        return m
+
+    @contextlib.asynccontextmanager
+    async def shared(self, base_url: str, credential: str, digest: str) -> AsyncIterator[tuple[Path, mf.Manifest]]:
+        """The kept tree of bundle ``digest`` (built on first use) and its manifest, held while
+        the block runs; see the module docstring for when this is sound."""
+        async with self._building.setdefault(digest, asyncio.Lock()):
+            t = self._trees.get(digest)
+            if t is None:
+                m = await self._fetch(base_url, credential, digest)
+                path = self.trees_dir / digest
+                async with self._lock:
+                    await asyncio.to_thread(self._build, m, m.digests() | self._kept_digests(), path)
+                t = self._trees[digest] = _Tree(path, m)
+            t.users += 1
+        try:
+            yield t.path, t.manifest
+        finally:
+            t.users -= 1
+            t.last_used = time.monotonic()
+            await self._trim()
+
+    async def _fetch(self, base_url: str, credential: str, digest: str) -> mf.Manifest:
+        """The manifest of ``digest`` with every blob it names in the cache."""
+        m = self._manifests.get(digest)
+        if m is not None:
+            self._manifests.move_to_end(digest)
+            if not self.cache.missing(m.digests()):
+                return m
         headers = {"Authorization": f"Bearer {credential}"}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._ssl or True),
                                          timeout=aiohttp.ClientTimeout(total=600)) as http:
-            data = await _get(http, f"{base_url}/api/v1/bundles/{digest}", headers, f"bundle {digest}")
-            if dg.of_bytes(data) != digest:
-                raise ExecutionError(f"bundle {digest}: the manifest received does not match its digest")
-            m = mf.decode(data)
-            wanted = m.digests()
+            if m is None:
+                data = await _get(http, f"{base_url}/api/v1/bundles/{digest}", headers, f"bundle {digest}")
+                if dg.of_bytes(data) != digest:
+                    raise ExecutionError(f"bundle {digest}: the manifest received does not match its digest")
+                m = mf.decode(data)
+                self._manifests[digest] = m
+                while len(self._manifests) > MAX_MANIFESTS:
+                    self._manifests.popitem(last=False)
             async with self._lock:
-                missing = await asyncio.to_thread(self.cache.missing, wanted)
+                missing = self.cache.missing(m.digests())
             sem = asyncio.Semaphore(FETCH_CONCURRENCY)
 
             async def fetch(d: str) -> None:
@@ -59,14 +124,32 @@ class BundleProvider:
                 async with self._lock:
                     await asyncio.to_thread(self.cache.put, d, blob)
             await asyncio.gather(*(fetch(d) for d in sorted(missing)))
-        async with self._lock:
-            await asyncio.to_thread(self._build, m, wanted, dest)
         return m
 
-    def _build(self, m: mf.Manifest, wanted: set[str], dest: Path) -> None:
-        self.cache.touch(wanted)
+    def _build(self, m: mf.Manifest, keep: set[str], dest: Path) -> None:
+        remove_tree(dest)  # a shared tree's leftover from a build that failed midway
+        self.cache.touch(m.digests())
         build_tree(self.cache, m, dest)
-        self.cache.evict(keep=wanted)
+        self.cache.evict(keep=keep)
+        self.builds += 1
+
+    def _kept_digests(self) -> set[str]:
+        return set().union(*(t.manifest.digests() for t in self._trees.values()))
+
+    async def _trim(self) -> None:
+        idle = sorted((t.last_used, d) for d, t in self._trees.items() if t.users == 0)
+        for _, d in idle[:max(0, len(self._trees) - MAX_TREES)]:
+            gone = self._trees.pop(d).path
+            trash = gone.with_name(f".{d}-{time.monotonic_ns()}")
+            os.rename(gone, trash)  # the name is free at once for a task that wants the bundle again
+            await asyncio.to_thread(remove_tree, trash)
+
+
+def _clear(trees: Path) -> None:
+    if trees.exists():
+        for p in trees.iterdir():
+            remove_tree(p)
+    trees.mkdir(parents=True, exist_ok=True)
 
 
 async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str], what: str) -> bytes:
@@ -133,16 +216,21 @@ class ShippedCode:
         top = Path(tempfile.mkdtemp(prefix=f"{_safe(task_id)}-", dir=self.work_root))
         held: str | None = None  # the Python environment this task holds while it runs
         try:
-            tree, scratch = top / "bundle", top / "scratch"
-            scratch.mkdir()
-            m = await self.provider.prepare(base_url, credential, digest, tree)
-            fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
-            wanted = [*_bundle_requirements(tree, m), *python]
-            if wanted and self.envs is not None:
-                env = await self.envs.ensure(wanted, tree, m, scratch)
-                held = env.digest
-                fields.update(python=env.python, python_env=env.report())
-            yield fields
+            async with contextlib.AsyncExitStack() as stack:
+                scratch = top / "scratch"
+                scratch.mkdir()
+                if self.sandbox.mode == "none":  # the task could write to its tree: a fresh one
+                    tree = top / "bundle"
+                    m = await self.provider.prepare(base_url, credential, digest, tree)
+                else:  # bound read-only into the sandbox: the kept tree of this bundle
+                    tree, m = await stack.enter_async_context(self.provider.shared(base_url, credential, digest))
+                fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
+                wanted = [*_bundle_requirements(tree, m), *python]
+                if wanted and self.envs is not None:
+                    env = await self.envs.ensure(wanted, tree, m, scratch)
+                    held = env.digest
+                    fields.update(python=env.python, python_env=env.report())
+                yield fields
         finally:
             if held is not None and self.envs is not None:
                 self.envs.release(held)
