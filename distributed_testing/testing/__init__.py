@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import json as jsonlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -177,6 +178,13 @@ async def start_coordinator(config: CoordinatorConfig, store: Store | None) -> t
     return runner, f"{config.scheme}://127.0.0.1:{port}"
 
 
+def gang_port_window(size: int = 100) -> tuple[int, int]:
+    """A random window of rendezvous ports below Linux's ephemeral range, so clusters that run at
+    once on one host (tests in parallel) do not hand their gangs the same master port."""
+    lo = random.randrange(20_000, 32_000 - size)
+    return lo, lo + size - 1
+
+
 @contextlib.asynccontextmanager
 async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None, db_path: str | None = None,
                       worker_overrides: dict[str, Any] | None = None, ca_file: Path | None = None,
@@ -184,6 +192,7 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
     """A coordinator plus ``workers`` in-process agents; everything is stopped on exit. With
     ``tls_cert``/``tls_key`` among ``coord`` it serves https, and ``ca_file`` is what the
     cluster's own client and its workers trust."""
+    coord.setdefault("gang_ports", gang_port_window())
     config = CoordinatorConfig(host="127.0.0.1", port=0, db_path=db_path or str(tmp / "coordinator.duckdb"),
                                admin_key_file=tmp / "admin.key", heartbeat_interval_s=1.0, **coord)
     if store is None and db_path is None:

@@ -46,7 +46,7 @@ def node_result(a: m.TaskAssignment, **output: Any) -> m.Results:
 
 
 async def test_two_members_get_their_ranks_and_one_combined_result(tmp_path: Any) -> None:
-    async with run_cluster(tmp_path, workers=0) as c:
+    async with run_cluster(tmp_path, workers=0, gang_ports=(29500, 29999)) as c:
         await c.submit(TRAINING)
         assert (await task_view(c, "ddp-1"))["pending_reason"] == "needs 2 worker(s), 0 connected"
         async with member(c, "ga") as ga:
