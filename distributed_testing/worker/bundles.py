@@ -28,6 +28,7 @@ from ..bundles.cache import BlobCache
 from ..bundles.tree import build_tree, remove_tree
 from ..errors import ExecutionError
 from ..tasks import pyreqs
+from .confine import state_base
 from .pyenv import PythonEnvs
 
 log = logging.getLogger(__name__)
@@ -112,8 +113,7 @@ class ShippedCode:
         elif config.sandbox == "none":
             log.warning("--sandbox none: tasks with shipped code run unconfined, with this worker's files and "
                         "environment in reach (the operator's explicit choice)")
-        base = Path(config.db_path).parent if config.db_path else Path(tempfile.gettempdir()) / "distributed_testing"
-        root = base.absolute() / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
+        root = state_base(config) / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
         provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context)
         (root / "tasks").mkdir(parents=True, exist_ok=True)
         return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))

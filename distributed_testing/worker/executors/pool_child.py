@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import struct
 import sys
 import time
@@ -53,6 +54,7 @@ class Request(msgspec.Struct, array_like=True, frozen=True):
     cache_dir: str | None = None
     work_dir: str | None = None
     timeout_s: float | None = None
+    clean_scratch: bool = False  # after the reply, empty work_dir's parent (a confined child's scratch)
 
 
 class Reply(msgspec.Struct, array_like=True, frozen=True):
@@ -127,9 +129,36 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
     proto_out.write(frame(encoder.encode(Hello(os.getpid(), registry.names()))))
     proto_out.flush()
     while (payload := _read_frame(proto_in)) is not None:
-        reply = run_request(registry, decoder.decode(payload), json_encoder)
+        request = decoder.decode(payload)
+        reply = run_request(registry, request, json_encoder)
         proto_out.write(frame(encoder.encode(reply)))
         proto_out.flush()
+        if request.clean_scratch and request.work_dir is not None:
+            empty_scratch(Path(request.work_dir).parent)
+
+
+SCRATCH_DIRS = ("work", "tmp")  # what a confined child's scratch directory holds between tasks, empty
+
+
+def empty_scratch(root: Path) -> None:
+    """Leave ``root`` holding nothing but empty ``work`` and ``tmp`` (``TMPDIR``): the files one
+    task left for the next are removed. Checking costs a few directory reads when there are none
+    (creating and removing directories costs milliseconds on some disks)."""
+    kept = set()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name in SCRATCH_DIRS and entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as inner:
+                    if next(inner, None) is None:
+                        kept.add(entry.name)
+                        continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+    for name in SCRATCH_DIRS:
+        if name not in kept:
+            os.makedirs(root / name, exist_ok=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -166,7 +166,7 @@ def _pip_processes(under: Path) -> list[str]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if str(under) in cmd and "pip" in cmd:
+        if str(under) in cmd and ("-m pip " in cmd or "_in_process" in cmd):  # not the pool's bwrap (paths)
             out.append(cmd)
     return out
 

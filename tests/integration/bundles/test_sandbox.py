@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from probe_support import PRELUDE
 
 from distributed_testing.bundles.upload import upload
 from distributed_testing.testing import run_cluster, wait_for
@@ -24,18 +25,6 @@ from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
-
-# what both probes (a shipped test and a shipped handler) start with: the worker's paths and a check
-PRELUDE = '''
-KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
-
-def blocked(action):
-    try:
-        action()
-    except OSError:
-        return True
-    return False
-'''
 
 PROBE = '''
 import os, socket, pathlib, pytest
