@@ -2,7 +2,8 @@
 
 ``BundleProvider.prepare(url, credential, digest, dest)`` reads the manifest (its digest checked),
 fetches the blobs not in the cache over the worker's own credential (each digest checked on
-arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard links and evicts the
+arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard links (copies with
+``--sandbox none``, :mod:`..bundles.tree`) and evicts the
 least recently used blobs beyond ``--cache-max-gb``. Blocking file work runs in a thread. Fetches
 of different tasks may overlap; a blob fetched twice is stored twice under the same name (the
 rename keeps one).
@@ -36,8 +37,10 @@ FETCH_CONCURRENCY = 16
 
 
 class BundleProvider:
-    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None, *,
+                 copy: bool = False) -> None:
         self.cache = BlobCache(cache_dir, max_bytes)
+        self.copy = copy  # trees of copies, not links (--sandbox none: bundles/tree.py says why)
         self._ssl = ssl_context
         self._lock = asyncio.Lock()  # the cache is used from one thread at a time
 
@@ -66,7 +69,7 @@ class BundleProvider:
 
     def _build(self, m: mf.Manifest, wanted: set[str], dest: Path) -> None:
         self.cache.touch(wanted)
-        build_tree(self.cache, m, dest)
+        build_tree(self.cache, m, dest, copy=self.copy)
         self.cache.evict(keep=wanted)
 
 
@@ -114,7 +117,8 @@ class ShippedCode:
             log.warning("--sandbox none: tasks with shipped code run unconfined, with this worker's files and "
                         "environment in reach (the operator's explicit choice)")
         root = state_base(config) / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
-        provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context)
+        provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context,
+                                  copy=config.sandbox == "none")
         (root / "tasks").mkdir(parents=True, exist_ok=True)
         return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))
 
