@@ -140,16 +140,17 @@ async def test_an_operator_custom_handler_reaches_nothing_of_the_worker(tmp_path
         parameters = {"root": str(handlers), "work": str(tmp_path / "unconfined" / "work")}
         ctx = TaskContext("t1", 1, "custom", {"name": "probe", "parameters": parameters}, timeout_s=60)
         first = await ex.run(ctx)
-        second = await ex.run(ctx)
+        second = await ex.run(ctx)  # the child emptied its directory after the first reply...
+        third = await ex.run(ctx)  # ... and, having watched it since, after the second
         [pid] = ex.pool.pids
     finally:
         await ex.close()
-    assert first.status == second.status == "succeeded", (first, second)
-    for out in (first.output, second.output):
+    assert first.status == second.status == third.status == "succeeded", (first, second, third)
+    for out in (first.output, second.output, third.output):
         assert (out["root"], out["scratch"]) == ("operator data", "ok")
     if sandbox == "bwrap":
         assert first.output["reached"] == second.output["reached"] == []
-        assert second.output["seen"] == []  # the first task's files are gone
+        assert second.output["seen"] == third.output["seen"] == []  # the task before left nothing
         assert not (state / "planted").exists() and not (handlers / "planted").exists()
         assert list((state / "scratch-w0").iterdir()) == [other]  # the pool child's directory went with it
     else:
