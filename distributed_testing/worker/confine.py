@@ -75,7 +75,7 @@ class Confinement:
 
     def wrap(self, argv: Sequence[str], *, rw: Sequence[Path], cwd: Path | None = None,
              devices: Sequence[str] = ()) -> list[str]:
-        """The command that runs ``argv`` confined, ``rw`` writable (each must exist)."""
+        """The command that runs ``argv`` confined, ``rw`` writable (those that exist)."""
         cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
                "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL",
                "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
@@ -89,7 +89,7 @@ class Confinement:
             elif p.exists():
                 cmd += ["--ro-bind", "/dev/null", str(p)]
         for p in rw:
-            cmd += ["--bind", str(p.resolve()), str(p.resolve())]
+            cmd += ["--bind-try", str(p.resolve()), str(p.resolve())]  # a cache directory not made yet
         for p in dirs:  # after the binds, whose mount points bwrap makes inside the tmpfs
             cmd += ["--remount-ro", str(p)]
         if cwd is not None:
@@ -140,8 +140,7 @@ def for_worker(config: Any, cache_dir: Path) -> Confinement | None:
                     "refused", reason)
         return None
     hide, scratch_root = worker_paths(config, cache_dir)
-    for d in (scratch_root, cache_dir):
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     log.info("tasks without a bundle run in bwrap: the filesystem read-only, %s hidden, writes to their own "
              "scratch directory under %s", ", ".join(str(p) for p in _outermost(hide)), scratch_root)
     return Confinement(tuple(hide), scratch_root)

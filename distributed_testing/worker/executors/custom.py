@@ -105,7 +105,6 @@ class CustomExecutor:
     ) -> None:
         size = pool_size if pool_size is not None else max_concurrency
         self.registry = HandlerRegistry(handlers, use_entry_points=use_entry_points)
-        self._cache_path = cache_dir if confinement is not None else None  # made at start: bwrap binds it
         self.pool = HandlerPool(
             size,
             handlers=handlers,
@@ -125,8 +124,6 @@ class CustomExecutor:
     async def start(self) -> None:
         """Start the pool's children (a second call does nothing)."""
         if not self._started:
-            if self._cache_path is not None:
-                self._cache_path.mkdir(parents=True, exist_ok=True)
             await self.pool.start()
             self._started = True
 
