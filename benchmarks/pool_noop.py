@@ -2,6 +2,11 @@
 all at once: the cost of a custom task's round trip to its child, without the coordinator.
 
     .venv/bin/python benchmarks/pool_noop.py --tasks 2000 --pool-size 2
+    .venv/bin/python benchmarks/pool_noop.py --compare-confined --repeat 5
+
+``--compare-confined`` alternates rounds of an unconfined pool with rounds of a pool whose children
+run in the worker's deny-list confinement (worker/confine.py: started in bwrap once, each task in
+a scratch directory emptied after it) and reports the ratio of their medians.
 """
 
 from __future__ import annotations
@@ -10,16 +15,20 @@ import argparse
 import asyncio
 import logging
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
+from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors import CustomExecutor, TaskContext
 
 logger = logging.getLogger("bench_pool_noop")
 
 
-async def measure(tasks: int, pool_size: int, timeout_s: float | None) -> dict[str, float]:
+async def measure(tasks: int, pool_size: int, timeout_s: float | None,
+                  confinement: Confinement | None = None) -> dict[str, float]:
     """Tasks/s for ``tasks`` noops run one after another and all at once through the pool."""
-    ex = CustomExecutor(pool_size)
+    ex = CustomExecutor(pool_size, confinement=confinement)
     await ex.start()
     try:
         ctx = TaskContext("bench", 1, "custom", {"name": "noop", "parameters": {}}, timeout_s=timeout_s)
@@ -51,8 +60,13 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=None, help="per-task timeout (adds a watchdog)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; best and median are reported")
+    parser.add_argument("--compare-confined", action="store_true",
+                        help="alternate unconfined and confined rounds and report the ratio")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.compare_confined:
+        compare(args)
+        return
     rounds = [asyncio.run(measure(args.tasks, args.pool_size, args.timeout_s)) for _ in range(args.repeat)]
     for key in ("sequential_tasks_per_s", "concurrent_tasks_per_s"):
         values = sorted(r[key] for r in rounds)
@@ -61,6 +75,23 @@ def main() -> None:
             args.tasks, args.pool_size, args.timeout_s, key, values[-1], statistics.median(values),
             1e6 / values[-1],
         )
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Unconfined and confined rounds, alternating, in one run; medians and their ratio."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "scratch"
+        root.mkdir()
+        confinement = Confinement(hide=(Path(tmp) / "state",), scratch_root=root)
+        rounds: dict[str, list[dict[str, float]]] = {"unconfined": [], "confined": []}
+        for _ in range(args.repeat):
+            rounds["unconfined"].append(asyncio.run(measure(args.tasks, args.pool_size, args.timeout_s)))
+            rounds["confined"].append(asyncio.run(measure(args.tasks, args.pool_size, args.timeout_s, confinement)))
+    for key in ("sequential_tasks_per_s", "concurrent_tasks_per_s"):
+        medians = {name: statistics.median(r[key] for r in rs) for name, rs in rounds.items()}
+        logger.info("%d noops, pool size %d, %d rounds, %s median: unconfined %.0f, confined %.0f, ratio %.3f",
+                    args.tasks, args.pool_size, args.repeat, key, medians["unconfined"], medians["confined"],
+                    medians["confined"] / medians["unconfined"])
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class WorkerConfig:
     # GET /api/v1/cluster, switch to the next coordinator at once, never give up, beat twice as often
     high_availability: bool = False
     api_key: str | None = None
+    api_key_file: Path | None = None  # where api_key was read from: hidden from task children (worker/confine.py)
     token: str | None = None
     token_file: Path | None = None
     name: str = field(default_factory=socket.gethostname)

@@ -220,10 +220,12 @@ class Fleet:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
 
-    def slots(self) -> int:
-        """Task slots of the connected workers (at least 1)."""
+    def slots(self, *, bundle: bool = False) -> int:
+        """Task slots of the connected workers (at least 1); with ``bundle`` only of those that run
+        shipped code (``--accept-bundles``), the only ones a bundle's tasks can be placed on."""
         workers = self.api.get("/api/v1/workers").get("workers") or []
-        return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers if w.get("state") != "disconnected"))
+        return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers
+                          if w.get("state") != "disconnected" and (w.get("accept_bundles") or not bundle)))
 
     def submit(self, docs: list[dict[str, Any]]) -> None:
         self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
@@ -313,7 +315,8 @@ class FleetRunner:
     def _run(self, session: pytest.Session, fleet: Fleet) -> None:
         cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
         history = cache.get(HISTORY_KEY, {}) if cache is not None else {}
-        chunks = plan_chunks(session.items, self.root, fleet.slots(), history, self.partial)
+        shipped = not self.config.getoption("--dt-shared-tree")
+        chunks = plan_chunks(session.items, self.root, fleet.slots(bundle=shipped), history, self.partial)
         run_id = f"{int(time.time() * 1000):x}"
         extra = self.ship_tree(fleet)
         maxfail = int(self.config.getoption("maxfail") or 0)

@@ -2,8 +2,11 @@
 
 ``build_tree(cache, manifest, dest)`` makes every directory, links each file from the cache
 (``BlobCache.path``, or its executable twin for mode 0755) and then makes the directories
-read-only (0555). A cache on another filesystem than ``dest`` gets copies instead of links. Every
-blob must be in the cache (the worker fetches the missing ones first). ``remove_tree`` undoes it.
+read-only (0555). A cache on another filesystem than ``dest`` gets copies instead of links, and so
+does ``copy=True``: a worker with ``--sandbox none`` asks for it, because there the task runs as
+the worker's user (root, or the owner of the cache's files) outside any read-only mount, and could
+``chmod`` a linked file and write through it into the cache that later tasks' trees are built from. Every blob must be in the cache (the
+worker fetches the missing ones first). ``remove_tree`` undoes it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from .cache import BlobCache
 from .manifest import Manifest
 
 
-def build_tree(cache: BlobCache, m: Manifest, dest: Path) -> None:
+def build_tree(cache: BlobCache, m: Manifest, dest: Path, *, copy: bool = False) -> None:
     dest = Path(dest)
     dest.mkdir(parents=True)
     dirs = sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p})
@@ -26,16 +29,23 @@ def build_tree(cache: BlobCache, m: Manifest, dest: Path) -> None:
     link = os.link
     for f in m.files:
         src = cache.executable(f.digest) if f.mode == 0o755 else cache.path(f.digest)
+        if copy:
+            _copy(src, dest / f.path, f.mode)
+            continue
         try:
             link(src, dest / f.path)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM):
                 raise
-            shutil.copyfile(src, dest / f.path)
-            os.chmod(dest / f.path, f.mode & 0o555)
+            _copy(src, dest / f.path, f.mode)
     for d in reversed(dirs):
         os.chmod(dest / d, 0o555)
     os.chmod(dest, 0o555)
+
+
+def _copy(src: Path, dest: Path, mode: int) -> None:
+    shutil.copyfile(src, dest)
+    os.chmod(dest, mode & 0o555)
 
 
 def remove_tree(dest: Path) -> None:

@@ -60,7 +60,8 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> WorkerCo
     if not test_root.is_dir():
         raise ConfigError(f"--test-root: {test_root} is not a directory")
     urls = values["coordinator_urls"]
-    return WorkerConfig(coordinator_url=urls[0], api_key=_api_key(ns, env), **values)
+    return WorkerConfig(coordinator_url=urls[0], api_key=_api_key(ns, env), api_key_file=_api_key_file(ns, env),
+                        **values)
 
 
 def _api_key(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -76,6 +77,15 @@ def _api_key(ns: argparse.Namespace, env: Mapping[str, str]) -> str | None:
         return env["DT_API_KEY"]
     if env.get("DT_API_KEY_FILE"):
         return read_key_file(Path(env["DT_API_KEY_FILE"]), "DT_API_KEY_FILE")
+    return None
+
+
+def _api_key_file(ns: argparse.Namespace, env: Mapping[str, str]) -> Path | None:
+    """The file :func:`_api_key` read the key from, if it read one: task children must not see it."""
+    if ns.api_key_file:
+        return Path(ns.api_key_file).absolute()
+    if not (ns.api_key or ns.token or ns.token_file or env.get("DT_API_KEY")) and env.get("DT_API_KEY_FILE"):
+        return Path(env["DT_API_KEY_FILE"]).absolute()
     return None
 
 

@@ -229,11 +229,14 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             help="run tasks with shipped code (a bundle), each in a sandbox"),
     Setting("--sandbox", env="DT_SANDBOX", choices=("bwrap", "none"), default="bwrap", metavar="{bwrap,none}",
             group="trust",
-            help="how shipped code is confined: bwrap (bubblewrap; without it such tasks are refused) or "
-                 "none (unconfined, logged as a warning at every start) (default bwrap)"),
+            help="how task children are confined: bwrap (bubblewrap: shipped code in an allow-list sandbox, "
+                 "refused where bwrap cannot make one; the operator's own tasks in a deny-list one that hides "
+                 "this worker's files) or none (every task unconfined, logged as a warning at every start) "
+                 "(default bwrap)"),
     Setting("--task-network", env="DT_TASK_NETWORK", choices=("none", "loopback", "host"), default="loopback",
             metavar="{none,loopback,host}", group="trust",
-            help="a sandboxed task's network: none, a private loopback, or the host's (default loopback)"),
+            help="the network of a task with shipped code: none, a private loopback, or the host's (the "
+                 "operator's own tasks keep the host's) (default loopback)"),
     Setting("--cache-max-gb", type=float, env="DT_CACHE_MAX_GB", lo=0, lo_open=True, default=10.0, metavar="GB",
             group="trust",
             help="size cap of the bundle blob cache, least recently used evicted first (default 10)"),

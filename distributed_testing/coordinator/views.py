@@ -143,6 +143,7 @@ def worker_page(state: CoordinatorState, limit: int, offset: int,
         out.append({"worker_id": w.worker_id, "name": w.name, "state": w.state,
                     "reason": w.health_reason, "capabilities": sorted(w.view.capabilities),
                     "tags": sorted(w.view.tags), "max_concurrent": w.view.max_concurrent,
+                    "accept_bundles": w.view.accept_bundles,
                     "running": sorted(w.view.running), "load": w.load, "last_seen": w.last_seen,
                     "hardware": w.hardware, "pipeline": {"depth": w.pace.limit, "window": w.view.window}})
     return out, len(ids)

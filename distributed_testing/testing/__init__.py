@@ -46,6 +46,7 @@ from ..coordinator.store.memory import MemoryStore
 from ..protocol import messages as m
 from ..protocol.signing import SESSION_HEADER, Channel, derive_session_key
 from ..security import tls
+from ..worker import confine
 from ..worker.agent import WorkerAgent
 from ..worker.auth import Credentials
 from ..worker.environment import EnvironmentProbe, with_environment
@@ -150,8 +151,10 @@ class Cluster:
         config = replace(config, **overrides)
         if config.api_key:
             self.worker_keys.setdefault(config.worker_id, config.api_key)
-        executors = default_executors(config.max_concurrent_tasks, cache_dir=self.tmp / f"cache{idx}",
-                                      benchmark=benchmark_options(config))
+        cache_dir = self.tmp / f"cache{idx}"
+        executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir,
+                                      benchmark=benchmark_options(config),
+                                      confinement=confine.for_worker(config, cache_dir))
         result_store, results = await open_storage(config)  # in memory unless the overrides give a db_path
         executors = with_benchmark_cache(executors, config, results)
         agent = WorkerAgent(config, executors if probe is None else with_environment(executors, probe),

@@ -2,7 +2,8 @@
 
 ``BundleProvider.prepare(url, credential, digest, dest)`` reads the manifest (its digest checked),
 fetches the blobs not in the cache over the worker's own credential (each digest checked on
-arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard links and evicts the
+arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard links (copies with
+``--sandbox none``, :mod:`..bundles.tree`) and evicts the
 least recently used blobs beyond ``--cache-max-gb``. Blocking file work runs in a thread. Fetches
 of different tasks may overlap; a blob fetched twice is stored twice under the same name (the
 rename keeps one).
@@ -40,6 +41,7 @@ from ..bundles.cache import BlobCache
 from ..bundles.tree import build_tree, remove_tree
 from ..errors import ExecutionError
 from ..tasks import pyreqs
+from .confine import state_base
 from .pyenv import PythonEnvs
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,10 @@ class _Tree:
 
 
 class BundleProvider:
-    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None,
-                 trees_dir: Path | None = None) -> None:
+    def __init__(self, cache_dir: Path, max_bytes: int, ssl_context: ssl.SSLContext | None = None, *,
+                 trees_dir: Path | None = None, copy: bool = False) -> None:
         self.cache = BlobCache(cache_dir, max_bytes)
+        self.copy = copy  # trees of copies, not links (--sandbox none: bundles/tree.py says why)
         self._ssl = ssl_context
         self._lock = asyncio.Lock()  # the cache is used from one thread at a time
         self._manifests: collections.OrderedDict[str, mf.Manifest] = collections.OrderedDict()
@@ -129,7 +132,7 @@ class BundleProvider:
     def _build(self, m: mf.Manifest, keep: set[str], dest: Path) -> None:
         remove_tree(dest)  # a shared tree's leftover from a build that failed midway
         self.cache.touch(m.digests())
-        build_tree(self.cache, m, dest)
+        build_tree(self.cache, m, dest, copy=self.copy)
         self.cache.evict(keep=keep)
         self.builds += 1
 
@@ -195,9 +198,9 @@ class ShippedCode:
         elif config.sandbox == "none":
             log.warning("--sandbox none: tasks with shipped code run unconfined, with this worker's files and "
                         "environment in reach (the operator's explicit choice)")
-        base = Path(config.db_path).parent if config.db_path else Path(tempfile.gettempdir()) / "distributed_testing"
-        root = base.absolute() / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
-        provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context)
+        root = state_base(config) / f"bundles-{config.worker_id}"  # task paths go to bwrap and pytest's cwd
+        provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context,
+                                  copy=config.sandbox == "none")
         (root / "tasks").mkdir(parents=True, exist_ok=True)
         return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WorkerConfig
+from . import confine
 from .agent import WorkerAgent
 from .auth import Credentials
 from .bench_cache import MemoryResultCache, ResultCache
@@ -66,14 +67,17 @@ def with_benchmark_cache(executors: dict[str, Executor], config: WorkerConfig,
                          cache: ResultCache) -> dict[str, Executor]:
     """``executors`` with the benchmark executor replaced by one that uses ``cache`` and the
     worker's benchmark flags, and the training executor bound to ``config.interface`` and
-    ``config.allow_model_modules``; the two keep sharing one lock."""
+    ``config.allow_model_modules``; the two keep sharing one lock and the training executor's
+    confinement."""
     current = executors.get("training")
     if isinstance(current, TrainingExecutor):
         training = TrainingExecutor(replace(current.options, interface=config.interface,
-                                            allow_model_modules=config.allow_model_modules), current.exclusive)
+                                            allow_model_modules=config.allow_model_modules), current.exclusive,
+                                    current.confinement)
     else:
         training = TrainingExecutor(training_options(config, {}))
-    benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache, exclusive=training.exclusive)
+    benchmark = BenchmarkExecutor(benchmark_options(config), cache=cache, exclusive=training.exclusive,
+                                  confinement=training.confinement)
     return {**executors, "benchmark": benchmark, "training": training}
 
 
@@ -86,8 +90,9 @@ async def build_agent(config: WorkerConfig) -> WorkerAgent:
     log.info("detected %s, %s cores, %.1f GB; capabilities %s; tags %s", hardware.get("cpu_model"),
              hardware.get("logical_cores"), hardware.get("memory_gb", 0.0), caps, list(config.tags))
     result_store, results = await open_storage(config)
-    executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir_for(config),
+    cache_dir = cache_dir_for(config)
+    executors = default_executors(config.max_concurrent_tasks, cache_dir=cache_dir,
                                   benchmark=benchmark_options(config), training=training_options(config, hardware),
-                                  result_cache=results)
+                                  result_cache=results, confinement=confine.for_worker(config, cache_dir))
     executors = with_environment(executors, EnvironmentProbe())
     return WorkerAgent(config, executors, result_store, hardware, caps, creds)

@@ -14,6 +14,8 @@ would pass those checks) but absent. The child gets:
 * in ``/dev`` only the basic nodes, plus the GPU nodes a benchmark child is given (``devices``);
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` to read), IPC and
   UTS namespaces, a new session (no terminal injection), ``--die-with-parent``;
+* no capabilities (``--cap-drop ALL``): bwrap started by root keeps them all by default, and a
+  child holding ``CAP_SYS_ADMIN`` and ``CAP_MKNOD`` could make a disk's device node and mount it;
 * a scrubbed environment: ``--clearenv``, then only what the caller passes;
 * its network (``--task-network``): ``host`` shares the worker's; ``loopback`` a private network
   namespace whose loopback works (a task's own servers, single-node ranks) and reaches nothing
@@ -22,7 +24,8 @@ would pass those checks) but absent. The child gets:
 
 ``Sandbox.wrap`` returns the argv to run instead of the child's; ``mode="none"`` (the operator's
 explicit ``--sandbox none``) returns it unchanged. ``available()`` says whether bwrap can make a
-sandbox here (None) or why not.
+sandbox here (None) or why not. Tasks without a bundle get a deny-list sandbox instead
+(:mod:`.confine`).
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class Sandbox:
         if self.mode == "none":
             return list(argv)
         cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
-               "--unshare-uts", "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev"]
+               "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev"]
         if self.network != "host":
             cmd.append("--unshare-net")
         for d in _SYSTEM:

@@ -72,6 +72,7 @@ def default_executors(
     training: TrainingOptions | None = None,
     result_cache: Any = None,
     registry: kinds.Registry | None = None,
+    confinement: Any = None,
 ) -> dict[str, Executor]:
     """The executors a worker runs, keyed by task type: one per kind of ``registry`` (default:
     :func:`~distributed_testing.tasks.kinds.active`), each built by its kind's factory.
@@ -81,7 +82,8 @@ def default_executors(
     the cores, and a task beyond it waits (holding its slot) for the next free child. Benchmarks
     and training nodes share one lock (one measurement at a time); training files go under
     ``training.run_dir``, by default ``<cache_dir>/training``; ``result_cache`` is the benchmark
-    result cache (default: in memory). Call ``start()`` on each before the first task and
+    result cache (default: in memory); ``confinement`` (:func:`~distributed_testing.worker.confine.for_worker`)
+    confines the children of tasks without a bundle, None leaves them unconfined. Call ``start()`` on each before the first task and
     ``close()`` at shutdown.
     """
     import tempfile
@@ -90,5 +92,5 @@ def default_executors(
     settings = ExecutorSettings(max_concurrency=max_concurrency, cache_dir=base, custom_pool_size=custom_pool_size,
                                 custom_handlers=custom_handlers, custom_pythonpath=custom_pythonpath,
                                 pytest_env=pytest_env, benchmark=benchmark, training=training,
-                                result_cache=result_cache)
+                                result_cache=result_cache, confinement=confinement)
     return {k.name: build_executor(k, settings) for k in (registry or kinds.active()).kinds}

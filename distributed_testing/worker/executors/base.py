@@ -106,6 +106,7 @@ class ExecutorSettings:
     training: Any = None  # TrainingOptions | None
     result_cache: Any = None  # bench_cache.ResultCache | None
     exclusive: Any = field(default_factory=_new_lock)  # asyncio.Lock
+    confinement: Any = None  # worker.confine.Confinement | None: how tasks without a bundle are confined
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -8,7 +8,8 @@ a model arrive as one batch and go to the child as one request: the model loads 
 With ``cache_models`` the child lives on between tasks and keeps its loaded models; otherwise each
 task (or batch) gets a fresh child, so nothing one task did can skew the next. A crash or an
 out-of-memory kill of the child becomes an ``error`` result naming the exit; the next task starts
-a new child.
+a new child. With the worker's confinement (:mod:`..confine`) the child runs in it, writing only
+to a scratch directory of its own, removed with the child.
 
 Every successful result is stored in the worker's :class:`~..bench_cache.ResultCache`, keyed by
 config and environment fingerprint. A task with ``cache: true`` is first looked up there: the
@@ -40,14 +41,17 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ...bundles.tree import top_level_modules
 from ...errors import ExecutionError, StoreError
 from ...process.childenv import child_environ
+from .. import confine
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
+from ..confine import Confinement
 from ..sandbox import PACKAGE_PARENT, gpu_devices, task_environ
-from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed
+from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed, task_python
 from .proc import describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
@@ -81,8 +85,10 @@ class BenchmarkExecutor:
     task_type = "benchmark"
 
     def __init__(self, options: BenchmarkOptions | None = None, cache: ResultCache | None = None,
-                 exclusive: asyncio.Lock | None = None) -> None:
+                 exclusive: asyncio.Lock | None = None, confinement: Confinement | None = None) -> None:
         self.options = options or BenchmarkOptions()
+        self.confinement = confinement  # the child of tasks without a bundle runs in it (worker/confine.py)
+        self._scratch: Path | None = None  # that child's scratch directory, removed with it
         self.cache: ResultCache = cache if cache is not None else MemoryResultCache()
         self._lock = asyncio.Lock()
         # shared with the training executor (ExecutorSettings.exclusive): one measurement at a time
@@ -99,6 +105,9 @@ class BenchmarkExecutor:
         if self._child is not None:
             await kill_and_reap(self._child)
             self._child = None
+        if self._scratch is not None:
+            await asyncio.to_thread(confine.remove, self._scratch)
+            self._scratch = None
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         return (await self.run_batch([ctx]))[0]
@@ -134,13 +143,14 @@ class BenchmarkExecutor:
         tops = top_level_modules(ctx.bundle_root)
         check_model_allowed(dataclasses.replace(ctx, allow_model_modules=(*ctx.allow_model_modules, *tops)))
         async with self.exclusive, self._lock:
-            kept, self._child = self._child, None  # the operator's cached child waits aside
+            kept = self._child, self._scratch  # the operator's cached child waits aside
+            self._child = self._scratch = None
             try:
                 self._child = await self._spawn(ctx, tops)
                 return (await self._request([ctx], [self._config(ctx)], time.time()))[0]
             finally:
                 await self.close()
-                self._child = kept
+                self._child, self._scratch = kept
 
     def _config(self, ctx: TaskContext) -> dict[str, Any]:
         cfg = dict(ctx.config)
@@ -158,7 +168,8 @@ class BenchmarkExecutor:
         """The benchmark child; with ``shipped``, a bundle task's sandboxed one allowing ``modules``
         too."""
         allowed = (*self.options.allow_model_modules, *modules)
-        args = [sys.executable, "-m", "distributed_testing.bench.child", f"--allow-model-modules={','.join(allowed)}"]
+        python, env_dirs = task_python(shipped) if shipped is not None else (sys.executable, [])
+        args = [python, "-m", "distributed_testing.bench.child", f"--allow-model-modules={','.join(allowed)}"]
         if self.options.threads is not None:
             args += ["--threads", str(self.options.threads)]
         if self.options.mixed_precision:
@@ -171,8 +182,13 @@ class BenchmarkExecutor:
             cwd = shipped.bundle_root.resolve()
             carried = {k: v for k, v in env.items() if k in _CARRIED}
             env = {**task_environ(carried, shipped.scratch_dir), "PYTHONPATH": str(PACKAGE_PARENT)}
-            args = shipped.sandbox.wrap(args, ro=[cwd], rw=[shipped.scratch_dir], cwd=cwd, env=env,
+            args = shipped.sandbox.wrap(args, ro=[cwd, *env_dirs], rw=[shipped.scratch_dir], cwd=cwd, env=env,
                                         devices=gpu_devices())
+        elif self.confinement is not None:  # the operator's models: the deny-list
+            await asyncio.to_thread(confine.remove, self._scratch)  # a dead child's
+            self._scratch = await asyncio.to_thread(self.confinement.scratch, "bench")
+            env = self.confinement.environ(env, self._scratch)
+            args = self.confinement.wrap(args, rw=[self._scratch], devices=gpu_devices())
         return await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, env=env,
             start_new_session=True, limit=MAX_LINE, cwd=cwd)
@@ -325,4 +341,5 @@ def _outcomes(reply: dict[str, Any], n: int, started: float) -> list[ExecOutcome
 
 def build(settings: ExecutorSettings) -> BenchmarkExecutor:
     """The ``benchmark`` kind's executor (``tasks.kinds``)."""
-    return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive)
+    return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive,
+                             confinement=settings.confinement)

@@ -17,7 +17,8 @@ could leave code behind for the next or read its files. Each shipped handler get
 of one child started inside the sandbox (``ctx.sandbox``, :mod:`distributed_testing.worker.sandbox`)
 with the bundle's root as its working directory (first on ``sys.path``), the bundle read-only, its
 scratch directory writable (``HandlerContext.work_dir``; ``cache_dir`` is None), the sandbox's
-scrubbed environment and network. The same limits and outcomes apply; the child is killed after
+scrubbed environment and network, and the interpreter of the bundle's Python environment when it
+has requirements (:func:`.base.task_python`). The same limits and outcomes apply; the child is killed after
 the task.
 """
 
@@ -35,7 +36,8 @@ import msgspec
 from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
 from distributed_testing.tasks.usercode import model_name_error
-from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext
+from distributed_testing.worker.confine import Confinement
+from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.handlers import (
     BUILTIN_HANDLERS,
     ENTRY_POINT_GROUP,
@@ -82,7 +84,9 @@ class CustomExecutor:
 
     ``cache_dir`` is the worker's cache directory handed to handlers (``setup_environment``
     clears it). ``handlers`` adds ``name -> "module:function"`` handlers next to the built-ins
-    and entry points; ``pythonpath`` is prepended to the children's import path.
+    and entry points; ``pythonpath`` is prepended to the children's import path. With
+    ``confinement`` the pool's children run in it (:class:`.pool.HandlerPool`), ``cache_dir``
+    writable.
     """
 
     task_type = "custom"
@@ -97,6 +101,7 @@ class CustomExecutor:
         pythonpath: Sequence[Path] = (),
         use_entry_points: bool = True,
         start_timeout_s: float = 60.0,
+        confinement: Confinement | None = None,
     ) -> None:
         size = pool_size if pool_size is not None else max_concurrency
         self.registry = HandlerRegistry(handlers, use_entry_points=use_entry_points)
@@ -106,6 +111,8 @@ class CustomExecutor:
             pythonpath=pythonpath,
             use_entry_points=use_entry_points,
             start_timeout_s=start_timeout_s,
+            confinement=confinement,
+            writable=[] if cache_dir is None else [cache_dir],
         )
         self._cache_dir = None if cache_dir is None else str(cache_dir)
         self._started = False
@@ -160,8 +167,9 @@ class CustomExecutor:
             raise ExecutionError("a custom task with a bundle needs the worker's sandbox and a scratch directory")
         scratch = ctx.scratch_dir
         env = {**task_environ({}, scratch), "PYTHONPATH": str(PACKAGE_PARENT)}
-        argv = HandlerPool.child_argv({name: name}, use_entry_points=False)
-        argv = ctx.sandbox.wrap(argv, ro=[root], rw=[scratch], cwd=root, env=env)
+        python, env_dirs = task_python(ctx)  # the bundle's environment when it has requirements
+        argv = [python, *HandlerPool.child_argv({name: name}, use_entry_points=False)[1:]]
+        argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[scratch], cwd=root, env=env)
         pool = HandlerPool(1, command=argv, env=env, cwd=root)
         started = time.time()
         try:
@@ -221,4 +229,4 @@ def build(settings: ExecutorSettings) -> CustomExecutor:
     return CustomExecutor(settings.max_concurrency,
                           pool_size=settings.custom_pool_size or min(settings.max_concurrency, 2 * (os.cpu_count() or 1)),
                           cache_dir=settings.cache_dir, handlers=settings.custom_handlers,
-                          pythonpath=settings.custom_pythonpath)
+                          pythonpath=settings.custom_pythonpath, confinement=settings.confinement)

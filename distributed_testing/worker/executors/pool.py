@@ -28,6 +28,8 @@ import msgspec
 import distributed_testing
 from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
+from distributed_testing.worker import confine
+from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors.pool_child import (
     HEADER,
     MAX_FRAME,
@@ -66,11 +68,13 @@ class PoolResult:
 class _Child:
     """One running pool child and its pipes."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, hello: Hello, tail: OutputTail, drain: asyncio.Task[None]):
+    def __init__(self, proc: asyncio.subprocess.Process, hello: Hello, tail: OutputTail, drain: asyncio.Task[None],
+                 scratch: Path | None = None):
         self.proc = proc
         self.pid = proc.pid
         self.handlers = hello.handlers
         self.stderr_tail = tail
+        self.scratch = scratch  # a confined child's own writable directory, emptied after each task
         self._drain = drain
 
     async def request(self, payload: bytes) -> Reply | None:
@@ -95,6 +99,7 @@ class _Child:
             await asyncio.wait_for(self._drain, timeout=5.0)
         except TimeoutError:
             logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
+        confine.remove(self.scratch)
         return code
 
 
@@ -113,6 +118,14 @@ class HandlerPool:
     ``command``, ``env`` and ``cwd``, when given, replace the child's command line (see
     :meth:`child_argv`), environment and working directory: a shipped handler's one-off pool runs
     its child inside the sandbox (``custom.py``).
+
+    With ``confinement`` (the operator's handlers, :mod:`distributed_testing.worker.confine`) each
+    child is started inside it once, with a scratch directory of its own (the only place it can
+    write, with ``writable``: the cache directory ``setup_environment`` clears). Each request gets
+    its ``work`` directory as ``work_dir``, and the child empties the scratch directory after each
+    reply (while the worker reads the reply, not before it), so a task finds no file of the one
+    before it and no child sees another child's files. (What a handler keeps in the child's memory
+    stays, as in any warm pool: these are the operator's handlers.)
     """
 
     def __init__(
@@ -126,6 +139,8 @@ class HandlerPool:
         command: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        confinement: Confinement | None = None,
+        writable: Sequence[Path] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
@@ -133,6 +148,8 @@ class HandlerPool:
         self._argv = list(command) if command is not None else self.child_argv(handlers or {}, use_entry_points)
         self._env = dict(env) if env is not None else self._child_env(pythonpath)
         self._cwd = cwd
+        self._confine = confinement
+        self._writable = list(writable)
         self._start_timeout_s = start_timeout_s
         self._idle: list[_Child] = []
         self._children: set[_Child] = set()
@@ -186,13 +203,26 @@ class HandlerPool:
             raise
 
     async def _spawn_unaccounted(self) -> _Child:
+        argv, env, scratch = self._argv, self._env, None
+        if self._confine is not None:
+            scratch = self._confine.scratch("pool")
+            (scratch / "work").mkdir()
+            env = self._confine.environ(env, scratch)
+            argv = self._confine.wrap(argv, rw=[scratch, *self._writable])
+        try:
+            return await self._start_child(argv, env, scratch)
+        except BaseException:
+            confine.remove(scratch)
+            raise
+
+    async def _start_child(self, argv: list[str], env: dict[str, str], scratch: Path | None) -> _Child:
         proc = await asyncio.create_subprocess_exec(
-            *self._argv,
+            *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            env=self._env,
+            env=env,
             cwd=self._cwd,
         )
         assert proc.stdout is not None and proc.stderr is not None
@@ -212,7 +242,7 @@ class HandlerPool:
         except BaseException:
             kill_process_group(proc.pid)
             raise
-        child = _Child(proc, hello, tail, drain)
+        child = _Child(proc, hello, tail, drain, scratch)
         self._children.add(child)
         logger.debug("pool child %d started with handlers %s", child.pid, child.handlers)
         return child
@@ -226,9 +256,11 @@ class HandlerPool:
         if self._closed:
             raise ExecutionError("custom handler pool is closed")
         request = msgspec.structs.replace(request, seq=next(self._seq))
-        payload = frame(_ENCODER.encode(request))
         async with self._sem:
             child = await self._checkout()
+            if child.scratch is not None:  # the child empties it after its reply (pool_child.empty_scratch)
+                request = msgspec.structs.replace(request, work_dir=str(child.scratch / "work"), clean_scratch=True)
+            payload = frame(_ENCODER.encode(request))
             try:
                 result = await self._call_on(child, payload, request.seq, timeout_s, max_memory_mb)
             except BaseException:

@@ -13,8 +13,10 @@ and dies with it when the parent kills the group.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
+import shutil
 import struct
 import sys
 import time
@@ -53,6 +55,7 @@ class Request(msgspec.Struct, array_like=True, frozen=True):
     cache_dir: str | None = None
     work_dir: str | None = None
     timeout_s: float | None = None
+    clean_scratch: bool = False  # after the reply, empty work_dir's parent (a confined child's scratch)
 
 
 class Reply(msgspec.Struct, array_like=True, frozen=True):
@@ -126,10 +129,76 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
     decoder = msgspec.msgpack.Decoder(Request)
     proto_out.write(frame(encoder.encode(Hello(os.getpid(), registry.names()))))
     proto_out.flush()
+    watch: ScratchWatch | None = None
     while (payload := _read_frame(proto_in)) is not None:
-        reply = run_request(registry, decoder.decode(payload), json_encoder)
+        request = decoder.decode(payload)
+        reply = run_request(registry, request, json_encoder)
         proto_out.write(frame(encoder.encode(reply)))
         proto_out.flush()
+        if request.clean_scratch and request.work_dir is not None:
+            if watch is None:
+                watch = ScratchWatch(Path(request.work_dir).parent)
+            watch.clean()
+
+
+SCRATCH_DIRS = ("work", "tmp")  # what a confined child's scratch directory holds between tasks, empty
+_IN_CHANGED = 0x100 | 0x200 | 0x40 | 0x80 | 0x400 | 0x800  # IN_CREATE, DELETE, MOVED_FROM/TO, DELETE/MOVE_SELF
+
+
+class ScratchWatch:
+    """Empties a confined child's scratch directory (:func:`empty_scratch`) only when something
+    changed in it since the last time: inotify watches the directory, ``work`` and ``tmp`` (a file
+    anywhere below needs an entry made in one of them first), so a task that wrote nothing costs
+    one non-blocking read instead of three directory listings. Without inotify it always lists."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._dirty = True  # the first task's files were made before the watch
+
+    def _watch(self) -> bool:
+        return self._fd >= 0 and all(
+            self._libc.inotify_add_watch(self._fd, os.fsencode(d), _IN_CHANGED) >= 0
+            for d in (self.root, *(self.root / n for n in SCRATCH_DIRS)))
+
+    def _changed(self) -> bool:
+        changed = False
+        while True:
+            try:
+                if not os.read(self._fd, 65536):
+                    return True
+            except BlockingIOError:
+                return changed
+            changed = True
+
+    def clean(self) -> None:
+        if self._fd < 0 or self._dirty or self._changed():
+            empty_scratch(self.root)
+            self._dirty = not self._watch()  # work/tmp may be new directories: watch them again
+            if not self._dirty:
+                self._changed()  # our own changes
+
+
+def empty_scratch(root: Path) -> None:
+    """Leave ``root`` holding nothing but empty ``work`` and ``tmp`` (``TMPDIR``): the files one
+    task left for the next are removed. Checking costs a few directory reads when there are none
+    (creating and removing directories costs milliseconds on some disks)."""
+    kept = set()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name in SCRATCH_DIRS and entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as inner:
+                    if next(inner, None) is None:
+                        kept.add(entry.name)
+                        continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+    for name in SCRATCH_DIRS:
+        if name not in kept:
+            os.makedirs(root / name, exist_ok=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -32,6 +32,8 @@ from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
+from distributed_testing.worker import confine
+from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors import pytest_report
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.proc import (
@@ -91,7 +93,9 @@ class TestExecutor:
     ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), from which the worker's credentials are removed
     (:mod:`distributed_testing.process.childenv`). ``test_args`` are checked first
     (:mod:`distributed_testing.tasks.pytest_args`). ``memory_poll_interval_s`` is how often the process
-    tree's RSS is sampled when ``ctx.max_memory_mb`` is set.
+    tree's RSS is sampled when ``ctx.max_memory_mb`` is set. With ``confinement`` a task without
+    a bundle runs pytest in it (:mod:`distributed_testing.worker.confine`), in a scratch directory
+    of its own that is removed afterwards.
     """
 
     __test__ = False  # not a pytest test class
@@ -103,7 +107,9 @@ class TestExecutor:
         extra_env: Mapping[str, str] | None = None,
         memory_poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
+        confinement: Confinement | None = None,
     ) -> None:
+        self._confine = confinement  # the operator's tests run in it (worker/confine.py); None: unconfined
         self._env = child_environ(extra_env, drop=INHERITED_PYTEST_VARIABLES)  # nor the worker's credentials
         self._extra = dict(extra_env or {})  # all a sandboxed child gets beyond the minimum
         self._poll_s = memory_poll_interval_s
@@ -133,18 +139,28 @@ class TestExecutor:
             raise ExecutionError("; ".join(refused))
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
-        with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or ctx.work_dir) as tmp:
-            report_path = Path(tmp) / "report.jsonl"
-            python, env_dirs = task_python(ctx)
-            argv = pytest_argv(target, root, spec.test_args, report_path, python)
-            logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
-                        ctx.task_id, len(spec.test_args) + 1, root, timeout)
-            env = self._env
-            if ctx.sandbox is not None and ctx.scratch_dir is not None:  # shipped code: confined
-                env = task_environ(self._extra, ctx.scratch_dir)
-                argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env)
-            verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
-            summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
+        shipped = ctx.sandbox is not None and ctx.scratch_dir is not None
+        own = self._confine.scratch(ctx.task_id) if self._confine is not None and not shipped else None
+        try:
+            with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or own or ctx.work_dir) as tmp:
+                report_path = Path(tmp) / "report.jsonl"
+                python, env_dirs = task_python(ctx)
+                argv = pytest_argv(target, root, spec.test_args, report_path, python)
+                logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
+                            ctx.task_id, len(spec.test_args) + 1, root, timeout)
+                env = self._env
+                if shipped:  # shipped code: the bundle sandbox's allow-list
+                    assert ctx.scratch_dir is not None
+                    env = task_environ(self._extra, ctx.scratch_dir)
+                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env)
+                elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
+                    env = self._confine.environ(env, own)
+                    argv = self._confine.wrap(argv, rw=[own], cwd=root)
+                verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
+                summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
+        finally:
+            if own is not None:
+                await asyncio.to_thread(confine.remove, own)
         output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
         if watch is not None:
             output["peak_rss_mb"] = watch.peak_mb
@@ -267,4 +283,4 @@ def _failure_summary(summary: TestSummary) -> str:
 
 def build(settings: ExecutorSettings) -> TestExecutor:
     """The ``test`` kind's executor (``tasks.kinds``)."""
-    return TestExecutor(extra_env=settings.pytest_env)
+    return TestExecutor(extra_env=settings.pytest_env, confinement=settings.confinement)

@@ -44,6 +44,10 @@ directory writable, the GPU nodes bound in, a scrubbed environment (``CUDA_VISIB
 ranks need a network to meet: one node runs with ``--task-network loopback`` or ``host``, several
 need ``host``; otherwise the task ends in ``error`` saying so.
 
+A task without a bundle runs its launcher and ranks in the worker's deny-list confinement when it
+has one (:mod:`distributed_testing.worker.confine`): the filesystem read-only, the worker's files
+hidden, the run directory and a scratch directory of the task's writable, the host's network.
+
 Result files (rank 0's result, the launcher log, torchelastic's per-rank logs) go to
 ``<run_dir>/<task id>-a<attempt>/``; only the newest ``KEEP_RUNS`` run directories are kept.
 """
@@ -76,6 +80,8 @@ from distributed_testing.training.errors import (
     PreflightError,
 )
 from distributed_testing.training.launch import NodeAssignment, launch
+from distributed_testing.worker.confine import Confinement
+from distributed_testing.worker.confine import remove as remove_scratch
 from distributed_testing.worker.executors.base import (
     ExecOutcome,
     ExecutorSettings,
@@ -142,6 +148,15 @@ def _confine(ctx: TaskContext, run_path: Path, command: list[str],
     return argv, confined, root
 
 
+def _confine_operator(confinement: Confinement, scratch: Path, run_path: Path, command: list[str],
+                      env: dict[str, str]) -> tuple[list[str], dict[str, str], Path]:
+    """The launcher's command in the worker's deny-list confinement: the run directory (result,
+    logs) and its scratch directory writable, the GPU nodes bound, the host's network."""
+    cwd = Path.cwd()
+    argv = confinement.wrap(command, rw=[scratch, run_path], cwd=cwd, devices=gpu_devices())
+    return argv, confinement.environ(env, scratch), cwd
+
+
 @dataclass(frozen=True)
 class TrainingOptions:
     """Worker-wide settings of training nodes (from the worker's flags and detected hardware)."""
@@ -158,8 +173,10 @@ class TrainingExecutor:
 
     task_type = "training"
 
-    def __init__(self, options: TrainingOptions, exclusive: asyncio.Lock | None = None) -> None:
+    def __init__(self, options: TrainingOptions, exclusive: asyncio.Lock | None = None,
+                 confinement: Confinement | None = None) -> None:
         self.options = options
+        self.confinement = confinement  # the launcher and ranks of tasks without a bundle run in it
         # Shared with the benchmark executor (ExecutorSettings.exclusive): one measurement at a time.
         self.exclusive = exclusive or asyncio.Lock()
         self._threads: ThreadPoolExecutor | None = None
@@ -203,12 +220,22 @@ class TrainingExecutor:
     async def _run_node(self, ctx: TaskContext, assignment: NodeAssignment, all_cuda: bool,
                         started: float) -> ExecOutcome:
         run_path = await asyncio.to_thread(self._run_path, ctx)
-        log = run_path / f"result.json.node{assignment.node_rank}.log"  # launch's name for it
-        cancel = threading.Event()
-        allowed, confine = self.options.allow_model_modules, None
+        allowed, confine, scratch = self.options.allow_model_modules, None, None
         if ctx.bundle_root is not None:  # shipped code: its ranks run in the sandbox (module docstring)
             allowed = (*allowed, *top_level_modules(ctx.bundle_root))
             confine = functools.partial(_confine, ctx, run_path)
+        elif self.confinement is not None:  # the operator's training: the deny-list (worker/confine.py)
+            scratch = await asyncio.to_thread(self.confinement.scratch, ctx.task_id)
+            confine = functools.partial(_confine_operator, self.confinement, scratch, run_path)
+        try:
+            return await self._launch(ctx, assignment, all_cuda, started, run_path, allowed, confine)
+        finally:
+            await asyncio.to_thread(remove_scratch, scratch)
+
+    async def _launch(self, ctx: TaskContext, assignment: NodeAssignment, all_cuda: bool, started: float,
+                      run_path: Path, allowed: tuple[str, ...], confine: Any) -> ExecOutcome:
+        log = run_path / f"result.json.node{assignment.node_rank}.log"  # launch's name for it
+        cancel = threading.Event()
         call = functools.partial(
             launch, ctx.config, assignment, run_path / "result.json",
             cuda_device_count=self.options.cuda_device_count, all_cuda=all_cuda,
@@ -349,4 +376,4 @@ def build(settings: ExecutorSettings) -> TrainingExecutor:
     """The ``training`` kind's executor (``tasks.kinds``); files under ``settings.training.run_dir``
     (default ``<cache_dir>/training``)."""
     options = settings.training or TrainingOptions(run_dir=settings.cache_dir / "training")
-    return TrainingExecutor(options, settings.exclusive)
+    return TrainingExecutor(options, settings.exclusive, settings.confinement)

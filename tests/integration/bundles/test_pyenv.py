@@ -166,7 +166,7 @@ def _pip_processes(under: Path) -> list[str]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if str(under) in cmd and "pip" in cmd:
+        if str(under) in cmd and ("-m pip " in cmd or "_in_process" in cmd):  # not the pool's bwrap (paths)
             out.append(cmd)
     return out
 
@@ -333,3 +333,43 @@ async def test_a_worker_with_a_relative_db_path_runs_bundle_tasks(tmp_path: Path
         [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}, key=code)
         done = await c.wait(t, timeout=180)
     assert (done["outcome"] or {}).get("status") == "succeeded", done
+
+
+HANDLER = '''import sys
+import mypkg
+
+def run(parameters, ctx):
+    return {"value": mypkg.VALUE, "from": mypkg.__file__, "prefix": sys.prefix}
+'''
+MODEL = '''import mypkg
+import torch
+
+def make():
+    assert mypkg.VALUE == 42
+    return torch.nn.Linear(4, 4)
+'''
+
+
+async def test_custom_and_benchmark_bundle_tasks_import_the_installed_package(tmp_path: Path) -> None:
+    """A custom handler and a benchmark model from a bundle whose requirements.txt names ./mypkg
+    run in the bundle's environment (its interpreter), as test tasks do."""
+    pytest.importorskip("torch")
+    root = make_bundle(tmp_path / "a", requirements="./mypkg\n")
+    (root / "handler.py").write_text(HANDLER)
+    (root / "tinymodel.py").write_text(MODEL)
+    bench = {"model": "tinymodel:make", "input_shape": [4], "batch_sizes": [2], "iterations": 2, "warmup": 1,
+             "min_duration_s": 0.0}
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, root)
+        [custom] = await c.submit({"type": "custom", "config": {"name": "handler:run"}, "bundle": bundle}, key=code)
+        done_custom = await c.wait(custom, timeout=180)
+        [benchmark] = await c.submit({"type": "benchmark", "config": bench, "bundle": bundle}, key=code)
+        done_bench = await c.wait(benchmark, timeout=180)
+    assert (done_custom["outcome"] or {}).get("status") == "succeeded", done_custom
+    out = output(done_custom)
+    assert out["value"] == 42 and out["from"].startswith(out["prefix"]) and "/pyenvs/" in out["prefix"], out
+    assert output(done_custom)["python_env"]["cached"] is False
+    assert (done_bench["outcome"] or {}).get("status") == "succeeded", done_bench
+    assert output(done_bench)["python_env"]["cached"] is True

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from probe_support import PRELUDE
 
 from distributed_testing.bundles.upload import upload
 from distributed_testing.testing import run_cluster, wait_for
@@ -24,18 +25,6 @@ from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
-
-# what both probes (a shipped test and a shipped handler) start with: the worker's paths and a check
-PRELUDE = '''
-KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
-
-def blocked(action):
-    try:
-        action()
-    except OSError:
-        return True
-    return False
-'''
 
 PROBE = '''
 import os, socket, pathlib, pytest
@@ -173,3 +162,42 @@ async def test_a_shipped_custom_handler_reaches_nothing_of_the_worker(tmp_path: 
         assert "saw the worker's environment variable" not in output["reached"]
     assert (missing["outcome"] or {}).get("status") == "error"
     assert "module 'os' is not in the bundle" in str(missing["outcome"]["error"])
+
+
+CORRUPT = '''import os, pathlib
+
+def test_writes_through_its_tree():
+    p = pathlib.Path("data.txt")
+    try:
+        os.chmod(p, 0o644)  # the tree's files are 0444: the worker's user (or root) changes that
+        p.write_text("corrupted")
+    except OSError:
+        pass  # read-only in bwrap
+'''
+CHECK = '''import pathlib
+
+def test_sees_the_bundle_as_shipped():
+    assert pathlib.Path("data.txt").read_text() == "bundle data"
+'''
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_a_task_cannot_change_the_blob_cache_through_its_tree(tmp_path: Path, sandbox: str) -> None:
+    """With ``--sandbox none`` a task runs as the worker's user, outside any read-only mount: a tree
+    of hard links into the blob cache would let it write the cached blob that the next task's tree
+    is built from. The tree is made of copies there, so the next task sees the bundle as shipped."""
+    state = tmp_path / "state"
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, sandbox=sandbox, task_network="none", db_path=state / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = make_bundle(tmp_path / "b", {"test_corrupt.py": CORRUPT, "test_check.py": CHECK})
+        digest = await asyncio.to_thread(upload, c.base_url, code, bundle)
+        [first] = await c.submit({"type": "test", "config": {"test_file": "test_corrupt.py"}, "bundle": digest},
+                                 key=code)
+        await c.wait(first, timeout=60)
+        [second] = await c.submit({"type": "test", "config": {"test_file": "test_check.py"}, "bundle": digest},
+                                  key=code)
+        done = await c.wait(second, timeout=60)
+    assert (done["outcome"] or {}).get("status") == "succeeded", done
+    blobs = [p for p in state.glob("bundles-*/cache/**/*") if p.is_file()]
+    assert b"bundle data" in [p.read_bytes() for p in blobs] and b"corrupted" not in [p.read_bytes() for p in blobs]

@@ -63,7 +63,8 @@ async def test_a_suite_of_40_tests_runs_once_each_on_workers_that_meet_their_mar
     _suite(suite)
     async with run_cluster(tmp_path, workers=0) as c:
         for wid, tag in (("wa", "alpha"), ("wb", "beta"), ("wg", "gamma")):
-            await c.add_worker(worker_id=wid, tags=(tag,), test_root=suite)
+            # the suite's conftest logs each run into the suite, a write the confinement refuses
+            await c.add_worker(worker_id=wid, tags=(tag,), test_root=suite, sandbox="none")
         key = await c.create_key("submitter")
         junit = tmp_path / "report.xml"
         code, out = await _pytest(suite, c.base_url, key, "-rs", "--junitxml", str(junit))
@@ -209,3 +210,19 @@ async def test_the_report_reads_as_local_pytests(tmp_path: Path) -> None:
                     "Captured log call", "to the log", "warnings summary", "DeprecationWarning: mind the gap",
                     "test_subtests [each] (i="):  # pytest serializes a subtest's kwargs as text: (i='1')
         assert section in out, (section, out)
+
+
+async def test_a_shipped_run_counts_only_the_slots_of_workers_that_accept_bundles(tmp_path: Path) -> None:
+    """The plugin sizes its chunks by the slots that can run them: a bundle's tasks go only to
+    ``--accept-bundles`` workers, so the others' slots do not count when it ships the tree."""
+    from distributed_testing.client import ApiClient
+    from distributed_testing.pytest_plugin import Fleet
+
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w0", max_concurrent_tasks=3)
+        await c.add_worker(worker_id="w1", max_concurrent_tasks=2, accept_bundles=True, sandbox="none")
+        fleet = Fleet(ApiClient(c.base_url, c.admin_key))
+        shared, shipped = await asyncio.to_thread(fleet.slots), await asyncio.to_thread(fleet.slots, bundle=True)
+        status, body = await c.request("GET", "/api/v1/workers")
+    assert (shared, shipped) == (5, 2)
+    assert status == 200 and {w["worker_id"]: w["accept_bundles"] for w in body["workers"]} == {"w0": False, "w1": True}

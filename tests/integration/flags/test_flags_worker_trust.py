@@ -114,7 +114,10 @@ async def test_allow_model_modules_runs_a_user_model_from_an_allowed_module_only
     monkeypatch.setenv("DT_API_KEY", "dtk_not_for_children")
     dump = tmp_path / "bench-env.json"
     async with run_cluster(tmp_path, workers=0) as c:
-        await start_cli_worker(c, await cli(c, "--worker-id", "zoo", "--allow-model-modules", "dt_trust_models"))
+        # --sandbox none: the model dumps its environment beside the test, a write the deny-list
+        # confinement refuses (tests/integration/bundles/test_confinement.py covers that)
+        await start_cli_worker(c, await cli(c, "--worker-id", "zoo", "--allow-model-modules", "dt_trust_models",
+                                            "--sandbox", "none"))
         (tid,) = await c.submit({"type": "benchmark", "config": {
             "model": "dt_trust_models.zoo:make", "model_config": {"dump": str(dump)}, **FAST_BENCH}})
         task = await c.wait(tid, 90)
@@ -215,8 +218,10 @@ async def test_allow_test_options_lets_the_operator_permit_a_guarded_option(tmp_
     root, _, _, _ = make_tree(tmp_path)
     debug_log = root / "pytestdebug.log"
     async with run_cluster(tmp_path, workers=0) as c:
+        # --sandbox none: in the deny-list confinement the test root is read-only and an allowed
+        # option that writes a file can write only under the task's TMPDIR
         await start_cli_worker(c, await cli(c, "--worker-id", "dbg", "--test-root", str(root),
-                                            "--allow-test-options=debug"))
+                                            "--allow-test-options=debug", "--sandbox", "none"))
         (tid,) = await c.submit(task_with_args("--batch-size", "4", f"--debug={debug_log.name}"))
         task = await c.wait(tid, 60)
         assert task["state"] == "succeeded", task["outcome"]
@@ -262,7 +267,8 @@ async def test_task_children_never_see_the_worker_key(tmp_path: Path, procs: Pro
         key_file.chmod(0o600)
         worker = procs.start(
             [str(ROOT / "run_worker_example.py"), "--coordinator", c.base_url, "--api-key-file", str(key_file),
-             "--worker-id", "proc", "--test-root", str(root), "--reconnect-interval", "0.1"],
+             "--worker-id", "proc", "--test-root", str(root), "--reconnect-interval", "0.1",
+             "--sandbox", "none"],  # the test dumps what it sees beside the root: confined, it could not
             tmp_path / "worker.log",
             # the key also sits in variables the operator set: by name and under another name
             env={"DT_API_KEY": key, "KEY_COPY_FOR_SCRIPTS": key, "DT_WORKER_NAME": "proc"})
