@@ -16,9 +16,9 @@ https member's list adding http URLs).
 
 Timeouts: a connection is given ``CONNECT_TIMEOUT_S``; an answer's first byte ``FIRST_BYTE_S``
 beyond a long poll's own ``?wait`` (a paused member accepts connections in the kernel and then
-says nothing). A member that just failed (``RECENT_FAILURE_S``) is tried after every other one,
-even when a standby names it as the leader: a paused leader keeps its lease for a TTL, and the
-standbys keep naming it.
+says nothing). A member that just failed (``RECENT_FAILURE_S``), or that a member's 503 listed as
+silent (``unhealthy``), is tried after every other one, even when a standby names it as the
+leader: a paused leader keeps its lease for a TTL, and the standbys keep naming it.
 
 ``ApiClient`` (synchronous, ``http.client``): a request goes to the current member, and
 
@@ -30,12 +30,15 @@ standbys keep naming it.
   answer sends it to the next member;
 - once every member failed, it pauses ``ROUND_PAUSE_S`` and starts again, for up to
   ``FAILOVER_S`` in all (a leader's failover takes a few seconds), then reports the last error.
+  A member that failed just now is left out of a round in which another one answered (a
+  standby forwards to whichever member leads, that one included, once it answers again).
 
 With one URL (and no member learned) nothing is retried: errors are reported at once.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -56,8 +59,10 @@ MAX_REDIRECTS = 5
 CLUSTER_PATH = "/api/v1/cluster"
 
 
+@functools.lru_cache(maxsize=1024)
 def canonical(url: str) -> str:
-    """``url`` as members are compared: scheme and host in lower case, no trailing slash."""
+    """``url`` as members are compared: scheme and host in lower case, no trailing slash (cached:
+    a standby compares its leader's URL at every request it forwards)."""
     parts = urllib.parse.urlsplit(url.strip())
     return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), "", ""))
 
@@ -106,6 +111,15 @@ class Members:
     def failed(self, url: str, now: float) -> None:
         self._failed_at[canonical(url)] = now
 
+    def reported_unhealthy(self, urls: Any, now: float) -> None:
+        """A member's 503 listed ``urls`` as silent (``unhealthy``): those that are members count as
+        just failed, so they are tried last (a paused leader would hold a request for the whole
+        first-byte bound). Nothing is sent anywhere because of it."""
+        if isinstance(urls, list):
+            for url in urls:
+                if isinstance(url, str) and canonical(url) in self.urls:
+                    self.failed(url, now)
+
     def succeeded(self, url: str) -> None:
         self._failed_at.pop(canonical(url), None)
 
@@ -125,6 +139,8 @@ class Members:
 
 def first_byte_timeout(path: str, base: float = FIRST_BYTE_S) -> float:
     """How long an answer to ``path`` may take to start: ``base``, plus a long poll's ``?wait``."""
+    if "wait" not in path:
+        return base
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
     try:
         wait = max(0.0, float(query.get("wait", ["0"])[-1]))
@@ -191,6 +207,7 @@ class ApiClient:
         data = None if body is None else json.dumps(body).encode()
         deadline = self._clock() + self.failover_s
         tried: set[str] = set()
+        answered = False  # a member answered in this round (a standby: it forwards to any leader)
         redirects = 0
         while True:
             url = self.base_url
@@ -208,16 +225,21 @@ class ApiClient:
                         redirects += 1
                         self.base_url = leader
                         continue
+                now = self._clock()
                 if nxt.error.status == 0:
-                    self.members.failed(url, self._clock())
+                    self.members.failed(url, now)
+                else:
+                    answered = True
                 if len(self.members.urls) == 1:
                     raise nxt.error from nxt
-                left = [u for u in self.members.order(self._clock(), url) if u not in tried]
+                left = [u for u in self.members.order(now, url) if u not in tried
+                        and not (answered and self.members.recently_failed(u, now))]
                 if not left:
                     if self._clock() >= deadline:
                         raise nxt.error from nxt
                     self._sleep(ROUND_PAUSE_S)
                     tried.clear()
+                    answered = False
                     redirects = 0
                     left = self.members.order(self._clock(), url)
                 self.base_url = left[0]
@@ -240,7 +262,9 @@ class ApiClient:
             raise _Next(ApiError(status, f"HTTP {status} to {location}"), _base_of(location, path))
         error = ApiError(status, _describe(status, raw))
         if status == 503:
-            leader = _json(raw).get("leader")
+            body = _json(raw)
+            self.members.reported_unhealthy(body.get("unhealthy"), self._clock())
+            leader = body.get("leader")
             raise _Next(error, leader if isinstance(leader, str) and leader else None)
         raise error
 

@@ -461,6 +461,11 @@ class Group:
                 "VALUES ($1, $2, $3, $4, to_timestamp($5), clock_timestamp()) ON CONFLICT (member_id) DO UPDATE "
                 "SET url = EXCLUDED.url, role = EXCLUDED.role, epoch = EXCLUDED.epoch, last_seen = clock_timestamp()",
                 self.member_id, self.url, role, self.epoch, self._started_at)
+            # a member restarted at this URL has a new id: its old row goes once it is stale, or the
+            # cluster view would show the URL unhealthy (and standbys would not forward to it)
+            await conn.execute("DELETE FROM dt_members WHERE url = $1 AND member_id <> $2 "
+                               "AND last_seen < clock_timestamp() - make_interval(secs => $3)",
+                               self.url, self.member_id, MEMBER_STALE_S)
             if self.leading:
                 await conn.execute("DELETE FROM dt_members WHERE last_seen < clock_timestamp() - make_interval(secs => $1)",
                                    MEMBER_FORGET_S)

@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos_support import ChaosCluster, NetNs
+from chaos_support import ChaosCluster
 
 from distributed_testing.client import ApiClient, ApiError
 from distributed_testing.testing import Rest, RoundRobinProxy, free_port, start_coordinator_process, wait_until
+from distributed_testing.testing.netns import NetNs
 
 
 class GroupRest(Rest):
