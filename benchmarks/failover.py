@@ -151,7 +151,10 @@ class Prober:
 
 def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: str, n: int,
               pause_s: float) -> dict[str, float | None]:
-    wait_until(g.settled, 60, "three members, one leading")
+    settle = time.time()
+    wait_until(g.settled, 240, "three members, one leading")
+    if time.time() - settle > 30:  # an earlier leader took long to end its term and rejoin
+        print(f"the group took {time.time() - settle:.0f} s to settle before {kind} round {n}", flush=True)
     wait_until(lambda: any(w["state"] == "ready" for w in api.get("/api/v1/workers")["workers"]), 60,
                "the worker to be connected")
     leader = g.leader()

@@ -150,11 +150,13 @@ def first_byte_timeout(path: str, base: float = FIRST_BYTE_S) -> float:
 
 
 class ApiError(Exception):
-    """An HTTP error from the coordinator (``status`` 0: could not reach it)."""
+    """An HTTP error from the coordinator (``status`` 0: could not reach it); ``body``: the
+    answer's body, decoded JSON or else its text (None without one)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, body: Any = None) -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 class _Next(Exception):
@@ -191,19 +193,33 @@ class ApiClient:
 
     def get(self, path: str, params: dict[str, str] | None = None) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        return self._request("GET", path + query, None, repeatable=True)
+        return self._request("GET", path + query, None, repeatable=True)[1]
 
     def post(self, path: str, body: Any, *, repeatable: bool = False) -> Any:
         """``repeatable``: sending it twice does no harm (a submission whose tasks all carry ids),
         so an answer lost or late may be asked of another member."""
-        return self._request("POST", path, body, repeatable=repeatable)
+        return self._request("POST", path, body, repeatable=repeatable)[1]
 
     def request(self, method: str, path: str, body: Any = None, *, repeatable: bool = False) -> Any:
         """Any method (``get``/``post`` are this with their defaults): the decoded JSON answer, or
         ``ApiError``. ``repeatable`` as for ``post`` (a GET is not assumed to be: say so)."""
-        return self._request(method, path, body, repeatable=repeatable)
+        return self._request(method, path, body, repeatable=repeatable)[1]
 
-    def _request(self, method: str, path: str, body: Any, *, repeatable: bool) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, repeatable: bool = False,
+             timeout_s: float | None = None) -> tuple[int, Any]:
+        """``request`` that hands back the final answer, whatever its status, as ``(status,
+        body)`` (a 2xx body decoded JSON; another one as ``ApiError.body``), failing over as
+        ``request`` does; ``ApiError`` only when no member answered (status 0). ``timeout_s``:
+        this call's first-byte bound instead of the client's."""
+        try:
+            return self._request(method, path, body, repeatable=repeatable, timeout_s=timeout_s)
+        except ApiError as exc:
+            if exc.status == 0:
+                raise
+            return exc.status, exc.body
+
+    def _request(self, method: str, path: str, body: Any, *, repeatable: bool,
+                 timeout_s: float | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         deadline = self._clock() + self.failover_s
         tried: set[str] = set()
@@ -212,7 +228,7 @@ class ApiClient:
         while True:
             url = self.base_url
             try:
-                answer = self._once(url, method, path, data, repeatable)
+                answer = self._once(url, method, path, data, repeatable, timeout_s)
                 self.members.succeeded(url)
                 return answer
             except _Next as nxt:
@@ -220,7 +236,7 @@ class ApiClient:
                 if nxt.leader and canonical(nxt.leader) != url and redirects < MAX_REDIRECTS:
                     leader, refused = self._vet(url, nxt.leader)
                     if refused is not None:
-                        nxt = _Next(ApiError(nxt.error.status, refused))
+                        nxt = _Next(ApiError(nxt.error.status, refused, nxt.error.body))
                     elif not self.members.recently_failed(leader, self._clock()):
                         redirects += 1
                         self.base_url = leader
@@ -249,18 +265,19 @@ class ApiClient:
         ``source``'s cluster view (``source`` is a member)."""
         if canonical(leader) not in self.members.urls and self.members.refusal(source, leader, membership=False) is None:
             try:
-                self.members.learn(self._once(source, "GET", CLUSTER_PATH, None, True), source)
+                self.members.learn(self._once(source, "GET", CLUSTER_PATH, None, True)[1], source)
             except (ApiError, _Next):
                 pass  # the redirect stays refused, and says why
         return canonical(leader), self.members.refusal(source, leader)
 
-    def _once(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool) -> Any:
-        status, headers, raw = self._exchange(url, method, path, data, repeatable)
+    def _once(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool,
+              timeout_s: float | None = None) -> tuple[int, Any]:
+        status, headers, raw = self._exchange(url, method, path, data, repeatable, timeout_s)
         if status < 300:
-            return json.loads(raw or b"null")
+            return status, json.loads(raw or b"null")
         if status in (307, 308) and (location := headers.get("Location")):
-            raise _Next(ApiError(status, f"HTTP {status} to {location}"), _base_of(location, path))
-        error = ApiError(status, _describe(status, raw))
+            raise _Next(ApiError(status, f"HTTP {status} to {location}", _decoded(raw)), _base_of(location, path))
+        error = ApiError(status, _describe(status, raw), _decoded(raw))
         if status == 503:
             body = _json(raw)
             self.members.reported_unhealthy(body.get("unhealthy"), self._clock())
@@ -268,8 +285,8 @@ class ApiClient:
             raise _Next(error, leader if isinstance(leader, str) and leader else None)
         raise error
 
-    def _exchange(self, url: str, method: str, path: str, data: bytes | None,
-                  repeatable: bool) -> tuple[int, http.client.HTTPMessage, bytes]:
+    def _exchange(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool,
+                  timeout_s: float | None = None) -> tuple[int, http.client.HTTPMessage, bytes]:
         """One HTTP exchange with a member: connect within ``CONNECT_TIMEOUT_S``, the answer's
         first byte within ``first_byte_timeout``; _Next when another member may be asked."""
         parts = urllib.parse.urlsplit(url)
@@ -286,7 +303,7 @@ class ApiClient:
                     raise ApiError(0, f"cannot reach coordinator: {cert}") from exc
                 raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}")) from exc
             assert conn.sock is not None
-            conn.sock.settimeout(first_byte_timeout(path, self.timeout_s))
+            conn.sock.settimeout(first_byte_timeout(path, self.timeout_s if timeout_s is None else timeout_s))
             try:
                 conn.request(method, parts.path + path, body=data, headers=headers)
                 resp = conn.getresponse()
@@ -312,6 +329,16 @@ def _base_of(location: str, path: str) -> str:
         return location[: len(location) - len(path)].rstrip("/")
     parts = urllib.parse.urlsplit(location)
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def _decoded(raw: bytes) -> Any:
+    """An error answer's body: its JSON, else its text (None when empty)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode(errors="replace")
 
 
 def _json(raw: bytes) -> dict[str, Any]:
