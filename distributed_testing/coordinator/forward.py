@@ -154,9 +154,7 @@ def gone(rt: Runtime, leader: str) -> str | None:
 
 def unavailable_body(rt: Runtime, message: str) -> bytes:
     """The 503 ``not_leader`` body: no leader to name, and the members this one sees silent."""
-    members = rt.group.members if rt.group is not None else []
-    healthy = {canonical(m.url) for m in members if m.healthy}
-    unhealthy = sorted({m.url for m in members if canonical(m.url) not in healthy})
+    unhealthy = rt.group.silent_urls() if rt.group is not None else []
     return msgspec.json.encode({"error": "not_leader", "leader": None, "message": message, "unhealthy": unhealthy})
 
 

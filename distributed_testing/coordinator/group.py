@@ -102,9 +102,10 @@ class NotLeader(DTError):
     ``leader``: the URL to use, or None while no member leads; ``path_qs``: the request's path and
     query. Answered 503 naming ``leader`` (``api.error_parts``), never redirected."""
 
-    def __init__(self, leader: str | None, path_qs: str = "") -> None:
+    def __init__(self, leader: str | None, path_qs: str = "", unhealthy: list[str] | None = None) -> None:
         self.leader = leader
         self.path_qs = path_qs
+        self.unhealthy = unhealthy or []  # members this one sees silent (Group.silent_urls)
         super().__init__(f"this coordinator is a standby; the leader is {leader}" if leader
                          else "this coordinator is a standby and no leader is known yet; retry shortly")
 
@@ -350,6 +351,12 @@ class Group:
         if self.known.expired or self.known.holder == self.member_id:
             return None
         return self.known.url
+
+    def silent_urls(self) -> list[str]:
+        """The URLs of members not seen for ``MEMBER_STALE_S`` (a URL whose freshest row is
+        healthy is not: a member restarted there has a new id, its old row lingers a while)."""
+        healthy = {m.url.rstrip("/") for m in self.members if m.healthy}
+        return sorted({m.url for m in self.members if m.url.rstrip("/") not in healthy})
 
     def view(self) -> dict[str, Any]:
         """``GET /api/v1/cluster``."""

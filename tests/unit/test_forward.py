@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from distributed_testing.coordinator import forward
-from distributed_testing.coordinator.group import Member
+from distributed_testing.coordinator.group import Group, Member
 
 
 def member(url: str, age_s: float, member_id: str) -> Member:
@@ -17,8 +17,9 @@ def member(url: str, age_s: float, member_id: str) -> Member:
 
 
 def runtime(leader: str | None, *members: Member) -> Any:
-    return SimpleNamespace(group=SimpleNamespace(leader_url=leader, members=list(members)),
-                           advertise_url="http://b:2", jwt_secret=b"")
+    group = SimpleNamespace(leader_url=leader, members=list(members))
+    group.silent_urls = lambda: Group.silent_urls(group)  # type: ignore[arg-type]
+    return SimpleNamespace(group=group, advertise_url="http://b:2", jwt_secret=b"")
 
 
 def test_a_leader_restarted_at_its_url_is_judged_by_its_own_row_not_the_dead_one() -> None:
