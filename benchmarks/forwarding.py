@@ -60,7 +60,7 @@ def role(url: str) -> str | None:
 
 def get(url: str, path: str) -> dict[str, object]:
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=10)
     try:
         conn.request("GET", path)
         return dict(json.loads(conn.getresponse().read()))
@@ -107,7 +107,7 @@ def main() -> None:
                 wait_until(lambda: role(baseline) == "standby", 60, "c to stand by")
                 paths.append(("baseline standby", baseline))
             key = (tmp / "admin.key").read_text().strip()
-            conns = {name: http.client.HTTPConnection(urllib.parse.urlsplit(u).hostname, urllib.parse.urlsplit(u).port,
+            conns = {name: http.client.HTTPConnection(urllib.parse.urlsplit(u).hostname or "127.0.0.1", urllib.parse.urlsplit(u).port,
                                                       timeout=30) for name, u in paths}
             for name, conn in conns.items():  # warm-up: connections, the forwarder's pool, caches
                 timed_block(conn, key, 50, f"warm-{name.replace(' ', '-')}", 0)
