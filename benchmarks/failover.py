@@ -1,8 +1,10 @@
 """Failover as clients see it (issue 28): three coordinator processes on a private PostgreSQL
 database, one ``--high-availability`` worker given every member, and a small round-robin TCP
 proxy in front of the three (one address for the group, as a load balancer gives). Each round
-disrupts the current leader (SIGKILL, or SIGSTOP for ``--pause-s``), then measures, from the
-disruption:
+disrupts the current leader (SIGKILL; SIGSTOP for ``--pause-s``; or a network cut for as long:
+each member runs in a network namespace of its own, ``testing.netns.NetNs``, its PostgreSQL and
+API traffic carried by relays in the root namespace, and its link goes down), then measures, from
+the disruption:
 
 - worker: until the worker's next task is assigned (a no-op this script submits, through its
   ``client.ApiClient`` given every member, right after the disruption);
@@ -11,10 +13,11 @@ disruption:
 - plain HTTP via the proxy: until a plain ``GET /api/v1/workers`` through the proxy (``urllib``,
   2 s timeout, one every 0.1 s, no redirect followed) first answers 200.
 
-A killed member is restarted on its port, a paused one resumed (it rejoins as a standby), and the
-next round waits for three members and the worker. Prints p50 and max per disruption and client.
+A killed member is restarted on its port, a paused or cut one resumed or reconnected (it rejoins
+as a standby), and the next round waits for three members and the worker. Prints p50 and max per
+disruption and client. Cuts need ``ip netns`` (root); without it, kills and pauses only.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/failover.py [--rounds 5] [--pause-s 8]
+    PYTHONPATH=. .venv/bin/python benchmarks/failover.py [--rounds 5] [--pause-s 8] [--kinds kill,pause,cut]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -46,25 +50,55 @@ from distributed_testing.testing import (  # noqa: E402
     pg_database_sync,
     wait_until,
 )
+from distributed_testing.testing.netns import NetNs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEP = bool(os.environ.get("DT_BENCH_KEEP"))
 
 
 class Group:
-    def __init__(self, tmp: Path, dsn: str) -> None:
+    """Members a, b and c; with ``namespaces`` each runs in its own, reached through relays on its
+    namespace's root end (``url``: the relay to its API, which it advertises)."""
+
+    def __init__(self, tmp: Path, dsn: str, namespaces: list[NetNs]) -> None:
         self.tmp, self.dsn = tmp, dsn
         self.procs = Procs(tmp, cwd=ROOT)
         self.ports = {name: free_port() for name in "abc"}
         self.proc: dict[str, subprocess.Popen[bytes]] = {}
+        self.ns = dict(zip(self.ports, namespaces, strict=False))
+        self.relays: dict[str, tuple[RoundRobinProxy, RoundRobinProxy]] = {}
+        db = urllib.parse.urlsplit(dsn)
+        for name, ns in self.ns.items():
+            ns.route_default()
+            self.relays[name] = (RoundRobinProxy([(db.hostname or "127.0.0.1", db.port or 5432)], host=ns.host_addr),
+                                 RoundRobinProxy([(ns.ns_addr, self.ports[name])], host=ns.host_addr))
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
+        return self.relays[name][1].url if name in self.relays else f"http://127.0.0.1:{self.ports[name]}"
 
     def start(self, name: str) -> None:
+        dsn, host, prefix = self.dsn, "127.0.0.1", list[str]()
+        if name in self.ns:
+            parts = urllib.parse.urlsplit(self.dsn)
+            user = parts.netloc.rpartition("@")[0] + "@" if "@" in parts.netloc else ""
+            relay = self.relays[name][0]
+            dsn = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}{relay.host}:{relay.port}"))
+            host, prefix = self.ns[name].ns_addr, self.ns[name].prefix
         self.proc[name] = self.procs.start(
-            ["run_coordinator.py", "--host", "127.0.0.1", "--port", str(self.ports[name]), "--db-path", self.dsn,
-             "--admin-key-file", str(self.tmp / "admin.key")], self.tmp / f"{name}.log")
+            ["run_coordinator.py", "--host", host, "--port", str(self.ports[name]), "--db-path", dsn,
+             "--admin-key-file", str(self.tmp / "admin.key"), "--advertise-url", self.url(name)],
+            self.tmp / f"{name}.log", prefix=prefix)
+
+    def close(self) -> None:
+        for name, p in self.proc.items():
+            with contextlib.suppress(OSError):
+                p.send_signal(signal.SIGCONT)
+            if name in self.ns:
+                self.ns[name].up()
+        self.procs.close()
+        for relays in self.relays.values():
+            for relay in relays:
+                relay.close()
 
     def role(self, name: str) -> str | None:
         try:
@@ -82,17 +116,18 @@ class Group:
 
 
 class Prober:
-    """Plain GETs through the proxy every 0.1 s: (time, status or 0)."""
+    """Plain GETs through the proxy every 0.1 s: (sent, answered, status or 0)."""
 
     def __init__(self, url: str, key: str) -> None:
         self.url, self.key = url, key
-        self.seen: list[tuple[float, int]] = []
+        self.seen: list[tuple[float, float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            sent = time.time()
             req = urllib.request.Request(self.url + "/api/v1/workers", headers={"Authorization": f"Bearer {self.key}"})
             try:
                 with urllib.request.urlopen(req, timeout=2) as r:
@@ -101,11 +136,13 @@ class Prober:
                 status = exc.code
             except OSError:
                 status = 0
-            self.seen.append((time.time(), status))
+            self.seen.append((sent, time.time(), status))
             self._stop.wait(0.1)
 
     def recovered_after(self, t0: float) -> float | None:
-        return next((t - t0 for t, s in self.seen if t > t0 and s == 200), None)
+        """Until the first 200 to a request sent after ``t0`` (one in flight then may have been
+        answered before the disruption took effect)."""
+        return next((t - t0 for sent, t, s in self.seen if sent >= t0 and s == 200), None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -114,7 +151,10 @@ class Prober:
 
 def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: str, n: int,
               pause_s: float) -> dict[str, float | None]:
-    wait_until(g.settled, 60, "three members, one leading")
+    settle = time.time()
+    wait_until(g.settled, 240, "three members, one leading")
+    if time.time() - settle > 30:  # an earlier leader took long to end its term and rejoin
+        print(f"the group took {time.time() - settle:.0f} s to settle before {kind} round {n}", flush=True)
     wait_until(lambda: any(w["state"] == "ready" for w in api.get("/api/v1/workers")["workers"]), 60,
                "the worker to be connected")
     leader = g.leader()
@@ -130,7 +170,10 @@ def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: 
     assert dt.stdout is not None
     dt.stdout.readline()  # accepted (dt started long before: its start-up is not failover)
     t0 = time.time()
-    g.proc[leader].send_signal(signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    if kind == "cut":
+        g.ns[leader].down()
+    else:
+        g.proc[leader].send_signal(signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
     probe_id = api.post("/api/v1/tasks", {"task_id": f"{tag}-probe", "type": "custom", "config": {"name": "noop"}},
                         repeatable=True)["tasks"][0]["task_id"]
     dt.communicate(timeout=120)
@@ -144,7 +187,10 @@ def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: 
         g.start(leader)
     else:
         time.sleep(max(0.0, pause_s - (time.time() - t0)))
-        g.proc[leader].send_signal(signal.SIGCONT)
+        if kind == "cut":
+            g.ns[leader].up()
+        else:
+            g.proc[leader].send_signal(signal.SIGCONT)
     return {"worker": assigned[0] - t0 if assigned else None, "dt --wait": dt_s,
             "plain HTTP via proxy": prober.recovered_after(t0)}
 
@@ -152,14 +198,22 @@ def one_round(g: Group, api: ApiClient, key: str, proxy: RoundRobinProxy, kind: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="rounds per disruption (default 5)")
-    ap.add_argument("--pause-s", type=float, default=8.0, help="how long a paused leader stays paused (default 8)")
+    ap.add_argument("--pause-s", type=float, default=8.0,
+                    help="how long a paused or cut-off leader stays so (default 8)")
+    ap.add_argument("--kinds", default="kill,pause,cut", help="disruptions, in turn each round (default kill,pause,cut)")
     ns = ap.parse_args()
+    kinds = [k for k in ns.kinds.split(",") if k]
+    why_not = NetNs.unavailable() if "cut" in kinds else None
+    if why_not is not None:
+        print(f"no cuts: {why_not}", flush=True)
+        kinds.remove("cut")
     results: dict[tuple[str, str], list[float | None]] = {}
     keep = tempfile.mkdtemp(prefix="dt-failover-") if KEEP else None  # DT_BENCH_KEEP=1: keep the logs
     with (contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory()) as d, \
-            pg_database_sync(prefix="dt_bench_failover") as dsn:
+            pg_database_sync(prefix="dt_bench_failover") as dsn, contextlib.ExitStack() as stack:
         print(f"logs in {d}", flush=True)
-        g = Group(Path(d), dsn)
+        namespaces = [stack.enter_context(NetNs()) for _ in range(3)] if "cut" in kinds else []
+        g = Group(Path(d), dsn, namespaces)
         try:
             g.start("a")
             wait_until(lambda: g.role("a") == "leader", 60, "a to lead")
@@ -172,19 +226,19 @@ def main() -> None:
             g.procs.start(["run_worker_example.py", "--coordinator", ",".join(g.url(m) for m in g.ports),
                            "--api-key-file", str(g.tmp / "w.key"), "--worker-id", "w1", "--high-availability"],
                           g.tmp / "w1.log", env=hidden_accelerators(g.tmp))
-            proxy = RoundRobinProxy([("127.0.0.1", p) for p in g.ports.values()])
+            proxy = RoundRobinProxy([(urllib.parse.urlsplit(g.url(m)).hostname or "", urllib.parse.urlsplit(g.url(m)).port
+                                      or 80) for m in g.ports])
+            print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
             for n in range(ns.rounds):
-                for kind in ("kill", "pause"):
+                for kind in kinds:
                     row = one_round(g, api, key, proxy, kind, n, ns.pause_s)
                     print(f"{kind} round {n}: " + ", ".join(f"{k} {v:.2f}s" if v is not None else f"{k} FAILED"
                                                            for k, v in row.items()), flush=True)
                     for client, v in row.items():
                         results.setdefault((kind, client), []).append(v)
         finally:
-            for p in g.proc.values():
-                with contextlib.suppress(OSError):
-                    p.send_signal(signal.SIGCONT)
-            g.procs.close()
+            print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+            g.close()
     print("\n| disruption | client | n | p50 | max | failed |\n|---|---|---|---|---|---|")
     for (kind, client), vs in results.items():
         ok: list[Any] = [v for v in vs if v is not None]

@@ -16,9 +16,9 @@ https member's list adding http URLs).
 
 Timeouts: a connection is given ``CONNECT_TIMEOUT_S``; an answer's first byte ``FIRST_BYTE_S``
 beyond a long poll's own ``?wait`` (a paused member accepts connections in the kernel and then
-says nothing). A member that just failed (``RECENT_FAILURE_S``) is tried after every other one,
-even when a standby names it as the leader: a paused leader keeps its lease for a TTL, and the
-standbys keep naming it.
+says nothing). A member that just failed (``RECENT_FAILURE_S``), or that a member's 503 listed as
+silent (``unhealthy``), is tried after every other one, even when a standby names it as the
+leader: a paused leader keeps its lease for a TTL, and the standbys keep naming it.
 
 ``ApiClient`` (synchronous, ``http.client``): a request goes to the current member, and
 
@@ -30,12 +30,15 @@ standbys keep naming it.
   answer sends it to the next member;
 - once every member failed, it pauses ``ROUND_PAUSE_S`` and starts again, for up to
   ``FAILOVER_S`` in all (a leader's failover takes a few seconds), then reports the last error.
+  A member that failed just now is left out of a round in which another one answered (a
+  standby forwards to whichever member leads, that one included, once it answers again).
 
 With one URL (and no member learned) nothing is retried: errors are reported at once.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -56,8 +59,10 @@ MAX_REDIRECTS = 5
 CLUSTER_PATH = "/api/v1/cluster"
 
 
+@functools.lru_cache(maxsize=1024)
 def canonical(url: str) -> str:
-    """``url`` as members are compared: scheme and host in lower case, no trailing slash."""
+    """``url`` as members are compared: scheme and host in lower case, no trailing slash (cached:
+    a standby compares its leader's URL at every request it forwards)."""
     parts = urllib.parse.urlsplit(url.strip())
     return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), "", ""))
 
@@ -106,6 +111,15 @@ class Members:
     def failed(self, url: str, now: float) -> None:
         self._failed_at[canonical(url)] = now
 
+    def reported_unhealthy(self, urls: Any, now: float) -> None:
+        """A member's 503 listed ``urls`` as silent (``unhealthy``): those that are members count as
+        just failed, so they are tried last (a paused leader would hold a request for the whole
+        first-byte bound). Nothing is sent anywhere because of it."""
+        if isinstance(urls, list):
+            for url in urls:
+                if isinstance(url, str) and canonical(url) in self.urls:
+                    self.failed(url, now)
+
     def succeeded(self, url: str) -> None:
         self._failed_at.pop(canonical(url), None)
 
@@ -125,6 +139,8 @@ class Members:
 
 def first_byte_timeout(path: str, base: float = FIRST_BYTE_S) -> float:
     """How long an answer to ``path`` may take to start: ``base``, plus a long poll's ``?wait``."""
+    if "wait" not in path:
+        return base
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
     try:
         wait = max(0.0, float(query.get("wait", ["0"])[-1]))
@@ -134,11 +150,13 @@ def first_byte_timeout(path: str, base: float = FIRST_BYTE_S) -> float:
 
 
 class ApiError(Exception):
-    """An HTTP error from the coordinator (``status`` 0: could not reach it)."""
+    """An HTTP error from the coordinator (``status`` 0: could not reach it); ``body``: the
+    answer's body, decoded JSON or else its text (None without one)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, body: Any = None) -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 class _Next(Exception):
@@ -175,27 +193,42 @@ class ApiClient:
 
     def get(self, path: str, params: dict[str, str] | None = None) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        return self._request("GET", path + query, None, repeatable=True)
+        return self._request("GET", path + query, None, repeatable=True)[1]
 
     def post(self, path: str, body: Any, *, repeatable: bool = False) -> Any:
         """``repeatable``: sending it twice does no harm (a submission whose tasks all carry ids),
         so an answer lost or late may be asked of another member."""
-        return self._request("POST", path, body, repeatable=repeatable)
+        return self._request("POST", path, body, repeatable=repeatable)[1]
 
     def request(self, method: str, path: str, body: Any = None, *, repeatable: bool = False) -> Any:
         """Any method (``get``/``post`` are this with their defaults): the decoded JSON answer, or
         ``ApiError``. ``repeatable`` as for ``post`` (a GET is not assumed to be: say so)."""
-        return self._request(method, path, body, repeatable=repeatable)
+        return self._request(method, path, body, repeatable=repeatable)[1]
 
-    def _request(self, method: str, path: str, body: Any, *, repeatable: bool) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, repeatable: bool = False,
+             timeout_s: float | None = None) -> tuple[int, Any]:
+        """``request`` that hands back the final answer, whatever its status, as ``(status,
+        body)`` (a 2xx body decoded JSON; another one as ``ApiError.body``), failing over as
+        ``request`` does; ``ApiError`` only when no member answered (status 0). ``timeout_s``:
+        this call's first-byte bound instead of the client's."""
+        try:
+            return self._request(method, path, body, repeatable=repeatable, timeout_s=timeout_s)
+        except ApiError as exc:
+            if exc.status == 0:
+                raise
+            return exc.status, exc.body
+
+    def _request(self, method: str, path: str, body: Any, *, repeatable: bool,
+                 timeout_s: float | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         deadline = self._clock() + self.failover_s
         tried: set[str] = set()
+        answered = False  # a member answered in this round (a standby: it forwards to any leader)
         redirects = 0
         while True:
             url = self.base_url
             try:
-                answer = self._once(url, method, path, data, repeatable)
+                answer = self._once(url, method, path, data, repeatable, timeout_s)
                 self.members.succeeded(url)
                 return answer
             except _Next as nxt:
@@ -203,21 +236,26 @@ class ApiClient:
                 if nxt.leader and canonical(nxt.leader) != url and redirects < MAX_REDIRECTS:
                     leader, refused = self._vet(url, nxt.leader)
                     if refused is not None:
-                        nxt = _Next(ApiError(nxt.error.status, refused))
+                        nxt = _Next(ApiError(nxt.error.status, refused, nxt.error.body))
                     elif not self.members.recently_failed(leader, self._clock()):
                         redirects += 1
                         self.base_url = leader
                         continue
+                now = self._clock()
                 if nxt.error.status == 0:
-                    self.members.failed(url, self._clock())
+                    self.members.failed(url, now)
+                else:
+                    answered = True
                 if len(self.members.urls) == 1:
                     raise nxt.error from nxt
-                left = [u for u in self.members.order(self._clock(), url) if u not in tried]
+                left = [u for u in self.members.order(now, url) if u not in tried
+                        and not (answered and self.members.recently_failed(u, now))]
                 if not left:
                     if self._clock() >= deadline:
                         raise nxt.error from nxt
                     self._sleep(ROUND_PAUSE_S)
                     tried.clear()
+                    answered = False
                     redirects = 0
                     left = self.members.order(self._clock(), url)
                 self.base_url = left[0]
@@ -227,25 +265,28 @@ class ApiClient:
         ``source``'s cluster view (``source`` is a member)."""
         if canonical(leader) not in self.members.urls and self.members.refusal(source, leader, membership=False) is None:
             try:
-                self.members.learn(self._once(source, "GET", CLUSTER_PATH, None, True), source)
+                self.members.learn(self._once(source, "GET", CLUSTER_PATH, None, True)[1], source)
             except (ApiError, _Next):
                 pass  # the redirect stays refused, and says why
         return canonical(leader), self.members.refusal(source, leader)
 
-    def _once(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool) -> Any:
-        status, headers, raw = self._exchange(url, method, path, data, repeatable)
+    def _once(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool,
+              timeout_s: float | None = None) -> tuple[int, Any]:
+        status, headers, raw = self._exchange(url, method, path, data, repeatable, timeout_s)
         if status < 300:
-            return json.loads(raw or b"null")
+            return status, json.loads(raw or b"null")
         if status in (307, 308) and (location := headers.get("Location")):
-            raise _Next(ApiError(status, f"HTTP {status} to {location}"), _base_of(location, path))
-        error = ApiError(status, _describe(status, raw))
+            raise _Next(ApiError(status, f"HTTP {status} to {location}", _decoded(raw)), _base_of(location, path))
+        error = ApiError(status, _describe(status, raw), _decoded(raw))
         if status == 503:
-            leader = _json(raw).get("leader")
+            body = _json(raw)
+            self.members.reported_unhealthy(body.get("unhealthy"), self._clock())
+            leader = body.get("leader")
             raise _Next(error, leader if isinstance(leader, str) and leader else None)
         raise error
 
-    def _exchange(self, url: str, method: str, path: str, data: bytes | None,
-                  repeatable: bool) -> tuple[int, http.client.HTTPMessage, bytes]:
+    def _exchange(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool,
+                  timeout_s: float | None = None) -> tuple[int, http.client.HTTPMessage, bytes]:
         """One HTTP exchange with a member: connect within ``CONNECT_TIMEOUT_S``, the answer's
         first byte within ``first_byte_timeout``; _Next when another member may be asked."""
         parts = urllib.parse.urlsplit(url)
@@ -262,7 +303,7 @@ class ApiClient:
                     raise ApiError(0, f"cannot reach coordinator: {cert}") from exc
                 raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}")) from exc
             assert conn.sock is not None
-            conn.sock.settimeout(first_byte_timeout(path, self.timeout_s))
+            conn.sock.settimeout(first_byte_timeout(path, self.timeout_s if timeout_s is None else timeout_s))
             try:
                 conn.request(method, parts.path + path, body=data, headers=headers)
                 resp = conn.getresponse()
@@ -288,6 +329,16 @@ def _base_of(location: str, path: str) -> str:
         return location[: len(location) - len(path)].rstrip("/")
     parts = urllib.parse.urlsplit(location)
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def _decoded(raw: bytes) -> Any:
+    """An error answer's body: its JSON, else its text (None when empty)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode(errors="replace")
 
 
 def _json(raw: bytes) -> dict[str, Any]:

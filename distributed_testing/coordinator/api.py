@@ -85,7 +85,7 @@ def error_parts(exc: DTError, where: str) -> tuple[int, dict[str, Any], dict[str
 
 def not_leader_parts(exc: NotLeader) -> tuple[int, dict[str, Any], dict[str, str]]:
     """A member's answer when it does not lead (see ``error_parts``)."""
-    body = {"error": "not_leader", "leader": exc.leader, "message": str(exc)}
+    body = {"error": "not_leader", "leader": exc.leader, "message": str(exc), "unhealthy": exc.unhealthy}
     return 503, body, {"Retry-After": "1"}
 
 

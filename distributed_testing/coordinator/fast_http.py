@@ -89,7 +89,7 @@ class _Head:
     """A request head this layer takes: its query, credentials, framing and, once judged, the
     principal its credentials name or the error that refuses it."""
 
-    __slots__ = ("query", "authorization", "start", "length", "close", "verdict", "target", "forwarded")
+    __slots__ = ("query", "authorization", "start", "length", "close", "verdict", "target", "forwarded", "relay")
 
     def __init__(self, query: dict[str, str], authorization: str, start: int, length: int, close: bool,
                  target: str = ROUTE, forwarded: str | None = None) -> None:
@@ -101,6 +101,7 @@ class _Head:
         self.length = length
         self.close = close
         self.verdict: Principal | DTError | None = None
+        self.relay = False  # a standby relays it to the leader as it came (forward.Forwarder.relay)
 
 
 class _Request:
@@ -250,10 +251,18 @@ class FastProtocol(asyncio.Protocol):
             return
         if self._head is None:
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
-            if parsed is False or (parsed is not None and not self._app[RUNTIME].leading()):  # a standby forwards (api.py)
+            if parsed is False:
                 self._hand_over()
                 return
-            if isinstance(parsed, _Head):
+            if isinstance(parsed, _Head) and not self._app[RUNTIME].leading():  # a standby forwards
+                if not self._relays():
+                    self._hand_over()  # aiohttp's handler forwards it (forward.forward)
+                    return
+                parsed.relay = True  # the leader judges it; this member relays its bytes
+                self._head = parsed
+                self._disarm()
+                self._arm_idle(KEEPALIVE_S)
+            elif isinstance(parsed, _Head):
                 self._head = parsed
                 if not self._judge(parsed):
                     return
@@ -264,6 +273,14 @@ class FastProtocol(asyncio.Protocol):
                 self._transport.resume_reading()
             if head is None:
                 self._arm_idle(self._site.header_timeout)
+            return
+        if head.relay:
+            raw_head = bytes(self._buf[: head.start - len(_HEAD_END)])
+            body = bytes(self._buf[head.start : head.start + head.length])
+            del self._buf[: head.start + head.length]
+            self._head = None
+            self._disarm()
+            self._busy = asyncio.get_running_loop().create_task(self._relay(raw_head, body, head))
             return
         req = _Request(head.query, head.authorization, bytes(self._buf[head.start : head.start + head.length]),
                        head.close, head.verdict)
@@ -339,7 +356,32 @@ class FastProtocol(asyncio.Protocol):
             req.close = True
         finally:
             self._busy = None
-        if req.close or self._eof:
+        self._after(req.close)
+
+    def _relays(self) -> bool:
+        """Whether this standby relays the lean front's route itself (``forward.Forwarder.relay``)."""
+        return forward.FORWARDER in self._app and forward.Forwarder.relays_to(self._app[RUNTIME])
+
+    async def _relay(self, raw_head: bytes, body: bytes, head: _Head) -> None:
+        close = head.close
+        try:
+            answer = await self._app[forward.FORWARDER].relay(raw_head, body, head.target, self._peer, close=close,
+                                                              again=head.forwarded is not None)
+            t = self._transport
+            if t is not None and not t.is_closing():
+                t.write(answer)
+        except Exception:  # noqa: BLE001 - as _answer: a plain 500
+            log.exception("error forwarding POST /api/v1/tasks")
+            self._write(500, b"500 Internal Server Error\n\nServer got itself in trouble", "text/plain; charset=utf-8",
+                        None, True)
+            close = True
+        finally:
+            self._busy = None
+        self._after(close)
+
+    def _after(self, close: bool) -> None:
+        """An answer is out: close when asked, else take the next request."""
+        if close or self._eof:
             self._closing = True
             if self._transport is not None:
                 self._transport.close()

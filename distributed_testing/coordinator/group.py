@@ -102,9 +102,10 @@ class NotLeader(DTError):
     ``leader``: the URL to use, or None while no member leads; ``path_qs``: the request's path and
     query. Answered 503 naming ``leader`` (``api.error_parts``), never redirected."""
 
-    def __init__(self, leader: str | None, path_qs: str = "") -> None:
+    def __init__(self, leader: str | None, path_qs: str = "", unhealthy: list[str] | None = None) -> None:
         self.leader = leader
         self.path_qs = path_qs
+        self.unhealthy = unhealthy or []  # members this one sees silent (Group.silent_urls)
         super().__init__(f"this coordinator is a standby; the leader is {leader}" if leader
                          else "this coordinator is a standby and no leader is known yet; retry shortly")
 
@@ -351,6 +352,12 @@ class Group:
             return None
         return self.known.url
 
+    def silent_urls(self) -> list[str]:
+        """The URLs of members not seen for ``MEMBER_STALE_S`` (a URL whose freshest row is
+        healthy is not: a member restarted there has a new id, its old row lingers a while)."""
+        healthy = {m.url.rstrip("/") for m in self.members if m.healthy}
+        return sorted({m.url for m in self.members if m.url.rstrip("/") not in healthy})
+
     def view(self) -> dict[str, Any]:
         """``GET /api/v1/cluster``."""
         return {"leader": self.leader_url, "epoch": self.known.epoch if not self.known.expired else None,
@@ -461,6 +468,11 @@ class Group:
                 "VALUES ($1, $2, $3, $4, to_timestamp($5), clock_timestamp()) ON CONFLICT (member_id) DO UPDATE "
                 "SET url = EXCLUDED.url, role = EXCLUDED.role, epoch = EXCLUDED.epoch, last_seen = clock_timestamp()",
                 self.member_id, self.url, role, self.epoch, self._started_at)
+            # a member restarted at this URL has a new id: its old row goes once it is stale, or the
+            # cluster view would show the URL unhealthy (and standbys would not forward to it)
+            await conn.execute("DELETE FROM dt_members WHERE url = $1 AND member_id <> $2 "
+                               "AND last_seen < clock_timestamp() - make_interval(secs => $3)",
+                               self.url, self.member_id, MEMBER_STALE_S)
             if self.leading:
                 await conn.execute("DELETE FROM dt_members WHERE last_seen < clock_timestamp() - make_interval(secs => $1)",
                                    MEMBER_FORGET_S)

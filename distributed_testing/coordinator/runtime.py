@@ -170,7 +170,9 @@ class Runtime:
         return self.group is None or self.group.leading
 
     def not_leader(self, path_qs: str = "") -> NotLeader:
-        return NotLeader(self.group.leader_url if self.group is not None else None, path_qs)
+        if self.group is None:
+            return NotLeader(None, path_qs)
+        return NotLeader(self.group.leader_url, path_qs, self.group.silent_urls())
 
     def lost_leadership(self, reason: str) -> None:
         """Stop this leader term at once (the CLI starts a new standby term; see cli/coordinator.py)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json as jsonlib
 import os
 import random
 import signal
@@ -37,6 +36,7 @@ from typing import Any, TypeVar, overload
 import aiohttp
 from aiohttp import web
 
+from ..client import ApiClient, ApiError
 from ..config import CoordinatorConfig, WorkerConfig
 from ..coordinator.fast_http import FastSite
 from ..coordinator.runtime import RUNTIME, Runtime
@@ -408,32 +408,27 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
 
 
 class Rest:
-    """A small blocking client for the coordinator's REST API (urllib; one connection per call).
+    """A small blocking client for the coordinator's REST API, through the one coordinator client
+    (``client.ApiClient`` with this one URL: its connect and first-byte bounds, nothing retried).
 
-    ``request`` returns ``(status, decoded JSON body)`` and raises only for transport errors
-    (``OSError``: refused, reset, timed out), so a test can poll a coordinator that is restarting.
+    ``request`` returns ``(status, decoded JSON body)`` whatever the status (an error's body that
+    is not JSON as its text) and raises only for transport errors (``OSError``: refused, reset,
+    timed out), so a test can poll a coordinator that is restarting.
     """
 
     def __init__(self, base_url: str, key: str, timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.key = key
         self.timeout = timeout
+        self.client = ApiClient(self.base_url, key, timeout_s=timeout)
 
     def request(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None,
                 timeout: float | None = None) -> tuple[int, Any]:
-        url = self.base_url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
-        data = None if json is None else jsonlib.dumps(json).encode()
-        req = urllib.request.Request(url, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.key}", **({"Content-Type": "application/json"} if data else {})})
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
-                return int(r.status), jsonlib.loads(r.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                return int(exc.code), jsonlib.loads(body or b"null")
-            except ValueError:
-                return int(exc.code), body.decode(errors="replace")
+            return self.client.call(method, path + query, json, timeout_s=timeout)
+        except ApiError as exc:  # no answer: refused, reset or timed out
+            raise ConnectionError(str(exc)) from exc
 
     def ok(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         """``request`` that asserts a 2xx status and returns the body."""

@@ -82,10 +82,12 @@ class Candidates:
         """Why the worker key must not follow ``source``'s pointer to ``leader`` (None: it may)."""
         return self.members.refusal(source, leader, membership=membership)
 
-    def redirect(self, leader: str, now: float = 0.0) -> bool:
+    def redirect(self, leader: str, now: float = 0.0, *, seen_alive: bool = False) -> bool:
         """A standby named ``leader``, a member (``refusal`` is None): the next attempt goes there,
-        unless it failed just now (False: it waits its turn)."""
-        if self.members.recently_failed(leader, now):
+        unless it failed just now (False: it waits its turn) and the standby did not vouch for it
+        (``seen_alive``: the standby named it and does not see it silent; a member that failed
+        and came back may lead again, as after a pause and then a kill of the next leader)."""
+        if self.members.recently_failed(leader, now) and not seen_alive:
             return False
         self._next_leader = canonical(leader)
         self._failed.discard(self._next_leader)

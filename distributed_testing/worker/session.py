@@ -25,6 +25,9 @@ from .coordinators import Candidates
 
 log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 10.0  # proxy, TCP connect and WebSocket handshake together
+# The same for a member of a group that failed just now (a standby vouched for it): if it is a
+# paused leader after all (the standby's view lags by up to a heartbeat), it costs this, not 10 s.
+RECENT_OPEN_TIMEOUT_S = 2.0
 MAX_FRAME_BYTES = 32 * 1024 * 1024
 # --high-availability: the pause between full rounds of every known coordinator starts here and
 # doubles up to --reconnect-interval; there is none between two coordinators of a round.
@@ -133,8 +136,9 @@ class Dialer:
         leader sends the next attempt there (``NotTheLeader``)."""
         assert self.http is not None, "only within client_session()"
         self.handshake.reset()
+        recent = len(self.candidates.urls) > 1 and self.candidates.members.recently_failed(url, time.monotonic())
         try:
-            async with asyncio.timeout(OPEN_TIMEOUT_S):
+            async with asyncio.timeout(RECENT_OPEN_TIMEOUT_S if recent else OPEN_TIMEOUT_S):
                 # No compression (compress=0, the default); keepalive pings are ours (keepalive).
                 return await self.http.ws_connect(ws_url(url), headers={"Authorization": f"Bearer {cred}"},
                                                   max_msg_size=MAX_FRAME_BYTES, autoping=False)
@@ -147,11 +151,14 @@ class Dialer:
             if exc.status == 503 and (answer := refusal_json(self.handshake.body)).get("error") == "not_leader":
                 leader = answer.get("leader")
                 if isinstance(leader, str) and canonical(leader) != url:
-                    await self._follow(url, leader, cred)
+                    silent = answer.get("unhealthy")
+                    alive = isinstance(silent, list) and canonical(leader) not in {
+                        canonical(u) for u in silent if isinstance(u, str)}
+                    await self._follow(url, leader, cred, seen_alive=alive)
                 raise NotTheLeader(f"{url} is a standby; leader: {leader or 'none yet'}") from exc
             raise
 
-    async def _follow(self, url: str, leader: str, cred: str) -> None:
+    async def _follow(self, url: str, leader: str, cred: str, *, seen_alive: bool = False) -> None:
         """A standby at ``url`` named ``leader``: the next attempt goes there if it is a member
         (asking ``url``'s cluster view once for a URL not yet known); the worker key never goes
         anywhere else, nor from https to http (client.Members)."""
@@ -162,7 +169,7 @@ class Dialer:
         refused = self.candidates.refusal(url, leader)
         if refused is not None:
             log.warning("%s", refused)
-        elif not self.candidates.redirect(leader, time.monotonic()):
+        elif not self.candidates.redirect(leader, time.monotonic(), seen_alive=seen_alive):
             log.info("standby %s names %s, which failed just now: trying the other members first", url, leader)
 
     async def cluster_view(self, url: str, cred: str) -> dict[str, Any] | None:

@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos_support import ChaosCluster, NetNs
+from chaos_support import ChaosCluster
 
 from distributed_testing.client import ApiClient, ApiError
 from distributed_testing.testing import Rest, RoundRobinProxy, free_port, start_coordinator_process, wait_until
+from distributed_testing.testing.netns import NetNs
 
 
 class GroupRest(Rest):
@@ -32,7 +33,8 @@ class GroupRest(Rest):
     ApiClient``): any member answers (a standby forwards to the leader); a 503 without a leader, a
     refused or silent member moves to the next one, up to ``timeout_s`` in all. A GET, or a
     submission whose tasks all carry a ``task_id``, is asked again of another member when its
-    answer was lost. Errors come back as ``(status, {"error": message})`` (0: no member answered)."""
+    answer was lost. The final answer comes back as ``(status, body)`` (``ApiClient.call``), and
+    ``(0, {"error": message})`` when no member answered within ``timeout_s``."""
 
     def __init__(self, urls: Sequence[str], key: str, timeout_s: float = 60.0) -> None:
         super().__init__(urls[0], key)
@@ -46,7 +48,8 @@ class GroupRest(Rest):
                 timeout: float | None = None) -> tuple[int, Any]:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
         try:
-            return 200, self.client.request(method, path + query, json, repeatable=_repeatable(method, path, json))
+            return self.client.call(method, path + query, json, repeatable=_repeatable(method, path, json),
+                                    timeout_s=timeout)
         except ApiError as exc:
             return exc.status, {"error": str(exc)}
 

@@ -3,7 +3,9 @@
 from collections.abc import Iterator
 
 import pytest
-from chaos_support import NetNs, netns
+from chaos_support import netns
+
+from distributed_testing.testing.netns import NetNs
 
 __all__ = ["namespaces", "netns"]
 

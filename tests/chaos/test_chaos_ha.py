@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from chaos_group import GroupRest, HaCluster
-from chaos_support import NetNs, Tally, record_task
+from chaos_support import Tally, record_task
 
 from distributed_testing.testing import pg_database_sync, wait_until
+from distributed_testing.testing.netns import NetNs
 
 TASKS = 2000
 WORKERS = 4

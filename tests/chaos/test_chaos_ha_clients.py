@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 from chaos_group import HaCluster
-from chaos_support import NetNs
 
 from distributed_testing.testing import RoundRobinProxy, pg_database_sync, wait_until
+from distributed_testing.testing.netns import NetNs
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 

@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_support import TTL_S, ChaosCluster, NetNs, Tally, WorkerWatch, quiesce, record_task
+from chaos_support import TTL_S, ChaosCluster, Tally, WorkerWatch, quiesce, record_task
+
+from distributed_testing.testing.netns import NetNs
 
 pytestmark = pytest.mark.timeout(240)
 

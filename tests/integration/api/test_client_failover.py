@@ -113,6 +113,34 @@ def test_a_failover_is_waited_out_between_rounds_and_then_given_up() -> None:
             gone.get("/x")
 
 
+def test_a_member_a_standby_reports_silent_is_left_out_while_another_answers() -> None:
+    """A paused leader accepts connections and says nothing: a client that asked it would wait the
+    whole first-byte bound. The standby's 503 lists it as ``unhealthy``, so while the standby
+    answers (it forwards to whichever member leads) the client never connects to it."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the handshake; nobody ever answers
+    silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    state = {"n": 0}
+
+    def standby(method: str, path: str, body: bytes) -> Answer:
+        state["n"] += 1
+        return ok(method, path, body) if state["n"] > 2 else (
+            503, {"Retry-After": "1"}, {"error": "not_leader", "leader": None, "unhealthy": [silent_url]})
+
+    pauses: list[float] = []
+    try:
+        with server(standby) as (member, _):
+            api = ApiClient([member, silent_url], "k", timeout_s=30.0, sleep=pauses.append)
+            assert api.get("/x")["path"] == "/x"
+            assert len(pauses) == 2  # rounds of the standby alone
+        silent.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            silent.accept()  # no connection ever reached it
+    finally:
+        silent.close()
+
+
 def test_one_url_is_not_retried() -> None:
     api = ApiClient(dead(), "k", sleep=lambda _s: pytest.fail("no retry with one URL"))
     with pytest.raises(ApiError) as err:

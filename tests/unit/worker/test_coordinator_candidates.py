@@ -44,6 +44,10 @@ def test_a_lost_leader_is_not_followed_back_while_it_counts_as_just_failed() -> 
     c.new_round()
     assert c.next(11.5) == "http://b:2"
     assert c.redirect("http://a:1", 25.0)  # long after: it may be the leader again
+    c.lost("http://a:1", 30.0)
+    assert not c.redirect("http://a:1", 31.0)
+    # a standby names it and does not see it silent: it failed, came back and leads again
+    assert c.redirect("http://a:1", 31.0, seen_alive=True) and c.next(31.0) == "http://a:1"
 
 
 def test_the_cluster_view_adds_members_and_a_session_resets_the_round() -> None:
