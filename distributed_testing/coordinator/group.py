@@ -64,6 +64,7 @@ MEMBER_BEAT_S = 0.5
 MEMBER_STALE_S = 3.0  # a member not seen for this long is shown unhealthy
 MEMBER_FORGET_S = 3600.0  # rows of members not seen for this long are deleted by the leader
 CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 2.0  # giving the lease up and leaving at a stop: a database out of reach does not hold the stop
 LOCK_BASE = 0x4454_4C45_0000_0000  # "DTLE": advisory lock key of epoch e is LOCK_BASE + e
 SCHEMA_LOCK = LOCK_BASE - 1
 SECRET_NAME = "jwt"
@@ -274,8 +275,8 @@ class Lease:
         if self.epoch is None:
             return
         self._lose("released")
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            await self.conn.execute(_RELEASE, self.member_id, self.epoch)
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+            await self.conn.execute(_RELEASE, self.member_id, self.epoch, timeout=CLOSE_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -495,8 +496,9 @@ class Group:
             await self.lease.release()
         conns = [c for c in (self._beat_conn, self._lease_conn) if c is not None]
         if leave and self._beat_conn is not None:
-            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                await self._beat_conn.execute("DELETE FROM dt_members WHERE member_id = $1", self.member_id)
+            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+                await self._beat_conn.execute("DELETE FROM dt_members WHERE member_id = $1", self.member_id,
+                                              timeout=CLOSE_TIMEOUT_S)
         for c in conns:
             with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
                 await c.close(timeout=2.0)

@@ -168,6 +168,10 @@ class PostgresStore:
         self._linger: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        # the last Fenced answer under the current fence: once closing, the batches still queued get
+        # the same without a round trip, so a demoted leader's close does not retry them against a
+        # database it may no longer reach (up to reconnect_s a batch) before it can rejoin
+        self._fenced_out: Fenced | None = None
         self._state = "new"  # new -> open -> closing -> closed
         self.batch_count = 0  # committed batches (one statement each)
         self.record_count = 0  # rows they carried, after deduplication
@@ -295,10 +299,12 @@ class PostgresStore:
         """From the next batch on, write only while ``dt_lease`` row ``leader`` has this holder and
         epoch and has not expired; otherwise the batch fails with ``Fenced`` and writes nothing."""
         self._fence = (holder, int(epoch))
+        self._fenced_out = None
 
     def clear_fence(self) -> None:
         """Write without a lease check again (a single coordinator)."""
         self._fence = None
+        self._fenced_out = None
 
     @property
     def fence(self) -> tuple[str, int] | None:
@@ -356,8 +362,11 @@ class PostgresStore:
 
     async def _write_batch(self, batch: list[_Pending]) -> None:
         try:
+            if self._fenced_out is not None and self._state != "open":
+                raise self._fenced_out
             await self._write([row for p in batch for row in p.rows])
         except Fenced as exc:
+            self._fenced_out = exc
             for p in batch:
                 _resolve(p.fut, exc)
             return
