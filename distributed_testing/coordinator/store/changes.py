@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ...tasks.states import is_terminal
+from ...tasks.states import TERMINAL
 from ..core.rows import Record, TaskRow
 
 _replace = msgspec.structs.replace
@@ -88,9 +88,10 @@ class Changes:
     def plan(self, records: list[Record]) -> list[JournalRecord]:
         """The journal's form of ``records``; :meth:`commit` them once they were accepted."""
         out: list[JournalRecord] = []
+        last = self._last
         for rec in records:
-            if isinstance(rec, TaskRow):
-                prev = self._last.get(rec.task_id)
+            if type(rec) is TaskRow:
+                prev = last.get(rec.task_id)
                 if prev is not None and extends(rec, prev):
                     out.append(change_of(rec, len(prev.history)))
                     continue
@@ -98,30 +99,29 @@ class Changes:
         return out
 
     def commit(self, records: list[Record]) -> None:
+        last = self._last
         for rec in records:
-            if isinstance(rec, TaskRow):
-                if is_terminal(rec.state):
-                    self._last.pop(rec.task_id, None)
+            if type(rec) is TaskRow:
+                if rec.state in TERMINAL:
+                    last.pop(rec.task_id, None)
                 else:
-                    self._last[rec.task_id] = rec
+                    last[rec.task_id] = rec
 
     def forget(self) -> None:
         """Every task gets a whole row next (its stored row may have changed behind the store)."""
         self._last.clear()
 
 
-_FIXED = ("type", "priority", "submitted_at", "digest", "seq", "submitted_by")
-
-
 def extends(row: TaskRow, prev: TaskRow) -> bool:
     """Whether ``row`` is ``prev`` after transitions: the fields fixed at submission equal and
-    ``prev``'s history a prefix of ``row``'s (the core shares the objects: identity answers)."""
-    n = len(prev.history)
-    if len(row.history) < n or not (row.spec is prev.spec or row.spec == prev.spec):
-        return False
-    if any(getattr(row, f) != getattr(prev, f) for f in _FIXED):
-        return False
-    return row.history == prev.history if len(row.history) == n else row.history[:n] == prev.history
+    ``prev``'s history a prefix of ``row``'s. (The core shares the spec and the entries between a
+    task's rows, so identity answers most comparisons; this runs on every append.)"""
+    history, before = row.history, prev.history
+    n = len(before)
+    return (len(history) >= n and (row.spec is prev.spec or row.spec == prev.spec)
+            and row.seq == prev.seq and row.submitted_at == prev.submitted_at and row.digest == prev.digest
+            and row.type == prev.type and row.priority == prev.priority and row.submitted_by == prev.submitted_by
+            and (history == before if len(history) == n else history[:n] == before))
 
 
 def coalesce(records: list[JournalRecord]) -> tuple[list[TaskRow], list[TaskChange], list[Any]]:
