@@ -45,14 +45,7 @@ from ...durable.journal import Journal
 from ...errors import StoreError
 from ...security import files
 from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
-from .base import (
-    SCHEMA_VERSION,
-    ResultQuery,
-    TaskPage,
-    TaskQuery,
-    TaskStats,
-    stored_schema_version,
-)
+from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .changes import Changes, JournalRecord, TaskChange, coalesce
 from .duckdbsql import (
     ACTIVE_SQL,
@@ -61,23 +54,17 @@ from .duckdbsql import (
     NOT_PENDING_SQL,
     TABLES,
     TERMINAL_SQL,
-    Table,
-    changes_to_arrow,
     task_order,
-    update_tasks_sql,
+    update_tasks,
+    upsert,
     where_sql,
 )
 from .filters import describe, holds
-from .memory import (
-    result_order_key,
-    stats_of,
-    validate_query,
-)
+from .memory import result_order_key, stats_of, validate_query
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
 
 
 # ---------------------------------------------------------------------------- the store
@@ -347,7 +334,7 @@ class DuckDBStore:
                 if recs:
                     self.checkpoint_bytes += self._bulk_insert(con, TABLES[row_type], recs)
             if changes:
-                self._bulk_update(con, changes)
+                self.checkpoint_bytes += self._bulk_update(con, changes)
             if by_type[MetaRow]:
                 con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
             if by_type[WorkerRow]:
@@ -360,32 +347,15 @@ class DuckDBStore:
             files.tighten(self._wal, quiet=True)  # re-created at each write; the umask may have left it open
         self._journal.drop_segments(upto)
 
-    @staticmethod
-    def _bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> int:
-        """Upsert ``recs`` into ``table``; return the bytes of the batch."""
-        batch = table.to_arrow(table.dedupe(recs))
-        verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
-        view = f"_batch_{table.name}"
-        con.register(view, batch)
-        try:
-            con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
-        finally:
-            con.unregister(view)
-        return int(batch.nbytes)
+    _bulk_insert = staticmethod(upsert)
 
-    def _bulk_update(self, con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> None:
-        """Apply one change per task to rows DuckDB holds (``duckdbsql.update_tasks_sql``)."""
-        batch = changes_to_arrow(changes)
-        self.checkpoint_bytes += batch.nbytes
-        con.register("_batch_changes", batch)
-        try:
-            updated = con.execute(update_tasks_sql("_batch_changes")).fetchone()
-        finally:
-            con.unregister("_batch_changes")
-        if updated is None or int(updated[0]) != len(changes):
-            # every change follows its task's row in the journal: a missing row is a broken journal
-            raise StoreError(f"{self.path}: {len(changes)} task changes matched "
-                             f"{0 if updated is None else updated[0]} stored tasks")
+    def _bulk_update(self, con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> int:
+        """Apply one change per task to rows DuckDB holds; a missing row is a broken journal
+        (every change follows its task's row)."""
+        nbytes, updated = update_tasks(con, changes)
+        if updated != len(changes):
+            raise StoreError(f"{self.path}: {len(changes)} task changes matched {updated} stored tasks")
+        return nbytes
 
     async def _checkpoint_loop(self) -> None:
         """Owned background task: checkpoint on the interval or when enough records wait."""

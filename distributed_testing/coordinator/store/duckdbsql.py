@@ -122,6 +122,31 @@ def changes_to_arrow(changes: list[TaskChange]) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=_CHANGE_SCHEMA)
 
 
+def upsert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> int:
+    """Insert ``recs`` into ``table`` (one row per key: the first for ``keep_first`` tables, else
+    the last, replacing a stored one); return the bytes of the Arrow batch."""
+    batch = table.to_arrow(table.dedupe(recs))
+    verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
+    view = f"_batch_{table.name}"
+    con.register(view, batch)
+    try:
+        con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
+    finally:
+        con.unregister(view)
+    return int(batch.nbytes)
+
+
+def update_tasks(con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> tuple[int, int]:
+    """Apply ``changes`` (one per task) to ``tasks``; return (bytes of the batch, rows updated)."""
+    batch = changes_to_arrow(changes)
+    con.register("_batch_changes", batch)
+    try:
+        updated = con.execute(update_tasks_sql("_batch_changes")).fetchone()
+    finally:
+        con.unregister("_batch_changes")
+    return int(batch.nbytes), 0 if updated is None else int(updated[0])
+
+
 def update_tasks_sql(view: str) -> str:
     """Apply the changes in Arrow view ``view`` to ``tasks``; its row count is the rows updated."""
     sets = ", ".join(f"{name} = c.{name}" for name in _CHANGED)
