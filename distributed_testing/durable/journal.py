@@ -112,8 +112,8 @@ class Journal(Generic[R]):
     event loop, ``await close()``. ``read_segments``, ``drop_segments`` and ``replay`` do blocking
     file I/O: call them from a worker thread (``asyncio.to_thread``), never on the event loop.
 
-    ``flush_count`` counts write+fsync calls and ``record_count`` the records they carried; with
-    many concurrent appenders ``flush_count`` is much smaller than the number of ``append`` calls.
+    ``flush_count`` counts write+fsync calls, ``record_count`` the records they carried and
+    ``byte_count`` their bytes; with many concurrent appenders ``flush_count`` is much smaller than the number of ``append`` calls.
     """
 
     def __init__(self, directory: Path, record_type: Any, *, name: str = "journal", validate: bool | None = None,
@@ -146,6 +146,7 @@ class Journal(Generic[R]):
         self._closing = False
         self.flush_count = 0
         self.record_count = 0
+        self.byte_count = 0  # frame bytes written (headers included)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -398,6 +399,7 @@ class Journal(Generic[R]):
             data = memoryview(b"".join(frames))
             if self._needs_space(len(data)):
                 self._preallocate(fd, len(data))
+            self.byte_count += len(data)
             while data:
                 written = os.pwrite(fd, data, self._offset)
                 self._offset += written

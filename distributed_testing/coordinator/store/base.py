@@ -161,7 +161,9 @@ class Store(Protocol):
         """Open (creating and migrating the schema when needed) and load the snapshot."""
 
     def append(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
-        """Queue records for durable write; the future completes once they are on disk."""
+        """Queue records for durable write; the future completes once they are on disk. The
+        store takes the records as they are: the caller must not change them, nor the dicts and
+        lists they hold, afterwards (the core makes a new row per change)."""
 
     async def query_results(self, query: ResultQuery) -> list[ResultRow]:
         """Results matching every given filter, newest first. Sees every completed append."""

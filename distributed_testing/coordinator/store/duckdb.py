@@ -45,14 +45,8 @@ from ...durable.journal import Journal
 from ...errors import StoreError
 from ...security import files
 from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
-from .base import (
-    SCHEMA_VERSION,
-    ResultQuery,
-    TaskPage,
-    TaskQuery,
-    TaskStats,
-    stored_schema_version,
-)
+from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
+from .changes import Changes, JournalRecord, TaskChange, coalesce
 from .duckdbsql import (
     ACTIVE_SQL,
     FAILED_SQL,
@@ -60,22 +54,17 @@ from .duckdbsql import (
     NOT_PENDING_SQL,
     TABLES,
     TERMINAL_SQL,
-    Table,
-    copy_result,
     task_order,
+    update_tasks,
+    upsert,
     where_sql,
 )
 from .filters import describe, holds
-from .memory import (
-    result_order_key,
-    stats_of,
-    validate_query,
-)
+from .memory import result_order_key, stats_of, validate_query
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
 
 
 # ---------------------------------------------------------------------------- the store
@@ -85,7 +74,16 @@ class DuckDBStore:
     """Store on a DuckDB file, with a group-commit journal as the durability point.
 
     Beyond the ``Store`` protocol: ``checkpoint()`` applies everything appended so far to DuckDB
-    now; ``journal`` exposes the journal (its ``flush_count`` counts fsyncs).
+    now; ``journal`` exposes the journal (its ``flush_count`` counts fsyncs, ``byte_count`` the
+    bytes written); ``checkpoint_bytes`` counts the bytes of the batches checkpoints handed DuckDB.
+
+    A task's first row is journaled whole; its later rows as :class:`~.changes.TaskChange` (what
+    the transition changed and the history entries it added), which the checkpoint folds into a
+    row of the same batch or applies as an UPDATE that splices the new entries onto the stored
+    history. A record's cost in the journal and at the checkpoint is thus flat in the length of
+    its task's history. ``append`` takes ownership of the records: the caller must not change
+    them (nor the dicts they hold) afterwards; the store keeps them, uncopied, for reads until
+    they are checkpointed.
     """
 
     def __init__(self, path: Path, *, checkpoint_interval_s: float = 1.0, checkpoint_max_records: int = 5000) -> None:
@@ -95,7 +93,8 @@ class DuckDBStore:
         self.journal_dir = self.path.with_name(self.path.name + ".journal")
         self.checkpoint_interval_s = checkpoint_interval_s
         self.checkpoint_max_records = checkpoint_max_records
-        self._journal: Journal[Record] = Journal(self.journal_dir, Record, name="store")
+        self._journal: Journal[JournalRecord] = Journal(self.journal_dir, JournalRecord, name="store")
+        self._changes = Changes()  # a task already journaled gets a TaskChange, not its whole row
         self._executor: ThreadPoolExecutor | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         self._checkpointer: asyncio.Task[None] | None = None
@@ -110,16 +109,17 @@ class DuckDBStore:
         # writes to DuckDB, so the merge shows exactly what DuckDB will hold).
         self._pending_tasks: dict[str, tuple[int, TaskRow]] = {}
         self._applied_segment = 0  # last journal segment in DuckDB (DB thread only)
-        self._unapplied: list[Record] = []  # appended since the last checkpoint's rotation
+        self._unapplied: list[JournalRecord] = []  # appended since the last checkpoint's rotation
         self._memory_in_sync = False  # _unapplied is exactly the unapplied segments' content
         self._state = "new"  # new -> open -> closed
+        self.checkpoint_bytes = 0  # bytes of the Arrow batches checkpoints handed DuckDB (its work, measured)
 
     @property
     def _wal(self) -> Path:
         return self.path.with_name(self.path.name + ".wal")
 
     @property
-    def journal(self) -> Journal[Record]:
+    def journal(self) -> Journal[JournalRecord]:
         return self._journal
 
     # ------------------------------------------------------------------ thread plumbing
@@ -284,14 +284,16 @@ class DuckDBStore:
             raise StoreError(f"store {self.path} is not open")
         if self._checkpointer is not None and self._checkpointer.done():
             raise StoreError(f"store {self.path}: the checkpointer stopped; see the log")
-        fut = self._journal.append(records, linger_s=linger_s)
-        self._unapplied.extend(records)
+        journaled = self._changes.plan(records)
+        fut = self._journal.append(journaled, linger_s=linger_s)
+        self._changes.commit(records)
+        self._unapplied.extend(journaled)
         self._appended += len(records)
-        for rec in records:
+        for rec in records:  # the caller's own rows: it hands them over (``append``'s contract)
             if isinstance(rec, TaskRow):
                 self._pending_tasks[rec.task_id] = (self._appended, rec)
             elif isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
-                self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, copy_result(rec))
+                self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, rec)
         if self._appended - self._applied >= self.checkpoint_max_records:
             self._ckpt_wake.set()
         return fut
@@ -315,7 +317,7 @@ class DuckDBStore:
             self._pending_results = {k: v for k, v in self._pending_results.items() if v[0] > covered}
             self._pending_tasks = {k: v for k, v in self._pending_tasks.items() if v[0] > covered}
 
-    def _apply_sync(self, upto: int, records: list[Record] | None = None) -> None:
+    def _apply_sync(self, upto: int, records: list[JournalRecord] | None = None) -> None:
         """Apply the closed segments not yet applied, up to ``upto``, in one transaction; then
         delete every closed segment ``<= upto``. ``records``, when given, are those segments'
         records already in memory (saves reading and decoding them again). DB thread."""
@@ -323,35 +325,37 @@ class DuckDBStore:
             return
         by_type: dict[type[Any], list[Any]] = {t: [] for t in TABLES}
         source = records if records is not None else self._journal.read_segments(upto, after=self._applied_segment)
-        for rec in source:
+        by_type[TaskRow], changes, other = coalesce(list(source))
+        for rec in other:
             by_type[type(rec)].append(rec)
 
         def insert_all(con: duckdb.DuckDBPyConnection) -> None:
             for row_type, recs in by_type.items():
                 if recs:
-                    self._bulk_insert(con, TABLES[row_type], recs)
+                    self.checkpoint_bytes += self._bulk_insert(con, TABLES[row_type], recs)
+            if changes:
+                self.checkpoint_bytes += self._bulk_update(con, changes)
             if by_type[MetaRow]:
                 con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
             if by_type[WorkerRow]:
                 con.execute("DELETE FROM workers WHERE state = ?", [FORGOTTEN])  # deletes its row
             con.execute("UPDATE checkpoint_state SET applied_segment = ?", [upto])
 
-        if any(by_type.values()):
+        if changes or any(by_type.values()):
             self._in_transaction(self._conn(), insert_all)
             self._applied_segment = upto
             files.tighten(self._wal, quiet=True)  # re-created at each write; the umask may have left it open
         self._journal.drop_segments(upto)
 
-    @staticmethod
-    def _bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> None:
-        batch = table.to_arrow(table.dedupe(recs))
-        verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
-        view = f"_batch_{table.name}"
-        con.register(view, batch)
-        try:
-            con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
-        finally:
-            con.unregister(view)
+    _bulk_insert = staticmethod(upsert)
+
+    def _bulk_update(self, con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> int:
+        """Apply one change per task to rows DuckDB holds; a missing row is a broken journal
+        (every change follows its task's row)."""
+        nbytes, updated = update_tasks(con, changes)
+        if updated != len(changes):
+            raise StoreError(f"{self.path}: {len(changes)} task changes matched {updated} stored tasks")
+        return nbytes
 
     async def _checkpoint_loop(self) -> None:
         """Owned background task: checkpoint on the interval or when enough records wait."""

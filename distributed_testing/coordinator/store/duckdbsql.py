@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
 from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
+from .changes import TaskChange
 from .filters import DUCKDB, Params, describe, render
 from .memory import FAILED_STATES
 
@@ -38,13 +39,6 @@ MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_w
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
-_msgpack_encode = msgspec.msgpack.Encoder().encode
-_result_decode = msgspec.msgpack.Decoder(ResultRow).decode
-
-
-def copy_result(row: ResultRow) -> ResultRow:
-    """A deep copy, so later changes to the caller's dicts do not show in pending results."""
-    return _result_decode(_msgpack_encode(row))
 
 
 @dataclass(frozen=True)
@@ -104,6 +98,62 @@ TABLES: dict[type[Any], Table] = {
     KeyRow: Table.of("api_keys", KeyRow, ("key_id",)),
     MetaRow: Table.of("meta", MetaRow, ("key",)),
 }
+
+
+# A TaskChange (``changes``) becomes an UPDATE of its task's row: the changed fields are set, and
+# the new history entries (a JSON array, encoded alone) are spliced onto the stored array's text,
+# so neither side decodes or re-encodes the history already stored.
+_CHANGED = ("state", "attempt", "worker_id", "updated_at", "reason", "retries_used", "not_before", "outcome")
+_CHANGE_SCHEMA = pa.schema([("task_id", pa.string()), ("state", pa.string()), ("attempt", pa.int64()),
+                            ("worker_id", pa.string()), ("updated_at", pa.float64()), ("reason", pa.string()),
+                            ("retries_used", pa.int64()), ("not_before", pa.float64()), ("outcome", pa.string()),
+                            ("entries", pa.string())])
+
+
+def changes_to_arrow(changes: list[TaskChange]) -> pa.Table:
+    """The Arrow batch ``update_tasks_sql`` reads (one row per change; one change per task)."""
+    cols: dict[str, list[Any]] = {name: [] for name in _CHANGE_SCHEMA.names}
+    for c in changes:
+        cols["task_id"].append(c.task_id)
+        for name in _CHANGED:
+            cols[name].append(getattr(c, name))
+        cols["entries"].append(_json_encode(c.entries).decode())
+    cols["outcome"] = [None if v is None else _json_encode(v).decode() for v in cols["outcome"]]
+    return pa.Table.from_pydict(cols, schema=_CHANGE_SCHEMA)
+
+
+def upsert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> int:
+    """Insert ``recs`` into ``table`` (one row per key: the first for ``keep_first`` tables, else
+    the last, replacing a stored one); return the bytes of the Arrow batch."""
+    batch = table.to_arrow(table.dedupe(recs))
+    verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
+    view = f"_batch_{table.name}"
+    con.register(view, batch)
+    try:
+        con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
+    finally:
+        con.unregister(view)
+    return int(batch.nbytes)
+
+
+def update_tasks(con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> tuple[int, int]:
+    """Apply ``changes`` (one per task) to ``tasks``; return (bytes of the batch, rows updated)."""
+    batch = changes_to_arrow(changes)
+    con.register("_batch_changes", batch)
+    try:
+        updated = con.execute(update_tasks_sql("_batch_changes")).fetchone()
+    finally:
+        con.unregister("_batch_changes")
+    return int(batch.nbytes), 0 if updated is None else int(updated[0])
+
+
+def update_tasks_sql(view: str) -> str:
+    """Apply the changes in Arrow view ``view`` to ``tasks``; its row count is the rows updated."""
+    sets = ", ".join(f"{name} = c.{name}" for name in _CHANGED)
+    return (f"UPDATE tasks SET {sets}, history = CASE WHEN c.entries = '[]' THEN tasks.history "
+            "WHEN tasks.history::VARCHAR = '[]' THEN c.entries::JSON "
+            "ELSE (substr(tasks.history::VARCHAR, 1, length(tasks.history::VARCHAR) - 1) || ',' "
+            f"|| substr(c.entries, 2))::JSON END FROM {view} c WHERE tasks.task_id = c.task_id")
 
 
 def where_sql(q: ResultQuery | TaskQuery) -> tuple[str, list[Any]]:

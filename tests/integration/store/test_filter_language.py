@@ -103,6 +103,7 @@ async def _select(duck: DuckDBStore, pg: PostgresStore, task_rows: list[TaskRow]
     """Store ``task_rows`` (only them) in both, then the ids each database selects per filter."""
     await duck.checkpoint()
     await duck._db(lambda: duck._conn().execute("DELETE FROM tasks"))
+    duck._changes.forget()  # its tasks' rows are gone: the next row of each must be journaled whole
     await pg.pool.execute("DELETE FROM tasks")
     await asyncio.gather(duck.append(task_rows), pg.append(task_rows))
     await duck.checkpoint()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 import pytest
 
 from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
@@ -392,3 +393,79 @@ async def test_a_schema_2_file_gets_keys_that_may_not_ship_code(tmp_path: Path) 
     snap = await store.open()
     await store.close()
     assert [(k.key_id, k.allow_code) for k in snap.keys] == [("k1", False)]
+
+
+def _lifecycle(n: int) -> list[TaskRow]:
+    """The rows the core saves for one task moved ``n`` times, each extending the last."""
+    history: list[dict[str, Any]] = [{"at": 0.0, "to": "pending", "cause": "submitted"}]
+    rows = [task("d1", "pending", history=list(history))]
+    for i in range(n):
+        state = ("assigned", "running", "pending")[i % 3]
+        history.append({"at": float(i + 1), "from": rows[-1].state, "to": state, "cause": f"step {i}"})
+        rows.append(msgspec.structs.replace(
+            task("d1", state, worker_id=None if state == "pending" else "w1", retries_used=i // 3,
+                 history=list(history)), updated_at=float(i + 1)))
+    return rows
+
+
+@pytest.mark.asyncio
+async def test_changes_replayed_over_a_checkpoint_boundary_rebuild_the_row(tmp_path: Path) -> None:
+    """A task's later rows are journaled as changes; whether a checkpoint applied them (as an
+    UPDATE of the stored row) or a reopen after a crash replays them from the journal, the row
+    read back is the last one appended."""
+    path = tmp_path / "db" / "c.duckdb"
+    rows = _lifecycle(7)
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    try:
+        await store.append(rows[:2])  # a whole row, then a change folded into it by the checkpoint
+        await store.checkpoint()
+        await store.append(rows[2:4])  # changes applied as an UPDATE of the stored row
+        await store.checkpoint()
+        for r in rows[4:]:  # changes left in the journal
+            await store.append([r])
+        assert (await store.get_tasks(["d1"]))["d1"] == rows[-1]  # read before any checkpoint
+        crashed = tmp_path / "crashed"
+        shutil.copytree(path.parent, crashed)  # the files as a crash right now would leave them
+    finally:
+        await store.close()
+    for where in (path, crashed / path.name):  # closed cleanly (checkpointed), and after the crash
+        again = DuckDBStore(where, **SLOW)
+        snap = await again.open()
+        try:
+            assert snap.tasks == [rows[-1]]
+            await again.append([msgspec.structs.replace(rows[-1], state="succeeded",
+                                                        history=[*rows[-1].history, {"to": "succeeded"}])])
+            await again.checkpoint()  # after a reopen the first row is whole again: nothing to splice onto
+            assert (await again.get_tasks(["d1"]))["d1"].history[-1] == {"to": "succeeded"}
+        finally:
+            await again.close()
+
+
+@pytest.mark.asyncio
+async def test_checkpoint_work_per_change_is_flat_in_the_history(tmp_path: Path) -> None:
+    """Bytes a checkpoint hands DuckDB, and journal bytes, for one more transition of a task whose
+    row is already stored: the same with 3 history entries as with 300."""
+    store = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+    await store.open()
+    cost = []
+    try:
+        for n in (3, 300):
+            rows = [msgspec.structs.replace(r, task_id=f"h{n}") for r in _lifecycle(n + 1)]
+            await store.append(rows[:-1])
+            await store.checkpoint()
+            ckpt, journal = store.checkpoint_bytes, store.journal.byte_count
+            await store.append(rows[-1:])
+            await store.checkpoint()
+            cost.append((store.checkpoint_bytes - ckpt, store.journal.byte_count - journal))
+            assert (await store.get_tasks([f"h{n}"]))[f"h{n}"] == rows[-1]
+        await store.close()
+        again = DuckDBStore(tmp_path / "c.duckdb", **SLOW)
+        await again.open()
+        assert [len(t.history) for t in sorted((await again.get_tasks(["h3", "h300"])).values(),
+                                               key=lambda t: len(t.history))] == [5, 302]
+        await again.close()
+    finally:
+        await store.close()
+    (small_ckpt, small_journal), (big_ckpt, big_journal) = cost
+    assert abs(big_ckpt - small_ckpt) <= 8 and abs(big_journal - small_journal) <= 8
