@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401  (DDP imports it; importing before the fork spares each rank ~2 s)
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F  # noqa: N812
@@ -57,7 +56,11 @@ def sgd_step(model: torch.nn.Module, loss: Tensor) -> list[Tensor]:
 
 
 def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: int) -> None:
-    # fork: the ranks reuse this process's imported torch instead of importing it again (seconds)
+    # fork: the ranks reuse this process's imported torch instead of importing it again (seconds);
+    # DDP imports torch._dynamo, so it is imported here, before the fork, which spares each rank ~2 s
+    # (here and not at the top: every pytest process collecting this module would pay for it)
+    import torch._dynamo  # noqa: F401
+
     mp.start_processes(
         rank_main, args=(free_port, str(tmp_path)), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork"
     )
