@@ -49,7 +49,11 @@ def plugin_env(tmp: Path) -> dict[str, str]:
       that declares the entry point;
     - ``torch`` and ``openvino`` fail to import, so the accelerator probe reports them unavailable
       in 0.2 s instead of importing them for 2-3 s of CPU at every one of the suite's ~20 worker
-      starts (``flags_support.fast_hardware`` does the same in-process). The tasks here need neither.
+      starts (``flags_support.fast_hardware`` does the same in-process). The tasks here need neither;
+    - ``DT_SANDBOX=none``: the handler appends to one executions log that every worker shares (the
+      instrument that counts executions), outside any task's scratch directory, which the default
+      confinement makes read-only; the confinement has tests of its own
+      (tests/integration/bundles/test_confinement.py).
     """
     site = tmp / "plugin"
     dist = site / "dt_chaos_handlers-0.1.dist-info"
@@ -60,7 +64,7 @@ def plugin_env(tmp: Path) -> dict[str, str]:
         (site / hidden).mkdir(exist_ok=True)
         (site / hidden / "__init__.py").write_text(f"raise ImportError('{hidden} is hidden from the chaos suite workers')\n")
     paths = [str(site), str(HERE), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
-    return {"PYTHONPATH": os.pathsep.join(paths)}
+    return {"PYTHONPATH": os.pathsep.join(paths), "DT_SANDBOX": "none"}
 
 
 def record_task(task_id: str, log: Path, seconds: float, *, max_retries: int, tags: Sequence[str] = (),

@@ -28,10 +28,12 @@ def training(nodes: int, **extra: Any) -> dict[str, Any]:
 
 
 def training_processes(root: Path) -> list[psutil.Process]:
-    """Live launcher/rank processes whose command line names a path under ``root``."""
+    """Live launcher/rank processes whose command line names a path under ``root`` (the workers'
+    warm custom-handler children name it too, in their sandbox's binds: they are not training's)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
-        if str(root) in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if str(root) in cmd and "pool_child" not in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found
 
