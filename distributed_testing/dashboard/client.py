@@ -154,9 +154,14 @@ class CoordinatorClient:
         headers = {**self._headers(credential, client), "Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
-        try:
-            return await self.streams.get(base + "/api/v1/events", headers=headers, allow_redirects=False,
-                                          timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
-        except (aiohttp.ClientConnectionError, TimeoutError):
-            self._lost(base)
-            raise
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
+        for attempt in range(2):  # a connect past the bound on a busy coordinator is tried once more
+            try:
+                return await self.streams.get(base + "/api/v1/events", headers=headers, allow_redirects=False,
+                                              timeout=timeout)
+            except (aiohttp.ClientConnectionError, TimeoutError):
+                self._lost(base)
+                if attempt:
+                    raise
+                base = await self.base()  # the next member, or the same one when it is the only one
+        raise AssertionError("unreachable")
