@@ -210,7 +210,6 @@ def build_command(
         "--master-port", str(assignment.master_port),
         "--rdzv-conf", f"timeout={rendezvous_s}",
         "--max-restarts", "0",
-        "--shutdown-timeout", str(AGENT_SHUTDOWN_S),
         "--log-dir", str(files.agent_logs),
         "--module", "distributed_testing.training.worker_main",
         *worker_args,
@@ -242,6 +241,9 @@ def _child_env(extra_env: Mapping[str, str] | None) -> dict[str, str]:
     package_root = str(Path(distributed_testing.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # the agent's grace between SIGTERM and SIGKILL for its ranks; set through the environment,
+    # which every torch reads, not ``--shutdown-timeout``, which torch 2.11 refuses (seen on a GPU host)
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(AGENT_SHUTDOWN_S)
     env.update(extra_env or {})
     return env
 
