@@ -110,6 +110,9 @@ _PEER_LOST = re.compile(
     r"remote process exited|Address already in use|EADDRINUSE",
     re.IGNORECASE,
 )
+# NCCL's refusal of two ranks on one GPU (seen on a one-GPU host running a 2-node nccl job on two of
+# its workers): a setup error, not a lost peer; retrying on the same workers fails the same way.
+_DUPLICATE_GPU = re.compile(r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device \w+")
 # torchelastic's "Root Cause" block: "exitcode  : -9 (pid: 123)  (SIGKILL)".
 _KILLED = re.compile(r"exitcode\s*:\s*-(\d+)\b[^\n]*")
 
@@ -284,6 +287,11 @@ class TrainingExecutor:
 def classify_failure(log: str) -> tuple[OutcomeStatus, str]:
     """``(status, reason)`` of a failed launch from its launcher log: ``error`` (retryable) when a
     local rank was killed by a signal or a peer/the network failed, else ``failed``."""
+    duplicate = _DUPLICATE_GPU.search(log)
+    if duplicate:
+        return "failed", (f"two ranks of the job share a GPU ({duplicate.group(0)}): NCCL needs a GPU of its own per "
+                          "rank, so the gang's workers must not share one (give each worker its own GPUs with "
+                          "CUDA_VISIBLE_DEVICES) or use backend gloo")
     root_cause = log.rfind("Root Cause")  # torchelastic names the first failure after it
     killed = _KILLED.search(log, max(0, root_cause))
     if killed:

@@ -39,8 +39,20 @@ Root Cause (first observed failure):
   traceback : ValueError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)
 """
 
+# as NCCL 2.28.9 wrote it on an H200 host where two workers shared the one GPU (2-node nccl job)
+DUPLICATE_GPU = """
+[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, \
+invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9
+[rank0]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+[rank0]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60
+Root Cause (first observed failure):
+[0]:
+  exitcode  : 1 (pid: 10)
+"""
+
 
 @pytest.mark.parametrize(("log", "status", "reason"), [
+    (DUPLICATE_GPU, "failed", "two ranks of the job share a GPU (Duplicate GPU detected : rank 0 and rank 1"),
     (KILLED, "error", "a local rank was killed by signal 9"),
     (PEER_LOST, "error", "a peer node or the network failed during training (gloo/transport)"),
     (MODEL_BUG, "failed", "a training rank failed"),
