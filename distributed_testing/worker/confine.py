@@ -11,10 +11,15 @@ nothing but the system and Python) would break it. Its children get the reverse
   the Hugging Face cache and the home directory stay readable, and nothing outside the task's
   scratch directory takes a write (``TMPDIR`` points into it; ``/tmp`` is the host's, read-only);
 * minus what is the worker's: its state directory (the folder of ``--db-path``: outbox, WAL,
-  journal, blob cache, the cache directory), its key and token files, the cache directory and the
-  scratch root of every other task are covered by an empty read-only ``tmpfs`` (a file by
-  ``/dev/null``), so they are absent, not merely unreadable, which holds for a worker running as
-  root; the task's own scratch directory is bound back in, writable;
+  journal, blob cache, the cache directory), the directories of its key and token files, the
+  cache directory and the scratch root of every other task are covered by an empty read-only
+  ``tmpfs`` (a file by ``/dev/null``), so they are absent, not merely unreadable, which holds for a
+  worker running as root; the task's own scratch directory is bound back in, writable. A key
+  file's directory rather than the file: a mount over a file covers that file only, and a new one
+  renamed over it (``mv key.new key``) or reached through a swapped symlink (a Kubernetes secret's
+  ``..data``) would be readable. Where that directory cannot be hidden whole (:func:`unhideable`:
+  ``HOME``, ``/tmp``, the test root, ...) the file is hidden by name, and a long-lived child started
+  before it changed (the custom pool's, the benchmark's) is replaced before its next task;
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` or ``cmdline``),
   IPC and UTS namespaces, a new session, ``--die-with-parent``, every capability dropped (a root
   child cannot unmount what hides the worker's files), a fresh ``/dev`` plus the GPU nodes;
@@ -31,6 +36,7 @@ unconfined as before, with a warning naming why (shipped code is refused there, 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -54,12 +60,19 @@ def state_base(config: Any) -> Path:
 
 @dataclass(frozen=True)
 class Confinement:
-    """A deny-list sandbox (module docstring): ``hide`` is absent in the child, ``scratch_root``
+    """A deny-list sandbox (module docstring): the directories ``hide`` are absent in the child
+    (an empty read-only tmpfs each), except ``show``, paths inside them that tasks need (bound back
+    read-only); ``by_name`` are hidden as they are when each child starts (where their directory
+    cannot be hidden whole), and of those ``watch`` (key and token files) are watched: a
+    long-lived child started before one changed is restarted (:meth:`identity`). ``scratch_root``
     holds each child's scratch directory (:meth:`scratch`), itself hidden from the others."""
 
     hide: tuple[Path, ...]
     scratch_root: Path
     bwrap: str = "bwrap"
+    show: tuple[Path, ...] = ()
+    by_name: tuple[Path, ...] = ()
+    watch: tuple[Path, ...] = ()
 
     def scratch(self, name: str) -> Path:
         """A fresh scratch directory (0700) for one task or one long-lived child, with ``tmp``."""
@@ -73,6 +86,21 @@ class Confinement:
         """``base`` with the temporary directory moved into ``scratch``."""
         return {**base, "TMPDIR": str(scratch / "tmp")}
 
+    def identity(self) -> tuple[tuple[int, int] | None, ...]:
+        """What the watched files are now (device and inode of what their names lead to, None
+        when absent). A file hidden by name is hidden as it was when the child started: one
+        renamed over it, or a symlink swapped to another, is a new file the child can read, so a
+        long-lived child started under another identity is replaced before its next task."""
+        out: list[tuple[int, int] | None] = []
+        for p in self.watch:
+            try:
+                st = os.stat(p)
+            except OSError:
+                out.append(None)
+            else:
+                out.append((st.st_dev, st.st_ino))
+        return tuple(out)
+
     def wrap(self, argv: Sequence[str], *, rw: Sequence[Path], cwd: Path | None = None,
              devices: Sequence[str] = ()) -> list[str]:
         """The command that runs ``argv`` confined, ``rw`` writable (those that exist)."""
@@ -81,8 +109,20 @@ class Confinement:
                "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
         for d in devices:
             cmd += ["--dev-bind-try", d, d]
+        layers = _layers(self.hide, self.show)
         dirs = []
-        for p in _outermost(self.hide):
+        for p, hidden in layers:
+            if not hidden:
+                cmd += ["--ro-bind-try", str(p), str(p)]
+                continue
+            if p.is_dir():
+                cmd += ["--tmpfs", str(p)]
+                dirs.append(p)
+            elif p.exists():
+                cmd += ["--ro-bind", "/dev/null", str(p)]
+        for p in {p.resolve() for p in self.by_name}:
+            if _hidden(p, layers):
+                continue
             if p.is_dir():
                 cmd += ["--tmpfs", str(p)]
                 dirs.append(p)
@@ -97,34 +137,101 @@ class Confinement:
         return [*cmd, "--", *argv]
 
 
-def _outermost(paths: Sequence[Path]) -> list[Path]:
-    """``paths`` resolved, without those inside another of them."""
-    resolved = sorted({p.resolve() for p in paths}, key=lambda p: len(p.parts))
-    out: list[Path] = []
-    for p in resolved:
-        if not any(p.is_relative_to(q) for q in out):
-            out.append(p)
+def _layers(hide: Sequence[Path], show: Sequence[Path]) -> list[tuple[Path, bool]]:
+    """The mounts that hide the directories ``hide`` and bind ``show`` back, shallowest first
+    (a deeper mount covers a shallower one), each only where it changes what is seen: a directory
+    inside a hidden one is hidden already, a path outside all of them is seen already."""
+    hidden = {p.resolve() for p in hide}
+    rules = sorted({(p, True) for p in hidden} | {(p.resolve(), False) for p in show if p.resolve() not in hidden},
+                   key=lambda r: (len(r[0].parts), str(r[0])))
+    out: list[tuple[Path, bool]] = []
+    for p, hide_it in rules:
+        if _hidden(p, out) != hide_it:
+            out.append((p, hide_it))
     return out
 
 
-def worker_paths(config: Any, cache_dir: Path) -> tuple[list[Path], Path]:
-    """What a confined child must not see (the worker's files), and the scratch root.
+def _hidden(path: Path, layers: Sequence[tuple[Path, bool]]) -> bool:
+    """Whether ``path`` is hidden under ``layers`` (shallowest first: the deepest holding it decides)."""
+    state = False
+    for q, hidden in layers:
+        if path.is_relative_to(q):
+            state = hidden
+    return state
 
-    The state directory is hidden whole unless it holds what tasks read (the test root, the
-    Python installation or this package): then its state files are hidden one by one."""
+
+def _shared() -> list[Path]:
+    """Directories that hold others' files too: hiding one whole would hide what tasks read
+    (``HOME`` and the caches under it) or use (the temporary directories)."""
+    return [Path.home(), Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+
+
+def _needed(config: Any) -> list[Path]:
+    """What the operator's tasks read that may lie in a directory of the worker's: the test root,
+    the Python installation and this package."""
+    return [Path(config.test_root), Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT]
+
+
+def unhideable(directory: Path, needed: Sequence[Path]) -> str | None:
+    """Why ``directory`` cannot be hidden whole (None: it can): a top-level directory, one that
+    holds ``HOME`` or a temporary directory, one tasks need (a path of ``needed``), or one inside
+    the Python installation or this package. (A needed path inside it is bound back instead.)"""
+    d = directory.resolve()
+    if len(d.parts) <= 2:
+        return "a top-level directory"
+    for s in _shared():
+        if s.resolve().is_relative_to(d):
+            return f"it holds {s}"
+    for n in needed:
+        if n.resolve() == d:
+            return "tasks need it (the test root, the Python installation or this package)"
+    for code in (Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT):
+        if d.is_relative_to(code.resolve()):
+            return "it lies in the Python installation or this package"
+    return None
+
+
+def plan(config: Any, cache_dir: Path) -> tuple[Confinement, list[str]]:
+    """What a confined child must not see (the worker's files), and a warning for each of them
+    hidden by name only.
+
+    The directory of the key file and of the token file is hidden whole (a file renamed over the
+    key, or a symlink swapped as Kubernetes rotates a secret, stays hidden), with the needed paths
+    inside it bound back, unless :func:`unhideable`: then the file is hidden by name and watched.
+    The state directory is hidden whole unless it holds what tasks read (the test root, the Python
+    installation or this package): then its state files are hidden one by one."""
     base = state_base(config)
     scratch_root = base / f"scratch-{config.worker_id}"
+    needed = _needed(config)
     hide = [cache_dir, base / f"bundles-{config.worker_id}", scratch_root]
-    for f in (getattr(config, "api_key_file", None), config.token_file):
-        if f is not None:
-            hide.append(Path(f).absolute())
+    by_name: list[Path] = []
+    watch: list[Path] = []
+    notes: list[str] = []
+    for flag, f in (("--api-key-file", getattr(config, "api_key_file", None)), ("--token-file", config.token_file)):
+        if f is None:
+            continue
+        path = Path(f).absolute()
+        folder = path.parent.resolve()  # the directory the name lives in, not a symlink's target's
+        why = unhideable(folder, needed)
+        if why is None:
+            hide.append(folder)
+            continue
+        by_name.append(path)
+        watch.append(path)
+        notes.append(f"{flag} {path} lies in {folder}, which cannot be hidden whole ({why}): the file is hidden by "
+                     "name, so one renamed over it or a symlink swapped to another is readable by the children "
+                     "running then (the custom pool's and the benchmark's are restarted before their next task); "
+                     "keep key and token files in a directory of their own")
     if config.db_path is not None:
         db = Path(config.db_path).absolute()
-        hide += [db, db.with_name(db.name + ".wal"), db.parent / f"{db.name}.journal"]
-        needed = [Path(config.test_root), Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT]
+        by_name += [db, db.with_name(db.name + ".wal"), db.parent / f"{db.name}.journal"]
         if not any(n.resolve().is_relative_to(base.resolve()) for n in needed):
             hide.append(base)
-    return hide, scratch_root
+    hide = [p.absolute() for p in hide]
+    shown = sorted({n.resolve() for n in needed if any(n.resolve().is_relative_to(h.resolve())
+                                                       and n.resolve() != h.resolve() for h in hide)})
+    return Confinement(tuple(hide), scratch_root, show=tuple(shown), by_name=tuple(by_name),
+                       watch=tuple(watch)), notes
 
 
 def for_worker(config: Any, cache_dir: Path) -> Confinement | None:
@@ -139,11 +246,15 @@ def for_worker(config: Any, cache_dir: Path) -> Confinement | None:
                     "(the key file, state directory and /proc/<pid>/environ in their reach); shipped code is "
                     "refused", reason)
         return None
-    hide, scratch_root = worker_paths(config, cache_dir)
-    scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    log.info("tasks without a bundle run in bwrap: the filesystem read-only, %s hidden, writes to their own "
-             "scratch directory under %s", ", ".join(str(p) for p in _outermost(hide)), scratch_root)
-    return Confinement(tuple(hide), scratch_root)
+    confinement, notes = plan(config, cache_dir)
+    confinement.scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for note in notes:
+        log.warning("%s", note)
+    hidden = [p for p, hide in _layers(confinement.hide, confinement.show) if hide]
+    log.info("tasks without a bundle run in bwrap: the filesystem read-only, %s hidden%s, writes to their own "
+             "scratch directory under %s", ", ".join(str(p) for p in [*hidden, *confinement.by_name]),
+             "".join(f", {p} shown read-only" for p in confinement.show), confinement.scratch_root)
+    return confinement
 
 
 def remove(path: Path | None) -> None:

@@ -89,6 +89,7 @@ class BenchmarkExecutor:
         self.options = options or BenchmarkOptions()
         self.confinement = confinement  # the child of tasks without a bundle runs in it (worker/confine.py)
         self._scratch: Path | None = None  # that child's scratch directory, removed with it
+        self._seen: tuple[object, ...] = ()  # the confinement's watched files when it started
         self.cache: ResultCache = cache if cache is not None else MemoryResultCache()
         self._lock = asyncio.Lock()
         # shared with the training executor (ExecutorSettings.exclusive): one measurement at a time
@@ -123,6 +124,7 @@ class BenchmarkExecutor:
         async with self.exclusive, self._lock:
             started = time.time()
             try:
+                await self._renew_if_stale()
                 configs = [self._config(c) for c in ctxs]
                 outcomes: dict[int, ExecOutcome] = await self._lookup(ctxs, configs)
                 misses = [i for i in range(len(ctxs)) if i not in outcomes]
@@ -134,6 +136,14 @@ class BenchmarkExecutor:
             finally:
                 if not self.options.cache_models:
                     await self.close()
+
+    async def _renew_if_stale(self) -> None:
+        """Stop a cached confined child started before a key or token file hidden by name was
+        replaced (it could read the new one); the next request starts another."""
+        if self._child is not None and self.confinement is not None and self._seen != self.confinement.identity():
+            log.info("benchmark child %d: a key or token file hidden by name was replaced since it started (it could "
+                     "read the new one); starting another", self._child.pid)
+            await self.close()
 
     async def _run_shipped(self, ctx: TaskContext) -> ExecOutcome:
         """A bundle task in a sandboxed child of its own (module docstring)."""
@@ -186,6 +196,7 @@ class BenchmarkExecutor:
                                         devices=gpu_devices())
         elif self.confinement is not None:  # the operator's models: the deny-list
             await asyncio.to_thread(confine.remove, self._scratch)  # a dead child's
+            self._seen = self.confinement.identity()  # before the command: a change after it renews the child
             self._scratch = await asyncio.to_thread(self.confinement.scratch, "bench")
             env = self.confinement.environ(env, self._scratch)
             args = self.confinement.wrap(args, rw=[self._scratch], devices=gpu_devices())

@@ -69,12 +69,13 @@ class _Child:
     """One running pool child and its pipes."""
 
     def __init__(self, proc: asyncio.subprocess.Process, hello: Hello, tail: OutputTail, drain: asyncio.Task[None],
-                 scratch: Path | None = None):
+                 scratch: Path | None = None, seen: tuple[object, ...] = ()):
         self.proc = proc
         self.pid = proc.pid
         self.handlers = hello.handlers
         self.stderr_tail = tail
         self.scratch = scratch  # a confined child's own writable directory, emptied after each task
+        self.seen = seen  # the confinement's watched files when it started (Confinement.identity)
         self._drain = drain
 
     async def request(self, payload: bytes) -> Reply | None:
@@ -204,18 +205,21 @@ class HandlerPool:
 
     async def _spawn_unaccounted(self) -> _Child:
         argv, env, scratch = self._argv, self._env, None
+        seen: tuple[object, ...] = ()
         if self._confine is not None:
+            seen = self._confine.identity()  # before the command: a change after it restarts the child
             scratch = self._confine.scratch("pool")
             (scratch / "work").mkdir()
             env = self._confine.environ(env, scratch)
             argv = self._confine.wrap(argv, rw=[scratch, *self._writable])
         try:
-            return await self._start_child(argv, env, scratch)
+            return await self._start_child(argv, env, scratch, seen)
         except BaseException:
             confine.remove(scratch)
             raise
 
-    async def _start_child(self, argv: list[str], env: dict[str, str], scratch: Path | None) -> _Child:
+    async def _start_child(self, argv: list[str], env: dict[str, str], scratch: Path | None,
+                           seen: tuple[object, ...]) -> _Child:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -242,7 +246,7 @@ class HandlerPool:
         except BaseException:
             kill_process_group(proc.pid)
             raise
-        child = _Child(proc, hello, tail, drain, scratch)
+        child = _Child(proc, hello, tail, drain, scratch, seen)
         self._children.add(child)
         logger.debug("pool child %d started with handlers %s", child.pid, child.handlers)
         return child
@@ -273,13 +277,20 @@ class HandlerPool:
             return result
 
     async def _checkout(self) -> _Child:
-        """An idle child that is still running, or a newly started one."""
+        """An idle child that is still running, or a newly started one. A confined child started
+        before a key or token file hidden by name was replaced (it could read the new one) is
+        replaced first."""
         while self._idle:
             child = self._idle.pop()
-            if child.proc.returncode is None:
+            if child.proc.returncode is not None:
+                logger.warning("pool child %d exited while idle (%s)", child.pid, describe_exit(child.proc.returncode))
+                self._discard(child)
+            elif self._confine is not None and child.seen != self._confine.identity():
+                logger.info("pool child %d: a key or token file hidden by name was replaced since it started (it "
+                            "could read the new one); starting another", child.pid)
+                self._discard(child, replace=False)
+            else:
                 return child
-            logger.warning("pool child %d exited while idle (%s)", child.pid, describe_exit(child.proc.returncode))
-            self._discard(child)
         return await self._spawn()
 
     async def _call_on(
