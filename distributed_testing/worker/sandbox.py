@@ -63,8 +63,9 @@ def _code_dirs() -> list[Path]:
 
 
 def gpu_devices() -> list[str]:
-    """The GPU device nodes of this machine (``/dev/nvidia*``, ``/dev/dri``) that a benchmark child
-    binds into its otherwise fresh ``/dev`` to reach the GPU its ``CUDA_VISIBLE_DEVICES`` names."""
+    """The GPU device nodes of this machine (``/dev/nvidia*``, ``/dev/dri``) that a sandboxed or
+    confined child binds into its otherwise fresh ``/dev`` to reach the GPU its
+    ``CUDA_VISIBLE_DEVICES`` names."""
     return sorted(str(p) for p in [*Path("/dev").glob("nvidia*"), Path("/dev/dri")] if p.exists())
 
 

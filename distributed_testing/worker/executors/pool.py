@@ -44,6 +44,7 @@ from distributed_testing.worker.executors.proc import (
     kill_process_group,
 )
 from distributed_testing.worker.executors.supervise import MemoryWatch, run_limited
+from distributed_testing.worker.sandbox import gpu_devices
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ class HandlerPool:
 
     With ``confinement`` (the operator's handlers, :mod:`distributed_testing.worker.confine`) each
     child is started inside it once, with a scratch directory of its own (the only place it can
-    write, with ``writable``: the cache directory ``setup_environment`` clears). Each request gets
+    write, with ``writable``: the cache directory ``setup_environment`` clears) and the GPU device
+    nodes bound in (a handler may use the GPU, as unconfined). Each request gets
     its ``work`` directory as ``work_dir``, and the child empties the scratch directory after each
     reply (while the worker reads the reply, not before it), so a task finds no file of the one
     before it and no child sees another child's files. (What a handler keeps in the child's memory
@@ -211,7 +213,7 @@ class HandlerPool:
             scratch = self._confine.scratch("pool")
             (scratch / "work").mkdir()
             env = self._confine.environ(env, scratch)
-            argv = self._confine.wrap(argv, rw=[scratch, *self._writable])
+            argv = self._confine.wrap(argv, rw=[scratch, *self._writable], devices=gpu_devices())
         try:
             return await self._start_child(argv, env, scratch, seen)
         except BaseException:

@@ -47,7 +47,7 @@ from distributed_testing.worker.executors.supervise import (
     MemoryWatch,
     run_limited,
 )
-from distributed_testing.worker.sandbox import task_environ
+from distributed_testing.worker.sandbox import gpu_devices, task_environ
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ class TestExecutor:
     (:mod:`distributed_testing.tasks.pytest_args`). ``memory_poll_interval_s`` is how often the process
     tree's RSS is sampled when ``ctx.max_memory_mb`` is set. With ``confinement`` a task without
     a bundle runs pytest in it (:mod:`distributed_testing.worker.confine`), in a scratch directory
-    of its own that is removed afterwards.
+    of its own that is removed afterwards, with the GPU device nodes bound in (without them CUDA is
+    unavailable there and an operator's GPU tests would skip).
     """
 
     __test__ = False  # not a pytest test class
@@ -155,7 +156,7 @@ class TestExecutor:
                     argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env)
                 elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
                     env = self._confine.environ(env, own)
-                    argv = self._confine.wrap(argv, rw=[own], cwd=root)
+                    argv = self._confine.wrap(argv, rw=[own], cwd=root, devices=gpu_devices())  # GPU tests
                 verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
                 summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
         finally:
