@@ -14,8 +14,11 @@ nothing but the system and Python) would break it. Its children get the reverse
   journal, blob cache, the cache directory), the directories of its key and token files, the
   cache directory and the scratch root of every other task are covered by an empty read-only
   ``tmpfs`` (a file by ``/dev/null``), so they are absent, not merely unreadable, which holds for a
-  worker running as root; the task's own scratch directory is bound back in, writable. A key
-  file's directory rather than the file: a mount over a file covers that file only, and a new one
+  worker running as root; the task's own scratch directory is bound back in, writable, and the
+  test root, the Python installation and this package read-only where they lie inside one of
+  them. Directories, made at start: a mount covers only what exists when the child starts, and
+  DuckDB's WAL, the journal's segments and the first training run's cache directory appear later.
+  A key file's directory rather than the file: a mount over a file covers that file only, and a new one
   renamed over it (``mv key.new key``) or reached through a swapped symlink (a Kubernetes secret's
   ``..data``) would be readable. Where that directory cannot be hidden whole (:func:`unhideable`:
   ``HOME``, ``/tmp``, the test root, ...) the file is hidden by name, and a long-lived child started
@@ -115,21 +118,22 @@ class Confinement:
             if not hidden:
                 cmd += ["--ro-bind-try", str(p), str(p)]
                 continue
-            if p.is_dir():
-                cmd += ["--tmpfs", str(p)]
-                dirs.append(p)
-            elif p.exists():
-                cmd += ["--ro-bind", "/dev/null", str(p)]
+            try:
+                p.mkdir(mode=0o700, parents=True, exist_ok=True)  # made at start; one removed since is made again
+            except OSError:  # a file where the directory should be: bwrap refuses, and the child does not start
+                pass
+            cmd += ["--tmpfs", str(p)]
+            dirs.append(p)
         for p in {p.resolve() for p in self.by_name}:
             if _hidden(p, layers):
                 continue
             if p.is_dir():
                 cmd += ["--tmpfs", str(p)]
                 dirs.append(p)
-            elif p.exists():
+            elif p.exists():  # as it is now: one made later, or renamed over it, is not hidden (Confinement)
                 cmd += ["--ro-bind", "/dev/null", str(p)]
         for p in rw:
-            cmd += ["--bind-try", str(p.resolve()), str(p.resolve())]  # a cache directory not made yet
+            cmd += ["--bind-try", str(p.resolve()), str(p.resolve())]
         for p in dirs:  # after the binds, whose mount points bwrap makes inside the tmpfs
             cmd += ["--remount-ro", str(p)]
         if cwd is not None:
@@ -198,8 +202,11 @@ def plan(config: Any, cache_dir: Path) -> tuple[Confinement, list[str]]:
     The directory of the key file and of the token file is hidden whole (a file renamed over the
     key, or a symlink swapped as Kubernetes rotates a secret, stays hidden), with the needed paths
     inside it bound back, unless :func:`unhideable`: then the file is hidden by name and watched.
-    The state directory is hidden whole unless it holds what tasks read (the test root, the Python
-    installation or this package): then its state files are hidden one by one."""
+    The state directory (of ``--db-path``) is hidden whole too, the needed paths inside it bound
+    back, so that a file made after a child started (DuckDB's WAL, the journal's next segment) is
+    hidden as well; where it cannot be (:func:`unhideable`: ``~/w.db``, ``/tmp/w.db``), the database
+    and its WAL are hidden by name and the journal's directory whole. Every directory hidden is made
+    at start (:func:`for_worker`), before the worker or a task writes into it."""
     base = state_base(config)
     scratch_root = base / f"scratch-{config.worker_id}"
     needed = _needed(config)
@@ -224,9 +231,15 @@ def plan(config: Any, cache_dir: Path) -> tuple[Confinement, list[str]]:
                      "keep key and token files in a directory of their own")
     if config.db_path is not None:
         db = Path(config.db_path).absolute()
-        by_name += [db, db.with_name(db.name + ".wal"), db.parent / f"{db.name}.journal"]
-        if not any(n.resolve().is_relative_to(base.resolve()) for n in needed):
+        why = unhideable(base, needed)
+        if why is None:  # DuckDB's WAL comes and goes: only its directory hides it whenever it exists
             hide.append(base)
+        else:
+            hide.append(db.parent / f"{db.name}.journal")
+            by_name += [db, db.with_name(db.name + ".wal")]
+            notes.append(f"--db-path {db} lies in {base}, which cannot be hidden whole ({why}): the database is "
+                         "hidden by name, and DuckDB's WAL beside it, which comes and goes as the worker writes, is "
+                         "readable by a child started while it was absent; give --db-path a directory of its own")
     hide = [p.absolute() for p in hide]
     shown = sorted({n.resolve() for n in needed if any(n.resolve().is_relative_to(h.resolve())
                                                        and n.resolve() != h.resolve() for h in hide)})
@@ -247,7 +260,8 @@ def for_worker(config: Any, cache_dir: Path) -> Confinement | None:
                     "refused", reason)
         return None
     confinement, notes = plan(config, cache_dir)
-    confinement.scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for p in (confinement.scratch_root, *confinement.hide):  # a directory made later would not be hidden
+        p.mkdir(parents=True, exist_ok=True, mode=0o700)
     for note in notes:
         log.warning("%s", note)
     hidden = [p for p, hide in _layers(confinement.hide, confinement.show) if hide]

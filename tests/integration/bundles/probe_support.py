@@ -1,5 +1,15 @@
 """What every confinement probe (a shipped or an operator test, a shipped or an operator custom
-handler) starts with: the worker's paths it tries to reach and a check that an attempt failed."""
+handler) starts with: the worker's paths it tries to reach and a check that an attempt failed; and
+a pool of operator custom-handler children, confined as the worker confines them, whose handler
+reports what of a list of paths it can read (what appears or changes after a child started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distributed_testing.config import WorkerConfig
+from distributed_testing.worker import confine
+from distributed_testing.worker.executors import CustomExecutor, TaskContext
 
 PRELUDE = '''
 KEY, OUTBOX, STATE, OTHER, PID, PORT = {key!r}, {outbox!r}, {state!r}, {other!r}, {pid}, {port}
@@ -11,3 +21,39 @@ def blocked(action):
         return True
     return False
 '''
+
+READER = '''
+import pathlib
+
+def run(parameters, ctx):
+    """What of each path in ``parameters["paths"]`` this child can read (None: not at all)."""
+    out = {}
+    for path in parameters["paths"]:
+        try:
+            out[path] = pathlib.Path(path).read_text()
+        except OSError:
+            out[path] = None
+    return out
+'''
+
+
+async def read_pool(tmp_path: Path, config: WorkerConfig, cache: Path | None = None) -> CustomExecutor:
+    """A started one-child pool of the ``read`` handler in ``config``'s confinement (the worker's
+    cache directory ``cache``, by default ``state/outbox-cache``)."""
+    handlers = tmp_path / "handlers"
+    handlers.mkdir(exist_ok=True)
+    (handlers / "op_reader.py").write_text(READER)
+    cache = cache or tmp_path / "state" / "outbox-cache"
+    ex = CustomExecutor(1, cache_dir=cache, handlers={"read": "op_reader:run"}, pythonpath=[handlers],
+                        use_entry_points=False, confinement=confine.for_worker(config, cache))
+    await ex.start()
+    return ex
+
+
+async def read_paths(ex: CustomExecutor, *paths: Path) -> dict[str, str | None]:
+    """What of ``paths`` the pool's child can read now (None: not at all)."""
+    ctx = TaskContext("t1", 1, "custom", {"name": "read", "parameters": {"paths": [str(p) for p in paths]}},
+                      timeout_s=60)
+    outcome = await ex.run(ctx)
+    assert outcome.status == "succeeded", outcome
+    return outcome.output

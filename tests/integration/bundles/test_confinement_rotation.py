@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 
 import pytest
+from probe_support import read_paths, read_pool
 
 from distributed_testing.config import WorkerConfig
 from distributed_testing.worker import confine
-from distributed_testing.worker.executors import CustomExecutor, TaskContext
+from distributed_testing.worker.executors import TaskContext
 from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 from distributed_testing.worker.sandbox import available
 
@@ -24,21 +25,6 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
 FAST = {"model": "mlp", "tiny": True, "iterations": 3, "warmup": 1, "min_duration_s": 0.01}
-READER = '''
-import pathlib
-
-def run(parameters, ctx):
-    """What of each path in ``parameters["paths"]`` this child can read (None: not at all)."""
-    out = {}
-    for path in parameters["paths"]:
-        try:
-            out[path] = pathlib.Path(path).read_text()
-        except OSError:
-            out[path] = None
-    return out
-'''
-
-
 def _rename_over(path: Path, text: str) -> None:
     """Rotate ``path`` as key managers do: write a new file beside it, rename it over the old one."""
     new = path.with_name(path.name + ".new")
@@ -58,25 +44,6 @@ def _kube_secret(folder: Path, name: str, text: str, version: str) -> Path:
     return folder / name
 
 
-async def _pool(tmp_path: Path, config: WorkerConfig) -> CustomExecutor:
-    handlers = tmp_path / "handlers"
-    handlers.mkdir(exist_ok=True)
-    (handlers / "op_reader.py").write_text(READER)
-    cache = tmp_path / "state" / "outbox-cache"
-    ex = CustomExecutor(1, cache_dir=cache, handlers={"read": "op_reader:run"}, pythonpath=[handlers],
-                        use_entry_points=False, confinement=confine.for_worker(config, cache))
-    await ex.start()
-    return ex
-
-
-async def _read(ex: CustomExecutor, *paths: Path) -> dict[str, str | None]:
-    ctx = TaskContext("t1", 1, "custom", {"name": "read", "parameters": {"paths": [str(p) for p in paths]}},
-                      timeout_s=60)
-    outcome = await ex.run(ctx)
-    assert outcome.status == "succeeded", outcome
-    return outcome.output
-
-
 async def test_a_rotated_key_and_a_swapped_secret_stay_hidden_from_a_running_child(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "root").mkdir()
@@ -89,14 +56,14 @@ async def test_a_rotated_key_and_a_swapped_secret_stay_hidden_from_a_running_chi
     config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", api_key_file=key,
                           token_file=token, test_root=tmp_path / "root")
     fixture = tmp_path / "root" / "fixture.txt"
-    ex = await _pool(tmp_path, config)
+    ex = await read_pool(tmp_path, config)
     try:
-        before = await _read(ex, key, token, fixture)
+        before = await read_paths(ex, key, token, fixture)
         [pid] = ex.pool.pids
         _rename_over(key, "dtk_new")
         _kube_secret(tmp_path / "secret", "token", "jwt-new", "v2")
         assert (key.read_text(), token.read_text()) == ("dtk_new", "jwt-new")  # rotated for the worker
-        after = await _read(ex, key, token, fixture, keys / "worker.key.new")
+        after = await read_paths(ex, key, token, fixture, keys / "worker.key.new")
         assert ex.pool.pids == [pid]  # the same child, started before the rotation
     finally:
         await ex.close()
@@ -115,15 +82,15 @@ async def test_a_key_hidden_by_name_renews_the_pool_child_when_rotated(
     config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", api_key_file=key,
                           test_root=root)
     with caplog.at_level(logging.WARNING, logger="distributed_testing.worker.confine"):
-        ex = await _pool(tmp_path, config)
+        ex = await read_pool(tmp_path, config)
     try:
         assert any("--api-key-file" in r.message and "hidden by name" in r.message for r in caplog.records)
-        first = await _read(ex, key)
+        first = await read_paths(ex, key)
         [pid] = ex.pool.pids
         _rename_over(key, "dtk_new")
-        second = await _read(ex, key)
+        second = await read_paths(ex, key)
         [renewed] = ex.pool.pids
-        third = await _read(ex, key)
+        third = await read_paths(ex, key)
         assert ex.pool.pids == [renewed]  # started after the rotation: kept
     finally:
         await ex.close()
