@@ -132,10 +132,12 @@ class Confinement:
                 dirs.append(p)
             elif p.exists():  # as it is now: one made later, or renamed over it, is not hidden (Confinement)
                 cmd += ["--ro-bind", "/dev/null", str(p)]
-        for p in rw:
-            cmd += ["--bind-try", str(p.resolve()), str(p.resolve())]
+        writable = [p.resolve() for p in rw]
+        for p in writable:
+            cmd += ["--bind-try", str(p), str(p)]
         for p in dirs:  # after the binds, whose mount points bwrap makes inside the tmpfs
-            cmd += ["--remount-ro", str(p)]
+            if p not in writable:  # remounting one bound writable over it would make that read-only
+                cmd += ["--remount-ro", str(p)]
         if cwd is not None:
             cmd += ["--chdir", str(cwd)]
         return [*cmd, "--", *argv]

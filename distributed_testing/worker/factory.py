@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def cache_dir_for(config: WorkerConfig) -> Path:
-    """The worker's cache directory (what ``setup_environment``'s ``clear_cache`` empties)."""
+    """The worker's cache directory: training runs under ``training``, the custom handlers' cache
+    (what ``setup_environment``'s ``clear_cache`` empties) under ``handlers``."""
     if config.db_path is not None:
         return config.db_path.parent / f"{config.db_path.stem}-cache"
     return Path.home() / ".cache" / "distributed_testing" / config.worker_id

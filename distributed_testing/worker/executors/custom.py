@@ -82,11 +82,13 @@ def parse_custom_config(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]
 class CustomExecutor:
     """Runs custom handlers in a pool of ``pool_size`` children (default ``max_concurrency``).
 
-    ``cache_dir`` is the worker's cache directory handed to handlers (``setup_environment``
-    clears it). ``handlers`` adds ``name -> "module:function"`` handlers next to the built-ins
-    and entry points; ``pythonpath`` is prepended to the children's import path. With
-    ``confinement`` the pool's children run in it (:class:`.pool.HandlerPool`), ``cache_dir``
-    writable.
+    ``cache_dir`` is the handlers' cache directory (``HandlerContext.cache_dir``, made at
+    :meth:`start`; ``setup_environment`` clears it): the worker's is ``<cache dir>/handlers``
+    (:func:`build`), beside the training runs' directories. ``handlers`` adds
+    ``name -> "module:function"`` handlers next to the built-ins and entry points; ``pythonpath``
+    is prepended to the children's import path. With ``confinement`` the pool's children run in
+    it (:class:`.pool.HandlerPool`), ``cache_dir`` writable and nothing else of the worker's cache
+    directory in reach (a running training task's result, say).
     """
 
     task_type = "custom"
@@ -114,6 +116,7 @@ class CustomExecutor:
             confinement=confinement,
             writable=[] if cache_dir is None else [cache_dir],
         )
+        self._cache_path = cache_dir
         self._cache_dir = None if cache_dir is None else str(cache_dir)
         self._started = False
 
@@ -124,6 +127,8 @@ class CustomExecutor:
     async def start(self) -> None:
         """Start the pool's children (a second call does nothing)."""
         if not self._started:
+            if self._cache_path is not None:  # bound into confined children: it must exist first
+                self._cache_path.mkdir(parents=True, exist_ok=True)
             await self.pool.start()
             self._started = True
 
@@ -225,8 +230,11 @@ def _outcome(name: str, result: PoolResult, ctx: TaskContext) -> ExecOutcome:
 
 def build(settings: ExecutorSettings) -> CustomExecutor:
     """The ``custom`` kind's executor (``tasks.kinds``): a pool of ``min(slots, 2 × cores)``
-    children unless ``custom_pool_size`` says otherwise."""
+    children unless ``custom_pool_size`` says otherwise. Handlers get a cache directory of their
+    own, ``handlers`` in the worker's: the training runs beside it are none of theirs (a confined
+    handler could otherwise rewrite a running training task's result, and ``clear_cache`` delete
+    it)."""
     return CustomExecutor(settings.max_concurrency,
                           pool_size=settings.custom_pool_size or min(settings.max_concurrency, 2 * (os.cpu_count() or 1)),
-                          cache_dir=settings.cache_dir, handlers=settings.custom_handlers,
+                          cache_dir=settings.cache_dir / "handlers", handlers=settings.custom_handlers,
                           pythonpath=settings.custom_pythonpath, confinement=settings.confinement)

@@ -39,7 +39,8 @@ ENTRY_POINT_GROUP = "distributed_testing.custom_handlers"
 class HandlerContext(msgspec.Struct, frozen=True):
     """What a handler may know about the task it serves (read-only).
 
-    ``cache_dir`` is the worker's cache directory (None when the worker has none);
+    ``cache_dir`` is the handlers' cache directory (``<worker cache directory>/handlers``; None
+    when the worker has none);
     ``work_dir`` a scratch directory for this task, when the agent gives one. A msgspec Struct
     rather than a dataclass because one is built per task and a frozen dataclass costs ~30x more.
     """

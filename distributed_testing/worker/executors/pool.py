@@ -123,7 +123,7 @@ class HandlerPool:
 
     With ``confinement`` (the operator's handlers, :mod:`distributed_testing.worker.confine`) each
     child is started inside it once, with a scratch directory of its own (the only place it can
-    write, with ``writable``: the cache directory ``setup_environment`` clears) and the GPU device
+    write, with ``writable``: the handlers' cache directory) and the GPU device
     nodes bound in (a handler may use the GPU, as unconfined). Each request gets
     its ``work`` directory as ``work_dir``, and the child empties the scratch directory after each
     reply (while the worker reads the reply, not before it), so a task finds no file of the one

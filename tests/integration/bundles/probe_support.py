@@ -39,12 +39,12 @@ def run(parameters, ctx):
 
 async def read_pool(tmp_path: Path, config: WorkerConfig, cache: Path | None = None) -> CustomExecutor:
     """A started one-child pool of the ``read`` handler in ``config``'s confinement (the worker's
-    cache directory ``cache``, by default ``state/outbox-cache``)."""
+    cache directory ``cache``, by default ``state/outbox-cache``), as the worker's own pool."""
     handlers = tmp_path / "handlers"
     handlers.mkdir(exist_ok=True)
     (handlers / "op_reader.py").write_text(READER)
     cache = cache or tmp_path / "state" / "outbox-cache"
-    ex = CustomExecutor(1, cache_dir=cache, handlers={"read": "op_reader:run"}, pythonpath=[handlers],
+    ex = CustomExecutor(1, cache_dir=cache / "handlers", handlers={"read": "op_reader:run"}, pythonpath=[handlers],
                         use_entry_points=False, confinement=confine.for_worker(config, cache))
     await ex.start()
     return ex

@@ -32,7 +32,7 @@ async def test_state_made_after_the_child_started_is_hidden(tmp_path: Path) -> N
     try:
         assert cache.is_dir()  # made at start, so that it is hidden from the start
         later = [state / "outbox.duckdb.wal", state / "outbox.duckdb.journal" / "00000002.seg",
-                 state / "bundles-w0" / "tasks" / "t2" / "conftest.py"]
+                 state / "bundles-w0" / "tasks" / "t2" / "conftest.py", cache / "training" / "t1-a1" / "result.json"]
         for path in later:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("the worker's")
@@ -59,7 +59,7 @@ async def test_a_db_path_in_home_hides_the_workers_files_not_home(
         ex = await read_pool(tmp_path, config, home / "w-cache")
     try:
         later = [home / "w.duckdb.journal" / "00000002.seg", home / "bundles-w0" / "tasks" / "t2" / "conftest.py",
-                 home / "scratch-w0" / "other" / "tmp" / "mine.txt"]
+                 home / "scratch-w0" / "other" / "tmp" / "mine.txt", home / "w-cache" / "training" / "r.json"]
         for path in later:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("the worker's")
