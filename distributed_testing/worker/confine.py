@@ -25,7 +25,9 @@ nothing but the system and Python) would break it. Its children get the reverse
   before it changed (the custom pool's, the benchmark's) is replaced before its next task;
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` or ``cmdline``),
   IPC and UTS namespaces, a new session, ``--die-with-parent``, every capability dropped (a root
-  child cannot unmount what hides the worker's files), a fresh ``/dev`` plus the GPU nodes;
+  child cannot unmount what hides the worker's files), a fresh ``/dev`` plus the GPU nodes,
+  read-only but for its own ``/dev/shm`` (a long-lived child's tasks leave nothing there for the
+  next: the pool child empties it after each);
 * the environment the executors already give these children (the worker's, minus its
   credentials: :mod:`distributed_testing.process.childenv`), with ``TMPDIR`` in the scratch directory;
 * the host's network: operator suites reach the services they test (``--task-network`` is the
@@ -112,6 +114,7 @@ class Confinement:
                "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
         for d in devices:
             cmd += ["--dev-bind-try", d, d]
+        cmd += ["--tmpfs", "/dev/shm"]  # the one writable place in /dev (remounted read-only below)
         layers = _layers(self.hide, self.show)
         dirs = []
         for p, hidden in layers:
@@ -138,6 +141,7 @@ class Confinement:
         for p in dirs:  # after the binds, whose mount points bwrap makes inside the tmpfs
             if p not in writable:  # remounting one bound writable over it would make that read-only
                 cmd += ["--remount-ro", str(p)]
+        cmd += ["--remount-ro", "/dev"]  # a pool child's next task finds nothing there (and /dev/shm emptied)
         if cwd is not None:
             cmd += ["--chdir", str(cwd)]
         return [*cmd, "--", *argv]

@@ -125,8 +125,8 @@ class HandlerPool:
     child is started inside it once, with a scratch directory of its own (the only place it can
     write, with ``writable``: the handlers' cache directory) and the GPU device
     nodes bound in (a handler may use the GPU, as unconfined). Each request gets
-    its ``work`` directory as ``work_dir``, and the child empties the scratch directory after each
-    reply (while the worker reads the reply, not before it), so a task finds no file of the one
+    its ``work`` directory as ``work_dir``, and the child empties the scratch directory and its
+    ``/dev/shm`` (the rest of its ``/dev`` is read-only) after each reply (while the worker reads the reply, not before it), so a task finds no file of the one
     before it and no child sees another child's files. (What a handler keeps in the child's memory
     stays, as in any warm pool: these are the operator's handlers.)
     """

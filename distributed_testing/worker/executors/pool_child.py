@@ -55,7 +55,7 @@ class Request(msgspec.Struct, array_like=True, frozen=True):
     cache_dir: str | None = None
     work_dir: str | None = None
     timeout_s: float | None = None
-    clean_scratch: bool = False  # after the reply, empty work_dir's parent (a confined child's scratch)
+    clean_scratch: bool = False  # after the reply, empty work_dir's parent (a confined child's scratch) and /dev/shm
 
 
 class Reply(msgspec.Struct, array_like=True, frozen=True):
@@ -136,23 +136,27 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
         proto_out.write(frame(encoder.encode(reply)))
         proto_out.flush()
         if request.clean_scratch and request.work_dir is not None:
-            if watch is None:
-                watch = ScratchWatch(Path(request.work_dir).parent)
+            if watch is None:  # confined: /dev/shm is the confinement's own (worker/confine.py)
+                watch = ScratchWatch(Path(request.work_dir).parent, shm=SHM)
             watch.clean()
 
 
 SCRATCH_DIRS = ("work", "tmp")  # what a confined child's scratch directory holds between tasks, empty
+SHM = Path("/dev/shm")  # a confined child's own tmpfs, emptied between tasks too
 _IN_CHANGED = 0x100 | 0x200 | 0x40 | 0x80 | 0x400 | 0x800  # IN_CREATE, DELETE, MOVED_FROM/TO, DELETE/MOVE_SELF
 
 
 class ScratchWatch:
-    """Empties a confined child's scratch directory (:func:`empty_scratch`) only when something
-    changed in it since the last time: inotify watches the directory, ``work`` and ``tmp`` (a file
-    anywhere below needs an entry made in one of them first), so a task that wrote nothing costs
-    one non-blocking read instead of three directory listings. Without inotify it always lists."""
+    """Empties a confined child's scratch directory (:func:`empty_scratch`) and ``shm`` (its
+    ``/dev/shm``, the other place in its view a task can leave files for the next) only when
+    something changed in them since the last time: inotify watches the directory, ``work``,
+    ``tmp`` and ``shm`` (a file anywhere below needs an entry made in one of them first), so a task
+    that wrote nothing costs one non-blocking read instead of four directory listings. Without
+    inotify it always lists."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shm: Path | None = None) -> None:
         self.root = root
+        self.shm = shm
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         self._dirty = True  # the first task's files were made before the watch
@@ -160,7 +164,7 @@ class ScratchWatch:
     def _watch(self) -> bool:
         return self._fd >= 0 and all(
             self._libc.inotify_add_watch(self._fd, os.fsencode(d), _IN_CHANGED) >= 0
-            for d in (self.root, *(self.root / n for n in SCRATCH_DIRS)))
+            for d in (self.root, *(self.root / n for n in SCRATCH_DIRS), *([self.shm] if self.shm else [])))
 
     def _changed(self) -> bool:
         changed = False
@@ -175,9 +179,27 @@ class ScratchWatch:
     def clean(self) -> None:
         if self._fd < 0 or self._dirty or self._changed():
             empty_scratch(self.root)
+            if self.shm is not None:
+                empty_dir(self.shm)
             self._dirty = not self._watch()  # work/tmp may be new directories: watch them again
             if not self._dirty:
                 self._changed()  # our own changes
+
+
+def empty_dir(path: Path) -> None:
+    """Remove everything in ``path`` (absent is fine)."""
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
 
 
 def empty_scratch(root: Path) -> None:
