@@ -11,6 +11,11 @@ out-of-memory kill of the child becomes an ``error`` result naming the exit; the
 a new child. With the worker's confinement (:mod:`..confine`) the child runs in it, writing only
 to a scratch directory of its own, removed with the child.
 
+The child's stderr (its log, and whatever a model prints) goes to the worker's log at INFO, each
+line marked ``benchmark child <pid>:`` and its control characters escaped, never straight to the
+worker's own stderr, where it could pass for a line of the worker's; a child that dies before
+answering leaves the tail of it in the result (``stderr_tail``).
+
 Every successful result is stored in the worker's :class:`~..bench_cache.ResultCache`, keyed by
 config and environment fingerprint. A task with ``cache: true`` is first looked up there: the
 child reports the fingerprint of the task's backend and device (``op: fingerprint``, remembered
@@ -52,7 +57,7 @@ from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
 from ..confine import Confinement
 from ..sandbox import PACKAGE_PARENT, gpu_devices, task_environ
 from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed, task_python
-from .proc import describe_exit, kill_and_reap
+from .proc import OutputTail, describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024 * 1024
@@ -64,8 +69,9 @@ FINGERPRINT_TIMEOUT_S = 120.0  # the child's torch import plus a first CUDA/Open
 class _ChildDied(Exception):
     """The benchmark child ended (or its pipe broke) before answering; it has been reaped."""
 
-    def __init__(self, returncode: int) -> None:
+    def __init__(self, returncode: int, stderr_tail: str = "") -> None:
         super().__init__(describe_exit(returncode))
+        self.stderr_tail = stderr_tail
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class BenchmarkExecutor:
         # shared with the training executor (ExecutorSettings.exclusive): one measurement at a time
         self.exclusive = exclusive or asyncio.Lock()
         self._child: asyncio.subprocess.Process | None = None
+        # each child's stderr, read into the worker's log (OutputTail.forward) and a tail
+        self._stderr: dict[asyncio.subprocess.Process, tuple[OutputTail, asyncio.Task[None]]] = {}
         self._ids = itertools.count(1)
         self._fingerprints: dict[tuple[str, str, str], str | None] = {}  # (backend kind, device, threads) -> hash
 
@@ -104,7 +112,7 @@ class BenchmarkExecutor:
     async def close(self) -> None:
         self._fingerprints.clear()
         if self._child is not None:
-            await kill_and_reap(self._child)
+            await self._reap(self._child)
             self._child = None
         if self._scratch is not None:
             await asyncio.to_thread(confine.remove, self._scratch)
@@ -200,9 +208,25 @@ class BenchmarkExecutor:
             self._scratch = await asyncio.to_thread(self.confinement.scratch, "bench")
             env = self.confinement.environ(env, self._scratch)
             args = self.confinement.wrap(args, rw=[self._scratch], devices=gpu_devices())
-        return await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, env=env,
-            start_new_session=True, limit=MAX_LINE, cwd=cwd)
+        child = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, start_new_session=True, limit=MAX_LINE, cwd=cwd)
+        assert child.stderr is not None
+        tail = OutputTail()
+        self._stderr[child] = tail, asyncio.create_task(tail.forward(child.stderr, log, f"benchmark child {child.pid}:"))
+        return child
+
+    async def _reap(self, child: asyncio.subprocess.Process) -> tuple[int, str]:
+        """Kill ``child``'s process group, wait for it and for the rest of its stderr; its exit
+        code and stderr's tail."""
+        code = await kill_and_reap(child)
+        tail, forward = self._stderr.pop(child, (OutputTail(), None))
+        if forward is not None:
+            try:
+                await asyncio.wait_for(forward, timeout=5.0)
+            except TimeoutError:
+                log.warning("benchmark child %d: stderr still open 5 s after exit (a process left its group)", child.pid)
+        return code, tail.text()
 
     async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line. A child that
@@ -224,10 +248,10 @@ class BenchmarkExecutor:
             line = b""
             log.warning("benchmark child pipe broke: %s", exc)
         if not line:
-            code = await kill_and_reap(child)
+            code, stderr_tail = await self._reap(child)
             self._child = None
             self._fingerprints.clear()
-            raise _ChildDied(code)
+            raise _ChildDied(code, stderr_tail)
         return line
 
     async def _request(self, ctxs: list[TaskContext], configs: list[dict[str, Any]], started: float) -> list[ExecOutcome]:
@@ -240,8 +264,8 @@ class BenchmarkExecutor:
                                 started_at=started, finished_at=time.time()) for _ in ctxs]
         except _ChildDied as exc:
             reason = f"benchmark process died ({exc}) before answering; out of memory is a common cause"
-            return [ExecOutcome("error", error=reason, output={"retryable": False}, started_at=started,
-                                finished_at=time.time()) for _ in ctxs]
+            return [ExecOutcome("error", error=reason, output={"retryable": False, "stderr_tail": exc.stderr_tail},
+                                started_at=started, finished_at=time.time()) for _ in ctxs]
         outcomes = _outcomes(json.loads(line), len(ctxs), started)
         for outcome in outcomes:
             if outcome.status == "succeeded":

@@ -18,6 +18,9 @@ import psutil
 logger = logging.getLogger(__name__)
 
 DEFAULT_TAIL_BYTES = 4096
+# control characters shown escaped in a child's logged output (tab kept): none can end the line,
+# move the cursor or recolour a terminal
+_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09}
 
 
 def kill_process_group(pgid: int) -> bool:
@@ -105,5 +108,21 @@ class OutputTail:
         """Read ``reader`` to EOF into the tail; with ``log_prefix``, also log each chunk at DEBUG."""
         while chunk := await reader.read(65536):
             self.feed(chunk)
-            if log_prefix is not None and logger.isEnabledFor(logging.DEBUG):
-                logger.debug("%s %s", log_prefix, chunk.decode("utf-8", errors="replace").rstrip())
+            if log_prefix is not None and logger.isEnabledFor(logging.DEBUG):  # each line marked as the child's
+                for line in chunk.decode("utf-8", errors="replace").splitlines():
+                    logger.debug("%s %s", log_prefix, line.translate(_ESCAPED))
+
+    async def forward(self, reader: asyncio.StreamReader, log: logging.Logger, prefix: str) -> None:
+        """Read ``reader`` to EOF into the tail, logging each line at INFO as ``prefix line``: a
+        child's stderr in the worker's log rather than on its stderr, where a line could pass for
+        one of the worker's own (control characters are escaped, a line over the reader's limit is
+        cut)."""
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # over the limit: readline dropped it
+                line = b"(a line over the limit, cut)\n"
+            if not line:
+                return
+            self.feed(line)
+            log.info("%s %s", prefix, line.decode("utf-8", errors="replace").rstrip("\r\n").translate(_ESCAPED))

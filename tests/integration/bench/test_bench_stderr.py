@@ -1,0 +1,57 @@
+"""The benchmark child's stderr (worker/executors/benchmark.py): read by the worker into its own
+log, each line marked as the child's with its control characters escaped, rather than inherited,
+where an operator model's output (or a submitter's choice of parameters echoed by it) could pass
+for a line of the worker's own log; and the tail of it in the result of a child that died."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.worker.executors import TaskContext
+from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow]
+
+MODELS = '''
+import os, sys
+
+import torch
+
+FORGED = "2030-01-01 00:00:00,000 ERROR distributed_testing.worker.agent: forged\\r\\x1b[2Kerased"
+
+def chatty():
+    sys.stderr.write(FORGED + "\\n")
+    sys.stderr.flush()
+    return torch.nn.Sequential(torch.nn.Linear(8, 8))
+
+def dying():
+    sys.stderr.write("last words before the end\\n")
+    sys.stderr.flush()
+    os._exit(3)
+'''
+BENCH = {"input_shape": [8], "batch_sizes": [2], "iterations": 3, "warmup": 1, "min_duration_s": 0.0}
+
+
+async def test_the_childs_stderr_goes_to_the_log_marked_as_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "opmodels.py").write_text(MODELS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    ex = BenchmarkExecutor(BenchmarkOptions(allow_model_modules=("opmodels",)))
+    with caplog.at_level(logging.INFO, logger="distributed_testing.worker.executors.benchmark"):
+        try:
+            chatty = await ex.run(TaskContext("t1", 1, "benchmark", {**BENCH, "model": "opmodels:chatty"},
+                                              timeout_s=60, allow_model_modules=("opmodels",)))
+            dying = await ex.run(TaskContext("t2", 1, "benchmark", {**BENCH, "model": "opmodels:dying"},
+                                             timeout_s=60, allow_model_modules=("opmodels",)))
+        finally:
+            await ex.close()
+    assert chatty.status == "succeeded", chatty.error
+    assert "forged" not in capfd.readouterr().err  # nothing of the child's on the worker's own stderr
+    [line] = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
+    assert line.startswith("benchmark child ") and "forged\\x0d\\x1b[2Kerased" in line and "\x1b" not in line
+    assert dying.status == "error" and "exit code 3" in (dying.error or ""), dying
+    assert "last words before the end" in dying.output["stderr_tail"]
