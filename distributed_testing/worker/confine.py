@@ -13,16 +13,17 @@ nothing but the system and Python) would break it. Its children get the reverse
 * minus what is the worker's: its state directory (the folder of ``--db-path``: outbox, WAL,
   journal, blob cache, the cache directory), the directories of its key and token files, the
   cache directory and the scratch root of every other task are covered by an empty read-only
-  ``tmpfs`` (a file by ``/dev/null``), so they are absent, not merely unreadable, which holds for a
-  worker running as root; the task's own scratch directory is bound back in, writable, and the
-  test root, the Python installation and this package read-only where they lie inside one of
-  them. Directories, made at start: a mount covers only what exists when the child starts, and
-  DuckDB's WAL, the journal's segments and the first training run's cache directory appear later.
-  A key file's directory rather than the file: a mount over a file covers that file only, and a new one
-  renamed over it (``mv key.new key``) or reached through a swapped symlink (a Kubernetes secret's
-  ``..data``) would be readable. Where that directory cannot be hidden whole (:func:`unhideable`:
-  ``HOME``, ``/tmp``, the test root, ...) the file is hidden by name, and a long-lived child started
-  before it changed (the custom pool's, the benchmark's) is replaced before its next task;
+  ``tmpfs``, so they are absent, not merely unreadable, which holds for a worker running as root;
+  the task's own scratch directory is bound back in, writable, and the test root, the Python
+  installation and this package read-only where they lie inside one of them. Directories, each
+  made at start, because a mount covers only what exists when the child starts: DuckDB's WAL, the
+  journal's segments and the first training run's cache directory appear later, and a new key
+  renamed over the old one (``mv key.new key``) or reached through a swapped symlink (a Kubernetes
+  secret's ``..data``) is another file than the one a mount covered. Where such a directory
+  cannot be hidden whole (:func:`unhideable`: ``HOME``, ``/tmp``, the test root, ...) its files are
+  hidden by name (a file by ``/dev/null``), with a warning at start; a long-lived child (the
+  custom pool's, the benchmark's) started before a key or token file so hidden changed is
+  replaced before its next task;
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` or ``cmdline``),
   IPC and UTS namespaces, a new session, ``--die-with-parent``, every capability dropped (a root
   child cannot unmount what hides the worker's files), a fresh ``/dev`` plus the GPU nodes,
