@@ -28,6 +28,7 @@ import aiohttp
 
 from ..config import WorkerConfig
 from ..errors import ProtocolError
+from ..process import aio
 from ..process.netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
@@ -178,8 +179,7 @@ class WorkerAgent:
     async def _backoff_sleep(self, delay: float) -> None:
         """The reconnect backoff's wait; ``stop()`` ends it at once (a worker told to stop while
         the coordinator is unreachable used to sit out a backoff of up to 36 s first)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), delay)
+        await aio.wait_event(self._stop, delay)
 
     def stop(self) -> None:
         """Stop at once: running tasks are killed without a result (the coordinator requeues
@@ -216,7 +216,8 @@ class WorkerAgent:
         if self.registered.is_set():
             self._send(m.Goodbye(f"worker stopped: {reason}"))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._sendq.join(), FLUSH_MIN_S)
+                async with asyncio.timeout(FLUSH_MIN_S):
+                    await self._sendq.join()
         log.info("drain complete; unregistered from the coordinator")
         self.stop()
         return handed
@@ -250,8 +251,7 @@ class WorkerAgent:
                             "they stay in the result store" if self.config.db_path else "they are lost (no --db-path)")
                 return
             self._acked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._acked.wait(), left)
+            await aio.wait_event(self._acked, left)
 
     async def _connect_once(self) -> None:
         if self._stop.is_set():
@@ -472,8 +472,7 @@ class WorkerAgent:
         period = min(interval, SAMPLE_PERIOD_S) if self.monitor.limits.active else interval
         sent_state, sent_at = "ready", loop.time()  # the coordinator starts a session as ready
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beat_now.wait(), period)
+            await aio.wait_event(self._beat_now, period)
             self._beat_now.clear()
             hb = self._heartbeat_msg(await asyncio.to_thread(self._sampler.sample), loop.time())
             if hb.state != sent_state or loop.time() - sent_at >= interval * 0.95:
