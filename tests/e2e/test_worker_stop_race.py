@@ -1,4 +1,5 @@
-"""A worker process stops when its drain and its coordinator's shutdown reach it together.
+"""A worker process stops when its drain and its coordinator's shutdown reach it together, and the
+last resort ends a process whose stop does not.
 
 The regression: a worker whose drain began one to three event-loop turns before its session ended
 never exited. The drain wakes the heartbeat loop at once, the session's end cancels that loop, and
@@ -19,15 +20,19 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import Procs, Rest, hidden_accelerators, start_coordinator_process, wait_until
+from distributed_testing.worker.executors.proc import pid_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-# The stop takes at most a few seconds here; a worker still running after this would not stop on its own.
+ROOT = Path(__file__).resolve().parents[2]
+# The stop takes well under a second here; a worker still running after this would not stop on its
+# own (the last resort would end it only a minute later).
 EXIT_BOUND_S = 30.0
 
 
@@ -67,4 +72,34 @@ def test_a_drain_that_meets_the_coordinators_shutdown_ends_the_worker(procs: Pro
     text = log.read_text(errors="replace")
     assert code == 0, text[-3000:]
     assert "drain complete; unregistered from the coordinator" in text
-    assert "Traceback" not in text, text[-3000:]
+    for trouble in ("Traceback", "CRITICAL", "not waiting for it any longer", "not waiting for them any longer"):
+        assert trouble not in text, text[-3000:]
+
+
+LAST_RESORT = """
+import logging, subprocess, sys, threading
+from distributed_testing.process.deadline import ExitDeadline
+logging.basicConfig(level=logging.INFO)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+print(child.pid, flush=True)
+deadline = ExitDeadline()
+deadline.arm(600, "a far deadline")
+deadline.arm(0.5, "a stop that hangs")  # the closer one wins
+deadline.arm(300, "a later one")  # and stays
+threading.Event().wait()  # a stop that never ends
+"""
+
+
+def test_the_last_resort_kills_the_children_and_exits() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", LAST_RESORT], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    child = int(out.split()[0])
+    assert "still running 0.5s after a stop that hangs; exiting now (exit status 1)" in err
+    assert f"killed 1 child process(es): {child}" in err
+    assert "threading.py" in err  # every thread's stack: what it waited for
+    wait_until(lambda: not pid_alive(child), 10, "the child to be gone")  # a zombie until init reaps it
