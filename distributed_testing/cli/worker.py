@@ -24,6 +24,7 @@ from ..config import WorkerConfig, environ, read_key_file
 from ..errors import ConfigError
 from ..process import aio
 from ..process.childenv import scrub_environ
+from ..process.deadline import ExitDeadline
 from ..process.promhttp import serve_metrics
 from ..retry import RetriesExhausted
 from ..worker import prometheus
@@ -35,6 +36,11 @@ from .options import add_settings, resolve
 from .worker_options import GROUPS, WORKER_SETTINGS
 
 log = logging.getLogger(__name__)
+# Once a stop begins (a signal, or a drain from the coordinator), the process exits within the
+# drain's deadline plus this, whatever happens: the stop's own bounded steps (hand-back, flush,
+# goodbye, closing the connection, the executors and the result store) take less. Past it, the
+# last resort: what it waited for is logged, its child processes are killed, it exits 1.
+EXIT_GRACE_S = 60.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,39 +139,43 @@ async def _serve_metrics(agent: WorkerAgent, host: str, port: int) -> web.AppRun
 
 
 async def _run_agent(agent: WorkerAgent) -> int:
+    deadline = ExitDeadline(asyncio.get_running_loop())
+    agent.on_stop = lambda seconds: deadline.arm(seconds + EXIT_GRACE_S, "the worker began to stop")
     runner = asyncio.create_task(agent.run(), name="worker-agent")
     with _Signals() as signals:
-        first = asyncio.create_task(signals.next(), name="worker-signals")
-        done, _ = await asyncio.wait({runner, first}, return_when=asyncio.FIRST_COMPLETED)
-        if first in done:
-            await _drain_or_stop(agent, runner, signals, first.result())
-        else:
-            first.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await first
-        try:
-            await runner
-        except RetriesExhausted as exc:
-            log.error("%s", exc)
-            return 1
+        obeying = asyncio.create_task(_obey(agent, signals, deadline), name="worker-signals")
+        await asyncio.wait({runner})
+        obeying.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await obeying
+    deadline.arm(EXIT_GRACE_S, "the worker's agent stopped")  # what is left: the loop's and the threads' end
+    try:
+        await runner
+    except RetriesExhausted as exc:
+        log.error("%s", exc)
+        return 1
     return 0
 
 
-async def _drain_or_stop(agent: WorkerAgent, runner: asyncio.Task[None], signals: _Signals, sig: signal.Signals) -> None:
-    """First signal: drain (finish, hand back, flush, goodbye). A second one: stop at once."""
+async def _obey(agent: WorkerAgent, signals: _Signals, deadline: ExitDeadline) -> None:
+    """First signal: drain (finish, hand back, flush, goodbye). The second: stop at once. The
+    third: exit now (the last resort: child processes killed, exit status 1)."""
+    sig = await signals.next()
     log.info("received %s; draining (send it again to stop at once)", sig.name)
     drain = asyncio.create_task(agent.drain(f"received {sig.name}"), name="worker-drain")
-    second = asyncio.create_task(signals.next(), name="worker-signals")
-    done, _ = await asyncio.wait({runner, second}, return_when=asyncio.FIRST_COMPLETED)
-    if second in done:
-        log.warning("received %s again; stopping now", second.result().name)
-        drain.cancel()
-        agent.stop()
-    else:
-        second.cancel()
-    for t in (drain, second):
-        with contextlib.suppress(asyncio.CancelledError):
-            await t
+    drain.add_done_callback(_outcome_is_logged)
+    sig = await signals.next()
+    log.warning("received %s again; stopping now (a third one ends the process at once)", sig.name)
+    drain.cancel()
+    agent.stop()
+    sig = await signals.next()
+    deadline.now(f"received {sig.name} a third time")
+
+
+def _outcome_is_logged(task: asyncio.Task[object]) -> None:
+    """A drain that failed is logged by the agent (``_shutdown_tasks``), not again here."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Signals:

@@ -346,7 +346,8 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             if left <= 0:
                 return resp
             try:
-                ev = await asyncio.wait_for(sub.queue.get(), min(EVENTS_KEEPALIVE_S, left))
+                async with asyncio.timeout(min(EVENTS_KEEPALIVE_S, left)):
+                    ev = await sub.queue.get()
             except TimeoutError:
                 if _credential_left(rt, principal) > 0:
                     await resp.write(b": keepalive\n\n")

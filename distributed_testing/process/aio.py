@@ -10,6 +10,7 @@ out when chasing a bug); ``DT_EVENT_LOOP=uvloop`` insists on uvloop and fails if
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Coroutine
@@ -59,6 +60,21 @@ def wake_within(event: asyncio.Event, timer: asyncio.TimerHandle | None,
     return timer
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait until ``event`` is set, for at most ``timeout_s``; returns whether it is set.
+
+    This, or ``asyncio.timeout``, is how the package bounds a wait, never ``asyncio.wait_for``
+    (ruff bans it: TID251 in pyproject.toml). On Python 3.11 ``wait_for`` drops a cancel that
+    arrives while the awaited thing completes (it returns the result instead), so a loop around
+    it can outlive its cancel for ever: the worker's heartbeat loop did when a drain woke it just
+    as the session ended, and the worker process never exited after SIGTERM. ``asyncio.timeout``
+    passes such a cancel on."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()
+
+
 def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
     """``asyncio.run(main)`` on ``loop`` (``uvloop`` or ``asyncio``; default: ``loop_choice()``)."""
     loop = loop or loop_choice()
@@ -70,4 +86,4 @@ def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
     return asyncio.run(main)
 
 
-__all__ = ["run", "loop_choice", "wake_within", "CHOICES", "HELP"]
+__all__ = ["run", "loop_choice", "wake_within", "wait_event", "CHOICES", "HELP"]

@@ -214,7 +214,8 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
             a.stop()
         for t in cluster.agent_tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(t, 10)
+                async with asyncio.timeout(10):
+                    await t  # cancelled at the timeout
         await http.close()
         await runner.cleanup()
 
@@ -339,7 +340,8 @@ class RoundRobinProxy:
             host, port = self.targets[self._next % len(self.targets)]
             self._next += 1
             try:
-                up_r, up_w = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+                async with asyncio.timeout(1.0):
+                    up_r, up_w = await asyncio.open_connection(host, port)
                 break
             except (OSError, TimeoutError):
                 continue

@@ -16,7 +16,6 @@ frames and notices a dead coordinator (``keepalive``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -28,6 +27,7 @@ import aiohttp
 
 from ..config import WorkerConfig
 from ..errors import ProtocolError
+from ..process import aio
 from ..process.netif import InterfaceError, interface_address, interface_of
 from ..protocol import messages as m
 from ..protocol.signing import Channel, derive_session_key
@@ -58,6 +58,9 @@ SAMPLE_PERIOD_S = 1.0
 # A drain waits at least this long for its results' acks, even when the tasks used the whole
 # drain timeout.
 FLUSH_MIN_S = 5.0
+# When a session ends, its reader, writer, heartbeats and the rest are cancelled and waited for,
+# for at most this long: one that outlives its cancel is logged and left, never waited for.
+SESSION_STOP_S = 5.0
 
 
 class WorkerAgent:
@@ -77,11 +80,15 @@ class WorkerAgent:
         self.draining = False
         self.sessions = 0  # sessions established (registered) since start
         self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
+        self._session_over = asyncio.Event()  # set when the current session ends (its queue goes nowhere)
         self._channel: Channel | None = None
         self._pong = asyncio.Event()  # set by the reader at each pong (see session.keepalive)
         # The liveness contract of the current session, from ``registered``: (interval, TTL).
         self.liveness: tuple[float, float] = (config.heartbeat_interval_s or 1.0, 3.0)
         self._stop = asyncio.Event()
+        # Told when a stop begins, with the seconds its drain may take (0 for ``stop()``); the CLI
+        # arms its last-resort exit with it (process.deadline).
+        self.on_stop: Callable[[float], None] = lambda _seconds: None
         self.monitor = ResourceMonitor(Limits(
             max_cpu_percent=config.max_cpu_percent, max_memory_percent=config.max_memory_percent,
             max_gpu_percent=config.max_gpu_percent, memory_buffer=config.memory_buffer,
@@ -178,13 +185,13 @@ class WorkerAgent:
     async def _backoff_sleep(self, delay: float) -> None:
         """The reconnect backoff's wait; ``stop()`` ends it at once (a worker told to stop while
         the coordinator is unreachable used to sit out a backoff of up to 36 s first)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), delay)
+        await aio.wait_event(self._stop, delay)
 
     def stop(self) -> None:
         """Stop at once: running tasks are killed without a result (the coordinator requeues
         them after its grace period). ``drain()`` is the graceful way."""
         self._stop.set()
+        self.on_stop(0.0)
 
     async def drain(self, reason: str, timeout_s: float | None = None) -> list[m.TaskRef]:
         """Graceful stop. Take no new work (heartbeats say ``draining``, sent at once), let the
@@ -207,6 +214,7 @@ class WorkerAgent:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         self.draining, self._drain_reason = True, reason
+        self.on_stop(timeout_s)
         self._beat_now.set()
         log.info("draining (%s): %d task(s) running, up to %gs to finish", reason, len(self.running), timeout_s)
         while (busy := self.runs.busy()) and (left := deadline - loop.time()) > 0:
@@ -215,11 +223,21 @@ class WorkerAgent:
         await self._await_acks(max(deadline - loop.time(), FLUSH_MIN_S))
         if self.registered.is_set():
             self._send(m.Goodbye(f"worker stopped: {reason}"))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._sendq.join(), FLUSH_MIN_S)
+            await self._flush(FLUSH_MIN_S)
         log.info("drain complete; unregistered from the coordinator")
         self.stop()
         return handed
+
+    async def _flush(self, timeout_s: float) -> None:
+        """Wait until the writer has sent what is queued, for at most ``timeout_s``, or until the
+        session ends first (its writer is gone: what it had not sent is never sent)."""
+        sent = asyncio.ensure_future(self._sendq.join())
+        over = asyncio.ensure_future(self._session_over.wait())
+        try:
+            await asyncio.wait({sent, over}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sent.cancel()
+            over.cancel()
 
     async def _hand_back(self, reason: str, timeout_s: float) -> list[m.TaskRef]:
         """Kill the tasks still running and tell the coordinator they were not finished."""
@@ -228,9 +246,7 @@ class WorkerAgent:
             return []
         tasks = self.runs.of(kills)
         self.runs.apply(kills)  # no cancel_reason: no result is reported for them
-        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(outcome, Exception):
-                log.error("a handed-back task failed while stopping: %r", outcome)
+        await self.runs.stopped(tasks, "while being handed back")
         self.runs.apply(self.state.handed_back(refs))  # stopped on purpose: not a crash
         log.warning("handing back %d task(s) still running after the %gs drain timeout: %s", len(refs),
                     timeout_s, ", ".join(f"{r.task_id} (attempt {r.attempt})" for r in refs))
@@ -250,8 +266,7 @@ class WorkerAgent:
                             "they stay in the result store" if self.config.db_path else "they are lost (no --db-path)")
                 return
             self._acked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._acked.wait(), left)
+            await aio.wait_event(self._acked, left)
 
     async def _connect_once(self) -> None:
         if self._stop.is_set():
@@ -289,6 +304,7 @@ class WorkerAgent:
                 log.warning("session with coordinator %s lost: %s; reconnecting", url, exc)
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._session_over = asyncio.Event()
         self._send(self._register_msg(self._rendezvous_address(ws)))
         writer = asyncio.create_task(self._writer(ws), name="worker-writer")
         beats = asyncio.create_task(self._heartbeats(), name="worker-heartbeats")
@@ -305,13 +321,9 @@ class WorkerAgent:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
+            self._session_over.set()
             self.runs.apply(self.state.session_ended())
-            tasks = (beats, renew, learn, stopper, *ending)
-            for t in tasks:
-                t.cancel()
-            for t, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
-                if isinstance(outcome, Exception) and t not in ending:  # those re-raised above
-                    log.error("%s stopped: %s", t.get_name(), outcome)
+            await _cancel_all((beats, renew, learn, stopper, *ending), quiet=ending)  # those re-raised above
 
     async def _learn_group(self) -> None:
         """``--high-availability``: once registered, add every member ``GET /api/v1/cluster``
@@ -472,8 +484,7 @@ class WorkerAgent:
         period = min(interval, SAMPLE_PERIOD_S) if self.monitor.limits.active else interval
         sent_state, sent_at = "ready", loop.time()  # the coordinator starts a session as ready
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beat_now.wait(), period)
+            await aio.wait_event(self._beat_now, period)
             self._beat_now.clear()
             hb = self._heartbeat_msg(await asyncio.to_thread(self._sampler.sample), loop.time())
             if hb.state != sent_state or loop.time() - sent_at >= interval * 0.95:
@@ -513,6 +524,21 @@ class WorkerAgent:
                                       attempts=left, retry_on=(aiohttp.ClientError, OSError, asyncio.TimeoutError),
                                       what="token renewal")
             self._send(m.AuthRenew(token))
+
+
+async def _cancel_all(tasks: tuple[asyncio.Task[Any], ...], quiet: tuple[asyncio.Task[Any], ...]) -> None:
+    """Cancel ``tasks`` and wait for them, for at most ``SESSION_STOP_S``: the end of a session
+    (and so the worker's stop) never waits for ever on one that does not stop. An error a task
+    ended with is logged, unless it is one of ``quiet``."""
+    for t in tasks:
+        t.cancel()
+    done, stuck = await asyncio.wait(tasks, timeout=SESSION_STOP_S)
+    for t in done:
+        if not t.cancelled() and (exc := t.exception()) is not None and t not in quiet:
+            log.error("%s stopped: %s", t.get_name(), exc)
+    for t in stuck:
+        log.error("%s still running %gs after it was cancelled; not waiting for it any longer", t.get_name(),
+                  SESSION_STOP_S)
 
 
 _HANDLERS: dict[type[Any], Callable[[WorkerAgent, m.Message], Awaitable[None]]] = {

@@ -53,7 +53,8 @@ class EnvironmentProbe:
             return dict(self._value)
         assert self._prefetch is not None
         try:
-            return dict(await asyncio.wait_for(asyncio.shield(self._prefetch), wait_s))
+            async with asyncio.timeout(wait_s):
+                return dict(await asyncio.shield(self._prefetch))
         except TimeoutError:
             return {"unavailable": f"the environment probe had not finished {wait_s:g} s after the task"}
 
@@ -76,7 +77,8 @@ class EnvironmentProbe:
             self.python, "-m", "distributed_testing.bench.env",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                out, err = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()

@@ -216,7 +216,8 @@ async def _run(argv: list[str], timeout_s: float, what: str, env: dict[str, str]
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         start_new_session=True, env=env if env is not None else {"PATH": os.defpath})
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            out, _ = await proc.communicate()
     except TimeoutError:
         _kill(proc.pid)
         await proc.wait()

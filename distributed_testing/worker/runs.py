@@ -12,7 +12,6 @@ it never touches a run itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -55,6 +54,10 @@ STARTED_DELAY_S = 0.025
 # benchmarks/dispatch.py (2 workers x 32 slots): 1.8 tasks per message without the hold, 11
 # with it, and 1,945 -> 2,861 tasks/s.
 RESULT_HOLD_S = 0.005
+# A cancelled run is waited for this long at most. A training run waits for its launch thread,
+# which stops the local ranks (training.launch: up to STOP_GRACE_S plus two 5 s waits); a run still
+# going after this is logged and left behind, so a stopping worker never waits on it for ever.
+RUN_STOP_S = 30.0
 
 
 class Runs:
@@ -106,16 +109,28 @@ class Runs:
         return [self.tasks[k.run] for k in kills if k.run in self.tasks]
 
     async def stop_all(self) -> None:
-        """The worker stops: no queued run starts any more, every run is cancelled and awaited,
-        and their running records are closed (stopped on purpose, not a crash)."""
+        """The worker stops: no queued run starts any more, every run is cancelled and awaited
+        (``stopped``), and their running records are closed (stopped on purpose, not a crash)."""
         self.state.closing()  # a cancelled run's slot must not start a queued one now
         runs = list(self.tasks.values())
         for t in runs:
             t.cancel()
-        for t in runs:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await self.stopped(runs, "while the worker stopped")
         self.result_store.running_finished(self.state.running_refs())
+
+    @staticmethod
+    async def stopped(runs: Sequence[asyncio.Task[None]], when: str) -> None:
+        """Wait for these runs (cancelled or killed) to end, for at most ``RUN_STOP_S``; an error
+        one ended with, or one still running then, is logged."""
+        if not runs:
+            return
+        done, stuck = await asyncio.wait(runs, timeout=RUN_STOP_S)
+        for t in done:
+            if not t.cancelled() and (exc := t.exception()) is not None:
+                log.error("%s failed %s: %r", t.get_name(), when, exc)
+        if stuck:
+            log.error("%s still running %gs after being stopped %s; not waiting for them any longer",
+                      ", ".join(sorted(t.get_name() for t in stuck)), RUN_STOP_S, when)
 
     def _do_send(self, ins: Instruction) -> None:
         assert isinstance(ins, Send)

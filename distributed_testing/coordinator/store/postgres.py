@@ -575,13 +575,15 @@ class PostgresStore:
         con, self._conn = self._conn, None
         if con is not None:
             try:
-                await asyncio.wait_for(con.close(), 5)
+                async with asyncio.timeout(5):
+                    await con.close()
             except RETRYABLE:  # a lost connection has nothing left to close cleanly
                 con.terminate()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
-                await asyncio.wait_for(pool.close(), 5)
+                async with asyncio.timeout(5):
+                    await pool.close()
             except RETRYABLE:
                 pool.terminate()
 

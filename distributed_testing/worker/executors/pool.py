@@ -98,7 +98,8 @@ class _Child:
         kill_process_group(self.pid)
         code = await self.proc.wait()
         try:
-            await asyncio.wait_for(self._drain, timeout=5.0)
+            async with asyncio.timeout(5.0):
+                await self._drain  # cancelled at the timeout
         except TimeoutError:
             logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
         confine.remove(self.scratch)
@@ -235,9 +236,8 @@ class HandlerPool:
         tail = OutputTail()
         drain = asyncio.create_task(tail.drain(proc.stderr, log_prefix=f"pool child {proc.pid}:"))
         try:
-            hello = _HELLO_DECODER.decode(
-                await asyncio.wait_for(_read_frame(proc.stdout), timeout=self._start_timeout_s)
-            )
+            async with asyncio.timeout(self._start_timeout_s):
+                hello = _HELLO_DECODER.decode(await _read_frame(proc.stdout))
         except (TimeoutError, asyncio.IncompleteReadError, msgspec.DecodeError) as exc:
             kill_process_group(proc.pid)
             code = await proc.wait()
