@@ -223,7 +223,8 @@ class BenchmarkExecutor:
         tail, forward = self._stderr.pop(child, (OutputTail(), None))
         if forward is not None:
             try:
-                await asyncio.wait_for(forward, timeout=5.0)
+                async with asyncio.timeout(5.0):
+                    await forward
             except TimeoutError:
                 log.warning("benchmark child %d: stderr still open 5 s after exit (a process left its group)", child.pid)
         return code, tail.text()
