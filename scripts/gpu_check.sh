@@ -7,7 +7,7 @@
 # DT_BWRAP_DEB=FILE unpacks bubblewrap from a .deb when bwrap is missing (workers' default sandbox).
 # Steps: hardware detection; the `gpu`-marked tests; a coordinator and two workers with default flags
 # on the one GPU running fp16/bf16 benchmarks, autocast training, a 1-node nccl and a 2-node gloo
-# training job; --max-gpu-percent turning a worker `constrained` under a matmul load and `ready`
+# training job, a pytest task that uses the GPU inside its confinement; --max-gpu-percent turning a worker `constrained` under a matmul load and `ready`
 # after it; a 2-node nccl job on two workers that share the GPU (must fail, naming the shared GPU);
 # both workers exiting on SIGTERM. Figures from a run are in benchmarks/RESULTS.md ("GPU check").
 set -u
@@ -59,10 +59,19 @@ for _ in $(seq 60); do [ "$(dt workers 2>/dev/null | grep -c ready)" -ge 2 ] && 
 dt workers
 
 step tasks
+cat > test_gpu_visible.py <<'P'
+import torch
+
+
+def test_the_gpu_is_visible_inside_the_confinement():
+    assert torch.cuda.is_available() and torch.cuda.device_count() >= 1
+    assert float((torch.ones(4, device="cuda") * 2).sum()) == 8.0
+P
 cat > tasks.json <<J
 [{"task_id": "gpu-bert-fp16", "type": "benchmark", "config": {"model": "bert-base-uncased", "device": "cuda", "precision": "fp16", "batch_sizes": [1, 8, 32], "iterations": 20, "min_duration_s": 0.2}, "requirements": {"hardware": ["cuda"]}, "timeout_s": 240},
  {"task_id": "gpu-gpt2-bf16", "type": "benchmark", "config": {"model": "gpt2", "device": "cuda", "precision": "bf16", "batch_sizes": [1, 8], "iterations": 20, "min_duration_s": 0.2}, "requirements": {"hardware": ["cuda"]}, "timeout_s": 240},
  {"task_id": "gpu-resnet-amp-train", "type": "benchmark", "config": {"model": "resnet-50", "device": "cuda", "autocast": true, "mode": "training", "batch_sizes": [16], "iterations": 10, "min_duration_s": 0.2}, "requirements": {"hardware": ["cuda"]}, "timeout_s": 240},
+ {"task_id": "gpu-pytest", "type": "test", "config": {"test_file": "test_gpu_visible.py"}, "requirements": {"hardware": ["cuda"]}, "timeout_s": 120},
  {"task_id": "train-nccl-1", "type": "training", "config": {"model": "mlp", "nodes": 1, "batch_size": 256, "steps": 30, "backend": "nccl", "precision": "bf16"}, "timeout_s": 240},
  {"task_id": "train-gloo-2", "type": "training", "config": {"model": "mlp", "nodes": 2, "batch_size": 256, "steps": 30, "backend": "gloo"}, "timeout_s": 240}]
 J
