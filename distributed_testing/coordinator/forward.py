@@ -25,16 +25,20 @@ Two ways through a standby (``Forwarder``):
 - Every other request (and that one to an https leader): ``forward`` with aiohttp's client,
   streaming the answer as it comes.
 
-While no leader is known, the leader's membership heartbeat is older than ``LEADER_SILENT_S``, or
-it does not answer (connect ``client.CONNECT_TIMEOUT_S``, first byte ``client.first_byte_timeout``),
+While nothing of a request has gone to the leader (none is known, its membership heartbeat is
+older than ``LEADER_SILENT_S``, the connection to it failed within ``client.CONNECT_TIMEOUT_S``)
 the answer is ``503`` with ``Retry-After: 1`` and the ``not_leader`` body (``leader`` null: ask
 another member), which lists the members this one sees silent (``unhealthy``): a client tries
-them last (``client.ApiClient``). A request already on its way is given up the same way as soon
-as its leader falls silent or another member takes the lease (checked every ``WATCH_S``): a
-client then waits about as long as the leader's silence takes to notice, not a whole first-byte
-bound, for a paused or cut-off leader. Worker sessions are not relayed: a standby still answers
-their handshake with ``503`` naming the leader (docs/architecture.md, "High availability", says
-why).
+them last (``client.ApiClient``). Once the request went out, the leader may have carried it out,
+so a failure is never a 503 (a client would send the request again elsewhere: a submission
+without task ids would run twice): no answer within ``client.first_byte_timeout`` is ``504``, a
+broken or unreadable answer ``502``, both with the ``answer_lost`` body (``lost_body``), which a
+client repeats only when the request is safe to repeat. A request already on its way is given up
+(``504``) as soon as its leader falls silent or another member takes the lease (checked every
+``WATCH_S``): a client then waits about as long as the leader's silence takes to notice, not a
+whole first-byte bound, for a paused or cut-off leader. Worker sessions are not relayed: a
+standby still answers their handshake with ``503`` naming the leader (docs/architecture.md,
+"High availability", says why).
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ def verified_address(rt: Runtime, value: str | None, method: str, path_qs: str, 
 
 
 class Unavailable(Exception):
-    """The leader cannot be asked now (the ``message`` says why): answered 503."""
+    """The leader cannot be asked now (the ``message`` says why): answered 503, nothing was sent."""
 
 
 def leader_for(rt: Runtime, again: bool) -> str:
@@ -158,15 +162,29 @@ def unavailable_body(rt: Runtime, message: str) -> bytes:
     return msgspec.json.encode({"error": "not_leader", "leader": None, "message": message, "unhealthy": unhealthy})
 
 
-class _Watched:
-    """A request on its way to ``leader``; ``why`` is set when the watch gave up on it."""
+LOST = "answer_lost"  # the error of a request the leader got whose answer did not come back
 
-    __slots__ = ("leader", "scope", "why")
+
+def lost_body(rt: Runtime, leader: str, why: str) -> bytes:
+    """The 502/504 ``answer_lost`` body: the request reached ``leader`` (it may have been carried
+    out) and its answer did not come back (``why``); and the members this one sees silent."""
+    unhealthy = rt.group.silent_urls() if rt.group is not None else []
+    message = (f"the request was sent to the leader {leader} but its answer was lost ({why}); it may have been "
+               "carried out: send it again only if that is safe (a submission whose tasks all have a task_id)")
+    return msgspec.json.encode({"error": LOST, "message": message, "unhealthy": unhealthy})
+
+
+class _Watched:
+    """A request on its way to ``leader``; ``why`` is set when the watch gave up on it, ``sent``
+    once a connection to the leader is open and the request goes out on it."""
+
+    __slots__ = ("leader", "scope", "sent", "why")
 
     def __init__(self, leader: str) -> None:
         self.leader = leader
         self.scope: asyncio.Timeout | None = None
         self.why: str | None = None
+        self.sent = False
 
 
 class Forwarder:
@@ -175,8 +193,13 @@ class Forwarder:
 
     def __init__(self, app: web.Application) -> None:
         self._app = app  # its runtime is set up after this (server._member_ctx)
-        # bodies pass through as they are (no decompression); TLS verified with the system's CAs
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+        # bodies pass through as they are (no decompression); TLS verified with the system's CAs;
+        # pooled connections kept as long as the relay's (well within the leader's --header-timeout)
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(_connected)
+        trace.on_connection_reuseconn.append(_connected)
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_S),
+                                          auto_decompress=False, trace_configs=[trace])
         self._idle: dict[str, list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._waiting: set[_Watched] = set()
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop(), name="forward-watch")
@@ -247,19 +270,25 @@ class Forwarder:
         request = b"\r\n".join(out) + b"\r\n\r\n" + body
         writer: asyncio.StreamWriter | None = None
         w = self.watch(leader)
+        bound = first_byte_timeout(target)
         try:
-            async with asyncio.timeout(first_byte_timeout(target)) as w.scope:
+            async with asyncio.timeout(bound) as w.scope:
                 reader, writer = await self._connection(parts.netloc)
                 writer.write(request)
+                w.sent = True
                 answer_head = await reader.readuntil(b"\r\n\r\n")
                 length, keep = _answer_framing(answer_head)
                 answer_body = await reader.readexactly(length)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             if writer is not None:
                 writer.transport.abort()
-            why = w.why or f"the leader {leader} did not answer this member: {type(exc).__name__}"
-            log.warning("forwarding POST %s to the leader %s failed: %s", target, leader, why)
-            return _answer(503, unavailable_body(rt, why), close, b"Retry-After: 1\r\n")
+            if not w.sent:
+                why = w.why or f"the leader {leader} did not answer this member: {_reason(exc)}"
+                log.warning("forwarding POST %s to the leader %s failed: %s", target, leader, why)
+                return _answer(503, unavailable_body(rt, why), close, b"Retry-After: 1\r\n")
+            why = w.why or (f"no answer within {bound:g} s" if isinstance(exc, TimeoutError) else _reason(exc))
+            log.warning("the answer of the leader %s to POST %s was lost: %s", leader, target, why)
+            return _answer(504 if isinstance(exc, TimeoutError) else 502, lost_body(rt, leader, why), close)
         finally:
             self.unwatch(w)
         if keep:
@@ -309,6 +338,17 @@ def _answer_framing(head: bytes) -> tuple[int, bool]:
     return length, keep
 
 
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _connected(_session: aiohttp.ClientSession, ctx: object, _params: object) -> None:
+    """aiohttp's trace: a connection to the leader is open (new or pooled); the request is sent on it."""
+    w = getattr(ctx, "trace_request_ctx", None)
+    if isinstance(w, _Watched):
+        w.sent = True
+
+
 def _answer(status: int, body: bytes, close: bool, extra: bytes = b"") -> bytes:
     head = b"HTTP/1.1 %d %s\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n" % (
         status, HTTPStatus(status).phrase.encode(), len(body))
@@ -354,7 +394,7 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
     try:
         async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
                 request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,
-                allow_redirects=False, timeout=timeout) as upstream:
+                allow_redirects=False, timeout=timeout, trace_request_ctx=w) as upstream:
             out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
                 if k.lower() not in _HOP or k.lower() == "content-length":
@@ -364,12 +404,19 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
                 await out.write(chunk)
             await out.write_eof()
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        why = w.why or f"the leader {leader} did not answer this member: {type(exc).__name__}"
         if out is not None:  # the head is sent: all we can do is cut the answer
+            why = w.why or _reason(exc)
             log.warning("the leader's answer to %s %s broke off: %s", request.method, request.path, why)
             return out
-        log.warning("forwarding %s %s to the leader %s failed: %s", request.method, request.path, leader, why)
-        return _unavailable(rt, why)
+        if not w.sent:  # no connection to the leader: nothing of the request left this member
+            why = w.why or f"the leader {leader} did not answer this member: {_reason(exc)}"
+            log.warning("forwarding %s %s to the leader %s failed: %s", request.method, request.path, leader, why)
+            return _unavailable(rt, why)
+        timed_out = isinstance(exc, TimeoutError)
+        why = w.why or (f"no answer within {read_s:g} s" if timed_out and read_s else _reason(exc))
+        log.warning("the answer of the leader %s to %s %s was lost: %s", leader, request.method, request.path, why)
+        return web.Response(body=lost_body(rt, leader, why), status=504 if timed_out else 502,
+                            content_type="application/json")
     finally:
         forwarder.unwatch(w)
     return out
