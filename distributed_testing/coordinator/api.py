@@ -150,10 +150,10 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
     forwarded = forward.HEADER in request.headers
     if forwarded:  # a member forwarded it: the original client's address counts
         request = request.clone(remote=forward.client_address(request, rt, time.time()))
-    if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
-        return await forward.forward(request, again=forwarded)
     try:
         _admit(request)
+        if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
+            return await forward.forward(request, again=forwarded)  # the leader authorizes it again
         return await handler(request)
     except DTError as exc:
         return _refusal(request, exc)
@@ -164,11 +164,13 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
 
 
 def _admit(request: web.Request) -> None:
-    """Before the handler, from the head alone: the address's throttle, the route's permission
-    (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
+    """Before the handler, or a standby's forwarding, from the head alone: the address's
+    throttle, the route's permission (``request[PRINCIPAL]``), and for the worker endpoint the
+    session cap (a standby: 503 naming the leader). A standby checks with the group's keys and
+    secret, so a refused request is answered before its body is read, and forwards the rest."""
     route = _route(request)
     rt = request.app[RUNTIME]
-    if not rt.leading() and route not in STANDBY_ROUTES:
+    if not rt.leading() and route == WORKER_ROUTE:
         raise rt.not_leader(request.path_qs)
     perm = PERMISSIONS.get((request.method, route))
     if perm is not None or route == WORKER_ROUTE:
@@ -201,6 +203,8 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
     if request.headers.get("Expect", "").lower() != "100-continue" or request.version != (1, 1):
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
     try:
+        if not request.app[RUNTIME].leading() and _route(request) not in STANDBY_ROUTES:
+            raise request.app[RUNTIME].not_leader(request.path_qs)
         _admit(request)
     except DTError as exc:
         resp = _refusal(request, exc)

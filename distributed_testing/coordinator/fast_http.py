@@ -11,9 +11,10 @@ parser. Requests on one connection are answered one at a time and in order, so a
 overtakes an answer. A client that sends far ahead without reading the answers is stopped by flow
 control (reading pauses once the buffer passes the body limit; answering pauses while the
 transport's write buffer is full). A request's credentials are checked from its head alone, as
-soon as the head is in: a refused one (401, 403, 429) is answered at once and, when its body has
-not all arrived, the connection is closed without reading it, so an anonymous client cannot make
-the coordinator buffer a body. A connection that sends no complete head within
+soon as the head is in, on a standby too (it holds the group's keys and secret; what it
+authorized it relays to the leader, which checks it again): a refused one (401, 403, 429) is
+answered at once and, when its body has not all arrived, the connection is closed without
+reading it, so an anonymous client cannot make the coordinator buffer a body. A connection that sends no complete head within
 ``--header-timeout`` of its start or its last answer is closed (an authorized body that stalls,
 after ``KEEPALIVE_S``), and one accepted beyond ``--max-connections`` is answered 503 and closed at
 once, before the process could run out of descriptors. A handler that raises gets aiohttp's plain
@@ -254,18 +255,16 @@ class FastProtocol(asyncio.Protocol):
             if parsed is False:
                 self._hand_over()
                 return
-            if isinstance(parsed, _Head) and not self._app[RUNTIME].leading():  # a standby forwards
-                if not self._relays():
-                    self._hand_over()  # aiohttp's handler forwards it (forward.forward)
-                    return
-                parsed.relay = True  # the leader judges it; this member relays its bytes
-                self._head = parsed
-                self._disarm()
-                self._arm_idle(KEEPALIVE_S)
-            elif isinstance(parsed, _Head):
+            if isinstance(parsed, _Head) and not self._app[RUNTIME].leading() and not self._relays():
+                self._hand_over()  # aiohttp's middleware checks it and forwards it (forward.forward)
+                return
+            if isinstance(parsed, _Head):
                 self._head = parsed
                 if not self._judge(parsed):
                     return
+                # a standby relays what it authorized (the leader authorizes it again); a refusal
+                # whose body is here is answered by this member (_answer raises the verdict)
+                parsed.relay = not self._app[RUNTIME].leading() and isinstance(parsed.verdict, Principal)
         head = self._head
         if head is None or len(self._buf) < head.start + head.length:  # wait for more, not for ever
             if self._paused and len(self._buf) <= self._max_body + 2 * MAX_HEAD:

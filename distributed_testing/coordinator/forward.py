@@ -5,7 +5,8 @@ redirect to another host). Vault, etcd and Consul do the same.
 
 What is forwarded: the method, the path and query, the body, and the headers apart from the hop
 ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
-had come straight (a standby grants nothing). The standby adds ``X-DT-Forwarded``: the client's
+had come straight (a standby grants nothing; it checks the credential from the head first,
+``api._admit`` and the lean front's ``_judge``, so that it refuses before reading a body). The standby adds ``X-DT-Forwarded``: the client's
 address, a timestamp and an HMAC over both and the request line, keyed from the group's
 token-signing secret (``member_key``; every member holds it, from the database or the shared
 ``--jwt-secret-file``). The leader believes that address (``client_address``: rate limits and

@@ -1,0 +1,76 @@
+"""What a standby checks and how it passes requests on (coordinator/forward.py, the lean front's
+relay in fast_http.py, the API middleware): a leader and a standby, real coordinator processes on
+PostgreSQL, and plain HTTP clients (``http.client``, raw heads) talking to the standby."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ha_support import HaGroup, Member
+
+from distributed_testing.testing import pg_database_sync
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+DIGEST = "ab" * 32
+
+
+class Pair:
+    def __init__(self, group: HaGroup, leader: Member, standby: Member) -> None:
+        self.group, self.leader, self.standby = group, leader, standby
+        self.key = group.admin(leader).key
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    with pg_database_sync(prefix="dt_ha_checks") as dsn:
+        g = HaGroup(tmp_path_factory.mktemp("pair"), dsn)
+        try:
+            a = g.start_member("a")
+            g.wait_role(a, "leader")
+            b = g.start_member("b")
+            g.wait_role(b, "standby")
+            yield Pair(g, a, b)
+        finally:
+            g.close()
+
+
+def connect(url: str, timeout: float = 30) -> http.client.HTTPConnection:
+    parts = urllib.parse.urlsplit(url)
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+
+def head_only(url: str, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """Send a request head whose body never comes and read until the server closes the
+    connection: (status, body). The answer must come from the head alone."""
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(f"{method} {path} HTTP/1.1\r\n".encode()
+                     + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() + b"\r\n")
+        data = b""
+        while chunk := sock.recv(65536):  # EOF: the server closed it, not waiting for the body
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+@pytest.mark.parametrize(("method", "path", "kind"), [
+    ("POST", "/api/v1/tasks", "the lean front's relay"),
+    ("PUT", f"/api/v1/blobs/{DIGEST}", "aiohttp's forwarding"),
+])
+def test_a_standby_refuses_a_bad_credential_from_the_head_before_any_body(pair: Pair, method: str, path: str,
+                                                                          kind: str) -> None:
+    """It used to take the body first (buffering it, and holding the connection for an hour on
+    the lean front) and leave the check to the leader."""
+    for auth, status in ((None, 401), ("Bearer dtk_nope_" + "A" * 43, 401)):
+        headers: dict[str, Any] = {"Host": "x", "Content-Type": "application/octet-stream",
+                                   "Content-Length": str(1 << 20)}
+        if auth:
+            headers["Authorization"] = auth
+        got, body = head_only(pair.standby.url, method, path, headers)
+        assert got == status and b'"AuthError"' in body, (kind, got, body)
