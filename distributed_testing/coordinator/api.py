@@ -199,13 +199,12 @@ def _refusal(request: web.Request, exc: DTError) -> web.Response:
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
     """``Expect: 100-continue``: the client is told to send its body only when its address and
     credentials pass; otherwise it gets the refusal at once (aiohttp's default would invite the
-    body before the middleware runs)."""
+    body before the middleware runs). A standby invites it too, and its middleware forwards the
+    request (without the ``Expect``) to the leader."""
     if request.headers.get("Expect", "").lower() != "100-continue" or request.version != (1, 1):
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
     try:
-        if not request.app[RUNTIME].leading() and _route(request) not in STANDBY_ROUTES:
-            raise request.app[RUNTIME].not_leader(request.path_qs)
-        _admit(request)
+        _admit(request)  # a standby too: what it invites, its middleware forwards to the leader
     except DTError as exc:
         resp = _refusal(request, exc)
         resp.force_close()  # the client may send its body anyway: do not read it as a next request

@@ -74,3 +74,37 @@ def test_a_standby_refuses_a_bad_credential_from_the_head_before_any_body(pair: 
             headers["Authorization"] = auth
         got, body = head_only(pair.standby.url, method, path, headers)
         assert got == status and b'"AuthError"' in body, (kind, got, body)
+
+
+def exchange(url: str, head: bytes, body: bytes) -> tuple[bytes, int, bytes]:
+    """Send ``head`` (with ``Expect: 100-continue``), then ``body`` only once invited: (the
+    interim answer or b"", final status, final body)."""
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        f = sock.makefile("rb")
+        sock.sendall(head)
+        interim = b""
+        status_line = f.readline()
+        if b" 100 " in status_line:
+            interim = status_line + f.readline()  # and its blank line
+            sock.sendall(body)
+            status_line = f.readline()
+        headers: dict[str, str] = {}
+        while (line := f.readline()) not in (b"\r\n", b""):
+            k, _, v = line.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        return interim, int(status_line.split()[1]), f.read(int(headers.get("content-length", "0")))
+
+
+def test_expect_100_continue_through_a_standby_is_invited_and_forwarded(pair: Pair) -> None:
+    """``curl`` sends ``Expect: 100-continue`` with larger bodies: a standby invites the body of
+    an authorized request and forwards it (it used to answer 503 not_leader); a refused one gets
+    its refusal instead of the invitation."""
+    body = b'{"type": "custom", "config": {"name": "noop"}}'
+    for auth, status in ((f"Authorization: Bearer {pair.key}\r\n", 201), ("", 401)):
+        head = (f"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n").encode()
+        interim, got, answer = exchange(pair.standby.url, head, body)
+        assert got == status, answer
+        assert interim.startswith(b"HTTP/1.1 100 Continue") == (status == 201)
