@@ -3,8 +3,8 @@
 works for every client, ``curl`` and ``requests`` included (they drop ``Authorization`` on a
 redirect to another host). Vault, etcd and Consul do the same.
 
-What is forwarded: the method, the path and query, the body, and the headers apart from the hop
-ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
+What is forwarded: the method, the path and query, the body (decoded, as aiohttp hands it over:
+so without its ``Content-Encoding``), and the headers apart from the hop ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
 had come straight (a standby grants nothing; it checks the credential from the head first,
 ``api._admit`` and the lean front's ``_judge``, so that it refuses before reading a body). The standby adds ``X-DT-Forwarded``: the client's
 address, a timestamp and an HMAC over both and the request line, keyed from the group's
@@ -62,6 +62,7 @@ from multidict import CIMultiDict
 
 from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout
 from .group import MEMBER_STALE_S
+from .rest import read_body
 from .runtime import RUNTIME, Runtime
 
 log = logging.getLogger(__name__)
@@ -388,7 +389,9 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
     streaming = request.path.endswith(EVENTS_PATH)
     read_s = None if streaming else first_byte_timeout(request.path_qs)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_s)
-    body = await request.read() if request.body_exists else None
+    # aiohttp hands the body over decoded per its Content-Encoding: it goes on as it now is
+    headers.popall("Content-Encoding", None)
+    body = await read_body(request) if request.body_exists else None
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
     w = forwarder.watch(leader)

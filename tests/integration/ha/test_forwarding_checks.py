@@ -4,7 +4,9 @@ PostgreSQL, and plain HTTP clients (``http.client``, raw heads) talking to the s
 
 from __future__ import annotations
 
+import gzip
 import http.client
+import json
 import socket
 import urllib.parse
 from collections.abc import Iterator
@@ -108,3 +110,22 @@ def test_expect_100_continue_through_a_standby_is_invited_and_forwarded(pair: Pa
         interim, got, answer = exchange(pair.standby.url, head, body)
         assert got == status, answer
         assert interim.startswith(b"HTTP/1.1 100 Continue") == (status == 201)
+
+
+def test_a_compressed_body_through_a_standby_reaches_the_leader_decoded(pair: Pair) -> None:
+    """The standby's aiohttp decodes the body; it used to forward it with the client's
+    ``Content-Encoding: gzip`` still on, and the leader answered 400."""
+    doc = json.dumps({"type": "custom", "config": {"name": "noop"}, "task_id": "gzipped"}).encode()
+    headers = {"Authorization": f"Bearer {pair.key}", "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    conn = connect(pair.standby.url)
+    try:
+        conn.request("POST", "/api/v1/tasks", body=gzip.compress(doc), headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 201, resp.read()
+        assert json.loads(resp.read())["tasks"][0]["task_id"] == "gzipped"
+        # one the standby cannot decode gets the leader's own answer to it, from the standby
+        conn.request("POST", "/api/v1/tasks", body=b"not gzip", headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 400 and json.loads(resp.read())["errors"][0]["field"] == "(body)"
+    finally:
+        conn.close()
