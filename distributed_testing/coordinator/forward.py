@@ -3,8 +3,9 @@
 works for every client, ``curl`` and ``requests`` included (they drop ``Authorization`` on a
 redirect to another host). Vault, etcd and Consul do the same.
 
-What is forwarded: the method, the path and query, the body (decoded, as aiohttp hands it over:
-so without its ``Content-Encoding``), and the headers apart from the hop ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
+What is forwarded: the method, the path and query, the body (streamed as it comes; a compressed
+one decoded, as aiohttp hands it over, so without its ``Content-Encoding``; a declared length
+over the route's cap is answered 413 here), and the headers apart from the hop ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
 had come straight (a standby grants nothing; it checks the credential from the head first,
 ``api._admit`` and the lean front's ``_judge``, so that it refuses before reading a body). The standby adds ``X-DT-Forwarded``: the client's
 address, a timestamp and an HMAC over both and the request line, keyed from the group's
@@ -61,6 +62,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout
+from . import bundles_api
 from .group import MEMBER_STALE_S
 from .rest import read_body
 from .runtime import RUNTIME, Runtime
@@ -357,6 +359,26 @@ def _answer(status: int, body: bytes, close: bool, extra: bytes = b"") -> bytes:
     return head + extra + (b"Connection: close\r\n" if close else b"") + b"\r\n" + body
 
 
+async def _body(request: web.Request, rt: Runtime, headers: CIMultiDict[str]) -> bytes | aiohttp.StreamReader | None:
+    """What to send the leader as ``request``'s body: streamed as it comes (never buffered here;
+    a blob may be far larger than the app's body limit), after a declared length over the
+    route's own cap got the leader's 413 from here. aiohttp hands the body over decoded per its
+    ``Content-Encoding``: such a body is read first (within the app's limit; one that cannot be
+    decoded gets the leader's 400 from here) and goes without that header."""
+    if not request.body_exists:
+        return None
+    if headers.popall("Content-Encoding", None) is not None:
+        return await read_body(request)
+    resource = request.match_info.route.resource
+    if (request.method, resource.canonical if resource else "") in bundles_api.CAPPED:
+        bundles_api.check_length(request, bundles_api.body_cap(rt), "(body)")
+    elif request.content_length is not None and request.content_length > rt.config.max_frame_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_size=rt.config.max_frame_bytes, actual_size=request.content_length)
+    if request.content_length is not None:
+        headers["Content-Length"] = str(request.content_length)
+    return request.content
+
+
 FORWARDER: web.AppKey[Forwarder] = web.AppKey("forwarder", Forwarder)
 
 
@@ -389,9 +411,7 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
     streaming = request.path.endswith(EVENTS_PATH)
     read_s = None if streaming else first_byte_timeout(request.path_qs)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_s)
-    # aiohttp hands the body over decoded per its Content-Encoding: it goes on as it now is
-    headers.popall("Content-Encoding", None)
-    body = await read_body(request) if request.body_exists else None
+    body = await _body(request, rt, headers)
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
     w = forwarder.watch(leader)

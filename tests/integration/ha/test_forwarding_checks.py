@@ -5,8 +5,10 @@ PostgreSQL, and plain HTTP clients (``http.client``, raw heads) talking to the s
 from __future__ import annotations
 
 import gzip
+import hashlib
 import http.client
 import json
+import os
 import socket
 import urllib.parse
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from ha_support import HaGroup, Member
 
-from distributed_testing.testing import pg_database_sync
+from distributed_testing.testing import Rest, pg_database_sync, wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 DIGEST = "ab" * 32
@@ -129,3 +131,32 @@ def test_a_compressed_body_through_a_standby_reaches_the_leader_decoded(pair: Pa
         assert resp.status == 400 and json.loads(resp.read())["errors"][0]["field"] == "(body)"
     finally:
         conn.close()
+
+
+def test_a_blob_over_the_app_s_body_limit_streams_through_a_standby(pair: Pair) -> None:
+    """A blob between the app's body limit (16 MiB) and ``--max-bundle-file-mb`` (100 MiB): the
+    standby streams it to the leader (it used to read it whole and fail with aiohttp's plain-text
+    413). A declared length over a route's cap gets the leader's JSON 413 from the standby, before
+    any body."""
+    blob = os.urandom(17 << 20)
+    digest = hashlib.sha256(blob).hexdigest()
+    key = pair.group.admin(pair.leader).ok("POST", "/api/v1/keys", json={"role": "submitter", "allow_code": True})["key"]
+    auth = {"Authorization": f"Bearer {key}"}
+    wait_until(lambda: Rest(pair.standby.url, key).request("GET", "/api/v1/cluster")[0] == 200, 10,
+               "the standby to hear of the new key")
+    conn = connect(pair.standby.url, timeout=60)
+    try:
+        conn.request("PUT", f"/api/v1/blobs/{digest}", body=blob, headers={**auth, "Content-Type": "application/octet-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 201, resp.read()
+        resp.read()
+        conn.request("GET", f"/api/v1/blobs/{digest}", headers=auth)
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == blob
+    finally:
+        conn.close()
+    for method, path, length, error in (("PUT", f"/api/v1/blobs/{DIGEST}", 200 << 20, b'"TooLarge"'),
+                                        ("POST", "/api/v1/tasks", 17 << 20, b'"RequestEntityTooLarge"')):
+        status, body = head_only(pair.standby.url, method, path, {"Host": "x", **auth, "Content-Length": str(length),
+                                                                  "Content-Type": "application/json"})
+        assert status == 413 and error in body, (path, body)
