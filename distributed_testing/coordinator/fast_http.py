@@ -259,12 +259,17 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_over()  # aiohttp's middleware checks it and forwards it (forward.forward)
                 return
             if isinstance(parsed, _Head):
+                standby = not self._app[RUNTIME].leading()
                 self._head = parsed
-                if not self._judge(parsed):
+                if not self._judge(parsed, standby):
+                    return
+                if parsed.verdict is None:  # a key this standby has not heard of yet: the leader decides
+                    self._head = None
+                    self._hand_over()  # aiohttp's forwarding streams the body; the leader refuses it unread
                     return
                 # a standby relays what it authorized (the leader authorizes it again); a refusal
                 # whose body is here is answered by this member (_answer raises the verdict)
-                parsed.relay = not self._app[RUNTIME].leading() and isinstance(parsed.verdict, Principal)
+                parsed.relay = standby and isinstance(parsed.verdict, Principal)
         head = self._head
         if head is None or len(self._buf) < head.start + head.length:  # wait for more, not for ever
             if self._paused and len(self._buf) <= self._max_body + 2 * MAX_HEAD:
@@ -288,14 +293,15 @@ class FastProtocol(asyncio.Protocol):
         self._disarm()
         self._busy = asyncio.get_running_loop().create_task(self._answer(req))
 
-    def _judge(self, head: _Head) -> bool:
-        """Check the head's address and credentials; False when it was refused at once (its
-        body not all here yet: the connection is then closed without reading it)."""
+    def _judge(self, head: _Head, standby: bool) -> bool:
+        """Check the head's address and credentials (a ``standby`` with ``api.vouch``: the
+        verdict stays None for a key it has not heard of); False when it was refused at once
+        (its body not all here yet: the connection is then closed without reading it)."""
         peer = self._peer if head.forwarded is None else forward.verified_address(
             self._app[RUNTIME], head.forwarded, "POST", head.target, self._peer, time.time())
         try:
             api.check_address(self._app, peer)
-            head.verdict = api.authorize(self._app[RUNTIME], head.authorization, PERMISSION)
+            head.verdict = (api.vouch if standby else api.authorize)(self._app[RUNTIME], head.authorization, PERMISSION)
         except DTError as exc:
             if isinstance(exc, AuthError):
                 api.note_failure(self._app, peer, head.authorization, exc)

@@ -396,9 +396,11 @@ def _unavailable(rt: Runtime, message: str) -> web.Response:
                         headers={"Retry-After": "1"})
 
 
-async def forward(request: web.Request, *, again: bool = False) -> web.StreamResponse:
+async def forward(request: web.Request, *, again: bool = False, expect: bool = False) -> web.StreamResponse:
     """``request`` as the leader answers it, streamed back through aiohttp's client (module
-    docstring). ``again``: it came from a member already (``leader_for``)."""
+    docstring). ``again``: it came from a member already (``leader_for``); ``expect``: its body
+    goes only once the leader invites it (``Expect: 100-continue``: a credential this member
+    could not judge, which the leader may refuse from the head)."""
     rt = request.app[RUNTIME]
     try:
         leader = leader_for(rt, again)
@@ -418,7 +420,8 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
     try:
         async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
                 request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,
-                allow_redirects=False, timeout=timeout, trace_request_ctx=w) as upstream:
+                allow_redirects=False, timeout=timeout, trace_request_ctx=w,
+                expect100=expect and body is not None) as upstream:
             out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
                 if k.lower() not in _HOP or k.lower() == "content-length":
