@@ -371,7 +371,8 @@ class FastProtocol(asyncio.Protocol):
         close = head.close
         try:
             answer = await self._app[forward.FORWARDER].relay(raw_head, body, head.target, self._peer, close=close,
-                                                              again=head.forwarded is not None)
+                                                              again=head.forwarded is not None,
+                                                              secure=self._site.secure)
             t = self._transport
             if t is not None and not t.is_closing():
                 t.write(answer)
@@ -468,6 +469,11 @@ class FastSite(web.BaseSite):
         self.header_timeout = 10.0
         self.max_connections = 0
         self._refusals = RateLimitedLog(log, logging.WARNING)
+
+    @property
+    def secure(self) -> bool:
+        """Whether this site serves https."""
+        return self._ssl_context is not None
 
     @property
     def name(self) -> str:

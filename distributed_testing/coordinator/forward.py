@@ -27,6 +27,9 @@ Two ways through a standby (``Forwarder``):
 - Every other request (and that one to an https leader): ``forward`` with aiohttp's client,
   streaming the answer as it comes.
 
+A request that came over https is not forwarded to a leader on plain http (its credential would
+cross the network in clear; a loopback leader aside): ``503`` saying so.
+
 While nothing of a request has gone to the leader (none is known, its membership heartbeat is
 older than ``LEADER_SILENT_S``, the connection to it failed within ``client.CONNECT_TIMEOUT_S``)
 the answer is ``503`` with ``Retry-After: 1`` and the ``not_leader`` body (``leader`` null: ask
@@ -50,6 +53,7 @@ import contextlib
 import functools
 import hashlib
 import hmac
+import ipaddress
 import logging
 import time
 import urllib.parse
@@ -131,18 +135,34 @@ class Unavailable(Exception):
     """The leader cannot be asked now (the ``message`` says why): answered 503, nothing was sent."""
 
 
-def leader_for(rt: Runtime, again: bool) -> str:
+def leader_for(rt: Runtime, again: bool, secure: bool = False) -> str:
     """The leader a request should go to; ``Unavailable`` when there is none to ask. ``again``:
-    it came from a member already; one hop only, so two members with stale views never pass it round."""
+    it came from a member already; one hop only, so two members with stale views never pass it
+    round. ``secure``: it came over https, so its credential goes on only over https (or to a
+    leader on this host's loopback), as a client's own would (docs/security.md, "Redirects")."""
     if again:
         raise Unavailable("a member forwarded this request to one that does not lead (a takeover is under way)")
     leader = rt.group.leader_url if rt.group is not None else None
     if not leader or leader.rstrip("/") == (rt.advertise_url or "").rstrip("/"):
         raise Unavailable("no coordinator of the group leads now; retry shortly")
+    if secure and urllib.parse.urlsplit(leader).scheme.lower() != "https" and not _loopback(leader):
+        raise Unavailable(f"this member was reached over https and the leader {leader} is on plain http: the "
+                          "request's credential is not sent on in clear; give every member an https "
+                          "--advertise-url, or ask the leader itself")
     why = gone(rt, leader)
     if why is not None:
         raise Unavailable(why)
     return leader
+
+
+def _loopback(url: str) -> bool:
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def gone(rt: Runtime, leader: str) -> str | None:
@@ -254,13 +274,15 @@ class Forwarder:
         leader = rt.group.leader_url if rt.group is not None else None
         return leader is None or leader.startswith("http://")
 
-    async def relay(self, head: bytes, body: bytes, target: str, peer: str, *, close: bool, again: bool) -> bytes:
+    async def relay(self, head: bytes, body: bytes, target: str, peer: str, *, close: bool, again: bool,
+                    secure: bool) -> bytes:
         """The answer, as bytes for the client at ``peer``, to the lean front's ``POST`` whose
         head (up to its blank line, without it) is ``head`` and whose request target is
-        ``target``; ``close``: the client asked to close; ``again``: it came from a member."""
+        ``target``; ``close``: the client asked to close; ``again``: it came from a member;
+        ``secure``: over https."""
         rt = self.rt
         try:
-            leader = leader_for(rt, again)
+            leader = leader_for(rt, again, secure)
         except Unavailable as exc:
             return _answer(503, unavailable_body(rt, str(exc)), close, b"Retry-After: 1\r\n")
         parts = urllib.parse.urlsplit(leader)
@@ -403,7 +425,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     could not judge, which the leader may refuse from the head)."""
     rt = request.app[RUNTIME]
     try:
-        leader = leader_for(rt, again)
+        leader = leader_for(rt, again, request.secure)
     except Unavailable as exc:
         return _unavailable(rt, str(exc))
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in _HOP)
