@@ -25,7 +25,8 @@ Two ways through a standby (``Forwarder``):
   standby"). An idle pooled connection is used for at most ``IDLE_S``, well within the leader's
   ``--header-timeout``, so the leader never closes one under a request.
 - Every other request (and that one to an https leader): ``forward`` with aiohttp's client,
-  streaming the answer as it comes.
+  streaming the answer as it comes; an https leader's certificate is verified with the
+  coordinator's ``--ca-file`` (a group on a private CA), else the system's CAs.
 
 A request that came over https is not forwarded to a leader on plain http (its credential would
 cross the network in clear; a loopback leader aside): ``503`` saying so.
@@ -59,6 +60,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from http import HTTPStatus
+from pathlib import Path
 
 import aiohttp
 import msgspec
@@ -66,6 +68,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout
+from ..security import tls
 from . import bundles_api
 from .group import MEMBER_STALE_S
 from .rest import read_body
@@ -215,15 +218,17 @@ class Forwarder:
     """A member's forwarding to the leader: aiohttp's client (every route, streamed), a pool of
     raw kept-alive connections (``relay``), and the watch over requests on their way."""
 
-    def __init__(self, app: web.Application) -> None:
+    def __init__(self, app: web.Application, ca_file: Path | None = None) -> None:
         self._app = app  # its runtime is set up after this (server._member_ctx)
-        # bodies pass through as they are (no decompression); TLS verified with the system's CAs;
-        # pooled connections kept as long as the relay's (well within the leader's --header-timeout)
+        # bodies pass through as they are (no decompression); TLS verified with ``ca_file`` (the
+        # coordinator's --ca-file) or the system's CAs; pooled connections kept as long as the
+        # relay's (well within the leader's --header-timeout)
         trace = aiohttp.TraceConfig()
         trace.on_connection_create_end.append(_connected)
         trace.on_connection_reuseconn.append(_connected)
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_S),
-                                          auto_decompress=False, trace_configs=[trace])
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_S,
+                                         ssl=tls.client_context(ca_file) if ca_file is not None else True)
+        self.http = aiohttp.ClientSession(connector=connector, auto_decompress=False, trace_configs=[trace])
         self._idle: dict[str, list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._waiting: set[_Watched] = set()
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop(), name="forward-watch")
@@ -404,9 +409,9 @@ async def _body(request: web.Request, rt: Runtime, headers: CIMultiDict[str]) ->
 FORWARDER: web.AppKey[Forwarder] = web.AppKey("forwarder", Forwarder)
 
 
-async def http_ctx(app: web.Application) -> AsyncIterator[None]:
-    """The app's ``Forwarder``, closed with it."""
-    app[FORWARDER] = Forwarder(app)
+async def http_ctx(app: web.Application, ca_file: Path | None = None) -> AsyncIterator[None]:
+    """The app's ``Forwarder`` (``ca_file``: ``--ca-file``), closed with it."""
+    app[FORWARDER] = Forwarder(app, ca_file)
     try:
         yield
     finally:

@@ -57,19 +57,36 @@ def https_call(url: str, ca: Path, method: str, path: str, key: str, body: Any =
         conn.close()
 
 
-def https_member(group: HaGroup, name: str, tls: TlsFiles, *extra: str) -> Member:
+def https_member(group: HaGroup, name: str, tls: TlsFiles, *extra: str, role: str = "standby") -> Member:
     m = group.start_member(name, "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), *extra)
     https = Member(m.name, m.proc, m.url.replace("http://", "https://"), m.log)
     group.members[name] = https
 
-    def standby() -> bool:
+    def in_role() -> bool:
         try:
-            return https_call(https.url, tls.ca, "GET", "/api/v1/health", "")[1]["role"] == "standby"
+            return https_call(https.url, tls.ca, "GET", "/api/v1/health", "")[1]["role"] == role
         except OSError:
             return False
 
-    wait_until(standby, 30, f"{name} to be a standby")
+    wait_until(in_role, 30, f"{name} to be the {role}")
     return https
+
+
+def test_a_standby_verifies_an_https_leader_with_its_ca_file(group: HaGroup, tmp_path: Path) -> None:
+    """A group on a private CA: the standby given ``--ca-file`` forwards to the https leader; one
+    without it trusts only the system's CAs, so it cannot connect and answers 503 (nothing sent)."""
+    tls = make_tls_files(tmp_path / "tls")
+    a = https_member(group, "a", tls, role="leader")
+    b = https_member(group, "b", tls, "--ca-file", str(tls.ca))
+    c = https_member(group, "c", tls)
+    wait_until(group.admin_file.exists, 30, "the admin key")
+    key = group.admin_file.read_text().strip()
+    for method, path, body in (("POST", "/api/v1/tasks", {**NOOP, "task_id": "ca"}), ("GET", "/api/v1/tasks/ca", None)):
+        status, answer = https_call(b.url, tls.ca, method, path, key, body)
+        assert status in (200, 201), answer
+    status, answer = https_call(c.url, tls.ca, "GET", "/api/v1/tasks/ca", key)
+    assert status == 503 and answer["error"] == "not_leader" and "Certificate" in answer["message"], answer
+    assert https_call(a.url, tls.ca, "GET", "/api/v1/tasks/ca", key)[0] == 200
 
 
 def test_a_standby_reached_over_https_does_not_forward_a_credential_to_a_plain_http_leader(
