@@ -77,7 +77,6 @@ from .runtime import RUNTIME, Runtime
 log = logging.getLogger(__name__)
 HEADER = "X-DT-Forwarded"
 SKEW_S = 30.0
-EVENTS_PATH = "/api/v1/events"
 # A leader the cluster view shows unhealthy (no membership heartbeat, sent every 0.5 s, for this
 # long) is not asked: the answer is 503 at once instead of after the first-byte bound (a paused
 # leader keeps its lease for a TTL). Not shorter: a leader on a loaded host beats late.
@@ -369,6 +368,14 @@ def _answer_framing(head: bytes) -> tuple[int, bool]:
     return length, keep
 
 
+def _streams(request: web.Request) -> bool:
+    """Whether the answer is an event stream, which may be silent for as long as the leader's
+    keepalive interval (15 s): ``GET /api/v1/events``, the dashboard's ``/dashboard/events``, or
+    any request asking for ``text/event-stream`` (a browser's EventSource does). Its answer gets
+    no read bound, only the watch over its leader."""
+    return request.path.endswith("/events") or "text/event-stream" in request.headers.get("Accept", "")
+
+
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -437,7 +444,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     if rt.jwt_secret:
         headers[HEADER] = forwarded_value(member_key(rt.jwt_secret), request.remote or "", request.method,
                                           request.path_qs, time.time())
-    streaming = request.path.endswith(EVENTS_PATH)
+    streaming = _streams(request)
     read_s = None if streaming else first_byte_timeout(request.path_qs)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=read_s)
     body = await _body(request, rt, headers)

@@ -34,9 +34,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     with pg_database_sync(prefix="dt_ha_checks") as dsn:
         g = HaGroup(tmp_path_factory.mktemp("pair"), dsn)
         try:
-            a = g.start_member("a")
+            a = g.start_member("a", "--dashboard")
             g.wait_role(a, "leader")
-            b = g.start_member("b")
+            b = g.start_member("b", "--dashboard")
             g.wait_role(b, "standby")
             yield Pair(g, a, b)
         finally:
@@ -188,3 +188,27 @@ def test_a_blob_over_the_app_s_body_limit_streams_through_a_standby(pair: Pair) 
         status, body = head_only(pair.standby.url, method, path, {"Host": "x", **auth, "Content-Length": str(length),
                                                                   "Content-Type": "application/json"})
         assert status == 413 and error in body, (path, body)
+
+
+@pytest.mark.timeout(60)
+def test_the_dashboard_event_stream_through_a_standby_outlives_the_first_byte_bound(pair: Pair) -> None:
+    """The leader writes a keepalive every 15 s into an idle stream; the standby used to give
+    ``/dashboard/events`` the 5 s read bound of an ordinary answer and cut it (the browser then
+    reconnected every 5 s). The first thing after the stream's start is a keepalive, not its end."""
+    conn = connect(pair.standby.url)
+    try:
+        conn.request("POST", "/dashboard/login", body=urllib.parse.urlencode({"key": pair.key}),
+                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 303, resp.status
+        cookie = resp.getheader("Set-Cookie", "").split(";")[0]
+        conn.request("GET", "/dashboard/events", headers={"Cookie": cookie})  # no Accept: the path alone
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/event-stream")
+        lines = []
+        while (line := resp.readline()) != b": keepalive\n":
+            assert line, f"the stream ended before its first keepalive: {lines}"
+            lines.append(line)
+    finally:
+        conn.close()
