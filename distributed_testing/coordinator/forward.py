@@ -82,6 +82,7 @@ SKEW_S = 30.0
 # leader keeps its lease for a TTL). Not shorter: a leader on a loaded host beats late.
 LEADER_SILENT_S = MEMBER_STALE_S
 WATCH_S = 0.25  # how often requests on their way are checked against their leader's health
+GONE_CHECK_S = 1.0  # how often a forwarded event stream looks whether its client went away
 IDLE_S = 4.0  # a pooled connection idle longer is closed rather than used (below --header-timeout)
 MAX_ANSWER_HEAD = 65536
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the sending side sets again itself.
@@ -368,6 +369,46 @@ def _answer_framing(head: bytes) -> tuple[int, bool]:
     return length, keep
 
 
+class _ClientGone(Exception):
+    """The client of a forwarded request went away (or its connection broke) while its answer
+    was being passed on."""
+
+
+async def _pass_on(request: web.Request, upstream: aiohttp.ClientResponse, out: web.StreamResponse,
+                   streaming: bool) -> None:
+    """Send ``upstream``'s answer on as ``out``; ``_ClientGone`` when the client went away. For
+    an event stream, which may stay silent for a keepalive interval, the client's connection is
+    looked at every ``GONE_CHECK_S``, so the stream to the leader ends soon after it closed."""
+    try:
+        await out.prepare(request)
+        if not streaming:
+            async for chunk in upstream.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return
+    except ConnectionError as exc:  # aiohttp's ClientConnectionResetError: writing to a closed transport
+        raise _ClientGone from exc
+    read: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            read = read or asyncio.ensure_future(upstream.content.readany())
+            done, _ = await asyncio.wait({read}, timeout=GONE_CHECK_S)
+            if not done:
+                if request.transport is None or request.transport.is_closing():
+                    raise _ClientGone
+                continue
+            chunk, read = read.result(), None
+            try:
+                await (out.write(chunk) if chunk else out.write_eof())
+            except ConnectionError as exc:
+                raise _ClientGone from exc
+            if not chunk:
+                return
+    finally:
+        if read is not None:
+            read.cancel()
+
+
 def _streams(request: web.Request) -> bool:
     """Whether the answer is an event stream, which may be silent for as long as the leader's
     keepalive interval (15 s): ``GET /api/v1/events``, the dashboard's ``/dashboard/events``, or
@@ -460,10 +501,12 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
             for k, v in upstream.headers.items():
                 if k.lower() not in _HOP or k.lower() == "content-length":
                     out.headers.add(k, v)
-            await out.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
+            await _pass_on(request, upstream, out, streaming)
+    except _ClientGone:  # nothing wrong with the leader: the client no longer reads
+        log.info("the client of %s %s went away before the leader's answer was all passed on", request.method,
+                 request.path)
+        assert out is not None  # raised only by _pass_on
+        return out
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         if out is not None:  # the head is sent: all we can do is cut the answer
             why = w.why or _reason(exc)

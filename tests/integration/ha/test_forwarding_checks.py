@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from ha_support import HaGroup, Member
 
-from distributed_testing.testing import pg_database_sync
+from distributed_testing.testing import pg_database_sync, wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 DIGEST = "ab" * 32
@@ -212,3 +212,19 @@ def test_the_dashboard_event_stream_through_a_standby_outlives_the_first_byte_bo
             lines.append(line)
     finally:
         conn.close()
+
+
+def test_a_client_leaving_a_forwarded_stream_is_logged_as_such_not_as_the_leader_breaking_off(pair: Pair) -> None:
+    conn = connect(pair.standby.url)
+    try:
+        conn.request("GET", "/api/v1/events", headers={"Authorization": f"Bearer {pair.key}",
+                                                        "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.readline().startswith(b"retry:")
+    finally:
+        conn.close()  # the client goes away mid-stream
+    # an event for the stream to pass on (it used to fail writing it, and blame the leader)
+    pair.group.admin(pair.leader).submit({"type": "custom", "config": {"name": "noop"}})
+    wait_until(lambda: "went away before the leader's answer" in pair.standby.log_text(), 20,
+               "the standby to notice its client left")
+    assert "broke off" not in pair.standby.log_text()
