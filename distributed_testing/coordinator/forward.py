@@ -205,10 +205,11 @@ class _Watched:
     """A request on its way to ``leader``; ``why`` is set when the watch gave up on it, ``sent``
     once a connection to the leader is open and the request goes out on it."""
 
-    __slots__ = ("leader", "scope", "sent", "why")
+    __slots__ = ("leader", "scope", "sent", "stream", "why")
 
-    def __init__(self, leader: str) -> None:
+    def __init__(self, leader: str, stream: bool) -> None:
         self.leader = leader
+        self.stream = stream  # an event stream: ended when this member stops (Forwarder.end_streams)
         self.scope: asyncio.Timeout | None = None
         self.why: str | None = None
         self.sent = False
@@ -232,6 +233,7 @@ class Forwarder:
         self._idle: dict[str, list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._waiting: set[_Watched] = set()
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop(), name="forward-watch")
+        self.stopping = False
 
     async def close(self) -> None:
         self._watch.cancel()
@@ -247,28 +249,39 @@ class Forwarder:
     def rt(self) -> Runtime:
         return self._app[RUNTIME]
 
-    def watch(self, leader: str) -> _Watched:
-        """Watch a request on its way to ``leader``: once it is ``gone``, the request's scope
-        (``asyncio.timeout`` entered as ``scope``) ends in TimeoutError and ``why`` says why.
-        ``unwatch`` when it is done."""
-        w = _Watched(leader)
+    def watch(self, leader: str, stream: bool = False) -> _Watched:
+        """Watch a request on its way to ``leader``: once it is ``gone`` (or, for an event
+        ``stream``, once this member stops), the request's scope (``asyncio.timeout`` entered as
+        ``scope``) ends in TimeoutError and ``why`` says why. ``unwatch`` when it is done."""
+        w = _Watched(leader, stream)
         self._waiting.add(w)
         return w
 
     def unwatch(self, w: _Watched) -> None:
         self._waiting.discard(w)
 
+    def end_streams(self) -> None:
+        """This member is stopping: end the event streams it forwards, each of which would hold
+        the shutdown until its client leaves (the leader ends its own streams the same way)."""
+        self.stopping = True
+        for w in list(self._waiting):
+            if w.stream:
+                self._give_up(w, "this member is stopping")
+
+    def _give_up(self, w: _Watched, why: str) -> None:
+        if w.scope is not None:
+            self._waiting.discard(w)
+            w.why = why
+            with contextlib.suppress(RuntimeError):  # its scope ended meanwhile
+                w.scope.reschedule(asyncio.get_running_loop().time())
+
     async def _watch_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(WATCH_S)
             for w in list(self._waiting):
                 why = gone(self.rt, w.leader)
-                if why is not None and w.scope is not None:
-                    self._waiting.discard(w)
-                    w.why = why
-                    with contextlib.suppress(RuntimeError):  # its scope ended meanwhile
-                        w.scope.reschedule(loop.time())
+                if why is not None:
+                    self._give_up(w, why)
 
     # ------------------------------------------------------------ the raw relay (the lean front's route)
 
@@ -491,7 +504,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     body = await _body(request, rt, headers)
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
-    w = forwarder.watch(leader)
+    w = forwarder.watch(leader, streaming)
     try:
         async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
                 request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,
@@ -508,6 +521,9 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
         assert out is not None  # raised only by _pass_on
         return out
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        if out is not None and forwarder.stopping and w.why is not None:
+            log.info("ended the forwarded answer to %s %s: %s", request.method, request.path, w.why)
+            return out
         if out is not None:  # the head is sent: all we can do is cut the answer
             why = w.why or _reason(exc)
             log.warning("the leader's answer to %s %s broke off: %s", request.method, request.path, why)

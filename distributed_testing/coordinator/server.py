@@ -80,9 +80,12 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
 
 
 async def _close_sessions(app: web.Application) -> None:
-    """Before the HTTP server waits for its handlers: end the ones that would wait longest."""
+    """Before the HTTP server waits for its handlers: end the ones that would wait longest (the
+    event streams a standby forwards among them)."""
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
+    if forward.FORWARDER in app:
+        app[forward.FORWARDER].end_streams()
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

@@ -9,6 +9,7 @@ import hashlib
 import http.client
 import json
 import os
+import signal
 import socket
 import urllib.parse
 from collections.abc import Iterator
@@ -228,3 +229,23 @@ def test_a_client_leaving_a_forwarded_stream_is_logged_as_such_not_as_the_leader
     wait_until(lambda: "went away before the leader's answer" in pair.standby.log_text(), 20,
                "the standby to notice its client left")
     assert "broke off" not in pair.standby.log_text()
+
+
+def test_a_stopping_standby_ends_the_event_streams_it_forwards(pair: Pair) -> None:
+    """A stream whose client stays would hold the standby's shutdown for aiohttp's whole
+    shutdown timeout (60 s); the standby ends it first, as the leader ends its own streams."""
+    c = pair.group.start_member("c")
+    pair.group.wait_role(c, "standby")
+    conn = connect(c.url, timeout=60)
+    try:
+        conn.request("GET", "/api/v1/events", headers={"Authorization": f"Bearer {pair.key}",
+                                                        "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.readline().startswith(b"retry:")
+        c.proc.send_signal(signal.SIGTERM)
+        while resp.readline():  # until the standby ends it
+            pass
+        assert c.proc.wait(timeout=30) == 0  # well within aiohttp's 60 s
+    finally:
+        conn.close()
+    assert "ended the forwarded answer to GET /api/v1/events: this member is stopping" in c.log_text()
