@@ -12,12 +12,14 @@ overtakes an answer. A client that sends far ahead without reading the answers i
 control (reading pauses once the buffer passes the body limit; answering pauses while the
 transport's write buffer is full). A request's credentials are checked from its head alone, as
 soon as the head is in, on a standby too (it holds the group's keys and secret; what it
-authorized it relays to the leader, which checks it again): a refused one (401, 403, 429) is
-answered at once and, when its body has not all arrived, the connection is closed without
-reading it, so an anonymous client cannot make the coordinator buffer a body. A connection that sends no complete head within
-``--header-timeout`` of its start or its last answer is closed (an authorized body that stalls,
-after ``KEEPALIVE_S``), and one accepted beyond ``--max-connections`` is answered 503 and closed at
-once, before the process could run out of descriptors. A handler that raises gets aiohttp's plain
+authorized it relays to the leader, which checks it again; a key it has not heard of yet goes
+to aiohttp, whose forwarding lets the leader decide before any body): a refused one (401, 403,
+429) is answered at once and, when its body has not all arrived, the connection is closed
+without reading it, so an anonymous client cannot make the coordinator buffer a body. A
+connection that sends no complete head within ``--header-timeout`` of its start or its last
+answer is closed (an authorized body that stalls, after ``KEEPALIVE_S``), and one accepted
+beyond ``--max-connections`` is answered 503 and closed at once, before the process could run
+out of descriptors. A handler that raises gets aiohttp's plain
 500 and the connection is closed.
 
 The route's logic is shared with the aiohttp handler (``api.authorize``, ``api.submit``,

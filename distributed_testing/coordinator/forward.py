@@ -5,14 +5,16 @@ redirect to another host). Vault, etcd and Consul do the same.
 
 What is forwarded: the method, the path and query, the body (streamed as it comes; a compressed
 one decoded, as aiohttp hands it over, so without its ``Content-Encoding``; a declared length
-over the route's cap is answered 413 here), and the headers apart from the hop ones; the client's own ``Authorization`` goes with it and the leader checks it as if the client
-had come straight (a standby grants nothing; it checks the credential from the head first,
-``api._admit`` and the lean front's ``_judge``, so that it refuses before reading a body). The standby adds ``X-DT-Forwarded``: the client's
-address, a timestamp and an HMAC over both and the request line, keyed from the group's
-token-signing secret (``member_key``; every member holds it, from the database or the shared
-``--jwt-secret-file``). The leader believes that address (``client_address``: rate limits and
-logs go to the original client) only when the HMAC verifies within ``SKEW_S``; anything else,
-a forged header included, counts as the direct peer's address.
+over the route's cap is answered 413 here), and the headers apart from the hop ones. The
+client's own ``Authorization`` goes with it and the leader checks it as if the client had come
+straight (a standby grants nothing; it checks the credential from the head first, ``api._admit``
+and the lean front's ``_judge``, so that it refuses before reading a body). The standby adds
+``X-DT-Forwarded``: the client's address, a timestamp and an HMAC over both and the request
+line, keyed from the group's token-signing secret (``member_key``; every member holds it, from
+the database or the shared ``--jwt-secret-file``). The leader believes that address
+(``client_address``: rate limits and logs go to the original client) only when the HMAC
+verifies within ``SKEW_S``; anything else, a forged header included, counts as the direct
+peer's address.
 
 Two ways through a standby (``Forwarder``):
 

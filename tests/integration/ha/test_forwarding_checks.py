@@ -171,11 +171,13 @@ def test_a_blob_over_the_app_s_body_limit_streams_through_a_standby(pair: Pair) 
     any body."""
     blob = os.urandom(17 << 20)
     digest = hashlib.sha256(blob).hexdigest()
-    key = pair.group.admin(pair.leader).ok("POST", "/api/v1/keys", json={"role": "submitter", "allow_code": True})["key"]
+    key = pair.group.admin(pair.leader).ok("POST", "/api/v1/keys",
+                                           json={"role": "submitter", "allow_code": True})["key"]
     auth = {"Authorization": f"Bearer {key}"}  # used at once: the standby may not have heard of it yet
     conn = connect(pair.standby.url, timeout=60)
     try:
-        conn.request("PUT", f"/api/v1/blobs/{digest}", body=blob, headers={**auth, "Content-Type": "application/octet-stream"})
+        conn.request("PUT", f"/api/v1/blobs/{digest}", body=blob,
+                     headers={**auth, "Content-Type": "application/octet-stream"})
         resp = conn.getresponse()
         assert resp.status == 201, resp.read()
         resp.read()
