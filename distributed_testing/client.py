@@ -27,7 +27,9 @@ leader: a paused leader keeps its lease for a TTL, and the standbys keep naming 
   the same method and body; the leader becomes the current member;
 - another ``503``, a refused or timed-out connection, a refused redirect, or (for a request that
   is safe to repeat: a GET, or a submission whose tasks all carry a ``task_id``) a lost or late
-  answer sends it to the next member;
+  answer sends it to the next member; a ``502`` or ``504`` (a standby's ``answer_lost``: the
+  request reached the leader, whose answer did not come back; or a proxy's) is a lost answer
+  too, so a request not safe to repeat is reported, never sent again;
 - once every member failed, it pauses ``ROUND_PAUSE_S`` and starts again, for up to
   ``FAILOVER_S`` in all (a leader's failover takes a few seconds), then reports the last error.
   A member that failed just now is left out of a round in which another one answered (a
@@ -283,6 +285,10 @@ class ApiClient:
             self.members.reported_unhealthy(body.get("unhealthy"), self._clock())
             leader = body.get("leader")
             raise _Next(error, leader if isinstance(leader, str) and leader else None)
+        if status in (502, 504):  # a lost answer: the request may have been carried out
+            self.members.reported_unhealthy(_json(raw).get("unhealthy"), self._clock())
+            if repeatable:
+                raise _Next(error)
         raise error
 
     def _exchange(self, url: str, method: str, path: str, data: bytes | None, repeatable: bool,

@@ -31,6 +31,7 @@ class CoordinatorConfig:
     max_session_age_s: float = 86400.0  # a JWT renews JWTs up to this long after its API key was used
     tls_cert: Path | None = None  # with tls_key: serve https/wss
     tls_key: Path | None = None
+    ca_file: Path | None = None  # a standby verifies an https leader's certificate with it (default: the system's)
     # liveness (docs/operations.md#liveness): workers that ask for no interval heartbeat every
     # heartbeat_interval_s and are lost after worker_ttl_s without a frame; a worker asking for a
     # longer interval (up to max_heartbeat_interval_s) gets a TTL of as many intervals

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import METRICS_MODES, normalize_url
 from ..errors import ConfigError
+from ..security import tls
 from .options import SWITCH, Setting
 
 
@@ -25,6 +26,11 @@ def _port_range(raw: str, source: str) -> tuple[int, int]:
 def _as_float(value: int, source: str) -> float:
     """Whole seconds on the command line, float seconds in CoordinatorConfig."""
     return float(value)
+
+
+def _ca_file(path: Path, source: str) -> Path:
+    tls.client_context(path, source)  # ConfigError now rather than at the first forwarded request
+    return path
 
 
 SECONDS: dict[str, Any] = {"type": float, "lo": 0, "lo_open": True, "metavar": "S"}
@@ -80,6 +86,11 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
             doc="PEM certificate chain: serve https and wss; needs `--tls-key`", shown_default="plain http"),
     Setting("--tls-key", type=Path, env="DT_TLS_KEY", help="PEM private key of --tls-cert",
             doc="PEM private key of `--tls-cert`", shown_default="plain http"),
+    Setting("--ca-file", type=Path, metavar="PATH", check=_ca_file,
+            help="PEM CA bundle a standby verifies an https leader's certificate with when it forwards "
+                 "requests (default: the system's CAs)",
+            doc="PEM CA bundle a standby verifies an `https` leader's certificate with when it forwards "
+                "requests", shown_default="the system's CAs"),
     Setting("--heartbeat-interval", **SECONDS, default=1.0, field="heartbeat_interval_s",
             help="seconds between heartbeats of workers that do not ask for an interval; "
                  "told to each worker at registration (default 1)",

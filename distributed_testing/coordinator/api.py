@@ -36,6 +36,7 @@ from ..errors import (
     http_status,
 )
 from ..security import auth as sa
+from ..security import keys as sk
 from ..security import roles, throttle
 from ..tasks import spec as specs
 from . import admission, bundles_api, events, forward, keys_api, openapi, views
@@ -92,7 +93,33 @@ def not_leader_parts(exc: NotLeader) -> tuple[int, dict[str, Any], dict[str, str
 def authorize(rt: Runtime, authorization: str, perm: str) -> sa.Principal:
     """The principal behind an ``Authorization`` header value, if it holds ``perm`` (or any
     valid credential for ``AUTHENTICATED``); AuthError or PermissionDenied otherwise."""
-    principal = rt.authenticate(sa.parse_authorization_header(authorization))
+    return _permit(rt.authenticate(sa.parse_authorization_header(authorization)), perm)
+
+
+def vouch(rt: Runtime, authorization: str, perm: str) -> sa.Principal | None:
+    """A standby's ``authorize`` before it forwards a request (the leader authorizes it again):
+    None when the credential names a key this member has not heard of yet (one made at the
+    leader within the last second reaches it by ``LISTEN dt_keys``), which the leader then
+    decides; a missing, malformed, wrong, expired or revoked credential or a lacking permission
+    is refused here."""
+    unknown = False
+
+    def lookup(key_id: str) -> sk.KeyRecord | None:
+        nonlocal unknown
+        record = rt.lookup_key(key_id)
+        unknown = record is None
+        return record
+
+    try:
+        principal = sa.authenticate(sa.parse_authorization_header(authorization), lookup, rt.jwt_secret, rt.clock())
+    except AuthError:
+        if unknown:
+            return None
+        raise
+    return _permit(principal, perm)
+
+
+def _permit(principal: sa.Principal, perm: str) -> sa.Principal:
     if perm != AUTHENTICATED:
         roles.require(principal.role, roles.Permission(perm))
     if perm == roles.Permission.BUNDLES_UPLOAD:
@@ -150,10 +177,11 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
     forwarded = forward.HEADER in request.headers
     if forwarded:  # a member forwarded it: the original client's address counts
         request = request.clone(remote=forward.client_address(request, rt, time.time()))
-    if not rt.leading() and _route(request) not in STANDBY_ROUTES and request.path != WORKER_ROUTE:
-        return await forward.forward(request, again=forwarded)
     try:
-        _admit(request)
+        forwarding = _forwards(request)
+        undecided = _admit(request, forwarding)
+        if forwarding:  # the leader authorizes it again
+            return await forward.forward(request, again=forwarded, expect=undecided)
         return await handler(request)
     except DTError as exc:
         return _refusal(request, exc)
@@ -163,20 +191,33 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         return _http_error(exc)
 
 
-def _admit(request: web.Request) -> None:
-    """Before the handler, from the head alone: the address's throttle, the route's permission
-    (``request[PRINCIPAL]``), and for the worker endpoint the session cap."""
+def _forwards(request: web.Request) -> bool:
+    """Whether this member forwards ``request`` to the leader (it is a standby; forward.py)."""
+    return not request.app[RUNTIME].leading() and _route(request) not in STANDBY_ROUTES and \
+        request.path != WORKER_ROUTE
+
+
+def _admit(request: web.Request, forwarding: bool) -> bool:
+    """Before the handler, or a standby's forwarding, from the head alone: the address's
+    throttle, the route's permission (``request[PRINCIPAL]``), and for the worker endpoint the
+    session cap (a standby: 503 naming the leader). A standby checks with the group's keys and
+    secret (``vouch``), so a refused request is answered before its body is read, and forwards
+    the rest; True when the leader must decide its credential (a key the standby has not heard
+    of: the leader is asked with ``Expect: 100-continue``, so it refuses before any body)."""
     route = _route(request)
     rt = request.app[RUNTIME]
-    if not rt.leading() and route not in STANDBY_ROUTES:
+    if not rt.leading() and route == WORKER_ROUTE:
         raise rt.not_leader(request.path_qs)
     perm = PERMISSIONS.get((request.method, route))
     if perm is not None or route == WORKER_ROUTE:
         check_address(request.app, client_address(request))
+    if perm is not None and forwarding:
+        return vouch(rt, request.headers.get("Authorization", ""), perm) is None
     if perm is not None:
-        request[PRINCIPAL] = authorize(request.app[RUNTIME], request.headers.get("Authorization", ""), perm)
+        request[PRINCIPAL] = authorize(rt, request.headers.get("Authorization", ""), perm)
     elif route == WORKER_ROUTE:
         check_worker_capacity(request.app)
+    return False
 
 
 def _route(request: web.Request) -> str:
@@ -197,11 +238,12 @@ def _refusal(request: web.Request, exc: DTError) -> web.Response:
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
     """``Expect: 100-continue``: the client is told to send its body only when its address and
     credentials pass; otherwise it gets the refusal at once (aiohttp's default would invite the
-    body before the middleware runs)."""
+    body before the middleware runs). A standby invites it too, and its middleware forwards the
+    request (without the ``Expect``) to the leader."""
     if request.headers.get("Expect", "").lower() != "100-continue" or request.version != (1, 1):
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
     try:
-        _admit(request)
+        _admit(request, _forwards(request))  # a standby too: what it invites, its middleware forwards
     except DTError as exc:
         resp = _refusal(request, exc)
         resp.force_close()  # the client may send its body anyway: do not read it as a next request

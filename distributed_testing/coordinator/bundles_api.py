@@ -49,12 +49,22 @@ def _octets(data: bytes, status: int = 200) -> web.Response:
     return web.Response(body=data, status=status, content_type="application/octet-stream")
 
 
-async def _read_capped(request: web.Request, cap: int, what: str) -> bytes:
-    """The body, refused with 413 as soon as it passes ``cap`` bytes (aiohttp's own body limit
-    does not apply: blobs may be larger than a task document)."""
+def body_cap(rt: Runtime) -> int:
+    """How large a body the routes in ``CAPPED`` take: ``--max-bundle-file-mb``."""
+    return int(rt.config.max_bundle_file_mb * MIB)
+
+
+def check_length(request: web.Request, cap: int, what: str) -> None:
+    """TooLarge when the body's declared length is over ``cap``, before any of it is read."""
     if request.content_length is not None and request.content_length > cap:
         raise TooLarge([{"field": what, "error": f"{request.content_length} bytes; the cap is {cap} bytes "
                          "(--max-bundle-file-mb)"}])
+
+
+async def _read_capped(request: web.Request, cap: int, what: str) -> bytes:
+    """The body, refused with 413 as soon as it passes ``cap`` bytes (aiohttp's own body limit
+    does not apply: blobs may be larger than a task document)."""
+    check_length(request, cap, what)
     chunks, size = [], 0
     async for chunk in request.content.iter_chunked(1 << 20):
         size += len(chunk)
@@ -82,7 +92,7 @@ async def put_blob(request: web.Request) -> web.Response:
     """Store one blob; 201 when new, 200 when it was already there."""
     d = _digest_param(request)
     rt = request.app[RUNTIME]
-    data = await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), f"blob {d}")
+    data = await _read_capped(request, body_cap(rt), f"blob {d}")
     if dg.of_bytes(data) != d:
         raise ValidationError([{"field": "digest", "error": f"the body's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
     created = await rt.blobs.put(d, data, rt.clock())
@@ -119,7 +129,7 @@ def split_batch(body: bytes) -> list[tuple[str, bytes]]:
 async def put_blobs(request: web.Request) -> web.Response:
     """Store several blobs sent in one body; all or none (every digest is checked first)."""
     rt = request.app[RUNTIME]
-    blobs = split_batch(await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), "batch"))
+    blobs = split_batch(await _read_capped(request, body_cap(rt), "batch"))
     created = await rt.blobs.put_many(blobs, rt.clock())
     return web.json_response({"stored": len(blobs), "created": created})
 
@@ -148,7 +158,7 @@ async def put_manifest(request: web.Request) -> web.Response:
     """Store a manifest whose blobs are all stored; marks them used."""
     d = _digest_param(request)
     rt = request.app[RUNTIME]
-    data = await _read_capped(request, int(rt.config.max_bundle_file_mb * MIB), "manifest")
+    data = await _read_capped(request, body_cap(rt), "manifest")
     if dg.of_bytes(data) != d:
         raise ValidationError([{"field": "digest", "error": f"the manifest's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
     m = mf.decode(data)
@@ -203,6 +213,8 @@ async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:
     return gone
 
 
+# The routes whose body is read with ``_read_capped`` (up to ``body_cap``, not the app's body limit).
+CAPPED = frozenset({("PUT", "/api/v1/blobs/{digest}"), ("POST", "/api/v1/blobs"), ("PUT", "/api/v1/bundles/{digest}")})
 ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/api/v1/blobs/missing", missing_blobs, "bundles:upload"),
     ("PUT", "/api/v1/blobs/{digest}", put_blob, "bundles:upload"),

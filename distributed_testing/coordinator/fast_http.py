@@ -11,12 +11,15 @@ parser. Requests on one connection are answered one at a time and in order, so a
 overtakes an answer. A client that sends far ahead without reading the answers is stopped by flow
 control (reading pauses once the buffer passes the body limit; answering pauses while the
 transport's write buffer is full). A request's credentials are checked from its head alone, as
-soon as the head is in: a refused one (401, 403, 429) is answered at once and, when its body has
-not all arrived, the connection is closed without reading it, so an anonymous client cannot make
-the coordinator buffer a body. A connection that sends no complete head within
-``--header-timeout`` of its start or its last answer is closed (an authorized body that stalls,
-after ``KEEPALIVE_S``), and one accepted beyond ``--max-connections`` is answered 503 and closed at
-once, before the process could run out of descriptors. A handler that raises gets aiohttp's plain
+soon as the head is in, on a standby too (it holds the group's keys and secret; what it
+authorized it relays to the leader, which checks it again; a key it has not heard of yet goes
+to aiohttp, whose forwarding lets the leader decide before any body): a refused one (401, 403,
+429) is answered at once and, when its body has not all arrived, the connection is closed
+without reading it, so an anonymous client cannot make the coordinator buffer a body. A
+connection that sends no complete head within ``--header-timeout`` of its start or its last
+answer is closed (an authorized body that stalls, after ``KEEPALIVE_S``), and one accepted
+beyond ``--max-connections`` is answered 503 and closed at once, before the process could run
+out of descriptors. A handler that raises gets aiohttp's plain
 500 and the connection is closed.
 
 The route's logic is shared with the aiohttp handler (``api.authorize``, ``api.submit``,
@@ -254,18 +257,21 @@ class FastProtocol(asyncio.Protocol):
             if parsed is False:
                 self._hand_over()
                 return
-            if isinstance(parsed, _Head) and not self._app[RUNTIME].leading():  # a standby forwards
-                if not self._relays():
-                    self._hand_over()  # aiohttp's handler forwards it (forward.forward)
-                    return
-                parsed.relay = True  # the leader judges it; this member relays its bytes
+            if isinstance(parsed, _Head) and not self._app[RUNTIME].leading() and not self._relays():
+                self._hand_over()  # aiohttp's middleware checks it and forwards it (forward.forward)
+                return
+            if isinstance(parsed, _Head):
+                standby = not self._app[RUNTIME].leading()
                 self._head = parsed
-                self._disarm()
-                self._arm_idle(KEEPALIVE_S)
-            elif isinstance(parsed, _Head):
-                self._head = parsed
-                if not self._judge(parsed):
+                if not self._judge(parsed, standby):
                     return
+                if parsed.verdict is None:  # a key this standby has not heard of yet: the leader decides
+                    self._head = None
+                    self._hand_over()  # aiohttp's forwarding streams the body; the leader refuses it unread
+                    return
+                # a standby relays what it authorized (the leader authorizes it again); a refusal
+                # whose body is here is answered by this member (_answer raises the verdict)
+                parsed.relay = standby and isinstance(parsed.verdict, Principal)
         head = self._head
         if head is None or len(self._buf) < head.start + head.length:  # wait for more, not for ever
             if self._paused and len(self._buf) <= self._max_body + 2 * MAX_HEAD:
@@ -289,14 +295,15 @@ class FastProtocol(asyncio.Protocol):
         self._disarm()
         self._busy = asyncio.get_running_loop().create_task(self._answer(req))
 
-    def _judge(self, head: _Head) -> bool:
-        """Check the head's address and credentials; False when it was refused at once (its
-        body not all here yet: the connection is then closed without reading it)."""
+    def _judge(self, head: _Head, standby: bool) -> bool:
+        """Check the head's address and credentials (a ``standby`` with ``api.vouch``: the
+        verdict stays None for a key it has not heard of); False when it was refused at once
+        (its body not all here yet: the connection is then closed without reading it)."""
         peer = self._peer if head.forwarded is None else forward.verified_address(
             self._app[RUNTIME], head.forwarded, "POST", head.target, self._peer, time.time())
         try:
             api.check_address(self._app, peer)
-            head.verdict = api.authorize(self._app[RUNTIME], head.authorization, PERMISSION)
+            head.verdict = (api.vouch if standby else api.authorize)(self._app[RUNTIME], head.authorization, PERMISSION)
         except DTError as exc:
             if isinstance(exc, AuthError):
                 api.note_failure(self._app, peer, head.authorization, exc)
@@ -366,7 +373,8 @@ class FastProtocol(asyncio.Protocol):
         close = head.close
         try:
             answer = await self._app[forward.FORWARDER].relay(raw_head, body, head.target, self._peer, close=close,
-                                                              again=head.forwarded is not None)
+                                                              again=head.forwarded is not None,
+                                                              secure=self._site.secure)
             t = self._transport
             if t is not None and not t.is_closing():
                 t.write(answer)
@@ -463,6 +471,11 @@ class FastSite(web.BaseSite):
         self.header_timeout = 10.0
         self.max_connections = 0
         self._refusals = RateLimitedLog(log, logging.WARNING)
+
+    @property
+    def secure(self) -> bool:
+        """Whether this site serves https."""
+        return self._ssl_context is not None
 
     @property
     def name(self) -> str:

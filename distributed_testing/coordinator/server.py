@@ -70,7 +70,8 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
         app.add_subapp(DASHBOARD_PREFIX, create_dashboard_app(DashboardConfig(prefix=DASHBOARD_PREFIX,
                                                                               proxy_secret=app[PROXY_SECRET])))
     if is_postgres_url(config.db_path):
-        app.cleanup_ctx.append(forward.http_ctx)  # a standby forwards API requests to the leader
+        # a standby forwards API requests to the leader
+        app.cleanup_ctx.append(functools.partial(forward.http_ctx, ca_file=config.ca_file))
     app.cleanup_ctx.append(_member_ctx if is_postgres_url(config.db_path) else _runtime_ctx)
     if config.metrics_port is not None:
         app.cleanup_ctx.append(_metrics_port_ctx)
@@ -79,9 +80,12 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
 
 
 async def _close_sessions(app: web.Application) -> None:
-    """Before the HTTP server waits for its handlers: end the ones that would wait longest."""
+    """Before the HTTP server waits for its handlers: end the ones that would wait longest (the
+    event streams a standby forwards among them)."""
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
+    if forward.FORWARDER in app:
+        app[forward.FORWARDER].end_streams()
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

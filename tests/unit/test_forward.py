@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import msgspec
+import pytest
 
 from distributed_testing.coordinator import forward
 from distributed_testing.coordinator.group import Group, Member
@@ -40,3 +41,16 @@ def test_a_silent_or_replaced_leader_is_not_waited_for_and_is_reported() -> None
     assert "no longer leads" in (forward.gone(rt, "http://a:1") or "")
     rt.group.leader_url = None
     assert "no longer leads" in (forward.gone(rt, "http://a:1") or "")
+
+
+def test_a_request_over_https_goes_on_to_a_plain_http_leader_only_on_loopback() -> None:
+    for leader, allowed in (("http://10.0.0.5:8080", False), ("http://coord-a.internal:8080", False),
+                            ("http://127.0.0.1:8080", True), ("http://[::1]:8080", True),
+                            ("http://localhost:8080", True), ("https://coord-a.internal:8443", True)):
+        rt = runtime(leader, member(leader, 0.1, "a"))
+        assert forward.leader_for(rt, again=False) == leader  # over plain http: as before
+        if allowed:
+            assert forward.leader_for(rt, again=False, secure=True) == leader
+        else:
+            with pytest.raises(forward.Unavailable, match="in clear"):
+                forward.leader_for(rt, again=False, secure=True)

@@ -1,7 +1,8 @@
 """``ApiClient`` with the URLs of an HA group, against small real HTTP servers playing a leader, a
 standby and a dead member: redirects followed with the same method and body, 503 answers and
 refused connections sent on to the next member, a bounded wait for a failover, and no retry with
-a single URL or for a request that is not safe to repeat."""
+a single URL or for a request that is not safe to repeat (a lost answer, a standby's 502/504
+included)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,21 @@ def test_a_lost_answer_is_retried_only_for_a_request_safe_to_repeat() -> None:
         assert ApiClient([dropping, good], "k").post("/api/v1/tasks", {"task_id": "t"}, repeatable=True)["body"] == {
             "task_id": "t"}
         assert ApiClient([dropping, good], "k").get("/y")["path"] == "/y"
+
+
+@pytest.mark.parametrize("status", [502, 504])
+def test_a_standby_s_lost_answer_is_resent_only_when_safe_to_repeat(status: int) -> None:
+    """A standby's 502/504 ``answer_lost``: the leader got the request, so it may have been carried
+    out; unlike a 503 (nothing sent), it is not sent to the next member unless safe to repeat."""
+    lost = {"error": "answer_lost", "message": "the request was sent to the leader", "unhealthy": []}
+    with server(ok) as (good, got), server(lambda *_: (status, {}, lost)) as (standby, _):
+        with pytest.raises(ApiError) as err:
+            ApiClient([standby, good], "k").post("/api/v1/tasks", {"type": "custom"})
+        assert err.value.status == status and err.value.body["error"] == "answer_lost"
+        assert got == []  # a submission without ids: not sent twice
+        assert ApiClient([standby, good], "k").post("/api/v1/tasks", {"task_id": "t"}, repeatable=True)["body"] == {
+            "task_id": "t"}
+        assert ApiClient([standby, good], "k").get("/y")["path"] == "/y"
 
 
 def test_dt_submit_names_every_task_so_a_resend_is_the_same_tasks() -> None:

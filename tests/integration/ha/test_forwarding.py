@@ -1,8 +1,9 @@
 """A standby forwards every API request to the leader (coordinator/forward.py): three real
 coordinator processes on PostgreSQL, and a plain HTTP client (``http.client``: it follows no
 redirect, as ``curl`` without ``-L``) talking only to a standby. Submissions, long polls, reads and
-the event stream answer as the leader does; bad credentials count against the original client's
-address at the leader (the standby's signed ``X-DT-Forwarded``), and a forged header does not."""
+the event stream answer as the leader does; the standby refuses bad credentials itself, counting
+them against the original client's address, and the leader believes the address the standby
+signed (``X-DT-Forwarded``) but not a forged header."""
 
 from __future__ import annotations
 
@@ -90,18 +91,25 @@ def test_a_plain_client_submits_waits_and_reads_through_a_standby(group: HaGroup
     assert status == 503 and body["leader"] == a.url
 
 
-def test_the_leader_counts_failures_against_the_original_client_not_the_standby(group: HaGroup) -> None:
+def test_failures_count_against_the_original_client_not_the_standby(group: HaGroup) -> None:
     a, b, _ = three(group, "--auth-fail-limit", "3")
     key = group.admin(a).key
     bad = "dtk_nope_" + "A" * 43
+    # the standby refuses a bad credential itself, from the head, counting it against the client
     answers = [plain(b.url, "GET", "/api/v1/workers", bad, source="127.0.0.2")[0] for _ in range(5)]
     assert answers[0] == 401 and answers[-1] == 429, answers
     # another client through the same standby is not refused: the standby's own address is not throttled
     assert plain(b.url, "GET", "/api/v1/workers", key, source="127.0.0.3")[0] == 200
-    # the same for submissions, which the leader's lean front answers (fast_http.py)
+    # the same for submissions, which the standby's lean front relays (fast_http.py)
     answers = [plain(b.url, "POST", "/api/v1/tasks", bad, NOOP, source="127.0.0.5")[0] for _ in range(5)]
     assert answers[0] == 401 and answers[-1] == 429, answers
     assert plain(b.url, "POST", "/api/v1/tasks", key, NOOP, source="127.0.0.6")[0] in (200, 201)
+    # the leader believes the address a standby signed: a client it refuses is refused through b too
+    answers = [plain(a.url, "GET", "/api/v1/workers", bad, source="127.0.0.7")[0] for _ in range(5)]
+    assert answers[-1] == 429, answers
+    assert plain(b.url, "GET", "/api/v1/workers", key, source="127.0.0.7")[0] == 429
+    assert plain(b.url, "POST", "/api/v1/tasks", key, NOOP, source="127.0.0.7")[0] == 429
+    assert plain(b.url, "GET", "/api/v1/workers", key, source="127.0.0.8")[0] == 200
     # a forged X-DT-Forwarded straight to the leader counts as its own sender
     forged = {"X-DT-Forwarded": "127.0.0.9;1;00"}
     answers = [plain(a.url, "GET", "/api/v1/workers", bad, source="127.0.0.4", headers=forged)[0] for _ in range(5)]
@@ -119,8 +127,10 @@ def test_while_the_leader_is_paused_a_standby_answers_503_with_retry_after_then_
         while time.monotonic() < deadline and 200 not in answers:
             status, headers, body = plain(b.url, "GET", "/api/v1/workers", key)
             answers.append(status)
-            if status == 503:  # forwarding to the paused leader timed out, or a takeover is under way
+            if status == 503:  # the leader is silent, or a takeover is under way: nothing was sent
                 assert headers["Retry-After"] == "1" and body["error"] == "not_leader", body
+            if status == 504:  # sent before b saw the leader silent: the paused leader has the request
+                assert body["error"] == "answer_lost", body
     finally:
         a.proc.send_signal(signal.SIGCONT)
-    assert answers[-1] == 200 and set(answers) <= {200, 503}, answers
+    assert answers[-1] == 200 and set(answers) <= {200, 503, 504}, answers
