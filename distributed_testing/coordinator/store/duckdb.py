@@ -65,6 +65,12 @@ from .memory import result_order_key, stats_of, validate_query
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The tables a checkpoint first writes with a plain INSERT: a task's whole row is journaled once,
+# at its submission (later rows are TaskChanges), and a result once per attempt, so their keys are
+# new to DuckDB but after a restart (an active task's first row again), a row that does not extend
+# the last one journaled, or a resent result. Those rare batches are redone with INSERT OR
+# REPLACE / OR IGNORE (``_apply_sync``).
+FRESH = (TaskRow, ResultRow)
 
 
 # ---------------------------------------------------------------------------- the store
@@ -150,6 +156,9 @@ class DuckDBStore:
         except BaseException:
             await self._release()
             raise
+        # Every older segment was applied and dropped above: the active one, empty, holds exactly
+        # what will be appended from now on, so the first checkpoint needs no read back either.
+        self._memory_in_sync = True
         self._checkpointer = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name=f"store-checkpointer:{self.path.name}"
         )
@@ -236,14 +245,20 @@ class DuckDBStore:
         con.execute("UPDATE schema_version SET version = ?", [to_version])
 
     def _in_transaction(
-        self, con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], None]
+        self, con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], None],
+        conflict_ok: bool = False,
     ) -> None:
+        """Run ``work`` in one transaction; any failure rolls it back and raises ``StoreError``,
+        but a ``duckdb.ConstraintException`` raises as it is with ``conflict_ok`` (the caller
+        retries)."""
         con.execute("BEGIN TRANSACTION")
         try:
             work(con)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
+            if conflict_ok and isinstance(exc, duckdb.ConstraintException):
+                raise
             raise StoreError(f"DuckDB transaction on {self.path} failed: {exc}") from exc
         except BaseException:
             con.execute("ROLLBACK")
@@ -329,12 +344,16 @@ class DuckDBStore:
         for rec in other:
             by_type[type(rec)].append(rec)
 
-        def insert_all(con: duckdb.DuckDBPyConnection) -> None:
+        written = 0
+
+        def insert_all(fresh: bool, con: duckdb.DuckDBPyConnection) -> None:
+            nonlocal written
+            written = 0
             for row_type, recs in by_type.items():
                 if recs:
-                    self.checkpoint_bytes += self._bulk_insert(con, TABLES[row_type], recs)
+                    written += self._bulk_insert(con, TABLES[row_type], recs, fresh and row_type in FRESH)
             if changes:
-                self.checkpoint_bytes += self._bulk_update(con, changes)
+                written += self._bulk_update(con, changes)
             if by_type[MetaRow]:
                 con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
             if by_type[WorkerRow]:
@@ -342,7 +361,11 @@ class DuckDBStore:
             con.execute("UPDATE checkpoint_state SET applied_segment = ?", [upto])
 
         if changes or any(by_type.values()):
-            self._in_transaction(self._conn(), insert_all)
+            try:  # tasks and results are new rows unless a restart or a resend says otherwise (FRESH)
+                self._in_transaction(self._conn(), functools.partial(insert_all, True), conflict_ok=True)
+            except duckdb.ConstraintException:  # rolled back: the same batch, each key looked up first
+                self._in_transaction(self._conn(), functools.partial(insert_all, False))
+            self.checkpoint_bytes += written
             self._applied_segment = upto
             files.tighten(self._wal, quiet=True)  # re-created at each write; the umask may have left it open
         self._journal.drop_segments(upto)

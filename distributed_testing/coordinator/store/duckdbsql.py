@@ -7,7 +7,8 @@ Nested fields (spec, history, outcome, output, hardware, ...) are JSON columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,28 +123,40 @@ def changes_to_arrow(changes: list[TaskChange]) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=_CHANGE_SCHEMA)
 
 
-def upsert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any]) -> int:
+def upsert(con: duckdb.DuckDBPyConnection, table: Table, recs: list[Any], fresh: bool = False) -> int:
     """Insert ``recs`` into ``table`` (one row per key: the first for ``keep_first`` tables, else
-    the last, replacing a stored one); return the bytes of the Arrow batch."""
+    the last, replacing a stored one); return the bytes of the Arrow batch. ``fresh``: the caller
+    expects no key to be stored yet, so a plain ``INSERT`` (about half the cost of ``INSERT OR
+    REPLACE`` / ``OR IGNORE``, which look every key up first) does; a stored key then raises
+    ``duckdb.ConstraintException`` and the caller redoes its transaction without ``fresh``."""
     batch = table.to_arrow(table.dedupe(recs))
-    verb = "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
+    verb = "INSERT" if fresh else "INSERT OR IGNORE" if table.keep_first else "INSERT OR REPLACE"
     view = f"_batch_{table.name}"
+    with _registered(con, view, batch):
+        con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
+    return int(batch.nbytes)
+
+
+@contextlib.contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, view: str, batch: pa.Table) -> Iterator[None]:
+    """``batch`` as the view ``view`` while the block runs. When the block fails, its transaction
+    is aborted and refuses the unregister too (the caller's rollback drops the view): the
+    block's own error is what propagates."""
     con.register(view, batch)
     try:
-        con.execute(f"{verb} INTO {table.name} ({table.column_list}) SELECT {table.column_list} FROM {view}")
-    finally:
-        con.unregister(view)
-    return int(batch.nbytes)
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(view)
+        raise
+    con.unregister(view)
 
 
 def update_tasks(con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> tuple[int, int]:
     """Apply ``changes`` (one per task) to ``tasks``; return (bytes of the batch, rows updated)."""
     batch = changes_to_arrow(changes)
-    con.register("_batch_changes", batch)
-    try:
+    with _registered(con, "_batch_changes", batch):
         updated = con.execute(update_tasks_sql("_batch_changes")).fetchone()
-    finally:
-        con.unregister("_batch_changes")
     return int(batch.nbytes), 0 if updated is None else int(updated[0])
 
 

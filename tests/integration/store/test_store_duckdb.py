@@ -469,3 +469,31 @@ async def test_checkpoint_work_per_change_is_flat_in_the_history(tmp_path: Path)
         await store.close()
     (small_ckpt, small_journal), (big_ckpt, big_journal) = cost
     assert abs(big_ckpt - small_ckpt) <= 8 and abs(big_journal - small_journal) <= 8
+
+
+@pytest.mark.asyncio
+async def test_a_stored_key_in_a_checkpoint_redoes_it_as_upserts(tmp_path: Path) -> None:
+    """A checkpoint writes task and result rows with a plain INSERT; a key DuckDB already holds (an
+    active task's first row after a restart, a resent result) makes it redo the batch with INSERT
+    OR REPLACE / OR IGNORE: the stored task takes the new row, the first result stays, and the
+    new rows of the same batch land too."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    await store.append([task("t1", "queued"), result("t1", received_at=10.0)])
+    await store.close()
+    again = DuckDBStore(path, **SLOW)
+    await again.open()
+    try:
+        await again.append([task("t1", "running"), task("t2", "queued"), result("t2", received_at=12.0),
+                            result("t1", received_at=11.0, status="failed")])
+        await again.checkpoint()
+        assert again._pending_tasks == {} and again._pending_results == {}  # what follows reads DuckDB
+        assert {i: t.state for i, t in (await again.get_tasks(["t1", "t2"])).items()} == {"t1": "running",
+                                                                                           "t2": "queued"}
+        rows = await again.query_results(ResultQuery())
+        assert [(r.task_id, r.received_at, r.status) for r in rows] == [("t2", 12.0, "completed"),
+                                                                         ("t1", 10.0, "completed")]
+    finally:
+        await again.close()
+    assert _segments(again) == []
