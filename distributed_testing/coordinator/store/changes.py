@@ -29,7 +29,9 @@ _replace = msgspec.structs.replace
 
 class TaskChange(msgspec.Struct, frozen=True, tag_field="rec", tag="task_change"):
     """The mutable fields of a task's row after a transition, and the history entries added
-    since its previous record: ``entries`` go at index ``base`` of the history."""
+    since its previous record: ``entries`` go at index ``base`` of the history. ``seq`` is the
+    row's own (it never changes: a change only follows a row with the same one; -1 in a record
+    written before it was added): it tells the checkpoint where in DuckDB's table the row is."""
 
     task_id: str
     state: str
@@ -42,6 +44,7 @@ class TaskChange(msgspec.Struct, frozen=True, tag_field="rec", tag="task_change"
     retries_used: int = 0
     not_before: float = 0.0
     outcome: dict[str, Any] | None = None
+    seq: int = -1
 
 
 # What the DuckDB journal holds: the core's records, and changes in place of repeated task rows.
@@ -52,7 +55,7 @@ def change_of(row: TaskRow, base: int) -> TaskChange:
     """``row`` as the change from a row whose history had ``base`` entries."""
     return TaskChange(task_id=row.task_id, state=row.state, attempt=row.attempt, updated_at=row.updated_at,
                       base=base, entries=row.history[base:], worker_id=row.worker_id, reason=row.reason,
-                      retries_used=row.retries_used, not_before=row.not_before, outcome=row.outcome)
+                      retries_used=row.retries_used, not_before=row.not_before, outcome=row.outcome, seq=row.seq)
 
 
 def fold(row: TaskRow, change: TaskChange) -> TaskRow:
