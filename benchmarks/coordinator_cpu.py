@@ -116,13 +116,14 @@ async def one_round(tmp: Path, n: int, per_frame: int, warm: int) -> float:
 
 def run_here(args: argparse.Namespace) -> list[float]:
     from distributed_testing.cli.common import tune_gc
+    from distributed_testing.process import aio
 
-    tune_gc()  # as the coordinator's process does
+    tune_gc()  # as the coordinator's process does, and on its event loop (uvloop)
     out = []
     for _ in range(args.rounds):
         tmp = Path(tempfile.mkdtemp(prefix="dt-coordinator-cpu-"))
         try:
-            out.append(asyncio.run(one_round(tmp, args.tasks, args.per_frame, 2000)))
+            out.append(aio.run(one_round(tmp, args.tasks, args.per_frame, 2000)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return out
