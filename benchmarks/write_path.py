@@ -23,6 +23,7 @@ Run: ``PYTHONPATH=. python benchmarks/write_path.py --root . --root /tmp/before`
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import statistics
@@ -53,7 +54,9 @@ def main() -> int:
     clusters: list[Cluster] = []
     tput: dict[str, list[float]] = {lb: [] for lb in labels}
     cpu: dict[str, list[float]] = {lb: [] for lb in labels}
+    wcpu: dict[str, list[float]] = {lb: [] for lb in labels}
     lat: dict[str, list[float]] = {lb: [] for lb in labels}
+    load0 = os.getloadavg()
     try:
         for lb, root in zip(labels, roots, strict=True):
             (tmp / lb).mkdir()
@@ -63,9 +66,12 @@ def main() -> int:
             settle(c.procs)
         for _ in range(args.rounds):
             for lb, c in zip(labels, clusters, strict=True):
-                before = cpu_seconds(c.procs)["coordinator"]
+                before = cpu_seconds(c.procs)
                 tput[lb].append(aio.run(throughput(c.base, c.admin, args.tasks, 500, args.clients)))
-                cpu[lb].append((cpu_seconds(c.procs)["coordinator"] - before) / args.tasks * 1e6)
+                after = cpu_seconds(c.procs)
+                cpu[lb].append((after["coordinator"] - before["coordinator"]) / args.tasks * 1e6)
+                wcpu[lb].append((after["workers"] + after["worker children"] - before["workers"]
+                                 - before["worker children"]) / args.tasks * 1e6)
                 settle(c.procs)
             for lb, c in zip(labels, clusters, strict=True):
                 lat[lb] += sync_latency(c.base, c.admin, args.block)
@@ -81,13 +87,15 @@ def main() -> int:
                 spy.wait(30)
                 settle(c.procs)
         print(f"{args.rounds} rounds alternating: {args.tasks} no-op tasks (lists of 500, {args.clients} clients), "
-              f"then {args.block} serial POST ?wait (http.client); {args.workers} workers with default flags")
+              f"then {args.block} serial POST ?wait (http.client); {args.workers} workers with default flags; "
+              f"load average {load0[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
         first = labels[0]
         for lb in labels:
             med, p50 = statistics.median(tput[lb]), pct(lat[lb], 50) * 1e3
             print(f"  {lb}: tasks/s {' / '.join(f'{x:,.0f}' for x in tput[lb])} (median {med:,.0f}, "
                   f"x{med / statistics.median(tput[first]):.2f}); coordinator CPU/task "
-                  f"{' / '.join(f'{x:.0f}' for x in cpu[lb])} us; serial p50 {p50:.3f} ms "
+                  f"{' / '.join(f'{x:.0f}' for x in cpu[lb])} us, workers' (with children) "
+                  f"{' / '.join(f'{x:.0f}' for x in wcpu[lb])} us; serial p50 {p50:.3f} ms "
                   f"(x{p50 / (pct(lat[first], 50) * 1e3):.2f}), p90 {pct(lat[lb], 90) * 1e3:.3f} ms (n={len(lat[lb])})")
         return 0
     finally:

@@ -319,7 +319,8 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
         log.warning("submission by key %s: %s", principal.key_id, warning)
     # a resubmitted id may belong to a task that finished and left memory: read it back first, so
     # the answer is the same (created false, or a conflict) as while it was in memory
-    await views.load_missing(rt.state, rt.store, [s.task_id for s in parsed if s.task_id is not None])
+    if rt.state.missing(s.task_id for s in parsed if s.task_id is not None):
+        await views.load_missing(rt.state, rt.store, [s.task_id for s in parsed if s.task_id is not None])
     now = rt.clock()
     accepted, cmds = rt.state.submit(parsed, now, submitted_by=principal.key_id)
     created = sum(1 for a in accepted if a["created"])
@@ -328,9 +329,12 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
     status = 201 if created else 200
     if wait > 0:
-        await rt.wait_terminal([a["task_id"] for a in accepted], wait)
+        ids = [a["task_id"] for a in accepted]
+        await rt.wait_terminal(ids, wait)
+        if rt.state.missing(ids):  # finished and left memory meanwhile: read back (views.find_task)
+            await views.load_missing(rt.state, rt.store, ids)
         for a in accepted:
-            t = await views.find_task(rt.state, rt.store, a["task_id"])
+            t = rt.state.get(a["task_id"])
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
 

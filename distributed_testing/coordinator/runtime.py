@@ -188,12 +188,18 @@ class Runtime:
     def persist(self, records: list[Record], linger_s: float = 0.0) -> asyncio.Future[None]:
         """``store.append``, where a failure, now or when the write completes, is fatal (see the
         module doc). The future fails too, so a caller that awaits it answers with an error."""
+        durable = self._append(records, linger_s)
+        durable.add_done_callback(functools.partial(self._check_written, len(records), time.perf_counter()))
+        return durable
+
+    def _append(self, records: list[Record], linger_s: float) -> asyncio.Future[None]:
+        """``store.append`` (a failure now is fatal), and the change feed's publication once the
+        records are durable; the caller checks the write (``_check_written``) when it completes."""
         try:
             durable = self.store.append(records, linger_s=linger_s)
         except Exception as exc:  # the state already holds what these records say: memory and disk differ
             self.supervisor.fail(f"persisting {len(records)} records failed", exc)
             raise
-        durable.add_done_callback(functools.partial(self._check_written, len(records), time.perf_counter()))
         if self.events.active:  # the change feed costs nothing while nobody listens
             durable.add_done_callback(functools.partial(self._publish, records))
         return durable
@@ -264,18 +270,25 @@ class Runtime:
             return self._done()
         loop = asyncio.get_running_loop()
         rest, provisional = self._plan_provisional(rest)
-        durable = self.persist(records, linger_s=0.0 if rest else linger_s)  # may raise: nothing sent yet
+        started = time.perf_counter()
+        durable = self._append(records, 0.0 if rest else linger_s)  # may raise: nothing sent yet
         ended = [r.task_id for r in records if isinstance(r, TaskRow) and r.state in TERMINAL]
         finished: asyncio.Future[None] = loop.create_future()
         notified = [tid for c in rest if isinstance(c, Notify) for tid in c.task_ids]
-        self._undurable.update(notified)
+        undurable = self._undurable
+        undurable.update(notified)
         confirms = self._send_provisional(provisional)
         waiting = [s for c in rest if _orders(c) and (s := self.sessions.get(c.worker_id))]
         for s in waiting:
             s.deferred += 1
 
         def after(f: asyncio.Future[None]) -> None:
-            self._undurable -= Counter(notified)  # drops the ids that reach zero
+            self._check_written(len(records), started, f)  # one callback for both: persist()'s check first
+            for tid in notified:
+                if (left := undurable[tid] - 1) > 0:
+                    undurable[tid] = left
+                else:
+                    del undurable[tid]
             for s in waiting:
                 s.deferred -= 1
             if f.cancelled() or f.exception() is not None:  # fatal: persist() reported it

@@ -28,17 +28,15 @@ blocks on it. The table mapping, migrations and SQL are ``duckdbsql``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import heapq
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
-import pyarrow as pa
 
 from ...durable.duckfile import lock_holder
 from ...durable.journal import Journal
@@ -54,6 +52,10 @@ from .duckdbsql import (
     NOT_PENDING_SQL,
     TABLES,
     TERMINAL_SQL,
+    create_schema,
+    migrate_step,
+    pending_task_ids,
+    stored_result_keys,
     task_order,
     update_tasks,
     upsert,
@@ -65,6 +67,17 @@ from .memory import result_order_key, stats_of, validate_query
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The tables a checkpoint first writes with a plain INSERT: a task's whole row is journaled once,
+# at its submission (later rows are TaskChanges), and a result once per attempt, so their keys are
+# new to DuckDB but after a restart (an active task's first row again), a row that does not extend
+# the last one journaled, or a resent result. Those rare batches are redone with INSERT OR
+# REPLACE / OR IGNORE (``_apply_sync``), and so is one whose changes' rows were not all where
+# their seq said (``duckdbsql.update_tasks``): the second time, changes look in the whole table.
+FRESH = (TaskRow, ResultRow)
+
+
+class _Retry(Exception):
+    """The optimistic form of a checkpoint's transaction did not fit its batch; it was rolled back."""
 
 
 # ---------------------------------------------------------------------------- the store
@@ -150,6 +163,9 @@ class DuckDBStore:
         except BaseException:
             await self._release()
             raise
+        # Every older segment was applied and dropped above: the active one, empty, holds exactly
+        # what will be appended from now on, so the first checkpoint needs no read back either.
+        self._memory_in_sync = True
         self._checkpointer = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name=f"store-checkpointer:{self.path.name}"
         )
@@ -186,7 +202,7 @@ class DuckDBStore:
         try:
             exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'").fetchone()
             if not exists or exists[0] == 0:
-                self._in_transaction(con, self._create_schema)
+                self._in_transaction(con, create_schema)
                 return
             rows = con.execute("SELECT version FROM schema_version").fetchall()
         except duckdb.Error as exc:
@@ -196,7 +212,7 @@ class DuckDBStore:
             migrate = MIGRATIONS.get(version)
             if migrate is None:
                 raise StoreError(f"{self.path}: no migration from schema version {version} to {version + 1}")
-            self._in_transaction(con, functools.partial(self._migrate, migrate, version + 1))
+            self._in_transaction(con, functools.partial(migrate_step, migrate, version + 1))
             log.info("migrated %s to schema version %d", self.path, version + 1)
             version += 1
         self._check_columns_sync(con)
@@ -219,31 +235,24 @@ class DuckDBStore:
                     f"{SCHEMA_VERSION} expects {expected}; bump SCHEMA_VERSION and add a migration"
                 )
 
-    @staticmethod
-    def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
-        con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        con.execute("CREATE TABLE checkpoint_state (applied_segment BIGINT NOT NULL)")
-        con.execute("INSERT INTO checkpoint_state VALUES (0)")
-        for table in TABLES.values():
-            con.execute(table.ddl())
-        con.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
-
-    @staticmethod
-    def _migrate(
-        step: Callable[[duckdb.DuckDBPyConnection], None], to_version: int, con: duckdb.DuckDBPyConnection
-    ) -> None:
-        step(con)
-        con.execute("UPDATE schema_version SET version = ?", [to_version])
-
     def _in_transaction(
-        self, con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], None]
+        self, con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], None],
+        retry: bool = False,
     ) -> None:
+        """Run ``work`` in one transaction; any failure rolls it back and raises ``StoreError``.
+        With ``retry``, a ``duckdb.ConstraintException`` (a key already stored) or ``_Retry`` from
+        ``work`` rolls it back and raises ``_Retry`` (the caller redoes it another way)."""
         con.execute("BEGIN TRANSACTION")
         try:
             work(con)
             con.execute("COMMIT")
+        except _Retry:
+            con.execute("ROLLBACK")
+            raise
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
+            if retry and isinstance(exc, duckdb.ConstraintException):
+                raise _Retry(str(exc)) from exc
             raise StoreError(f"DuckDB transaction on {self.path} failed: {exc}") from exc
         except BaseException:
             con.execute("ROLLBACK")
@@ -329,12 +338,16 @@ class DuckDBStore:
         for rec in other:
             by_type[type(rec)].append(rec)
 
-        def insert_all(con: duckdb.DuckDBPyConnection) -> None:
+        written = 0
+
+        def insert_all(optimistic: bool, con: duckdb.DuckDBPyConnection) -> None:
+            nonlocal written
+            written = 0
             for row_type, recs in by_type.items():
                 if recs:
-                    self.checkpoint_bytes += self._bulk_insert(con, TABLES[row_type], recs)
+                    written += self._bulk_insert(con, TABLES[row_type], recs, optimistic and row_type in FRESH)
             if changes:
-                self.checkpoint_bytes += self._bulk_update(con, changes)
+                written += self._bulk_update(con, changes, optimistic)
             if by_type[MetaRow]:
                 con.execute("DELETE FROM meta WHERE value = ''")  # an empty value deletes its key
             if by_type[WorkerRow]:
@@ -342,18 +355,25 @@ class DuckDBStore:
             con.execute("UPDATE checkpoint_state SET applied_segment = ?", [upto])
 
         if changes or any(by_type.values()):
-            self._in_transaction(self._conn(), insert_all)
+            try:  # optimistic: new keys for FRESH tables, each change's row where its seq says (see FRESH)
+                self._in_transaction(self._conn(), functools.partial(insert_all, True), retry=True)
+            except _Retry:  # rolled back: the same batch, each key looked up first, changes in the whole table
+                self._in_transaction(self._conn(), functools.partial(insert_all, False))
+            self.checkpoint_bytes += written
             self._applied_segment = upto
             files.tighten(self._wal, quiet=True)  # re-created at each write; the umask may have left it open
         self._journal.drop_segments(upto)
 
     _bulk_insert = staticmethod(upsert)
 
-    def _bulk_update(self, con: duckdb.DuckDBPyConnection, changes: list[TaskChange]) -> int:
+    def _bulk_update(self, con: duckdb.DuckDBPyConnection, changes: list[TaskChange], ranged: bool) -> int:
         """Apply one change per task to rows DuckDB holds; a missing row is a broken journal
-        (every change follows its task's row)."""
-        nbytes, updated = update_tasks(con, changes)
+        (every change follows its task's row), unless ``ranged`` looked for it only by its seq
+        (``_Retry``: the caller redoes the batch without)."""
+        nbytes, updated = update_tasks(con, changes, ranged=ranged)
         if updated != len(changes):
+            if ranged:
+                raise _Retry(f"{len(changes)} task changes matched {updated} stored tasks by their seq")
             raise StoreError(f"{self.path}: {len(changes)} task changes matched {updated} stored tasks")
         return nbytes
 
@@ -422,7 +442,7 @@ class DuckDBStore:
         con = self._conn()
         try:
             fetched = con.execute(sql, [*params, query.offset + query.limit]).fetchall()
-            stored = self._stored_keys(con, pending) if pending else set()
+            stored = stored_result_keys(con, pending) if pending else set()
         except duckdb.Error as exc:
             raise StoreError(f"result query on {self.path} failed: {exc}") from exc
         rows = [table.from_tuple(values) for values in fetched]
@@ -430,20 +450,6 @@ class DuckDBStore:
         if fresh:
             rows = sorted(rows + fresh, key=result_order_key, reverse=True)
         return rows[query.offset : query.offset + query.limit]
-
-    @staticmethod
-    def _stored_keys(con: duckdb.DuckDBPyConnection, rows: list[ResultRow]) -> set[tuple[str, int]]:
-        keys = pa.table(
-            {"task_id": [r.task_id for r in rows], "attempt": pa.array([r.attempt for r in rows], pa.int64())}
-        )
-        con.register("_pending_keys", keys)
-        try:
-            found = con.execute(
-                "SELECT r.task_id, r.attempt FROM results r JOIN _pending_keys k USING (task_id, attempt)"
-            ).fetchall()
-        finally:
-            con.unregister("_pending_keys")
-        return {(task_id, int(attempt)) for task_id, attempt in found}
 
     # ------------------------------------------------------------------ reading tasks
 
@@ -487,7 +493,7 @@ class DuckDBStore:
         where, params = where_sql(query)
         con = self._conn()
         try:
-            with self._pending_ids(con, pending_ids):
+            with pending_task_ids(con, pending_ids):
                 (total,) = con.execute(f"SELECT count(*) FROM tasks WHERE {where} AND {NOT_PENDING_SQL}",
                                        params).fetchone() or (0,)
                 fetched = con.execute(
@@ -528,7 +534,7 @@ class DuckDBStore:
 
         con = self._conn()
         try:
-            with self._pending_ids(con, pending_ids):
+            with pending_task_ids(con, pending_ids):
                 submitted = spread("submitted_at", "TRUE")
                 finished = spread("updated_at", TERMINAL_SQL)
                 failed = con.execute(
@@ -538,16 +544,6 @@ class DuckDBStore:
             raise StoreError(f"task statistics on {self.path} failed: {exc}") from exc
         return TaskStats(submitted=submitted, finished=finished,
                          recent_failures=[table.from_tuple(v) for v in failed])
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _pending_ids(con: duckdb.DuckDBPyConnection, task_ids: list[str]) -> Iterator[None]:
-        """``_pending_tasks``: a view of the ids of tasks whose newest row is not in DuckDB yet."""
-        con.register("_pending_tasks", pa.table({"task_id": pa.array(task_ids, pa.string())}))
-        try:
-            yield
-        finally:
-            con.unregister("_pending_tasks")
 
     # ------------------------------------------------------------------ closing
 

@@ -77,6 +77,7 @@ class _Child:
         self.stderr_tail = tail
         self.scratch = scratch  # a confined child's own writable directory, emptied after each task
         self.seen = seen  # the confinement's watched files when it started (Confinement.identity)
+        self.work_dir = None if scratch is None else str(scratch / "work")  # each request's work_dir there
         self._drain = drain
 
     async def request(self, payload: bytes) -> Reply | None:
@@ -261,14 +262,16 @@ class HandlerPool:
         """
         if self._closed:
             raise ExecutionError("custom handler pool is closed")
-        request = msgspec.structs.replace(request, seq=next(self._seq))
+        seq = next(self._seq)
         async with self._sem:
             child = await self._checkout()
-            if child.scratch is not None:  # the child empties it after its reply (pool_child.empty_scratch)
-                request = msgspec.structs.replace(request, work_dir=str(child.scratch / "work"), clean_scratch=True)
+            if child.work_dir is not None:  # the child empties its scratch after its reply (pool_child.empty_scratch)
+                request = msgspec.structs.replace(request, seq=seq, work_dir=child.work_dir, clean_scratch=True)
+            else:
+                request = msgspec.structs.replace(request, seq=seq)
             payload = frame(_ENCODER.encode(request))
             try:
-                result = await self._call_on(child, payload, request.seq, timeout_s, max_memory_mb)
+                result = await self._call_on(child, payload, seq, timeout_s, max_memory_mb)
             except BaseException:
                 self._discard(child)
                 raise

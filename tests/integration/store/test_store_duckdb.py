@@ -469,3 +469,79 @@ async def test_checkpoint_work_per_change_is_flat_in_the_history(tmp_path: Path)
         await store.close()
     (small_ckpt, small_journal), (big_ckpt, big_journal) = cost
     assert abs(big_ckpt - small_ckpt) <= 8 and abs(big_journal - small_journal) <= 8
+
+
+@pytest.mark.asyncio
+async def test_a_stored_key_in_a_checkpoint_redoes_it_as_upserts(tmp_path: Path) -> None:
+    """A checkpoint writes task and result rows with a plain INSERT; a key DuckDB already holds (an
+    active task's first row after a restart, a resent result) makes it redo the batch with INSERT
+    OR REPLACE / OR IGNORE: the stored task takes the new row, the first result stays, and the
+    new rows of the same batch land too."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    await store.append([task("t1", "queued"), result("t1", received_at=10.0)])
+    await store.close()
+    again = DuckDBStore(path, **SLOW)
+    await again.open()
+    try:
+        await again.append([task("t1", "running"), task("t2", "queued"), result("t2", received_at=12.0),
+                            result("t1", received_at=11.0, status="failed")])
+        await again.checkpoint()
+        assert again._pending_tasks == {} and again._pending_results == {}  # what follows reads DuckDB
+        assert {i: t.state for i, t in (await again.get_tasks(["t1", "t2"])).items()} == {"t1": "running",
+                                                                                           "t2": "queued"}
+        rows = await again.query_results(ResultQuery())
+        assert [(r.task_id, r.received_at, r.status) for r in rows] == [("t2", 12.0, "completed"),
+                                                                         ("t1", 10.0, "completed")]
+    finally:
+        await again.close()
+    assert _segments(again) == []
+
+
+@pytest.mark.asyncio
+async def test_changes_find_their_rows_by_seq_and_without_it(tmp_path: Path) -> None:
+    """A checkpoint looks for each change's stored row only among the rows near its seq (one
+    UPDATE per cluster of seqs, so its cost does not grow with the table). A change journaled
+    before changes carried their seq (-1) makes it redo the batch over the whole table; a change
+    whose task has no stored row still fails the checkpoint as a broken journal."""
+    from distributed_testing.coordinator.store.changes import JournalRecord, TaskChange
+    from distributed_testing.durable.journal import Journal
+
+    path = tmp_path / "c.duckdb"
+    rows = [task(f"s{i}", "pending", seq=seq, history=[{"to": "pending"}]) for i, seq in enumerate((1, 2, 500_000))]
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    try:
+        await store.append(rows)
+        await store.checkpoint()
+        await store.append([msgspec.structs.replace(r, state="running", history=[*r.history, {"to": "running"}])
+                            for r in rows])
+        await store.checkpoint()  # two seq ranges: {1, 2} and {500000}
+        got = await store.get_tasks([r.task_id for r in rows])
+        assert {i: (t.state, len(t.history)) for i, t in got.items()} == {r.task_id: ("running", 2) for r in rows}
+    finally:
+        await store.close()
+
+    async def journal_then_open(change: TaskChange) -> DuckDBStore:
+        """``change`` in a journal segment the store has not applied, as a crash leaves one."""
+        old = Journal[JournalRecord](store.journal_dir, JournalRecord, name="store")
+        await old.start(min_seq=store.journal.active_segment + 1)
+        await old.append([change])
+        await old.close()
+        again = DuckDBStore(path, **SLOW)
+        await again.open()  # replays the segment into DuckDB
+        return again
+
+    unknown = TaskChange("s2", "succeeded", 1, 9.0, 2, [{"to": "succeeded"}], outcome={"status": "succeeded"})
+    assert unknown.seq == -1
+    again = await journal_then_open(unknown)
+    store = again
+    try:
+        t = (await again.get_tasks(["s2"]))["s2"]
+        assert (t.state, t.history, t.outcome) == ("succeeded", [{"to": "pending"}, {"to": "running"},
+                                                                {"to": "succeeded"}], {"status": "succeeded"})
+    finally:
+        await again.close()
+    with pytest.raises(StoreError, match="1 task changes matched 0 stored tasks"):
+        await journal_then_open(TaskChange("ghost", "running", 1, 9.0, 1, [{"to": "running"}], seq=3))

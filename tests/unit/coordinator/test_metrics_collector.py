@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from distributed_testing.config import CoordinatorConfig
+from distributed_testing.coordinator.metrics import (
+    LATENCY_BUCKETS,
+    RECORD_BUCKETS,
+    LoopCounter,
+    LoopHistogram,
+    _LoopInstruments,
+)
 from distributed_testing.coordinator.runtime import Runtime
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.protocol import messages as m
@@ -41,3 +49,27 @@ def test_each_runtime_reports_only_its_own() -> None:
     a.metrics.submitted.inc(5)
     assert samples(a)[("dt_tasks_submitted_total", ())] == 5
     assert samples(b)[("dt_tasks_submitted_total", ())] == 0
+
+
+
+def test_loop_instruments_render_as_prometheus_client_would() -> None:
+    """LoopHistogram and LoopCounter (the task path's cheap instruments) give the samples of
+    prometheus-client's Histogram and Counter for the same observations, bucket bounds included."""
+
+    def text_samples(reg: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples
+                if not s.name.endswith("_created")}  # prometheus-client's own; ours export none
+
+    values = [0.0, 0.001, 0.0011, 0.5, 2.5, 7.0, 3600.0, 1e9, 4, 4096, 4097]
+    for buckets in (LATENCY_BUCKETS, RECORD_BUCKETS):
+        theirs, ours = CollectorRegistry(), CollectorRegistry()
+        h, c = Histogram("h", "doc", buckets=buckets, registry=theirs), Counter("c", "doc", registry=theirs)
+        lh, lc = LoopHistogram("h", "doc", buckets), LoopCounter("c", "doc")
+        ours.register(_LoopInstruments([lh, lc]))
+        for v in values:
+            h.observe(v)
+            lh.observe(v)
+        c.inc(3)
+        lc.inc(3)
+        assert text_samples(ours) == text_samples(theirs)

@@ -122,3 +122,28 @@ def test_a_change_costs_the_same_whatever_the_history_before_it() -> None:
     journal_bytes = [s[0] for s in sizes]
     assert max(journal_bytes) - min(journal_bytes) <= 8  # the entry's numbers differ in width, no more
     assert max(s[1] for s in sizes) - min(s[1] for s in sizes) <= 8
+
+
+def one_at_a_time(records: list[Any]) -> tuple[list[TaskRow], list[TaskChange]]:
+    """``coalesce``'s meaning, one record at a time with ``fold`` and ``combine``."""
+    tasks: dict[str, Any] = {}
+    for rec in records:
+        if isinstance(rec, TaskRow):
+            tasks[rec.task_id] = rec
+        else:
+            prev = tasks.get(rec.task_id)
+            tasks[rec.task_id] = rec if prev is None else combine(prev, rec)
+    return ([t for t in tasks.values() if isinstance(t, TaskRow)],
+            [t for t in tasks.values() if isinstance(t, TaskChange)])
+
+
+def test_coalesce_folds_each_run_as_one_change_at_a_time_would() -> None:
+    """Interleaved tasks, a change replayed (its base below the history already folded), a whole
+    row in the middle of a run of changes, and runs with and without their row."""
+    a = journal_form(lifecycle(4))
+    b = [msgspec.structs.replace(r, task_id="t2") for r in journal_form(lifecycle(3))]
+    replayed = [a[0], a[1], a[2], a[1], a[2], a[3]]  # a crash between a checkpoint and its deletions
+    for records in ([*a, *b], [x for pair in zip(a, b, strict=False) for x in pair], a[1:], a[2:] + b[1:], replayed,
+                    [a[1], a[2], a[0], a[3], a[4]], [*b[1:3], b[0], *b[1:]]):
+        rows, changes, other = coalesce(records)
+        assert (rows, changes, other) == (*one_at_a_time(records), [])
