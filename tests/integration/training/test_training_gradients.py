@@ -56,13 +56,14 @@ def sgd_step(model: torch.nn.Module, loss: Tensor) -> list[Tensor]:
 
 
 def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: int) -> None:
-    # fork: the ranks reuse this process's imported torch instead of importing it again (seconds);
-    # DDP imports torch._dynamo, so it is imported here, before the fork, which spares each rank ~2 s
-    # (here and not at the top: every pytest process collecting this module would pay for it)
-    import torch._dynamo  # noqa: F401
-
+    # forkserver: the ranks are forked from a fresh single-threaded server that imported torch once
+    # (and torch._dynamo, which DDP imports: ~2 s spared per rank), not from this pytest process.
+    # A fork of this process copies whatever its threads held (xdist's I/O thread, the OpenMP pool
+    # of the benchmarks that ran here before): a rank once hung for good that way, till the timeout.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch.distributed", __name__])
     mp.start_processes(
-        rank_main, args=(free_port, str(tmp_path)), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork"
+        rank_main, args=(free_port, str(tmp_path)), nprocs=len(LOCAL_BATCHES), join=True, start_method="forkserver"
     )
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(len(LOCAL_BATCHES))]
 
