@@ -161,11 +161,12 @@ def unavailable_body(rt: Runtime, message: str) -> bytes:
 class _Watched:
     """A request on its way to ``leader``; ``why`` is set when the watch gave up on it."""
 
-    __slots__ = ("leader", "scope", "why")
+    __slots__ = ("leader", "scope", "streaming", "why")
 
-    def __init__(self, leader: str) -> None:
+    def __init__(self, leader: str, streaming: bool = False) -> None:
         self.leader = leader
         self.scope: asyncio.Timeout | None = None
+        self.streaming = streaming  # an event stream: it ends only when someone ends it
         self.why: str | None = None
 
 
@@ -195,28 +196,39 @@ class Forwarder:
     def rt(self) -> Runtime:
         return self._app[RUNTIME]
 
-    def watch(self, leader: str) -> _Watched:
+    def watch(self, leader: str, *, streaming: bool = False) -> _Watched:
         """Watch a request on its way to ``leader``: once it is ``gone``, the request's scope
         (``asyncio.timeout`` entered as ``scope``) ends in TimeoutError and ``why`` says why.
         ``unwatch`` when it is done."""
-        w = _Watched(leader)
+        w = _Watched(leader, streaming)
         self._waiting.add(w)
         return w
+
+    def end_streams(self, why: str) -> None:
+        """End every event stream being forwarded now (this member is stopping), as the leader
+        ends its own at a stop: the HTTP server's shutdown would otherwise wait for each, up to
+        its timeout while its client stays, or until the next keepalive finds the client gone."""
+        self._end([w for w in self._waiting if w.streaming], why)
+
+    def _end(self, watched: list[_Watched], why: str) -> None:
+        loop = asyncio.get_running_loop()
+        for w in watched:
+            if w.scope is not None:
+                self._waiting.discard(w)
+                w.why = why
+                with contextlib.suppress(RuntimeError):  # its scope ended meanwhile
+                    w.scope.reschedule(loop.time())
 
     def unwatch(self, w: _Watched) -> None:
         self._waiting.discard(w)
 
     async def _watch_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(WATCH_S)
             for w in list(self._waiting):
                 why = gone(self.rt, w.leader)
-                if why is not None and w.scope is not None:
-                    self._waiting.discard(w)
-                    w.why = why
-                    with contextlib.suppress(RuntimeError):  # its scope ended meanwhile
-                        w.scope.reschedule(loop.time())
+                if why is not None:
+                    self._end([w], why)
 
     # ------------------------------------------------------------ the raw relay (the lean front's route)
 
@@ -350,7 +362,7 @@ async def forward(request: web.Request, *, again: bool = False) -> web.StreamRes
     body = await request.read() if request.body_exists else None
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
-    w = forwarder.watch(leader)
+    w = forwarder.watch(leader, streaming=streaming)
     try:
         async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
                 request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,

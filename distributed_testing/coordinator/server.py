@@ -82,6 +82,8 @@ async def _close_sessions(app: web.Application) -> None:
     """Before the HTTP server waits for its handlers: end the ones that would wait longest."""
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
+    if forward.FORWARDER in app:  # a standby: the event streams it forwards end too
+        app[forward.FORWARDER].end_streams("this member is stopping")
 
 
 def make_runner(app: web.Application) -> web.AppRunner:
