@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import os
 import random
+import shlex
 import signal
 import socket
 import subprocess
@@ -535,3 +536,14 @@ def hidden_accelerators(tmp: Path) -> dict[str, str]:
         (hide / name).mkdir(parents=True, exist_ok=True)
         (hide / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden from these workers')\n")
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH")) if p)}
+
+
+def python_without_accelerators(tmp: Path) -> Path:
+    """An executable that runs this interpreter with ``hidden_accelerators``' path first: for the
+    environment probe of a worker built in this process (``EnvironmentProbe(python=...)``), whose
+    child then reports the fingerprint unavailable at once instead of importing torch (~2 s of CPU)."""
+    script = tmp / "python-without-accelerators"
+    hide = hidden_accelerators(tmp)["PYTHONPATH"]
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(hide)} exec {shlex.quote(sys.executable)} "$@"\n')
+    script.chmod(0o755)
+    return script

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -318,6 +319,7 @@ class Tally:
     superseded_results: int = 0  # result rows of attempts that did not become the outcome
     detections: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # as ``check`` read them, history included
 
     @property
     def max_detection(self) -> float | None:
@@ -342,10 +344,13 @@ class Tally:
     def check(self, cluster: ChaosCluster, ids: Sequence[str], first: dict[str, dict[str, Any]]) -> Tally:
         """Fill the figures from the coordinator (tasks with history, results table) and the
         execution log. ``first``: the tasks as seen when they had all finished; a task whose
-        outcome changed since then counts as a duplicate outcome. Prints the summary."""
+        outcome changed since then counts as a duplicate outcome. Prints the summary; the tasks
+        read stay in ``tasks``."""
         api = cluster.api
         self.submitted = len(ids)
-        tasks = {t: api.ok("GET", f"/api/v1/tasks/{t}", params={"result": "0"}) for t in ids}
+        with ThreadPoolExecutor(4) as pool:  # one request per task (the history): thousands, a few at once
+            read = pool.map(lambda t: api.ok("GET", f"/api/v1/tasks/{t}", params={"result": "0"}), ids)
+            self.tasks = tasks = dict(zip(ids, read, strict=True))
         wanted = set(ids)
         rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in api.results():

@@ -31,7 +31,10 @@ from distributed_testing.testing.netns import NetNs
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 CURL = "/usr/bin/curl"
-REQUEST_TIMEOUT_S = 10
+# A request routed to the paused member hangs until this, then goes again (the proxy, like a real
+# balancer, sees that member accept and say nothing); the long polls ask for less (WAIT_S).
+REQUEST_TIMEOUT_S = 5
+WAIT_S = 2
 Answer = tuple[int, float, Any]  # status (0: transport error), Retry-After seconds, JSON body
 
 
@@ -92,7 +95,7 @@ class User:
         """Submit (again with the same id if the answer was lost), wait for the end, read the result."""
         self.until_ok("POST", "/api/v1/tasks", {"task_id": task_id, "type": "custom", "max_retries": 2,
                                                 "config": {"name": "sleep", "parameters": {"seconds": 1.5}}})
-        while (task := self.until_ok("GET", f"/api/v1/tasks/{task_id}?wait=5"))["state"] not in TERMINAL:
+        while (task := self.until_ok("GET", f"/api/v1/tasks/{task_id}?wait={WAIT_S}"))["state"] not in TERMINAL:
             pass
         results = self.until_ok("GET", f"/api/v1/results?task_id={task_id}")["results"]
         return {"state": task["state"], "results": results}

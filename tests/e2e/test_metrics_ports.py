@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from distributed_testing.testing import Procs, Rest, free_port, start_coordinator_process, wait_until
+from distributed_testing.testing import (
+    Procs,
+    Rest,
+    free_port,
+    hidden_accelerators,
+    start_coordinator_process,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(90)
@@ -42,7 +49,7 @@ def test_metrics_ports_of_coordinator_and_worker(tmp_path: Path) -> None:
         key = rest.create_key("worker")
         procs.start(["run_worker_example.py", "--worker-id", "wm", "--coordinator", rest.base_url,
                      "--heartbeat-interval", "0.5"], tmp_path / "worker.log",
-                    env={"DT_API_KEY": key, "DT_METRICS_PORT": str(worker_metrics)})
+                    env={"DT_API_KEY": key, "DT_METRICS_PORT": str(worker_metrics), **hidden_accelerators(tmp_path)})
         wait_until(lambda: reachable(worker_metrics) and scrape(worker_metrics)["dt_worker_connected"] == 1, 60,
                    "the worker to register and serve its metrics")
         before = scrape(worker_metrics)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, hidden_accelerators, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,7 +31,8 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
 
     def start(c: Cluster, key: str, *argv: str) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"worker{len(started)}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DT_")} | {"PYTHONUNBUFFERED": "1"}
+        env = ({k: v for k, v in os.environ.items() if not k.startswith("DT_")} | {"PYTHONUNBUFFERED": "1"}
+               | hidden_accelerators(tmp_path))
         with open(log, "wb") as out:
             p = subprocess.Popen([sys.executable, str(ROOT / "run_worker_example.py"), "--coordinator", c.base_url,
                                   "--api-key", key, "--tags", "drain", "--heartbeat-interval", "1", *argv],

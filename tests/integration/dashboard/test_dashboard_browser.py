@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from distributed_testing.testing import Cluster, Procs, run_cluster, wait_for
+from distributed_testing.testing import Cluster, Procs, hidden_accelerators, run_cluster, wait_for
 
 CHROMIUM = os.environ.get("DT_TEST_CHROMIUM", "/usr/bin/chromium")
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
@@ -52,7 +52,7 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         keys = {role: await cluster.create_key(role) for role in ("viewer", "submitter", "worker")}
         victim = procs.start(["run_worker_example.py", "--coordinator", cluster.base_url, "--api-key", keys["worker"],
                               "--worker-id", "victim", "--name", "victim", "--tags", "victim", "--log-level", "WARNING"],
-                             tmp / "victim.log")
+                             tmp / "victim.log", env=hidden_accelerators(tmp))
         async with playwright_api.async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             try:

@@ -4,7 +4,8 @@ the blocking ``dt`` CLI, a severable TCP proxy, and child processes.
 
 Workers here go through the same path as ``dt-worker``: ``build_parser().parse_args(argv)`` ->
 ``config_from_args`` -> ``factory.build_agent``. Only the accelerator probe (a child process that
-imports torch and openvino, many seconds) is replaced by "no accelerators"; CPU detection is real.
+imports torch and openvino, many seconds) is replaced by "no accelerators", and the environment
+probe's child finds no torch; CPU detection is real.
 """
 
 from __future__ import annotations
@@ -19,9 +20,19 @@ import pytest
 
 from distributed_testing.cli import worker as worker_cli
 from distributed_testing.config import WorkerConfig
-from distributed_testing.testing import Cluster, Procs, free_port, pump, raw_worker, run_cluster, wait_for  # noqa: F401 (re-exported)
-from distributed_testing.worker import hardware
+from distributed_testing.testing import (  # noqa: F401 (re-exported)
+    Cluster,
+    Procs,
+    free_port,
+    pump,
+    python_without_accelerators,
+    raw_worker,
+    run_cluster,
+    wait_for,
+)
+from distributed_testing.worker import factory, hardware
 from distributed_testing.worker.agent import WorkerAgent
+from distributed_testing.worker.environment import EnvironmentProbe
 from distributed_testing.worker.factory import build_agent
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository
@@ -29,9 +40,13 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def fast_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Real CPU detection, no accelerator probe child (it imports torch: seconds per worker)."""
+def fast_hardware(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Real CPU detection, no accelerator probe child (it imports torch: seconds per worker), and
+    the environment probe's child run with torch hidden: results say their fingerprint is
+    unavailable (no test here reads it) instead of each worker importing torch for ~2 s of CPU."""
     monkeypatch.setattr(hardware, "probe_devices_in_child", lambda *a, **k: {})
+    python = str(python_without_accelerators(tmp_path))
+    monkeypatch.setattr(factory, "EnvironmentProbe", lambda: EnvironmentProbe(python=python))
 
 
 def worker_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> WorkerConfig:

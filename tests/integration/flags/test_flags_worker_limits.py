@@ -23,7 +23,7 @@ from flags_support import ROOT, Procs, StartWorker, free_port, worker_config, wo
 
 from distributed_testing.errors import ConfigError
 from distributed_testing.protocol import messages as m
-from distributed_testing.testing import Cluster, raw_worker, run_cluster, wait_for
+from distributed_testing.testing import Cluster, hidden_accelerators, raw_worker, run_cluster, wait_for
 from distributed_testing.worker.limits import gpu_unavailable_reason
 from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
@@ -325,7 +325,7 @@ def test_reset_state_deletes_the_outbox_journal_and_cache_at_start(tmp_path: Pat
     log = tmp_path / "worker.log"
     p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{free_port()}",
                      "--api-key", "dtk_x_y", "--reconnect-attempts", "1", "--db-path", str(db), "--reset-state"],
-                    log, drop_env=["DT_API_KEY", "DT_COORDINATOR_URL", "DT_DB_PATH"])
+                    log, env=hidden_accelerators(tmp_path), drop_env=["DT_API_KEY", "DT_COORDINATOR_URL", "DT_DB_PATH"])
     assert p.wait(50) == 1, log.read_text()  # nothing listens: gives up after resetting and starting
     text = log.read_text()
     [line] = [ln for ln in text.splitlines() if "--reset-state: deleted" in ln]

@@ -1,7 +1,7 @@
 """The real ``run_worker_example.py`` process: --reconnect-attempts, --reconnect-interval and
 --log-level seen from the outside (exit code and log), with no coordinator listening.
 
-Both workers run at once (each spends most of its start in hardware detection)."""
+Both workers run at once, torch and openvino hidden from their accelerator probes (seconds each)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from flags_support import ROOT, Procs, free_port
+
+from distributed_testing.testing import hidden_accelerators
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,10 +25,11 @@ def test_worker_gives_up_after_reconnect_attempts_and_exits_1(tmp_path: Path, pr
     runs = {
         "debug": procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", url, "--api-key", "dtk_x_y",
                               "--reconnect-attempts", "2", "--reconnect-interval", "0.05", "--log-level", "DEBUG"],
-                             logs["debug"], drop_env=["DT_API_KEY", "DT_COORDINATOR_URL"]),
+                             logs["debug"], env=hidden_accelerators(tmp_path), drop_env=["DT_API_KEY", "DT_COORDINATOR_URL"]),
         "warning": procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", url, "--api-key", "dtk_x_y",
                                 "--reconnect-attempts", "4", "--reconnect-interval", "0.2", "--log-level", "WARNING"],
-                               logs["warning"], drop_env=["DT_API_KEY", "DT_COORDINATOR_URL"]),
+                               logs["warning"], env=hidden_accelerators(tmp_path),
+                               drop_env=["DT_API_KEY", "DT_COORDINATOR_URL"]),
     }
     codes = {}
     for name, p in runs.items():

@@ -19,7 +19,7 @@ import pytest
 from flags_support import ROOT, Procs, StartWorker, worker_config
 
 from distributed_testing.errors import ConfigError, ExecutionError
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, hidden_accelerators, run_cluster, wait_for
 from distributed_testing.worker.executors.base import TaskContext
 
 pytestmark = pytest.mark.timeout(120)
@@ -271,7 +271,7 @@ async def test_task_children_never_see_the_worker_key(tmp_path: Path, procs: Pro
              "--sandbox", "none"],  # the test dumps what it sees beside the root: confined, it could not
             tmp_path / "worker.log",
             # the key also sits in variables the operator set: by name and under another name
-            env={"DT_API_KEY": key, "KEY_COPY_FOR_SCRIPTS": key, "DT_WORKER_NAME": "proc"})
+            env={"DT_API_KEY": key, "KEY_COPY_FOR_SCRIPTS": key, "DT_WORKER_NAME": "proc", **hidden_accelerators(tmp_path)})
         await wait_for(lambda: "proc" in c.runtime.sessions or worker.poll() is not None, timeout=90,
                        what="the worker process to register")
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from flags_support import ROOT, Procs
 
-from distributed_testing.testing import Cluster, run_cluster, wait_for
+from distributed_testing.testing import Cluster, hidden_accelerators, run_cluster, wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -68,9 +68,12 @@ def test_plugin_off(pytestconfig):
 
 
 def start_worker(procs: Procs, tmp_path: Path, c: Cluster, key: str, *extra: str,
-                 env: dict[str, str] | None = None) -> Any:
+                 env: dict[str, str] | None = None, torch: bool = True) -> Any:
+    """The worker process, ``modules`` on its path; without ``torch`` (its tasks need none) torch
+    and openvino are hidden from it, so its probes do not import them (seconds of CPU)."""
     modules = tmp_path / "modules"
-    path = os.pathsep.join([str(modules), os.environ.get("PYTHONPATH", "")])
+    rest = os.environ.get("PYTHONPATH", "") if torch else hidden_accelerators(tmp_path)["PYTHONPATH"]
+    path = os.pathsep.join([str(modules), rest])
     return procs.start(
         [str(ROOT / "run_worker_example.py"), "--coordinator", c.base_url, "--api-key", key,
          "--worker-id", "w", "--reconnect-interval", "0.1", *extra],
@@ -192,7 +195,7 @@ async def test_pytest_arguments_are_read_as_pytest_reads_them(tmp_path: Path, pr
         # an operator's shell may carry the plugin's options for their own runs: no task inherits them
         addopts = f"--dt-coordinator={listener.url} --dt-api-key=dtk_addopts_secret"
         worker = start_worker(procs, tmp_path, c, await c.create_key("worker"), "--test-root", str(root),
-                              env={"PYTEST_ADDOPTS": addopts, "PYTEST_PLUGINS": "dt_evil_plugin"})
+                              env={"PYTEST_ADDOPTS": addopts, "PYTEST_PLUGINS": "dt_evil_plugin"}, torch=False)
         await registered(c, worker, tmp_path)
         # our plugin's options are refused at submit
         dt_args = [f"--dt-coordinator={listener.url}", "--dt-api-key=dtk_stolen_secret"]

@@ -89,6 +89,18 @@ def test_a_plain_client_submits_waits_and_reads_through_a_standby(group: HaGroup
     # the worker endpoint still names the leader: workers connect to it themselves
     status, _, body = plain(b.url, "GET", "/ws/worker", key)
     assert status == 503 and body["leader"] == a.url
+    # a standby told to stop ends the streams it forwards, as the leader ends its own, instead of
+    # waiting for each client to leave (its shutdown would wait for them)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("GET", "/api/v1/events", headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.readline().startswith(b"retry:")
+        assert group.procs.stop(b.proc) == 0
+        assert b"keepalive" not in resp.read()  # the stream ended: EOF
+    finally:
+        conn.close()
+    assert "GET /api/v1/events broke off: this member is stopping" in b.log_text()
 
 
 def test_failures_count_against_the_original_client_not_the_standby(group: HaGroup) -> None:

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from security_support import Sniffer
 
-from distributed_testing.testing import Procs, TlsFiles, make_tls_files, run_cluster, start_coordinator_process
+from distributed_testing.testing import (
+    Procs,
+    TlsFiles,
+    hidden_accelerators,
+    make_tls_files,
+    run_cluster,
+    start_coordinator_process,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 NOOP = {"type": "custom", "config": {"name": "noop"}}
@@ -68,7 +75,8 @@ def test_dt_and_a_worker_run_a_task_over_tls_and_strangers_are_refused(
         worker_log = tmp_path / "worker.log"
         worker = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", url, "--api-key", worker_key,
                               "--worker-id", "tls-w", "--reconnect-attempts", "2"], worker_log,
-                             env={"DT_CA_FILE": str(tls_files.ca)}, drop_env=[v for v in DT_VARS if v != "DT_CA_FILE"])
+                             env={"DT_CA_FILE": str(tls_files.ca), **hidden_accelerators(tmp_path)},
+                             drop_env=[v for v in DT_VARS if v != "DT_CA_FILE"])
         submitted = dt("--coordinator", via_sniffer, "--api-key", admin, "submit", "-", "--wait", "--timeout", "90",
                        env={"DT_CA_FILE": str(tls_files.ca)}, stdin=json.dumps(NOOP))
         assert submitted.returncode == 0, f"{submitted.stderr}\n{worker_log.read_text()[-3000:]}"
@@ -94,7 +102,7 @@ def test_dt_and_a_worker_run_a_task_over_tls_and_strangers_are_refused(
     # a worker without the CA stops at once with the reason, not after its reconnect attempts
     lost_log = tmp_path / "untrusting.log"
     untrusting = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", url, "--api-key", worker_key,
-                              "--worker-id", "no-ca"], lost_log, drop_env=DT_VARS)
+                              "--worker-id", "no-ca"], lost_log, env=hidden_accelerators(tmp_path), drop_env=DT_VARS)
     assert untrusting.wait(90) == 2, lost_log.read_text()[-3000:]
     text = lost_log.read_text()
     assert f"dt-worker: the TLS certificate of {url} is not trusted" in text and "--ca-file" in text, text[-3000:]

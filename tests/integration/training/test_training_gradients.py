@@ -1,5 +1,7 @@
 """One DDP step with uneven local batches equals one single-process step on the whole batch."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,15 +57,22 @@ def sgd_step(model: torch.nn.Module, loss: Tensor) -> list[Tensor]:
         return [p - LEARNING_RATE * p.grad for p in model.parameters()]  # type: ignore[operator]
 
 
-def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: int) -> None:
-    # fork: the ranks reuse this process's imported torch instead of importing it again (seconds);
-    # DDP imports torch._dynamo, so it is imported here, before the fork, which spares each rank ~2 s
-    # (here and not at the top: every pytest process collecting this module would pay for it)
+def run_ranks(port: int, out_dir: str) -> None:
+    """Both ranks, forked from this process once it imported what DDP needs (torch._dynamo: ~2 s
+    spared per rank)."""
     import torch._dynamo  # noqa: F401
 
-    mp.start_processes(
-        rank_main, args=(free_port, str(tmp_path)), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork"
-    )
+    mp.start_processes(rank_main, args=(port, out_dir), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork")
+
+
+def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: int) -> None:
+    # The ranks are forked from a fresh interpreter that runs this module (``__main__`` below),
+    # never from the pytest process: a fork of an xdist worker copies whatever its threads held
+    # (execnet's I/O thread, the OpenMP pool of benchmarks that ran there) and a rank once hung for
+    # good that way. A fresh interpreter, unlike a forkserver, leaves nothing running after it.
+    done = subprocess.run([sys.executable, __file__, str(free_port), str(tmp_path)], capture_output=True, text=True,
+                          timeout=150)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(len(LOCAL_BATCHES))]
 
     model, inputs, targets = fixed_model_and_batch()
@@ -77,3 +86,7 @@ def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: in
         for got, want in zip(params, expected, strict=True):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     assert max((n - e).abs().max().item() for n, e in zip(naive, expected, strict=True)) > 1e-3
+
+
+if __name__ == "__main__":
+    run_ranks(int(sys.argv[1]), sys.argv[2])
