@@ -2,7 +2,7 @@
 """Start a worker (same as the ``dt-worker`` console script)."""
 import sys
 
-from distributed_testing.cli.worker import main
+from distributed_testing.cli.worker import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -142,13 +142,17 @@ async def _run_agent(agent: WorkerAgent) -> int:
     deadline = ExitDeadline(asyncio.get_running_loop())
     agent.on_stop = lambda seconds: deadline.arm(seconds + EXIT_GRACE_S, "the worker began to stop")
     runner = asyncio.create_task(agent.run(), name="worker-agent")
-    with _Signals() as signals:
-        obeying = asyncio.create_task(_obey(agent, signals, deadline), name="worker-signals")
-        await asyncio.wait({runner})
-        obeying.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await obeying
-    deadline.arm(EXIT_GRACE_S, "the worker's agent stopped")  # what is left: the loop's and the threads' end
+    try:
+        with _Signals() as signals:
+            obeying = asyncio.create_task(_obey(agent, signals, deadline), name="worker-signals")
+            await asyncio.wait({runner})
+            obeying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await obeying
+    finally:
+        # the agent stopped: this deadline is done (main() arms one for the interpreter's exit;
+        # a process that ran the worker in-process, a test, runs on)
+        deadline.cancel()
     try:
         await runner
     except RetriesExhausted as exc:
@@ -213,5 +217,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def entry() -> int:
+    """``dt-worker`` as a process: ``main``, then the interpreter's exit (the threads it waits for)
+    bounded like the stop path. ``main`` itself arms nothing, so a process that calls it (a test)
+    runs on."""
+    code = main()
+    ExitDeadline().arm(EXIT_GRACE_S, "the worker's agent stopped")
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -58,6 +58,14 @@ class ExitDeadline:
             self._timer.name = "exit-deadline"
             self._timer.start()
 
+    def cancel(self) -> None:
+        """Disarm: the process got past what the deadline guarded (it runs on, e.g. a test
+        process that ran a worker in-process)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._at = None, None
+
     def now(self, why: str) -> None:
         """Log, kill every descendant process and exit, from whichever thread calls it."""
         try:

@@ -100,7 +100,7 @@ def test_a_plain_client_submits_waits_and_reads_through_a_standby(group: HaGroup
         assert b"keepalive" not in resp.read()  # the stream ended: EOF
     finally:
         conn.close()
-    assert "GET /api/v1/events broke off: this member is stopping" in b.log_text()
+    assert "ended the forwarded answer to GET /api/v1/events: this member is stopping" in b.log_text()
 
 
 def test_failures_count_against_the_original_client_not_the_standby(group: HaGroup) -> None:
