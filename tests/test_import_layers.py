@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # Lowest first. A unit is a top-level module or package of distributed_testing.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("process", "retry", "config"),  # process: event loop, child environment, NICs, the metrics endpoint
+    ("process", "retry", "config"),  # process: event loop, child environment, NICs, the metrics endpoint, relayed streams
     ("durable", "protocol", "tasks", "bundles"),  # durable: the journal, DuckDB file helpers, fsync_dir
     ("security",),
     ("client",),  # the one coordinator client: dashboard, worker, cli and testing use it

@@ -70,6 +70,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout
+from ..process.httpstream import ClientGone, chunks_while_connected
 from ..security import tls
 from . import bundles_api
 from .group import MEMBER_STALE_S
@@ -384,44 +385,23 @@ def _answer_framing(head: bytes) -> tuple[int, bool]:
     return length, keep
 
 
-class _ClientGone(Exception):
-    """The client of a forwarded request went away (or its connection broke) while its answer
-    was being passed on."""
-
-
 async def _pass_on(request: web.Request, upstream: aiohttp.ClientResponse, out: web.StreamResponse,
                    streaming: bool) -> None:
-    """Send ``upstream``'s answer on as ``out``; ``_ClientGone`` when the client went away. For
+    """Send ``upstream``'s answer on as ``out``; ``ClientGone`` when the client went away. For
     an event stream, which may stay silent for a keepalive interval, the client's connection is
     looked at every ``GONE_CHECK_S``, so the stream to the leader ends soon after it closed."""
     try:
         await out.prepare(request)
-        if not streaming:
+        if streaming:
+            async with contextlib.aclosing(chunks_while_connected(request, upstream, GONE_CHECK_S)) as chunks:
+                async for chunk in chunks:
+                    await out.write(chunk)
+        else:
             async for chunk in upstream.content.iter_any():
                 await out.write(chunk)
-            await out.write_eof()
-            return
+        await out.write_eof()
     except ConnectionError as exc:  # aiohttp's ClientConnectionResetError: writing to a closed transport
-        raise _ClientGone from exc
-    read: asyncio.Future[bytes] | None = None
-    try:
-        while True:
-            read = read or asyncio.ensure_future(upstream.content.readany())
-            done, _ = await asyncio.wait({read}, timeout=GONE_CHECK_S)
-            if not done:
-                if request.transport is None or request.transport.is_closing():
-                    raise _ClientGone
-                continue
-            chunk, read = read.result(), None
-            try:
-                await (out.write(chunk) if chunk else out.write_eof())
-            except ConnectionError as exc:
-                raise _ClientGone from exc
-            if not chunk:
-                return
-    finally:
-        if read is not None:
-            read.cancel()
+        raise ClientGone from exc
 
 
 def _streams(request: web.Request) -> bool:
@@ -517,7 +497,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
                 if k.lower() not in _HOP or k.lower() == "content-length":
                     out.headers.add(k, v)
             await _pass_on(request, upstream, out, streaming)
-    except _ClientGone:  # nothing wrong with the leader: the client no longer reads
+    except ClientGone:  # nothing wrong with the leader: the client no longer reads
         log.info("the client of %s %s went away before the leader's answer was all passed on", request.method,
                  request.path)
         assert out is not None  # raised only by _pass_on

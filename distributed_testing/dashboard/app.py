@@ -24,7 +24,7 @@ JSON gets 400.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import html
 import logging
 import math
@@ -40,6 +40,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
+from ..process.httpstream import ClientGone, chunks_while_connected
 from ..security.throttle import AuthThrottle, address_key
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
@@ -368,19 +369,9 @@ async def _pass_through(request: web.Request, upstream: aiohttp.ClientResponse, 
     """Copy ``upstream`` to ``resp`` until either side ends. The browser's side is looked at every
     ``GONE_CHECK_S`` (aiohttp tells a handler nothing when its client goes away; the stream's
     place under the caps would otherwise stay taken until the next keepalive fails to write)."""
-    read: asyncio.Future[bytes] | None = None
     try:
-        while True:
-            read = read or asyncio.ensure_future(upstream.content.readany())
-            done, _ = await asyncio.wait({read}, timeout=GONE_CHECK_S)
-            if not done:
-                if request.transport is None or request.transport.is_closing():
-                    return
-                continue
-            chunk, read = read.result(), None
-            if not chunk:
-                return
-            await resp.write(chunk)
-    finally:
-        if read is not None:
-            read.cancel()
+        async with contextlib.aclosing(chunks_while_connected(request, upstream, GONE_CHECK_S)) as chunks:
+            async for chunk in chunks:
+                await resp.write(chunk)
+    except ClientGone:
+        return
