@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ha_support import HaGroup, Member
+from ha_support import HaGroup, Member, request
 
 from distributed_testing.testing import pg_database_sync, wait_until
 
@@ -89,26 +89,14 @@ def test_a_key_the_standby_has_not_heard_of_is_left_to_the_leader(pair: Pair) ->
     for i in range(5):
         key = admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": f"fresh{i}"})["key"]
         doc = {"type": "custom", "config": {"name": "noop"}, "task_id": f"fresh{i}"}
-        assert plain(pair.standby.url, "POST", "/api/v1/tasks", key, doc)[0] == 201  # the lean front's relay
+        assert request(pair.standby.url + "/api/v1/tasks", "POST", key, doc, timeout=30)[0] == 201  # the lean front's relay
         key = admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": f"fresh{i}b"})["key"]
-        assert plain(pair.standby.url, "GET", f"/api/v1/tasks/fresh{i}", key)[0] == 200  # aiohttp's forwarding
+        assert request(pair.standby.url + f"/api/v1/tasks/fresh{i}", "GET", key, timeout=30)[0] == 200  # aiohttp's forwarding
     unknown = "Bearer dtk_nobody00_" + "A" * 43
     for method, path in (("POST", "/api/v1/tasks"), ("PUT", f"/api/v1/blobs/{DIGEST}")):
         status, body = head_only(pair.standby.url, method, path, {"Host": "x", "Authorization": unknown,
                                                                   "Content-Length": str(1 << 20)})
         assert status == 401 and b'"AuthError"' in body, (path, body)
-
-
-def plain(url: str, method: str, path: str, key: str, body: Any = None) -> tuple[int, Any]:
-    conn = connect(url)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={"Authorization": f"Bearer {key}",
-                                                       "Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
 
 
 def exchange(url: str, head: bytes, body: bytes) -> tuple[bytes, int, bytes]:

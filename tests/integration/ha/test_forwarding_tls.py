@@ -4,17 +4,14 @@ client's credential on to a leader on plain http (unless on loopback)."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import socket
 import ssl
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ha_support import HaGroup, Member
+from ha_support import HaGroup, Member, request
 
 from distributed_testing.testing import TlsFiles, free_port, make_tls_files, pg_database_sync, wait_until
 
@@ -44,17 +41,9 @@ def outward_address() -> str | None:
 
 
 def https_call(url: str, ca: Path, method: str, path: str, key: str, body: Any = None) -> tuple[int, Any]:
-    parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=30,
-                                       context=ssl.create_default_context(cafile=str(ca)))
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={"Authorization": f"Bearer {key}",
-                                                       "Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
+    status, _, answer = request(url + path, method, key, body, context=ssl.create_default_context(cafile=str(ca)),
+                                timeout=30)
+    return status, answer
 
 
 def https_member(group: HaGroup, name: str, tls: TlsFiles, *extra: str, role: str = "standby") -> Member:
