@@ -76,6 +76,17 @@ T = TypeVar("T")
 FRESH = (TaskRow, ResultRow)
 
 
+# A checkpoint starts early once this many records wait (else every ``checkpoint_interval_s``).
+# Each checkpoint has a fixed cost (a rotation's fsyncs, a DuckDB COMMIT) and a task whose
+# submission and outcome fall in one batch is one INSERT instead of an INSERT and an UPDATE, so
+# bigger batches are cheaper per task. Measured (`benchmarks/write_path.py`, 10,000 no-op tasks
+# queued at once, 4 rounds alternating in one run, 2026-11-26): 20,000 against 5,000 records took
+# the coordinator's CPU from 146-167 to 124-131 µs per task and the throughput from 4,898 to 5,951
+# tasks/s (median). The records wait in memory (and in the journal, replayed at a restart) until
+# then: at a no-op task's ~5 records, about 4,000 tasks' worth.
+CHECKPOINT_MAX_RECORDS = 20_000
+
+
 class _Retry(Exception):
     """The optimistic form of a checkpoint's transaction did not fit its batch; it was rolled back."""
 
@@ -99,7 +110,8 @@ class DuckDBStore:
     they are checkpointed.
     """
 
-    def __init__(self, path: Path, *, checkpoint_interval_s: float = 1.0, checkpoint_max_records: int = 5000) -> None:
+    def __init__(self, path: Path, *, checkpoint_interval_s: float = 1.0,
+                 checkpoint_max_records: int = CHECKPOINT_MAX_RECORDS) -> None:
         if checkpoint_interval_s <= 0 or checkpoint_max_records <= 0:
             raise ValueError("checkpoint_interval_s and checkpoint_max_records must be positive")
         self.path = Path(path)
