@@ -63,10 +63,20 @@ def _code_dirs() -> list[Path]:
 
 
 def gpu_devices() -> list[str]:
-    """The GPU device nodes of this machine (``/dev/nvidia*``, ``/dev/dri``) that a sandboxed or
-    confined child binds into its otherwise fresh ``/dev`` to reach the GPU its
-    ``CUDA_VISIBLE_DEVICES`` names."""
-    return sorted(str(p) for p in [*Path("/dev").glob("nvidia*"), Path("/dev/dri")] if p.exists())
+    """The GPU device nodes of this machine (``/dev/nvidia*``, ``/dev/dri``, ROCm's ``/dev/kfd``)
+    that a sandboxed or confined child binds into its otherwise fresh ``/dev`` to reach the GPU
+    its ``CUDA_VISIBLE_DEVICES`` names."""
+    return sorted(str(p) for p in [*Path("/dev").glob("nvidia*"), Path("/dev/dri"), Path("/dev/kfd")] if p.exists())
+
+
+# The variables that choose which GPU a child sees; a sandboxed child's scrubbed environment
+# keeps the worker's (its --gpu choice, say), or it would see every GPU bound in.
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def gpu_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """The :data:`GPU_VARIABLES` set in ``env``: what a sandboxed child carries over."""
+    return {k: env[k] for k in GPU_VARIABLES if k in env}
 
 
 @dataclass(frozen=True)

@@ -55,14 +55,14 @@ from ...process.childenv import child_environ
 from .. import confine
 from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
 from ..confine import Confinement
-from ..sandbox import PACKAGE_PARENT, gpu_devices, task_environ
+from ..sandbox import GPU_VARIABLES, PACKAGE_PARENT, gpu_devices, task_environ
 from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed, task_python
 from .proc import OutputTail, describe_exit, kill_and_reap
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024 * 1024
 # what a sandboxed child keeps of the worker's environment: the GPU it may use, its thread settings
-_CARRIED = ("CUDA_VISIBLE_DEVICES", "DT_BENCH_THREADS", "DT_BENCH_INTEROP_THREADS")
+_CARRIED = (*GPU_VARIABLES, "DT_BENCH_THREADS", "DT_BENCH_INTEROP_THREADS")
 FINGERPRINT_TIMEOUT_S = 120.0  # the child's torch import plus a first CUDA/OpenVINO device query
 
 

@@ -35,6 +35,7 @@ import msgspec
 
 from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
+from distributed_testing.process.childenv import child_environ
 from distributed_testing.tasks.usercode import model_name_error
 from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
@@ -49,7 +50,7 @@ from distributed_testing.worker.executors.handlers import (
 from distributed_testing.worker.executors.pool import HandlerPool, PoolResult
 from distributed_testing.worker.executors.pool_child import Request
 from distributed_testing.worker.executors.proc import describe_exit
-from distributed_testing.worker.sandbox import PACKAGE_PARENT, task_environ
+from distributed_testing.worker.sandbox import PACKAGE_PARENT, gpu_devices, gpu_environ, task_environ
 
 __all__ = [
     "BUILTIN_HANDLERS",
@@ -171,10 +172,10 @@ class CustomExecutor:
         if ctx.sandbox is None or ctx.scratch_dir is None:
             raise ExecutionError("a custom task with a bundle needs the worker's sandbox and a scratch directory")
         scratch = ctx.scratch_dir
-        env = {**task_environ({}, scratch), "PYTHONPATH": str(PACKAGE_PARENT)}
+        env = {**task_environ(gpu_environ(child_environ()), scratch), "PYTHONPATH": str(PACKAGE_PARENT)}
         python, env_dirs = task_python(ctx)  # the bundle's environment when it has requirements
         argv = [python, *HandlerPool.child_argv({name: name}, use_entry_points=False)[1:]]
-        argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[scratch], cwd=root, env=env)
+        argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[scratch], cwd=root, env=env, devices=gpu_devices())
         pool = HandlerPool(1, command=argv, env=env, cwd=root)
         started = time.time()
         try:

@@ -47,7 +47,7 @@ from distributed_testing.worker.executors.supervise import (
     MemoryWatch,
     run_limited,
 )
-from distributed_testing.worker.sandbox import gpu_devices, task_environ
+from distributed_testing.worker.sandbox import gpu_devices, gpu_environ, task_environ
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +152,9 @@ class TestExecutor:
                 env = self._env
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
-                    env = task_environ(self._extra, ctx.scratch_dir)
-                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env)
+                    env = task_environ({**gpu_environ(self._env), **self._extra}, ctx.scratch_dir)
+                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env,
+                                            devices=gpu_devices())  # its GPU tests, as the operator's
                 elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
                     env = self._confine.environ(env, own)
                     argv = self._confine.wrap(argv, rw=[own], cwd=root, devices=gpu_devices())  # GPU tests

@@ -88,7 +88,7 @@ from distributed_testing.worker.executors.base import (
     OutcomeStatus,
     TaskContext,
 )
-from distributed_testing.worker.sandbox import PACKAGE_PARENT, gpu_devices, task_environ
+from distributed_testing.worker.sandbox import GPU_VARIABLES, PACKAGE_PARENT, gpu_devices, task_environ
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ _KILLED = re.compile(r"exitcode\s*:\s*-(\d+)\b[^\n]*")
 
 # what a sandboxed rank keeps of the launcher's environment: its GPUs and the collectives' settings
 _CARRIED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_")
-_CARRIED = ("CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+_CARRIED = (*GPU_VARIABLES, "PYTHONUNBUFFERED")
 
 
 def shipped_refusal(ctx: TaskContext, nnodes: int) -> str | None:
