@@ -37,7 +37,13 @@ _ERRORS = {400: "bad input: a field, a query parameter or the body (``errors`` n
                 "resource belongs to another key", 404: "no such resource", 405: "method not allowed",
            409: "conflicts with the resource's current state", 413: "body over the size limit",
            429: "too many failed authentications from this address (Retry-After)",
-           503: "unavailable: over a connection cap, or the coordinator is stopping after a failed write"}
+           502: "through an HA standby: the request reached the leader but its answer broke off or was "
+                "unreadable (``answer_lost``: it may have been carried out; repeat it only if that is safe)",
+           503: "unavailable: over a connection cap, the coordinator is stopping after a failed write, or, "
+                "through an HA standby, no leader to send it to (``not_leader``, ``Retry-After``: ask another "
+                "member; nothing was sent)",
+           504: "through an HA standby: the request reached the leader but no answer came in time, or the "
+                "leader fell silent meanwhile (``answer_lost``: as 502)"}
 KEY_VIEW: dict[str, Any] = {"type": "object", "required": ["key_id", "name", "role", "created_at", "expires_at", "revoked_at"],
             "properties": {"key_id": {"type": "string"}, "name": {"type": "string"},
                            "role": {"enum": ["admin", "submitter", "viewer", "worker"]},
@@ -280,7 +286,7 @@ def _operation(method: str, path: str, handler: Callable[..., Any], perm: str | 
             responses[str(status)]["content"] = {media: {"schema": schema or {}}}
     errors = set(spec.errors) | {405}
     if perm is not None or path == "/ws/worker":
-        errors |= {401, 403, 429, 503}
+        errors |= {401, 403, 429, 502, 503, 504}
     if spec.body is not None:
         errors |= {400, 413}
     for status in sorted(errors):

@@ -53,6 +53,18 @@ def test_the_document_lists_exactly_the_routes_the_router_serves() -> None:
             assert op["summary"] and "x-permission" in op, (method, path)
 
 
+def test_every_credentialed_route_documents_what_an_ha_standby_may_answer() -> None:
+    """Through a standby (coordinator/forward.py) any such route may get 503 ``not_leader`` (nothing
+    sent) or 502/504 ``answer_lost`` (sent; maybe carried out): a client generated from the document
+    must know them."""
+    doc = create_app(CoordinatorConfig(db_path="memory://"))[OPENAPI]
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if op["security"]:
+                assert {"502", "503", "504"} <= set(op["responses"]), (method, path)
+                assert "answer_lost" in op["responses"]["504"]["description"]
+
+
 def test_docs_openapi_json_is_the_generated_document() -> None:
     assert (ROOT / "docs" / "openapi.json").read_text() == _gen_script().generated(), \
         "docs/openapi.json is stale: run python scripts/gen_openapi.py"
