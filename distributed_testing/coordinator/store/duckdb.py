@@ -386,7 +386,17 @@ class DuckDBStore:
         if updated != len(changes):
             if ranged:
                 raise _Retry(f"{len(changes)} task changes matched {updated} stored tasks by their seq")
-            raise StoreError(f"{self.path}: {len(changes)} task changes matched {updated} stored tasks")
+            ids = [c.task_id for c in changes]
+            stored = {tid for (tid,) in con.execute("SELECT task_id FROM tasks WHERE list_contains(?, task_id)",
+                                                    [ids]).fetchall()}
+            missing = [tid for tid in ids if tid not in stored]
+            raise StoreError(
+                f"{self.path}: {len(changes)} task changes matched {updated} stored tasks: the journal "
+                f"{self.journal_dir} changes {len(missing)} task(s) this DuckDB file does not hold "
+                f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}), so the two are not from one "
+                "moment (a file restored from another backup than its journal?). Restore both from the same "
+                "backup, or move the journal directory aside to start from the file alone (what the journal "
+                "held since the file's last checkpoint is then lost)")
         return nbytes
 
     async def _checkpoint_loop(self) -> None:

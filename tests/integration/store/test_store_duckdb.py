@@ -543,5 +543,8 @@ async def test_changes_find_their_rows_by_seq_and_without_it(tmp_path: Path) -> 
                                                                 {"to": "succeeded"}], {"status": "succeeded"})
     finally:
         await again.close()
-    with pytest.raises(StoreError, match="1 task changes matched 0 stored tasks"):
+    with pytest.raises(StoreError, match="1 task changes matched 0 stored tasks") as refused:
         await journal_then_open(TaskChange("ghost", "running", 1, 9.0, 1, [{"to": "running"}], seq=3))
+    # what an operator needs: which tasks, and the two ways out
+    assert "changes 1 task(s) this DuckDB file does not hold (ghost)" in str(refused.value)
+    assert "Restore both from the same backup, or move the journal directory aside" in str(refused.value)
