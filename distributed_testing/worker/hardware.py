@@ -46,6 +46,9 @@ class DeviceInfo(msgspec.Struct, frozen=True, kw_only=True):
     driver_version: str | None = None
     runtime_version: str | None = None
     reason: str | None = None
+    # Each device's UUID (CUDA; empty where torch gives none): the coordinator keeps an NCCL gang
+    # off two workers that see the same GPU (coordinator/core/placement.py, ``shared_gpus``).
+    uuids: tuple[str, ...] = ()
 
 
 class HardwareInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -241,10 +244,20 @@ def _torch_gpus(torch: Any, *, driver_version: str | None, runtime_version: str)
         count=count,
         names=tuple(p.name for p in props),
         memory_gb=tuple(round(p.total_memory / _GIB, 2) for p in props),
+        uuids=_uuids(props),
         driver_version=driver_version,
         runtime_version=runtime_version,
         reason=None if count else "torch reports CUDA available but zero devices",
     )
+
+
+def _uuids(props: list[Any]) -> tuple[str, ...]:
+    """The devices' UUIDs as torch reports them (``GPU-`` prefixed, as ``nvidia-smi -L`` and
+    ``CUDA_VISIBLE_DEVICES`` write them); none unless every device has one."""
+    found = [str(getattr(p, "uuid", "") or "") for p in props]
+    if not all(found):
+        return ()
+    return tuple(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}" for u in found)
 
 
 def _probe_mps(torch: Any) -> DeviceInfo:

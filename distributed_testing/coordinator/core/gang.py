@@ -35,7 +35,7 @@ from ...protocol import messages as m
 from ...tasks.states import ACTIVE
 from .commands import Command, Notify, Save, Send
 from .entities import Gang, Task, Worker
-from .placement import WorkerView, pick_gang, unmet
+from .placement import WorkerView, pick_gang, shared_gpus, unmet
 from .policy import Policy
 from .rows import ResultRow
 
@@ -256,19 +256,30 @@ class Gangs:
         chosen = pick_gang(t.key, g.nodes, workers)
         if chosen is None:
             return None
+        all_cuda, note = all("cuda" in w.capabilities for w in chosen), ""
+        if all_cuda and (shared := shared_gpus(chosen)) and _backend(t) != "gloo":
+            # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): members that do not
+            # share one, else (backend auto) gloo, which runs there; an explicit nccl is sent as
+            # asked and fails naming the shared GPU (worker/executors/training.py)
+            apart = pick_gang(t.key, g.nodes, workers, distinct_gpus=True)
+            if apart is not None:
+                chosen = apart
+            elif _backend(t) == "auto":
+                all_cuda = False
+                note = f"; backend gloo: the members share GPU {', '.join(shared)}"
         addresses = [self.host.workers[w.worker_id].address for w in chosen]
         port = self.ports.take(addresses[0])
         if port is None:
             return None  # every port of the range is in use on that address; wait for a gang to end
         t.attempt += 1
-        g.place([w.worker_id for w in chosen], addresses, port, all("cuda" in w.capabilities for w in chosen), now)
+        g.place([w.worker_id for w in chosen], addresses, port, all_cuda, now)
         t.worker_id, t.slot = chosen[0].worker_id, t.task_id
         for w in chosen:
             w.hold(t.task_id, exclusive=True)
             if w.available_memory_mb is not None and t.key[3]:
                 w.available_memory_mb -= t.key[3]
         ranks = ", ".join(f"{wid} (rank {r})" for r, wid in enumerate(g.members))
-        self.host.transition(t, "assigned", f"dispatched to gang {ranks}, rendezvous {g.master_addr}:{port}", now)
+        self.host.transition(t, "assigned", f"dispatched to gang {ranks}, rendezvous {g.master_addr}:{port}{note}", now)
         t.history[-1]["gang"] = g.record()
         del self.pending[t.task_id]
         self.active[t.task_id] = t
@@ -410,3 +421,10 @@ class Gangs:
             g.awaiting.pop(w.worker_id, None)
         else:
             g.awaiting.setdefault(w.worker_id, now + self.host.policy.worker_grace_s)
+
+
+def _backend(t: Task) -> str:
+    """The training config's ``backend`` ("auto" when absent or not a string: the worker's check
+    refuses anything else before it launches)."""
+    backend = t.spec.config.get("backend", "auto")
+    return backend if isinstance(backend, str) else "auto"

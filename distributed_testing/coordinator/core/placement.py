@@ -22,8 +22,9 @@ is node rank 0).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...tasks import spec as specs
 from ...tasks.spec import Requirements
@@ -64,6 +65,7 @@ class WorkerView:
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
     accept_bundles: bool = False  # --accept-bundles: runs tasks with shipped code, from the registration
+    gpus: frozenset[str] = frozenset()  # the UUIDs of the CUDA devices it uses, from the registration's hardware
     # Pipelining (coordinator/core/pipeline.py): how many tasks it may hold beyond its slots now, and
     # which held slots stop anything from being queued behind them: tasks that must run alone
     # (``exclusive``), and pipelined tasks that ran past the worker's started delay (``started``).
@@ -151,14 +153,54 @@ def pick_ahead(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None:
     return best
 
 
-def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> list[WorkerView] | None:
+def pick_gang(key: ReqKey, nodes: int, workers: Iterable[WorkerView], *,
+              distinct_gpus: bool = False) -> list[WorkerView] | None:
     """``nodes`` distinct eligible workers with a free slot, best first (most free slots, then
-    lowest id; the first is node rank 0), or None when fewer are available: never a part."""
+    lowest id; the first is node rank 0), or None when fewer are available: never a part.
+    ``distinct_gpus``: also no two of them report the same GPU (:func:`shared_gpus`), for an
+    NCCL gang, which refuses two ranks on one device; taken in that order, skipping a worker whose
+    GPUs a better one already has."""
     fit = [w for w in workers if w.free_slots > 0 and not unmet(key, w)]
     if len(fit) < nodes:
         return None
     fit.sort(key=lambda w: (-w.free_slots, w.worker_id))
-    return fit[:nodes]
+    if not distinct_gpus:
+        return fit[:nodes]
+    chosen: list[WorkerView] = []
+    taken: set[str] = set()
+    for w in fit:
+        if not w.gpus & taken:
+            chosen.append(w)
+            taken |= w.gpus
+            if len(chosen) == nodes:
+                return chosen
+    return None
+
+
+def shared_gpus(workers: Iterable[WorkerView]) -> list[str]:
+    """The GPUs (UUIDs) that more than one of ``workers`` reports, sorted: several workers started
+    on one machine without ``CUDA_VISIBLE_DEVICES`` each see all of its GPUs."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for w in workers:
+        shared |= w.gpus & seen
+        seen |= w.gpus
+    return sorted(shared)
+
+
+def reported_gpus(hardware: Mapping[str, Any]) -> frozenset[str]:
+    """The CUDA device UUIDs in a worker's registered ``hardware`` (``devices.cuda.uuids``, as
+    ``worker/hardware.py`` reports them); anything malformed counts as none (the report is the
+    worker's word, not to be trusted with more)."""
+    devices = hardware.get("devices")
+    cuda = devices.get("cuda") if isinstance(devices, Mapping) else None
+    uuids = cuda.get("uuids") if isinstance(cuda, Mapping) else None
+    if not isinstance(uuids, list) or len(uuids) > MAX_GPUS:
+        return frozenset()
+    return frozenset(u for u in uuids if isinstance(u, str) and 0 < len(u) <= 64)
+
+
+MAX_GPUS = 256  # more UUIDs than any machine has GPUs: a report is ignored
 
 
 def describe(key: ReqKey) -> str:

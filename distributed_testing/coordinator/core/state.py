@@ -45,6 +45,7 @@ from .placement import (
     pending_reason,
     pick_ahead,
     pick_worker,
+    reported_gpus,
     unmet,
     unrunnable,
 )
@@ -229,7 +230,7 @@ class CoordinatorState:
         view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
                           reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules),
                           handlers=None if reg.handlers is None else frozenset(reg.handlers),
-                          accept_bundles=reg.accept_bundles)
+                          accept_bundles=reg.accept_bundles, gpus=reported_gpus(reg.hardware))
         first = w.first_seen if w else now
         if w is None and len(self._worker_ids) == len(self.workers):
             bisect.insort(self._worker_ids, reg.worker_id)  # a new id: O(log n) to find, no re-sort

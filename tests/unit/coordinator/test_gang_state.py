@@ -39,8 +39,11 @@ def custom(task_id: str, priority: int = 0) -> specs.TaskSpec:
 
 
 def register(wid: str, *, slots: int = 1, caps: tuple[str, ...] = ("cpu",), address: str | None = None,
-             running: tuple[tuple[str, int], ...] = ()) -> m.Register:
-    return m.Register(worker_id=wid, name=wid, protocol_version=m.PROTOCOL_VERSION, hardware={"memory_gb": 8.0},
+             running: tuple[tuple[str, int], ...] = (), gpus: Any = None) -> m.Register:
+    hardware: dict[str, Any] = {"memory_gb": 8.0}
+    if gpus is not None:  # as worker/hardware.py reports them
+        hardware["devices"] = {"cuda": {"available": True, "count": 1, "uuids": gpus}}
+    return m.Register(worker_id=wid, name=wid, protocol_version=m.PROTOCOL_VERSION, hardware=hardware,
                       capabilities=list(caps), tags=[], max_concurrent=slots, memory_gb=8.0,
                       running=[m.TaskRef(t, a) for t, a in running],
                       address=f"10.0.0.{wid[-1]}" if address is None else address)
@@ -139,6 +142,44 @@ def test_nccl_gang_goes_to_cuda_workers_only_and_says_all_cuda(sim: Sim) -> None
     assert sim.state.why_pending(sim.task("g")) == "needs 2 worker(s) matching hardware cuda, 1 connected"
     got = assigns(sim.register(register("w3", caps=("cpu", "cuda"))))
     assert [w for w, _ in got] == ["w2", "w3"] and all(a.gang and a.gang.all_cuda for _, a in got)
+
+
+CUDA = ("cpu", "cuda")
+
+
+def test_an_nccl_gang_goes_to_workers_that_do_not_share_a_gpu(sim: Sim) -> None:
+    """Two workers on one machine without CUDA_VISIBLE_DEVICES both see its GPU: NCCL would refuse
+    the pair ("Duplicate GPU detected"), so a third worker on its own GPU is taken instead."""
+    sim.register(register("w1", slots=2, caps=CUDA, gpus=["GPU-aaa"]))
+    sim.register(register("w2", slots=2, caps=CUDA, gpus=["GPU-aaa"]))
+    sim.register(register("w3", caps=CUDA, gpus=["GPU-bbb"]))
+    got = assigns(sim.submit(training("g", nodes=2, backend="nccl")))
+    assert [w for w, _ in got] == ["w1", "w3"] and all(a.gang and a.gang.all_cuda for _, a in got)
+
+
+def test_an_auto_backend_gang_on_workers_sharing_a_gpu_runs_on_gloo_and_says_why(sim: Sim) -> None:
+    sim.register(register("w1", caps=CUDA, gpus=["GPU-aaa", "GPU-ccc"]))
+    sim.register(register("w2", caps=CUDA, gpus=["GPU-aaa"]))
+    got = assigns(sim.submit(training("g", nodes=2)))
+    assert [w for w, _ in got] == ["w1", "w2"] and not any(a.gang and a.gang.all_cuda for _, a in got)
+    assert sim.task("g").history[-1]["cause"].endswith("; backend gloo: the members share GPU GPU-aaa")
+
+
+def test_an_explicit_nccl_gang_with_no_way_apart_is_sent_as_asked(sim: Sim) -> None:
+    """The worker then fails it naming the shared GPU and the way out (executors/training.py)."""
+    sim.register(register("w1", caps=CUDA, gpus=["GPU-aaa"]))
+    sim.register(register("w2", caps=CUDA, gpus=["GPU-aaa"]))
+    got = assigns(sim.submit(training("g", nodes=2, backend="nccl")))
+    assert [w for w, _ in got] == ["w1", "w2"] and all(a.gang and a.gang.all_cuda for _, a in got)
+
+
+@pytest.mark.parametrize("gpus", [None, [], "GPU-aaa", [1, 2], ["x" * 65], ["GPU-a"] * 300],
+                         ids=["absent", "none", "not-a-list", "not-strings", "too-long", "too-many"])
+def test_a_gpu_report_that_says_nothing_usable_counts_as_no_gpu_shared(sim: Sim, gpus: Any) -> None:
+    sim.register(register("w1", caps=CUDA, gpus=gpus))
+    sim.register(register("w2", caps=CUDA, gpus=gpus))
+    got = assigns(sim.submit(training("g", nodes=2)))
+    assert [w for w, _ in got] == ["w1", "w2"] and all(a.gang and a.gang.all_cuda for _, a in got)
 
 
 def test_a_one_node_training_task_is_a_gang_of_one(sim: Sim) -> None:

@@ -88,6 +88,10 @@ def test_cuda_present_reports_gpus(info: HardwareInfo) -> None:
     assert cuda.available, cuda.reason
     assert cuda.driver_version and cuda.runtime_version
     assert all(m > 0 for m in cuda.memory_gb)
+    # the coordinator keeps an NCCL gang off workers that see one GPU: each device's own UUID, as
+    # nvidia-smi -L writes it
+    assert len(cuda.uuids) == cuda.count and len(set(cuda.uuids)) == cuda.count
+    assert all(u.startswith(("GPU-", "MIG-")) for u in cuda.uuids), cuda.uuids
 
 
 def test_mps_and_openvino_reasons(info: HardwareInfo) -> None:
