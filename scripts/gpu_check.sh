@@ -38,7 +38,7 @@ command -v bwrap >/dev/null && bwrap --version
 
 step detect
 timeout 120 "$PY" -m distributed_testing.worker.hardware > "$OUT/hardware.json" 2>&1; echo "rc=$?"
-grep -A8 '"cuda"' "$OUT/hardware.json"
+grep -A10 '"cuda"' "$OUT/hardware.json"
 
 step gpu-tests
 (cd "$ROOT" && timeout 200 "$PY" -m pytest -q -p no:cacheprovider -p no:schemathesis --timeout 150 \
