@@ -9,7 +9,8 @@ every cluster in turn:
   (the issue's shape), tasks/s from the first submit to the last terminal state, and the
   coordinator's CPU (psutil) per task;
 * serial latency: ``--block`` no-op tasks one at a time, ``POST /api/v1/tasks?wait=`` over one
-  keep-alive ``http.client`` connection (a CI script's client).
+  keep-alive ``http.client`` connection (a CI script's client), and the CPU each process group
+  spent per serial task (mean over the rounds).
 
 Prints per checkout the rounds, their median, the coordinator's CPU per task, the serial p50 and
 p90 over all blocks, and every figure's ratio to the first checkout's. The machine drifts: only
@@ -56,6 +57,7 @@ def main() -> int:
     cpu: dict[str, list[float]] = {lb: [] for lb in labels}
     wcpu: dict[str, list[float]] = {lb: [] for lb in labels}
     lat: dict[str, list[float]] = {lb: [] for lb in labels}
+    scpu: dict[str, list[float]] = {lb: [] for lb in labels}  # coordinator, workers, children per serial task
     load0 = os.getloadavg()
     try:
         for lb, root in zip(labels, roots, strict=True):
@@ -74,7 +76,12 @@ def main() -> int:
                                  - before["worker children"]) / args.tasks * 1e6)
                 settle(c.procs)
             for lb, c in zip(labels, clusters, strict=True):
+                before = cpu_seconds(c.procs)
                 lat[lb] += sync_latency(c.base, c.admin, args.block)
+                after = cpu_seconds(c.procs)
+                scpu[lb] = [a + (after[k] - before[k]) / args.block * 1e6 / args.rounds
+                            for a, k in zip(scpu[lb] or [0.0] * 3, ("coordinator", "workers", "worker children"),
+                                            strict=True)]
                 settle(c.procs)
         if args.profile and shutil.which("py-spy"):
             args.profile.mkdir(parents=True, exist_ok=True)
@@ -96,7 +103,9 @@ def main() -> int:
                   f"x{med / statistics.median(tput[first]):.2f}); coordinator CPU/task "
                   f"{' / '.join(f'{x:.0f}' for x in cpu[lb])} us, workers' (with children) "
                   f"{' / '.join(f'{x:.0f}' for x in wcpu[lb])} us; serial p50 {p50:.3f} ms "
-                  f"(x{p50 / (pct(lat[first], 50) * 1e3):.2f}), p90 {pct(lat[lb], 90) * 1e3:.3f} ms (n={len(lat[lb])})")
+                  f"(x{p50 / (pct(lat[first], 50) * 1e3):.2f}), p90 {pct(lat[lb], 90) * 1e3:.3f} ms (n={len(lat[lb])}), "
+                  f"CPU per serial task {' / '.join(f'{x:.0f}' for x in scpu[lb])} us (coordinator / workers / "
+                  "their children)")
         return 0
     finally:
         for c in clusters:
