@@ -23,6 +23,7 @@ from ..bundles import digest as dg
 from ..bundles import manifest as mf
 from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
 from ..security import auth as sa
+from .rest import unreadable
 from .runtime import RUNTIME, Runtime
 
 log = logging.getLogger(__name__)
@@ -61,16 +62,20 @@ def check_length(request: web.Request, cap: int, what: str) -> None:
                          "(--max-bundle-file-mb)"}])
 
 
-async def _read_capped(request: web.Request, cap: int, what: str) -> bytes:
-    """The body, refused with 413 as soon as it passes ``cap`` bytes (aiohttp's own body limit
-    does not apply: blobs may be larger than a task document)."""
+async def read_capped(request: web.Request, cap: int, what: str) -> bytes:
+    """The body, decoded per its ``Content-Encoding``, refused with 413 as soon as it passes
+    ``cap`` bytes (aiohttp's own body limit does not apply: blobs may be larger than a task
+    document), and with 400 when it does not decode."""
     check_length(request, cap, what)
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(1 << 20):
-        size += len(chunk)
-        if size > cap:
-            raise TooLarge([{"field": what, "error": f"over the cap of {cap} bytes (--max-bundle-file-mb)"}])
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(1 << 20):
+            size += len(chunk)
+            if size > cap:
+                raise TooLarge([{"field": what, "error": f"over the cap of {cap} bytes (--max-bundle-file-mb)"}])
+            chunks.append(chunk)
+    except web.RequestPayloadError as exc:
+        raise unreadable(request, exc) from exc
     return b"".join(chunks)
 
 
@@ -92,7 +97,7 @@ async def put_blob(request: web.Request) -> web.Response:
     """Store one blob; 201 when new, 200 when it was already there."""
     d = _digest_param(request)
     rt = request.app[RUNTIME]
-    data = await _read_capped(request, body_cap(rt), f"blob {d}")
+    data = await read_capped(request, body_cap(rt), f"blob {d}")
     if dg.of_bytes(data) != d:
         raise ValidationError([{"field": "digest", "error": f"the body's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
     created = await rt.blobs.put(d, data, rt.clock())
@@ -129,7 +134,7 @@ def split_batch(body: bytes) -> list[tuple[str, bytes]]:
 async def put_blobs(request: web.Request) -> web.Response:
     """Store several blobs sent in one body; all or none (every digest is checked first)."""
     rt = request.app[RUNTIME]
-    blobs = split_batch(await _read_capped(request, body_cap(rt), "batch"))
+    blobs = split_batch(await read_capped(request, body_cap(rt), "batch"))
     created = await rt.blobs.put_many(blobs, rt.clock())
     return web.json_response({"stored": len(blobs), "created": created})
 
@@ -158,7 +163,7 @@ async def put_manifest(request: web.Request) -> web.Response:
     """Store a manifest whose blobs are all stored; marks them used."""
     d = _digest_param(request)
     rt = request.app[RUNTIME]
-    data = await _read_capped(request, body_cap(rt), "manifest")
+    data = await read_capped(request, body_cap(rt), "manifest")
     if dg.of_bytes(data) != d:
         raise ValidationError([{"field": "digest", "error": f"the manifest's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
     m = mf.decode(data)
@@ -213,7 +218,7 @@ async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:
     return gone
 
 
-# The routes whose body is read with ``_read_capped`` (up to ``body_cap``, not the app's body limit).
+# The routes whose body is read with ``read_capped`` (up to ``body_cap``, not the app's body limit).
 CAPPED = frozenset({("PUT", "/api/v1/blobs/{digest}"), ("POST", "/api/v1/blobs"), ("PUT", "/api/v1/bundles/{digest}")})
 ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/api/v1/blobs/missing", missing_blobs, "bundles:upload"),

@@ -433,14 +433,17 @@ async def _body(request: web.Request, rt: Runtime, headers: CIMultiDict[str]) ->
     """What to send the leader as ``request``'s body: streamed as it comes (never buffered here;
     a blob may be far larger than the app's body limit), after a declared length over the
     route's own cap got the leader's 413 from here. aiohttp hands the body over decoded per its
-    ``Content-Encoding``: such a body is read first (within the app's limit; one that cannot be
-    decoded gets the leader's 400 from here) and goes without that header."""
+    ``Content-Encoding``: such a body is read first (within the app's limit, a blob route's within
+    its cap; one that cannot be decoded gets the leader's 400 from here) and goes without that
+    header."""
     if not request.body_exists:
         return None
-    if headers.popall("Content-Encoding", None) is not None:
-        return await read_body(request)
     resource = request.match_info.route.resource
-    if (request.method, resource.canonical if resource else "") in bundles_api.CAPPED:
+    capped = (request.method, resource.canonical if resource else "") in bundles_api.CAPPED
+    if headers.popall("Content-Encoding", None) is not None:  # read decoded, within the route's own cap
+        return await (bundles_api.read_capped(request, bundles_api.body_cap(rt), "(body)") if capped
+                      else read_body(request))
+    if capped:
         bundles_api.check_length(request, bundles_api.body_cap(rt), "(body)")
     elif request.content_length is not None and request.content_length > rt.config.max_frame_bytes:
         raise web.HTTPRequestEntityTooLarge(max_size=rt.config.max_frame_bytes, actual_size=request.content_length)

@@ -34,12 +34,17 @@ async def read_body(request: web.Request) -> bytes:
     try:
         return await request.read()
     except web.RequestPayloadError as exc:
-        request.content.feed_eof()  # nothing more to read: no lingering read of a broken payload
-        request[CLOSE_AFTER] = True
-        cause = exc.__cause__ or exc
-        detail = getattr(cause, "message", None) or str(cause)
-        raise ValidationError([{"field": "(body)", "error": f"cannot read the body: {' '.join(str(detail).split())}"}]
-                              ) from exc
+        raise unreadable(request, exc) from exc
+
+
+def unreadable(request: web.Request, exc: web.RequestPayloadError) -> ValidationError:
+    """The answer to a body that cannot be read (a ``Content-Encoding`` it does not decode
+    with): a 400 on ``(body)``, the connection closed after it (its framing is lost)."""
+    request.content.feed_eof()  # nothing more to read: no lingering read of a broken payload
+    request[CLOSE_AFTER] = True
+    cause = exc.__cause__ or exc
+    detail = getattr(cause, "message", None) or str(cause)
+    return ValidationError([{"field": "(body)", "error": f"cannot read the body: {' '.join(str(detail).split())}"}])
 
 
 async def json_body(request: web.Request) -> Any:

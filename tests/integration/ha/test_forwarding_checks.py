@@ -181,6 +181,39 @@ def test_a_blob_over_the_app_s_body_limit_streams_through_a_standby(pair: Pair) 
         assert status == 413 and error in body, (path, body)
 
 
+def test_a_compressed_blob_over_the_app_s_body_limit_goes_through_a_standby(pair: Pair) -> None:
+    """A gzip-encoded blob whose decoded size is past the app's body limit (16 MiB) but within
+    ``--max-bundle-file-mb``: the standby reads it decoded up to the blob cap, as the leader does
+    (it read it within the app's limit and answered 413). A body that does not decode is a 400
+    naming it, from the standby and from the leader alike (the leader's blob route answered 500)."""
+    blob = b"0123456789abcdef" * (17 << 16)  # 17 MiB, compresses to a few hundred KiB
+    digest = hashlib.sha256(blob).hexdigest()
+    key = pair.group.admin(pair.leader).ok("POST", "/api/v1/keys",
+                                           json={"role": "submitter", "allow_code": True})["key"]
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/octet-stream",
+               "Content-Encoding": "gzip"}
+    conn = connect(pair.standby.url, timeout=60)
+    try:
+        conn.request("PUT", f"/api/v1/blobs/{digest}", body=gzip.compress(blob, 1), headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 201, resp.read()
+        resp.read()
+        conn.request("GET", f"/api/v1/blobs/{digest}", headers={"Authorization": headers["Authorization"]})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == blob
+    finally:
+        conn.close()
+    for member in (pair.standby, pair.leader):
+        conn = connect(member.url)
+        try:
+            conn.request("PUT", f"/api/v1/blobs/{DIGEST}", body=b"not gzip", headers=headers)
+            resp = conn.getresponse()
+            assert resp.status == 400, (member.url, resp.status, resp.read())
+            assert json.loads(resp.read())["errors"][0]["field"] == "(body)"
+        finally:
+            conn.close()
+
+
 @pytest.mark.timeout(60)
 def test_the_dashboard_event_stream_through_a_standby_outlives_the_first_byte_bound(pair: Pair) -> None:
     """The leader writes a keepalive every 15 s into an idle stream; the standby used to give
