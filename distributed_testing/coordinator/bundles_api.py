@@ -23,7 +23,7 @@ from ..bundles import digest as dg
 from ..bundles import manifest as mf
 from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
 from ..security import auth as sa
-from .rest import unreadable
+from .rest import read_body, unreadable
 from .runtime import RUNTIME, Runtime
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ async def read_capped(request: web.Request, cap: int, what: str) -> bytes:
 async def missing_blobs(request: web.Request) -> web.Response:
     """``{"digests": [...]}`` -> ``{"missing": [...]}``: which the coordinator lacks."""
     try:
-        body = msgspec.json.decode(await request.read())
+        body = msgspec.json.decode(await read_body(request))
     except msgspec.DecodeError as exc:
         raise ValidationError([{"field": "(body)", "error": f"not JSON: {exc}"}]) from exc
     digests = body.get("digests") if isinstance(body, dict) else None

@@ -172,7 +172,10 @@ async def login(request: web.Request) -> web.StreamResponse:
     wait = throttle.retry_after(addr, time.monotonic())
     if wait is not None:
         return _too_many(request, wait)
-    form = await request.post()
+    try:
+        form = await request.post()
+    except web.RequestPayloadError:  # not what its Content-Encoding says
+        return _unreadable(request, _login_refused(request, 400, "The sign-in form could not be read."))
     key = str(form.get("key", "")).strip()
     client = request.app[CLIENT]
     status, body, headers = (await client.call("POST", "/api/v1/auth/token", key, client=request.remote) if key
@@ -206,6 +209,15 @@ def _cross_site(request: web.Request) -> str | None:
     if origin is not None and urlsplit(origin).netloc.lower() != request.host.lower():
         return f"Origin: {origin}"
     return None
+
+
+def _unreadable(request: web.Request, resp: web.Response) -> web.Response:
+    """``resp``, the answer to a body that cannot be read: nothing more is read of it (aiohttp
+    would try, and log the same error as unhandled) and the connection closes after the answer
+    (its framing is lost)."""
+    request.content.feed_eof()
+    resp.force_close()
+    return resp
 
 
 def _login_refused(request: web.Request, status: int, message: str,
@@ -318,7 +330,13 @@ def _action(path: str) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         session = _checked(request)
         target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.RequestPayloadError as exc:  # not what its Content-Encoding says
+            detail = " ".join(str(exc.__cause__ or exc).split())
+            return _unreadable(request, _json({"error": "ValidationError", "message": f"cannot read the body: {detail}",
+                                               "errors": [{"field": "(body)", "error": f"cannot read the body: {detail}"}]},
+                                              400))
         try:
             doc = msgspec.json.decode(body) if body else None
         except msgspec.DecodeError as exc:

@@ -316,12 +316,19 @@ async def test_bodies_that_are_not_utf8_or_not_their_content_encoding_get_400_js
          "deflate"),
         ("truncated gzip", "/api/v1/tasks", zlib.compress(b'{"type": "custom"}')[:6], ("Content-Encoding: gzip",),
          True, "gzip"),
+        ("blob query, gzip that is not", "/api/v1/blobs/missing", b"plainly not gzip", ("Content-Encoding: gzip",),
+         False, "gzip"),
+        ("blob batch, gzip that is not", "/api/v1/blobs", b"plainly not gzip", ("Content-Encoding: gzip",), False,
+         "gzip"),
     ]
     async with run_cluster(tmp_path, workers=0) as c:
+        status, made = await c.request("POST", "/api/v1/keys", json={"role": "submitter", "allow_code": True})
+        assert status == 201, made
         for what, target, body, extra, chunked, names in cases:
             reader, writer = await asyncio.open_connection(*_addr(c))
+            key = made["key"] if target.startswith("/api/v1/blobs") else c.admin_key  # may ship code
             try:
-                writer.write(_post(target, body, c.admin_key, *extra, chunked=chunked))
+                writer.write(_post(target, body, key, *extra, chunked=chunked))
                 status, headers, answer = await asyncio.wait_for(_read_response(reader), 10)
             finally:
                 writer.close()

@@ -1,6 +1,6 @@
 """Attacks on the dashboard mounted in a coordinator (``dashboard=True``, real sockets): event
 streams that outlive their key or token, one session holding every stream, a sign-in posted from
-another site (login CSRF), an action body that is not JSON."""
+another site (login CSRF), an action body that is not JSON or not what its Content-Encoding says."""
 
 from __future__ import annotations
 
@@ -149,5 +149,16 @@ async def test_an_action_whose_body_is_not_json_gets_400(tmp_path: Path, caplog:
                                  headers={"X-CSRF-Token": csrf, "Content-Type": "application/json"}) as r:
                 assert r.status == 400
                 body = await r.json()
+            # a body that is not what its Content-Encoding says: 400 naming it, not a 500
+            async with http.post(c.base_url + "/dashboard/actions/workers/w0/drain", data=b"plainly not gzip",
+                                 headers={"X-CSRF-Token": csrf, "Content-Type": "application/json",
+                                          "Content-Encoding": "gzip"}) as r:
+                assert r.status == 400, await r.text()
+                encoded = await r.json()
+            async with jar_session() as other, other.post(
+                    c.base_url + "/dashboard/login", data=b"plainly not gzip", allow_redirects=False,
+                    headers={"Content-Type": "application/x-www-form-urlencoded", "Content-Encoding": "gzip"}) as r:
+                assert r.status == 400, await r.text()
         assert body["error"] == "ValidationError" and "not JSON" in body["message"]
+        assert encoded["error"] == "ValidationError" and encoded["errors"][0]["field"] == "(body)", encoded
         assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
