@@ -35,6 +35,7 @@ from ..errors import (
     http_headers,
     http_status,
 )
+from ..process.httpstream import end_after_broken_body
 from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, throttle
@@ -182,13 +183,14 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         undecided = _admit(request, forwarding)
         if forwarding:  # the leader authorizes it again
             return await forward.forward(request, again=forwarded, expect=undecided)
-        return await handler(request)
+        resp = await handler(request)
     except DTError as exc:
-        return _refusal(request, exc)
+        resp = _refusal(request, exc)
     except web.HTTPException as exc:  # aiohttp's own: unknown route, wrong method, body too large
         if exc.status < 400:
             raise
-        return _http_error(exc)
+        resp = _http_error(exc)
+    return end_after_broken_body(request, resp)
 
 
 def _forwards(request: web.Request) -> bool:

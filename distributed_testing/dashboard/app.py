@@ -40,7 +40,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
-from ..process.httpstream import ClientGone, chunks_while_connected
+from ..process.httpstream import ClientGone, chunks_while_connected, end_after_broken_body
 from ..security.throttle import AuthThrottle, address_key
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
@@ -128,6 +128,10 @@ _OPEN = ("/login", "/static")
 async def _session_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every route but the login and static files needs a live session; one that is missing
     gets the login page (pages) or 401 (data, events, actions). Domain errors become JSON."""
+    return end_after_broken_body(request, await _in_session(request, handler))
+
+
+async def _in_session(request: web.Request, handler: Handler) -> web.StreamResponse:
     resource = request.match_info.route.resource
     canonical = (resource.canonical if resource else "").removeprefix(request.app[CONFIG].prefix)
     client = request.app[CLIENT]

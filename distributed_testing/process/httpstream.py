@@ -1,8 +1,12 @@
-"""``chunks_while_connected``: an upstream HTTP answer read chunk by chunk while the client it is
-relayed to is still there. Shared by the standby's forwarding of event streams
+"""HTTP handling the coordinator and the dashboard share.
+
+``chunks_while_connected``: an upstream HTTP answer read chunk by chunk while the client it is
+relayed to is still there. Used by the standby's forwarding of event streams
 (``coordinator/forward.py``) and the dashboard's event relay (``dashboard/app.py``): aiohttp tells
 a handler nothing when its client goes away, and a stream that stays silent for a keepalive
-interval would otherwise hold its upstream connection (and its place under the caps) that long."""
+interval would otherwise hold its upstream connection (and its place under the caps) that long.
+
+``end_after_broken_body``: the middlewares of both apps pass each answer through it."""
 
 from __future__ import annotations
 
@@ -38,3 +42,16 @@ async def chunks_while_connected(request: web.Request, upstream: aiohttp.ClientR
     finally:
         if read is not None:
             read.cancel()
+
+
+def end_after_broken_body(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+    """``resp``, ending the connection when ``request``'s compressed body turned out not to
+    decode and its handler did not read it (a refusal before the body, a route that takes none).
+    aiohttp would read the rest to keep the connection and log the decoding error as an
+    unhandled exception with its traceback: any client, a refused one too, could fill the log so.
+    (A body still arriving when the answer is ready is left to aiohttp.)"""
+    content = request.content if request.body_exists else None
+    if content is not None and not content.is_eof() and content.exception() is not None:
+        content.feed_eof()  # the parser gave up on it: nothing more comes
+        resp.force_close()  # and the connection's framing is lost
+    return resp

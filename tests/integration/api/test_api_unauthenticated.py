@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import time
 import zlib
@@ -339,3 +340,29 @@ async def test_bodies_that_are_not_utf8_or_not_their_content_encoding_get_400_js
             assert names in doc["message"], (what, doc)
         status, _ = await c.request("GET", "/api/v1/tasks")
         assert status == 200  # and the coordinator serves on
+
+
+@pytest.mark.asyncio
+async def test_a_compressed_body_that_no_handler_reads_is_never_an_unhandled_error(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A body that is not what its ``Content-Encoding`` says, on a request answered without
+    reading it (refused credentials, an unknown task, a dashboard sign-in without a form): the
+    answer is the route's own, the connection ends after it, and nothing is logged as an
+    error. aiohttp used to read such a body after the answer and log the decoding error with its
+    traceback, for anyone, credentials or not."""
+    cases = [("anonymous", "/api/v1/keys", "not-a-key", 401), ("unknown task", "/api/v1/tasks/nope/cancel", None, 404),
+             ("dashboard sign-in", "/dashboard/login", None, 401)]
+    async with run_cluster(tmp_path, workers=0, dashboard=True) as c:
+        with caplog.at_level(logging.ERROR):
+            for what, target, key, want in cases:
+                reader, writer = await asyncio.open_connection(*_addr(c))
+                try:
+                    writer.write(_post(target, b"plainly not gzip", key or c.admin_key, "Content-Encoding: gzip"))
+                    status, headers, _ = await asyncio.wait_for(_read_response(reader), 10)
+                    assert (status, headers.get("connection")) == (want, "close"), what
+                    assert await asyncio.wait_for(reader.read(), 10) == b"", what  # closed after the answer
+                finally:
+                    writer.close()
+            await asyncio.sleep(0.2)  # what aiohttp would have logged after the answer
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not errors, errors
