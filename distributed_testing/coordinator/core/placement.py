@@ -26,6 +26,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import messages as m
 from ...tasks import spec as specs
 from ...tasks.spec import Requirements
 from ...tasks.usercode import ALLOW_MODEL_MODULES_FLAG, model_module, module_allowed
@@ -186,6 +187,14 @@ def shared_gpus(workers: Iterable[WorkerView]) -> list[str]:
         shared |= w.gpus & seen
         seen |= w.gpus
     return sorted(shared)
+
+
+def registered_view(reg: m.Register) -> WorkerView:
+    """What placement knows of a worker from its registration."""
+    return WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags), reg.memory_gb,
+                      reg.max_concurrent, model_modules=tuple(reg.model_modules),
+                      handlers=None if reg.handlers is None else frozenset(reg.handlers),
+                      accept_bundles=reg.accept_bundles, gpus=reported_gpus(reg.hardware))
 
 
 def reported_gpus(hardware: Mapping[str, Any]) -> frozenset[str]:

@@ -45,7 +45,7 @@ from .placement import (
     pending_reason,
     pick_ahead,
     pick_worker,
-    reported_gpus,
+    registered_view,
     unmet,
     unrunnable,
 )
@@ -227,10 +227,7 @@ class CoordinatorState:
         cmds: list[Command] = []
         if w is not None and w.connected and w.session_id != session_id and w.session_id:
             cmds.append(CloseWorker(w.worker_id, w.session_id, "replaced by a new session"))
-        view = WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags),
-                          reg.memory_gb, reg.max_concurrent, model_modules=tuple(reg.model_modules),
-                          handlers=None if reg.handlers is None else frozenset(reg.handlers),
-                          accept_bundles=reg.accept_bundles, gpus=reported_gpus(reg.hardware))
+        view = registered_view(reg)
         first = w.first_seen if w else now
         if w is None and len(self._worker_ids) == len(self.workers):
             bisect.insort(self._worker_ids, reg.worker_id)  # a new id: O(log n) to find, no re-sort

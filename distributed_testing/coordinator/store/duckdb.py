@@ -54,6 +54,7 @@ from .duckdbsql import (
     TERMINAL_SQL,
     create_schema,
     migrate_step,
+    missing_tasks,
     pending_task_ids,
     stored_result_keys,
     task_order,
@@ -76,14 +77,9 @@ T = TypeVar("T")
 FRESH = (TaskRow, ResultRow)
 
 
-# A checkpoint starts early once this many records wait (else every ``checkpoint_interval_s``).
-# Each checkpoint has a fixed cost (a rotation's fsyncs, a DuckDB COMMIT) and a task whose
-# submission and outcome fall in one batch is one INSERT instead of an INSERT and an UPDATE, so
-# bigger batches are cheaper per task. Measured (`benchmarks/write_path.py`, 10,000 no-op tasks
-# queued at once, 4 rounds alternating in one run, 2026-11-26): 20,000 against 5,000 records took
-# the coordinator's CPU from 146-167 to 124-131 µs per task and the throughput from 4,898 to 5,951
-# tasks/s (median). The records wait in memory (and in the journal, replayed at a restart) until
-# then: at a no-op task's ~5 records, about 4,000 tasks' worth.
+# A checkpoint starts early once this many records wait: each has fixed costs (fsyncs, a COMMIT),
+# and a task whose submission and outcome share a batch is one INSERT, not an INSERT and an UPDATE
+# (against 5,000: about -20 % coordinator CPU per task; benchmarks/RESULTS.md, "Third pass").
 CHECKPOINT_MAX_RECORDS = 20_000
 
 
@@ -386,10 +382,7 @@ class DuckDBStore:
         if updated != len(changes):
             if ranged:
                 raise _Retry(f"{len(changes)} task changes matched {updated} stored tasks by their seq")
-            ids = [c.task_id for c in changes]
-            stored = {tid for (tid,) in con.execute("SELECT task_id FROM tasks WHERE list_contains(?, task_id)",
-                                                    [ids]).fetchall()}
-            missing = [tid for tid in ids if tid not in stored]
+            missing = missing_tasks(con, [c.task_id for c in changes])
             raise StoreError(
                 f"{self.path}: {len(changes)} task changes matched {updated} stored tasks: the journal "
                 f"{self.journal_dir} changes {len(missing)} task(s) this DuckDB file does not hold "

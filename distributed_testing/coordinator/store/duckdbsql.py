@@ -224,6 +224,13 @@ def update_tasks(con: duckdb.DuckDBPyConnection, changes: list[TaskChange], *, r
     return int(batch.nbytes), updated
 
 
+def missing_tasks(con: duckdb.DuckDBPyConnection, task_ids: list[str]) -> list[str]:
+    """Those of ``task_ids`` that ``tasks`` does not hold, in order."""
+    stored = {tid for (tid,) in con.execute("SELECT task_id FROM tasks WHERE list_contains(?, task_id)",
+                                            [task_ids]).fetchall()}
+    return [tid for tid in task_ids if tid not in stored]
+
+
 def update_tasks_sql(view: str, *, ranged: bool = False) -> str:
     """Apply the changes in Arrow view ``view`` to ``tasks``; its row count is the rows updated.
     ``ranged``: only the changes, and only the stored rows, whose seq lies between the parameters'
