@@ -41,6 +41,7 @@ from ..security import keys as sk
 from ..security import roles, throttle
 from ..tasks import spec as specs
 from . import admission, bundles_api, events, forward, keys_api, openapi, views
+from .core.entities import Task
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -333,12 +334,24 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     if wait > 0:
         ids = [a["task_id"] for a in accepted]
         await rt.wait_terminal(ids, wait)
-        if rt.state.missing(ids):  # finished and left memory meanwhile: read back (views.find_task)
-            await views.load_missing(rt.state, rt.store, ids)
-        for a in accepted:
-            t = rt.state.get(a["task_id"])
+        for a, t in zip(accepted, await settled(rt, ids), strict=True):
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
+
+
+
+async def settled(rt: Runtime, task_ids: list[str]) -> list[Task]:
+    """Each of ``task_ids`` (in memory, or read back if it left memory) once none of them has an
+    outcome whose records are still being written: what a ``?wait`` answer may show. A wait
+    that ended (its time up, or ``Runtime.shutdown``) while such a write was in flight waits for
+    it here, so an answer never shows an outcome that a crash could still take back. Nothing is
+    awaited between the last look and the read."""
+    while True:
+        await views.load_missing(rt.state, rt.store, task_ids)  # awaits nothing when all are in memory
+        writing = [tid for tid in task_ids if rt.undurable(tid)]
+        if not writing:
+            return [rt.state.get(tid) for tid in task_ids]
+        await rt.wait_terminal(writing, MAX_WAIT_S)
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -349,9 +362,9 @@ async def get_task(request: web.Request) -> web.Response:
     rt = _rt(request)
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
     t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
-    if wait > 0 or rt.undurable(t.task_id):  # at once for an outcome on disk; else until it is
-        await rt.wait_terminal([t.task_id], wait if wait > 0 else MAX_WAIT_S)
-        t = await views.find_task(rt.state, rt.store, t.task_id)  # the same task; maybe retired meanwhile
+    if wait > 0:
+        await rt.wait_terminal([t.task_id], wait)
+    (t,) = await settled(rt, [t.task_id])  # at once for an outcome on disk; else once it is
     view = views.task_view(rt.state, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))

@@ -9,8 +9,9 @@ credentials) are plain counts kept by the event loop (:class:`LoopCounter`, :cla
 an observation is a bisect and two additions, about 0.6 µs, where prometheus-client's
 ``Histogram.observe`` takes a lock for the bucket and one for the sum (about 4 µs here; a serial
 ``?wait`` task made six observations and two increments, a task under load about three). They are
-read only at scrape time, which also runs on the loop. Unlike prometheus-client's own instruments
-they export no ``_created`` series.
+read only at scrape time, which also runs on the loop. Like prometheus-client's own instruments
+they export a ``_created`` series (the time they were made), unless prometheus-client's is off
+(``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics``).
 
 A per-runtime registry, never prometheus-client's global one: a process may hold several
 coordinators (tests do), and each must report only its own.
@@ -20,11 +21,13 @@ Metric names (all prefixed ``dt_``) are listed in docs/operations.md, "Metrics".
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import metrics as client_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -33,6 +36,11 @@ from ..process.promhttp import CONTENT_TYPE, serve_metrics
 from .core.state import CoordinatorState
 
 _go_float = cast(Callable[[float], str], floatToGoString)  # how prometheus-client writes a bucket bound
+
+
+def _created(at: float) -> float | None:
+    """``at`` where prometheus-client's own instruments export their ``_created`` series now."""
+    return at if getattr(client_metrics, "_use_created", True) else None
 
 
 class Runtime(Protocol):
@@ -63,23 +71,23 @@ _LOAD_GAUGES = (("cpu_percent", "dt_worker_cpu_percent", "CPU use of the worker'
 class LoopCounter:
     """A counter updated and read on the event loop only (see the module doc)."""
 
-    __slots__ = ("name", "doc", "value")
+    __slots__ = ("name", "doc", "value", "created")
 
     def __init__(self, name: str, doc: str) -> None:
-        self.name, self.doc, self.value = name, doc, 0.0
+        self.name, self.doc, self.value, self.created = name, doc, 0.0, time.time()
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
 
     def family(self) -> Metric:
-        return CounterMetricFamily(self.name, self.doc, value=self.value)
+        return CounterMetricFamily(self.name, self.doc, value=self.value, created=_created(self.created))
 
 
 class LoopHistogram:
     """A histogram updated and read on the event loop only (see the module doc); ``buckets`` are
     the upper bounds, ascending, the last one ``inf``, each inclusive as Prometheus has them."""
 
-    __slots__ = ("name", "doc", "bounds", "counts", "sum")
+    __slots__ = ("name", "doc", "bounds", "counts", "sum", "created")
 
     def __init__(self, name: str, doc: str, buckets: Sequence[float]) -> None:
         if list(buckets) != sorted(buckets) or buckets[-1] != float("inf"):
@@ -88,6 +96,7 @@ class LoopHistogram:
         self.bounds = tuple(float(b) for b in buckets)
         self.counts = [0] * len(self.bounds)
         self.sum = 0.0
+        self.created = time.time()
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value
@@ -100,6 +109,8 @@ class LoopHistogram:
             buckets.append((_go_float(bound), cumulative))
         f = HistogramMetricFamily(self.name, self.doc)
         f.add_metric([], buckets, self.sum)
+        if (created := _created(self.created)) is not None:
+            f.add_sample(self.name + "_created", {}, created)
         return f
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics import disable_created_metrics, enable_created_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from distributed_testing.config import CoordinatorConfig
@@ -54,12 +55,12 @@ def test_each_runtime_reports_only_its_own() -> None:
 
 def test_loop_instruments_render_as_prometheus_client_would() -> None:
     """LoopHistogram and LoopCounter (the task path's cheap instruments) give the samples of
-    prometheus-client's Histogram and Counter for the same observations, bucket bounds included."""
+    prometheus-client's Histogram and Counter for the same observations, bucket bounds and the
+    ``_created`` series (what a dashboard or alert on the old output may read) included."""
 
     def text_samples(reg: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples
-                if not s.name.endswith("_created")}  # prometheus-client's own; ours export none
+        return {(s.name, tuple(sorted(s.labels.items()))): 0.0 if s.name.endswith("_created") else s.value
+                for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
 
     values = [0.0, 0.001, 0.0011, 0.5, 2.5, 7.0, 3600.0, 1e9, 4, 4096, 4097]
     for buckets in (LATENCY_BUCKETS, RECORD_BUCKETS):
@@ -73,3 +74,10 @@ def test_loop_instruments_render_as_prometheus_client_would() -> None:
         c.inc(3)
         lc.inc(3)
         assert text_samples(ours) == text_samples(theirs)
+        assert {("c_created", ()), ("h_created", ())} <= text_samples(ours).keys()
+        disable_created_metrics()  # PROMETHEUS_DISABLE_CREATED_SERIES: neither exports them then
+        try:
+            assert text_samples(ours) == text_samples(theirs)
+            assert ("c_created", ()) not in text_samples(ours)
+        finally:
+            enable_created_metrics()

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from distributed_testing.config import CoordinatorConfig
+from distributed_testing.coordinator import api
 from distributed_testing.coordinator.core.commands import Command, Notify, Save, Send
 from distributed_testing.coordinator.core.rows import MetaRow, Record
-from distributed_testing.coordinator.runtime import Runtime, Session
+from distributed_testing.coordinator.runtime import RUNTIME, Runtime, Session
 from distributed_testing.coordinator.store.memory import MemoryStore
 from distributed_testing.errors import StoreError
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel
+from distributed_testing.security.auth import Principal
+from distributed_testing.security.roles import Role
 from distributed_testing.tasks.spec import parse_tasks
 
 
@@ -78,6 +84,42 @@ async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> Non
     await written
     await asyncio.wait_for(rt.wait_terminal(["t1"], 10.0), 1)  # durable now: answers at once
     assert not rt._undurable and not rt._waiters
+
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("route", ["submit", "get"])
+async def test_a_wait_that_ends_while_the_outcome_is_written_answers_once_it_is_durable(route: str) -> None:
+    """``?wait=S`` ending (S elapsed) while the task's outcome is set in memory and its write is
+    still in flight: the answer waits for that write rather than show an outcome a crash could
+    still take back (``GET /api/v1/tasks/{id}`` without ``?wait`` already did)."""
+    rt, store, _ = await runtime_with_worker()
+    principal = Principal(key_id="k", role=Role.ADMIN, name="k", via="api_key")
+    doc = b'{"task_id": "t1", "type": "custom", "config": {"name": "noop"}}'
+    if route == "submit":
+        answer = asyncio.ensure_future(api.submit(rt, principal, doc, 0.05))
+    else:
+        await api.submit(rt, principal, doc, 0.0)
+        request = make_mocked_request("GET", "/api/v1/tasks/t1?wait=0.05", match_info={"task_id": "t1"},
+                                      app=web.Application())
+        request.app[RUNTIME] = rt
+        answer = asyncio.ensure_future(api.get_task(request))
+    async with asyncio.timeout(5):
+        while "t1" not in rt._waiters:  # the ?wait is waiting for the outcome
+            await asyncio.sleep(0.001)
+
+    store.gated = True
+    written = rt.execute(rt.state.results("w", m.Results([m.TaskResult("t1", 1, "succeeded", 100.0, 100.5)]), 100.5))
+    assert rt.undurable("t1")  # the outcome is set in memory, its records not on disk yet
+    done, _ = await asyncio.wait([answer], timeout=0.5)  # ten times the ?wait
+    assert not done, "?wait answered with an outcome that was not durable"
+
+    store.release()
+    await written
+    async with asyncio.timeout(5):
+        result = await answer
+    body = result[1]["tasks"][0] if route == "submit" else msgspec.json.decode(result.body)  # type: ignore[union-attr]
+    assert (body["state"], body["outcome"]["status"]) == ("succeeded", "succeeded")
 
 
 def sent(session: Session) -> list[m.Message]:
