@@ -41,7 +41,6 @@ from ..security import keys as sk
 from ..security import roles, throttle
 from ..tasks import spec as specs
 from . import admission, bundles_api, events, forward, keys_api, openapi, views
-from .core.entities import Task
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -334,24 +333,10 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     if wait > 0:
         ids = [a["task_id"] for a in accepted]
         await rt.wait_terminal(ids, wait)
-        for a, t in zip(accepted, await settled(rt, ids), strict=True):
+        for a, t in zip(accepted, await rt.settled(ids, MAX_WAIT_S), strict=True):
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
 
-
-
-async def settled(rt: Runtime, task_ids: list[str]) -> list[Task]:
-    """Each of ``task_ids`` (in memory, or read back if it left memory) once none of them has an
-    outcome whose records are still being written: what a ``?wait`` answer may show. A wait
-    that ended (its time up, or ``Runtime.shutdown``) while such a write was in flight waits for
-    it here, so an answer never shows an outcome that a crash could still take back. Nothing is
-    awaited between the last look and the read."""
-    while True:
-        await views.load_missing(rt.state, rt.store, task_ids)  # awaits nothing when all are in memory
-        writing = [tid for tid in task_ids if rt.undurable(tid)]
-        if not writing:
-            return [rt.state.get(tid) for tid in task_ids]
-        await rt.wait_terminal(writing, MAX_WAIT_S)
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -364,7 +349,7 @@ async def get_task(request: web.Request) -> web.Response:
     t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
     if wait > 0:
         await rt.wait_terminal([t.task_id], wait)
-    (t,) = await settled(rt, [t.task_id])  # at once for an outcome on disk; else once it is
+    (t,) = await rt.settled([t.task_id], MAX_WAIT_S)  # at once for an outcome on disk; else once it is
     view = views.task_view(rt.state, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":
         rows = await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000))

@@ -49,6 +49,7 @@ from ..security import secret_file, tokens
 from ..security.roles import Role
 from . import views
 from .core.commands import CloseWorker, Command, Notify, Refused, Save, Send
+from .core.entities import Task
 from .core.policy import Policy
 from .core.quota import MIB
 from .core.rows import KeyRow, MetaRow, Record, TaskRow
@@ -405,6 +406,20 @@ class Runtime:
         """Read the tasks among ``task_ids`` that left memory back from the store
         (``views.load_missing``) before an event that names them."""
         await views.load_missing(self.state, self.store, task_ids)
+
+    async def settled(self, task_ids: list[str], bound_s: float) -> list[Task]:
+        """Each of ``task_ids`` (in memory, or read back if it left memory) once none of them has
+        an outcome whose records are still being written (waiting at most ``bound_s`` at a
+        time): what a ``?wait`` answer may show. A wait that ended (its time up, or
+        :meth:`shutdown`) while such a write was in flight waits for it here, so an answer never
+        shows an outcome that a crash could still take back. Nothing is awaited between the last
+        look and the read."""
+        while True:
+            await self.load_tasks(task_ids)  # awaits nothing when all are in memory
+            writing = [tid for tid in task_ids if tid in self._undurable]
+            if not writing:
+                return [self.state.get(tid) for tid in task_ids]
+            await self.wait_terminal(writing, bound_s)
 
     async def wait_terminal(self, task_ids: Sequence[str], timeout: float) -> None:
         """Wait until every one of these tasks is in a terminal state that is on disk (or ``timeout``
