@@ -99,9 +99,12 @@ class OutputTail:
         while self._size - len(self._chunks[0]) >= self._limit:
             self._size -= len(self._chunks.popleft())
 
-    def text(self) -> str:
-        """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes."""
-        data = b"".join(self._chunks)[-self._limit :]
+    def text(self, since: int = 0) -> str:
+        """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes; with
+        ``since`` (``total_bytes`` at some moment), only what was fed after that moment: a
+        long-lived child's output for one request, not that of the requests before it."""
+        keep = min(self._limit, self.total_bytes - since)
+        data = b"".join(self._chunks)[-keep:] if keep > 0 else b""
         return data.decode("utf-8", errors="replace")
 
     async def drain(self, reader: asyncio.StreamReader, log_prefix: str | None = None) -> None:
