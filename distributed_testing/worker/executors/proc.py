@@ -19,8 +19,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TAIL_BYTES = 4096
 # control characters shown escaped in a child's logged output (tab kept): none can end the line,
-# move the cursor or recolour a terminal
-_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09}
+# move the cursor or recolour a terminal; nor the line and paragraph separators, which end a line
+# for str.splitlines (a log reader in Python) and some viewers
+_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09} | {
+    c: f"\\u{c:04x}" for c in (0x2028, 0x2029)}
 
 
 def kill_process_group(pgid: int) -> bool:
