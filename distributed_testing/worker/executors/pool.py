@@ -103,7 +103,8 @@ class _Child:
                 await self._drain  # cancelled at the timeout
         except TimeoutError:
             logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
-        confine.remove(self.scratch)
+        # in a thread: a task may have left a large tree there, and the loop carries the heartbeats
+        await asyncio.to_thread(confine.remove, self.scratch)
         return code
 
 
