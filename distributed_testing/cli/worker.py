@@ -105,7 +105,11 @@ def _enable_swap(limits: Mapping[str, object]) -> None:
         raise ConfigError(f"--enable-swap: {why}; add swap space (swapon) or drop the flag")
 
 
-async def run_worker(config: WorkerConfig) -> int:
+async def run_worker(config: WorkerConfig, exit_deadline: ExitDeadline | None = None) -> int:
+    """Run a worker until it stops; its exit status. ``exit_deadline``: the process's last resort
+    (``entry``), armed when a stop begins and left armed when the agent stopped, so that what
+    follows (``asyncio.run`` waits for the default executor's threads) is bounded too; without
+    it (a process that runs the worker in-process) one is armed for the stop and disarmed after."""
     from ..worker.factory import build_agent
 
     if config.reset_state:
@@ -125,7 +129,7 @@ async def run_worker(config: WorkerConfig) -> int:
     if config.metrics_port is not None:
         metrics = await _serve_metrics(agent, config.metrics_host, config.metrics_port)
     try:
-        return await _run_agent(agent)
+        return await _run_agent(agent, exit_deadline)
     finally:
         if metrics is not None:
             await metrics.cleanup()
@@ -138,8 +142,9 @@ async def _serve_metrics(agent: WorkerAgent, host: str, port: int) -> web.AppRun
     return runner
 
 
-async def _run_agent(agent: WorkerAgent) -> int:
-    deadline = ExitDeadline(asyncio.get_running_loop())
+async def _run_agent(agent: WorkerAgent, exit_deadline: ExitDeadline | None) -> int:
+    deadline = exit_deadline or ExitDeadline()
+    deadline.loop = asyncio.get_running_loop()
     agent.on_stop = lambda seconds: deadline.arm(seconds + EXIT_GRACE_S, "the worker began to stop")
     runner = asyncio.create_task(agent.run(), name="worker-agent")
     try:
@@ -150,9 +155,10 @@ async def _run_agent(agent: WorkerAgent) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await obeying
     finally:
-        # the agent stopped: this deadline is done (main() arms one for the interpreter's exit;
-        # a process that ran the worker in-process, a test, runs on)
-        deadline.cancel()
+        if exit_deadline is None:  # a process that ran the worker in-process (a test) runs on
+            deadline.cancel()
+        else:  # the rest of the way out (asyncio.run joins the executor's threads, unbounded) is bounded too
+            deadline.arm(EXIT_GRACE_S, "the worker's agent stopped")
     try:
         await runner
     except RetriesExhausted as exc:
@@ -203,7 +209,7 @@ class _Signals:
         return await self._q.get()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, exit_deadline: ExitDeadline | None = None) -> int:
     ns = build_parser().parse_args(argv)
     setup_logging(ns.log_level)
     try:
@@ -211,18 +217,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         scrub_environ(os.environ, [s for s in (config.api_key, config.token) if s])
         loop = aio.loop_choice()
         tune_gc()
-        return aio.run(run_worker(config), loop)
+        return aio.run(run_worker(config, exit_deadline), loop)
     except (ConfigError, SessionRejected) as exc:
         print(f"dt-worker: {exc}", file=sys.stderr)
         return 2
 
 
 def entry() -> int:
-    """``dt-worker`` as a process: ``main``, then the interpreter's exit (the threads it waits for)
-    bounded like the stop path. ``main`` itself arms nothing, so a process that calls it (a test)
-    runs on."""
-    code = main()
-    ExitDeadline().arm(EXIT_GRACE_S, "the worker's agent stopped")
+    """``dt-worker`` as a process: ``main`` with the process's last resort, which stays armed from
+    the moment a stop begins until the process has exited (the event loop's teardown and the
+    interpreter's exit wait for threads without a bound). ``main`` without one disarms it once the
+    agent stopped, so a process that calls it (a test) runs on."""
+    deadline = ExitDeadline()
+    code = main(exit_deadline=deadline)
+    deadline.arm(EXIT_GRACE_S, "the worker's agent stopped")
     return code
 
 

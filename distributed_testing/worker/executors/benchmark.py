@@ -216,9 +216,9 @@ class BenchmarkExecutor:
         self._stderr[child] = tail, asyncio.create_task(tail.forward(child.stderr, log, f"benchmark child {child.pid}:"))
         return child
 
-    async def _reap(self, child: asyncio.subprocess.Process) -> tuple[int, str]:
+    async def _reap(self, child: asyncio.subprocess.Process, since: int = 0) -> tuple[int, str]:
         """Kill ``child``'s process group, wait for it and for the rest of its stderr; its exit
-        code and stderr's tail."""
+        code and stderr's tail (what it wrote after ``since`` bytes: ``OutputTail.text``)."""
         code = await kill_and_reap(child)
         tail, forward = self._stderr.pop(child, (OutputTail(), None))
         if forward is not None:
@@ -227,7 +227,7 @@ class BenchmarkExecutor:
                     await forward
             except TimeoutError:
                 log.warning("benchmark child %d: stderr still open 5 s after exit (a process left its group)", child.pid)
-        return code, tail.text()
+        return code, tail.text(since)
 
     async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line. A child that
@@ -237,6 +237,8 @@ class BenchmarkExecutor:
             self._child = await self._spawn()
         child = self._child
         assert child.stdin is not None and child.stdout is not None
+        # a cached child served the tasks before this one: what it wrote for them is not this one's
+        mark = self._stderr[child][0].total_bytes if child in self._stderr else 0
         child.stdin.write(json.dumps({"id": next(self._ids), **request}).encode() + b"\n")
         try:
             async with asyncio.timeout(timeout):
@@ -249,7 +251,7 @@ class BenchmarkExecutor:
             line = b""
             log.warning("benchmark child pipe broke: %s", exc)
         if not line:
-            code, stderr_tail = await self._reap(child)
+            code, stderr_tail = await self._reap(child, since=mark)
             self._child = None
             self._fingerprints.clear()
             raise _ChildDied(code, stderr_tail)

@@ -103,7 +103,8 @@ class _Child:
                 await self._drain  # cancelled at the timeout
         except TimeoutError:
             logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
-        confine.remove(self.scratch)
+        # in a thread: a task may have left a large tree there, and the loop carries the heartbeats
+        await asyncio.to_thread(confine.remove, self.scratch)
         return code
 
 
@@ -302,6 +303,7 @@ class HandlerPool:
         self, child: _Child, payload: bytes, seq: int, timeout_s: float | None, max_memory_mb: int | None
     ) -> PoolResult:
         watch = MemoryWatch(child.pid, max_memory_mb) if max_memory_mb else None
+        mark = child.stderr_tail.total_bytes  # the tasks before this one wrote what came before
         limited = await run_limited(child.request(payload), timeout_s=timeout_s, watch=watch)
         if limited.verdict == "timed_out":
             return PoolResult("timed_out", child.pid)
@@ -311,7 +313,7 @@ class HandlerPool:
         reply = limited.value
         if reply is None:
             code = await child.reap()
-            return PoolResult("died", child.pid, returncode=code, stderr_tail=child.stderr_tail.text())
+            return PoolResult("died", child.pid, returncode=code, stderr_tail=child.stderr_tail.text(since=mark))
         if reply.seq != seq:
             raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
         return PoolResult("reply", child.pid, reply=reply)

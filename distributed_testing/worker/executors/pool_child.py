@@ -13,10 +13,12 @@ and dies with it when the parent kills the group.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import logging
 import os
 import shutil
+import stat
 import struct
 import sys
 import time
@@ -133,6 +135,9 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
     while (payload := _read_frame(proto_in)) is not None:
         request = decoder.decode(payload)
         reply = run_request(registry, request, json_encoder)
+        for stream in (sys.stdout, sys.stderr):  # this task's output before its reply, never in the next's
+            with contextlib.suppress(Exception):  # a handler may have closed or replaced them
+                stream.flush()
         proto_out.write(frame(encoder.encode(reply)))
         proto_out.flush()
         if request.clean_scratch and request.work_dir is not None:
@@ -189,38 +194,69 @@ class ScratchWatch:
 def empty_dir(path: Path) -> None:
     """Remove everything in ``path`` (absent is fine)."""
     try:
+        _own(path)
         entries = list(os.scandir(path))
     except FileNotFoundError:
         return
     for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                pass
+        _remove(entry)
 
 
 def empty_scratch(root: Path) -> None:
     """Leave ``root`` holding nothing but empty ``work`` and ``tmp`` (``TMPDIR``): the files one
     task left for the next are removed. Checking costs a few directory reads when there are none
     (creating and removing directories costs milliseconds on some disks)."""
+    _own(root)
     kept = set()
     with os.scandir(root) as entries:
         for entry in entries:
             if entry.name in SCRATCH_DIRS and entry.is_dir(follow_symlinks=False):
-                with os.scandir(entry.path) as inner:
+                with contextlib.suppress(PermissionError), os.scandir(entry.path) as inner:  # unlistable: removed
                     if next(inner, None) is None:
                         kept.add(entry.name)
                         continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+            _remove(entry)
     for name in SCRATCH_DIRS:
         if name not in kept:
             os.makedirs(root / name, exist_ok=True)
+
+
+def _own(directory: Path | str) -> None:
+    """Give the owner back every right on ``directory`` (a task may have taken them away)."""
+    mode = stat.S_IMODE(os.stat(directory, follow_symlinks=False).st_mode)
+    if mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.chmod(directory, mode | stat.S_IRWXU)
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    """Remove ``entry``, a tree too, also one a task made read-only or unlistable (Go leaves its
+    module cache 0555, an unpacked archive keeps its modes): a tree ``rmtree`` cannot remove has
+    its directories opened to the owner and is removed again. What still cannot be removed
+    raises: the child ends, and a new one, with a new scratch directory, takes its place."""
+    if not entry.is_dir(follow_symlinks=False):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+        return
+    try:
+        shutil.rmtree(entry.path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        _open_tree(entry.path)
+        shutil.rmtree(entry.path)
+
+
+def _open_tree(directory: str) -> None:
+    """Give the owner every right on ``directory`` and each directory below it (not through a link)."""
+    with contextlib.suppress(OSError):
+        _own(directory)
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _open_tree(entry.path)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -19,8 +19,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TAIL_BYTES = 4096
 # control characters shown escaped in a child's logged output (tab kept): none can end the line,
-# move the cursor or recolour a terminal
-_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09}
+# move the cursor or recolour a terminal; nor the line and paragraph separators, which end a line
+# for str.splitlines (a log reader in Python) and some viewers
+_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x09} | {
+    c: f"\\u{c:04x}" for c in (0x2028, 0x2029)}
 
 
 def kill_process_group(pgid: int) -> bool:
@@ -99,9 +101,12 @@ class OutputTail:
         while self._size - len(self._chunks[0]) >= self._limit:
             self._size -= len(self._chunks.popleft())
 
-    def text(self) -> str:
-        """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes."""
-        data = b"".join(self._chunks)[-self._limit :]
+    def text(self, since: int = 0) -> str:
+        """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes; with
+        ``since`` (``total_bytes`` at some moment), only what was fed after that moment: a
+        long-lived child's output for one request, not that of the requests before it."""
+        keep = min(self._limit, self.total_bytes - since)
+        data = b"".join(self._chunks)[-keep:] if keep > 0 else b""
         return data.decode("utf-8", errors="replace")
 
     async def drain(self, reader: asyncio.StreamReader, log_prefix: str | None = None) -> None:

@@ -55,3 +55,23 @@ async def test_the_childs_stderr_goes_to_the_log_marked_as_its_own(
     assert line.startswith("benchmark child ") and "forged\\x0d\\x1b[2Kerased" in line and "\x1b" not in line
     assert dying.status == "error" and "exit code 3" in (dying.error or ""), dying
     assert "last words before the end" in dying.output["stderr_tail"]
+
+
+async def test_a_cached_childs_death_reports_only_the_stderr_of_its_own_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``cache_models`` one child serves task after task (of different submitters): the tail
+    in a died task's result is what the child wrote for that task, not for the ones before."""
+    (tmp_path / "opmodels.py").write_text(MODELS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    ex = BenchmarkExecutor(BenchmarkOptions(allow_model_modules=("opmodels",), cache_models=True))
+    try:
+        chatty = await ex.run(TaskContext("t1", 1, "benchmark", {**BENCH, "model": "opmodels:chatty"},
+                                          timeout_s=60, allow_model_modules=("opmodels",)))
+        dying = await ex.run(TaskContext("t2", 1, "benchmark", {**BENCH, "model": "opmodels:dying"},
+                                         timeout_s=60, allow_model_modules=("opmodels",)))
+    finally:
+        await ex.close()
+    assert chatty.status == "succeeded", chatty.error
+    assert dying.status == "error" and "exit code 3" in (dying.error or ""), dying
+    assert "last words before the end" in dying.output["stderr_tail"]
+    assert "forged" not in dying.output["stderr_tail"], dying.output["stderr_tail"]

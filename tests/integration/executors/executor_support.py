@@ -28,6 +28,16 @@ def exit_hard(parameters, ctx):
     os._exit(parameters.get("code", 7))
 
 
+def whisper(parameters, ctx):
+    print(parameters["text"])  # stdout (the child's stderr), buffered
+    return {}
+
+
+def say_and_exit(parameters, ctx):
+    print(parameters["text"], flush=True)
+    os._exit(3)
+
+
 def segfault(parameters, ctx):
     ctypes.string_at(0)
 
@@ -63,7 +73,7 @@ def hog(parameters, ctx):
     return {"len": len(held)}
 '''
 
-HANDLER_NAMES = ("boom", "exit_hard", "segfault", "whoami", "spawn_and_block", "chatty", "not_json", "hog")
+HANDLER_NAMES = ("boom", "exit_hard", "say_and_exit", "whisper", "segfault", "whoami", "spawn_and_block", "chatty", "not_json", "hog")
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:

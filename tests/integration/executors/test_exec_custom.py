@@ -103,6 +103,27 @@ def test_child_death_is_error_and_child_is_replaced(
     assert after.status == "succeeded" and after.output["pid"] != before
 
 
+def test_a_died_result_carries_its_own_tasks_stderr_only(handler_dir: Path, handler_specs: dict[str, str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm child serves task after task (of different submitters); the stderr tail a task whose
+    child died gets in its result is what that task wrote, not what the tasks before it wrote (nor
+    what a task before it printed and the child flushed only later: stdout is block-buffered)."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    executor = CustomExecutor(1, handlers=handler_specs, pythonpath=[handler_dir])
+
+    async def body(ex: CustomExecutor):
+        before = [await ex.run(ctx("chatty", task_id="someone-elses")),
+                  await ex.run(ctx("whisper", {"text": "a secret of someone else"}, task_id="theirs"))]
+        died = await ex.run(ctx("say_and_exit", {"text": "my own last words"}, task_id="mine"))
+        return before, died
+
+    before, died = run(closing(executor, body))
+    assert [b.status for b in before] == ["succeeded"] * 2 and died.status == "error"
+    tail = died.output["stderr_tail"]
+    assert "my own last words" in tail
+    assert "to stderr" not in tail and "xxx" not in tail and "secret" not in tail, tail
+
+
 def test_timeout_kills_child_and_grandchild(executor: CustomExecutor, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
 
