@@ -192,7 +192,8 @@ SLOW = """
 
     def test_slow():
         child = subprocess.Popen(["sleep", "60"])
-        Path("{pidfile}").write_text(str(child.pid))
+        Path("{pidfile}.part").write_text(str(child.pid))
+        Path("{pidfile}.part").rename("{pidfile}")  # whole when it appears: the test reads it at once
         print("started sleeper", flush=True)
         time.sleep(60)
 """
