@@ -155,6 +155,7 @@ async def _run_agent(agent: WorkerAgent, exit_deadline: ExitDeadline | None) -> 
             with contextlib.suppress(asyncio.CancelledError):
                 await obeying
     finally:
+        agent.on_stop = lambda _seconds: None  # a drain still winding down arms nothing from here on
         if exit_deadline is None:  # a process that ran the worker in-process (a test) runs on
             deadline.cancel()
         else:  # the rest of the way out (asyncio.run joins the executor's threads, unbounded) is bounded too
