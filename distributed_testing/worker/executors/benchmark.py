@@ -43,6 +43,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -232,7 +233,11 @@ class BenchmarkExecutor:
     async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line. A child that
         dies first raises _ChildDied (reaped); a timeout or cancel kills the child and propagates."""
-        if self._child is None or self._child.returncode is not None:
+        if self._child is None or self._child.returncode is not None or _exited(self._child.pid):
+            if self._child is not None:  # a cached child that died while idle: its group and stderr relay go too
+                code, _ = await self._reap(self._child)
+                log.warning("cached benchmark child %d had exited while idle (%s); starting another",
+                            self._child.pid, describe_exit(code))
             self._fingerprints.clear()
             self._child = await self._spawn()
         child = self._child
@@ -381,3 +386,20 @@ def build(settings: ExecutorSettings) -> BenchmarkExecutor:
     """The ``benchmark`` kind's executor (``tasks.kinds``)."""
     return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive,
                              confinement=settings.confinement)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, before the event loop has noticed. A cached benchmark
+    child killed while idle would otherwise get the next task, which then fails as if the child
+    had died running it. Read from ``/proc`` (a zombie, or gone): a ``waitid`` would miss a child
+    the loop's watcher is reaping at that moment; elsewhere ``waitid`` without reaping it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc
+        try:
+            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True

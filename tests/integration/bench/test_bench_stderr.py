@@ -5,11 +5,14 @@ for a line of the worker's own log; and the tail of it in the result of a child 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
+import psutil
 import pytest
 
+from distributed_testing.testing import wait_for
 from distributed_testing.worker.executors import TaskContext
 from distributed_testing.worker.executors.benchmark import BenchmarkExecutor, BenchmarkOptions
 
@@ -75,3 +78,35 @@ async def test_a_cached_childs_death_reports_only_the_stderr_of_its_own_task(
     assert dying.status == "error" and "exit code 3" in (dying.error or ""), dying
     assert "last words before the end" in dying.output["stderr_tail"]
     assert "forged" not in dying.output["stderr_tail"], dying.output["stderr_tail"]
+
+
+async def test_a_cached_child_that_died_while_idle_is_reaped_before_the_next_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A cached child killed between tasks (the OOM killer, an operator): the next task gets a
+    new child, and the dead one's process group and stderr relay are reaped, not left behind."""
+    (tmp_path / "opmodels.py").write_text(MODELS)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    ex = BenchmarkExecutor(BenchmarkOptions(allow_model_modules=("opmodels",), cache_models=True))
+    task = {**BENCH, "model": "opmodels:chatty"}
+    with caplog.at_level(logging.WARNING, logger="distributed_testing.worker.executors.benchmark"):
+        try:
+            first = await ex.run(TaskContext("t1", 1, "benchmark", task, timeout_s=60, allow_model_modules=("opmodels",)))
+            assert first.status == "succeeded", first.error
+            [child] = [c for c in psutil.Process().children() if "distributed_testing.bench.child" in " ".join(c.cmdline())]
+            child.kill()
+            await wait_for(lambda: _dead(child), timeout=10, what="the child to die")  # not reaped here: the loop's
+            second = await ex.run(TaskContext("t2", 1, "benchmark", task, timeout_s=60,
+                                              allow_model_modules=("opmodels",)))
+            assert second.status == "succeeded", second.error
+            relays = [t for t in asyncio.all_tasks() if not t.done() and "OutputTail.forward" in repr(t.get_coro())]
+            assert len(relays) == 1, relays  # the new child's alone
+        finally:
+            await ex.close()
+    assert any(f"cached benchmark child {child.pid} had exited while idle" in r.getMessage() for r in caplog.records)
+
+
+def _dead(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # reaped by the event loop's child watcher
+        return True
