@@ -151,10 +151,8 @@ async def _until_signal_or(failed: asyncio.Future[Any]) -> None:
 
 def check_listen(host: str, port: int) -> None:
     """``ConfigError`` if ``host:port`` cannot be bound (in use, address not local) for every
-    address ``host`` resolves to, binding the way the server will (``SO_REUSEADDR``). Port 0
-    always can."""
-    if port == 0:
-        return
+    address ``host`` resolves to, binding the way the server will (``SO_REUSEADDR``). Port 0 is
+    checked too: any port will do, but ``host`` must still resolve to an address of this machine."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import urllib.parse
@@ -77,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0, else a usage error naming the flag (nan or inf would be
+    sent as invalid JSON, and the API's own refusal names its field, not the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    return value
+
+
 def register_keys(sub: SubParsers) -> None:
     keys = sub.add_parser("keys", help="manage API keys (admin)")
     keys.set_defaults(run=cmd_keys)
@@ -85,7 +98,7 @@ def register_keys(sub: SubParsers) -> None:
     kc.add_argument("--role", required=True, choices=["admin", "submitter", "worker", "viewer"],
                     help="what the key may do (see docs/security.md)")
     kc.add_argument("--name", help="a label shown by keys list (default: <role>-key)")
-    kc.add_argument("--expires-in", type=float, metavar="S", help="expire after S seconds")
+    kc.add_argument("--expires-in", type=positive_seconds, metavar="S", help="expire after S seconds")
     kc.add_argument("--allow-code", action="store_true",
                     help="the key may upload bundles and submit tasks that run them (submitter or admin; "
                          "see docs/security.md, \"Shipped code\")")
@@ -122,7 +135,7 @@ def register_workers(sub: SubParsers) -> None:
     wl.add_argument("--state", dest="list_state", choices=WORKER_STATES, help=state_help)
     wd = wsub.add_parser("drain", help="ask a worker to finish or hand back its tasks and leave (admin)")
     wd.add_argument("worker_id", help="the worker's id, as workers list shows it")
-    wd.add_argument("--deadline", type=float, metavar="S",
+    wd.add_argument("--deadline", type=positive_seconds, metavar="S",
                     help="seconds its running tasks may finish before they are handed back (default 30)")
     wd.add_argument("--reason", metavar="TEXT", help="shown as the worker's state reason and in the task history")
     wr = wsub.add_parser("release", help="free a disconnected worker's id from the key it is bound to, so a worker "

@@ -134,6 +134,17 @@ def test_a_port_in_use_ends_the_start_with_one_line_and_creates_nothing(tmp_path
     assert not state.exists(), list(state.rglob("*"))  # no database, journal or admin.key
 
 
+@pytest.mark.parametrize("host", ["999.1.1.1", "192.0.2.1"])  # does not resolve; not this machine's
+def test_a_host_it_cannot_listen_on_with_port_0_creates_nothing(tmp_path: Path, host: str) -> None:
+    """Port 0 can always be had, but not on any --host: the start is refused before the store opens."""
+    state = tmp_path / "state"
+    done = run_coordinator(["--host", host, "--port", "0", "--db-path", str(state / "c.duckdb")])
+    assert done.returncode == 2
+    line = assert_one_line(done.stderr)
+    assert line.startswith("dt-coordinator: ") and host in line, line
+    assert not state.exists(), list(state.rglob("*"))
+
+
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     """A read-only file system (root can write anywhere else): a tmpfs mounted ``ro``."""

@@ -339,3 +339,21 @@ def test_bad_connection_settings_exit_2(capsys: pytest.CaptureFixture[str], clea
         clean_env.setenv(k, v)
     assert dt.main([*argv, "workers"]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["keys", "create", "--role", "viewer", "--expires-in", "nan"],
+    ["keys", "create", "--role", "viewer", "--expires-in", "-1"],
+    ["keys", "create", "--role", "viewer", "--expires-in", "inf"],
+    ["workers", "drain", "w1", "--deadline", "0"],
+    ["workers", "drain", "w1", "--deadline", "nan"],
+])
+def test_seconds_flags_refuse_what_is_not_a_positive_finite_number_naming_the_flag(
+        capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, argv: list[str]) -> None:
+    """Refused by dt itself, before any request: nan and inf would otherwise be sent as invalid
+    JSON ("not valid JSON"), and 0 or -1 come back named by the API field, not the flag."""
+    with pytest.raises(SystemExit) as exited:
+        dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "dtk_a_b", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[-2]}: must be a finite number of seconds > 0: {argv[-1]!r}" in err, err
