@@ -28,8 +28,9 @@ TRAINING_BUILTIN_MODELS = ("cnn", "mlp", "transformer")
 
 
 class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """One inference (or single-node training-mode) benchmark; every key the runner reads.
-    ``device`` and ``autocast`` left out take the worker's defaults."""
+    """One inference (or single-node training-mode) benchmark; every key the runner reads
+    (``bench.task_config.KNOWN_KEYS``). ``device``, ``autocast`` and ``threads`` left out take
+    the worker's defaults."""
 
     model: NonEmpty
     batch_sizes: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1])
@@ -52,6 +53,7 @@ class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     optimize_for: Literal["latency", "throughput"] = "latency"
     cuda_streams: PositiveInt = 1
     seed: NonNegativeInt = 0
+    threads: PositiveInt | None = None  # None: the worker's --bench-threads (itself 1 by default)
     name: str | None = None
 
 

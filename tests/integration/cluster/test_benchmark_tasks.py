@@ -40,3 +40,14 @@ async def test_bad_benchmarks_fail_with_reasons_and_device_needs_are_placement_r
         assert bad["state"] == "error" and "bert-base-uncased" in bad["outcome"]["error"]  # lists known models
         status, pending = await c.request("GET", "/api/v1/tasks/needs-cuda")
         assert pending["state"] == "pending" and "lacks hardware cuda" in pending["pending_reason"]
+
+
+async def test_a_benchmark_may_set_its_threads_as_documented(tmp_path):
+    # docs/tasks.md lists 'threads' among the benchmark keys; submission must accept it and the
+    # child must measure with that many intra-op threads
+    async with run_cluster(tmp_path, workers=1, batch_wait_s=0.0) as c:
+        [tid] = await c.submit([bench("two-threads", threads=2, batch_sizes=[1])])
+        done = await c.wait(tid, timeout=150)
+        assert done["state"] == "succeeded", done["outcome"]
+        out = done["result"]["output"]
+        assert out["threads"] == 2 and out["environment"]["torch_threads"] == 2
