@@ -88,7 +88,10 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
         doc = with_task_ids(doc)
-    accepted = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))["tasks"]
+    answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
+    for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
+        print(f"dt: warning: {warning}", file=sys.stderr)
+    accepted = answer["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
     if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None):
