@@ -188,11 +188,15 @@ def print_rows(rows: Sequence[Row]) -> None:
 
 def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None:
     """One ``<testsuite name="dt compare">``; appended to the file's ``<testsuites>`` when
-    ``existing`` and the file exists (``dt submit --junit --baseline``)."""
+    ``existing`` and the file exists (``dt submit --junit --baseline``), whose totals then
+    include it."""
     root = ET.parse(path).getroot() if existing and path.exists() else ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name="dt compare", tests=str(len(rows)),
                           failures=str(sum(r.verdict == "slower" for r in rows)), errors="0",
                           skipped=str(sum(r.verdict in ("inconclusive", NOT_COMPARED) for r in rows)), time="0")
+    for k in ("tests", "failures", "errors", "skipped"):  # the report's totals count this suite too
+        if root.get(k) is not None:
+            root.set(k, str(int(root.get(k) or 0) + int(suite.get(k) or 0)))
     for r in rows:
         tc = ET.SubElement(suite, "testcase", classname=f"benchmark.{r.model}",
                            name=f"{r.task_id}[bs={r.batch_size}]", time="0")

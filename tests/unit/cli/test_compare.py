@@ -90,6 +90,20 @@ def test_junit_marks_regressions_as_failures_and_appends_to_an_existing_report(t
     assert "regression: median 12.98 ms vs baseline 10.01 ms (+29.7 %" in (case.find("failure").get("message") or "")  # type: ignore[union-attr]
 
 
+def test_the_appended_compare_suite_counts_in_the_reports_totals(tmp_path: Path) -> None:
+    # dt submit --junit --baseline: the root's totals (what CI summaries read) include the
+    # comparison's regression, not only the tasks' suites
+    rows = [result("old", 1, 10.0), result("new", 2, 13.0)]
+    verdicts = judge([view(rows[1])], fetcher(rows), "latest", 5, POLICY)
+    path = tmp_path / "r.xml"
+    ET.ElementTree(ET.Element("testsuites", name="dt", tests="2", failures="0", errors="1", skipped="0",
+                              time="1.500")).write(path)
+    write_junit(path, verdicts, existing=True)
+    root = ET.parse(path).getroot()
+    assert {k: root.get(k) for k in ("tests", "failures", "errors", "skipped", "time")} == {
+        "tests": "3", "failures": "1", "errors": "1", "skipped": "0", "time": "1.500"}
+
+
 class _Api:
     """Serves ``GET /api/v1/results`` from rows, as the coordinator does."""
 
