@@ -193,7 +193,8 @@ def model_status(name: str, cache_root: Path) -> dict[str, Any]:
     if importlib.util.find_spec("transformers") is None:
         return {**result, "status": "unavailable", "cache": cached, "reason": "transformers not installed"}
     if snapshot is None or cached == "absent":
-        reason = f"{hf_name} is not in the local Hugging Face cache {cache_root}; this worker never downloads"
+        reason = (f"{' nor '.join(repos)} is not in the local Hugging Face cache {cache_root}; "
+                  "this worker never downloads")
         return {**result, "status": "unavailable", "reason": reason}
     config_path = snapshot / "config.json"
     try:
