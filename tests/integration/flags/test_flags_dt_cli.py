@@ -200,6 +200,11 @@ def test_submit_timeout_gives_up_on_a_task_that_outlives_it(run_dt: DT, tmp_path
     assert time.monotonic() - started < 15  # it did not wait for the task
     code, out, _ = run_dt("cancel", "long-1")
     assert (code, out.strip()) == (0, "long-1: cancelled")
+    # --timeout alone waits too (as --junit, --json and --fail-if-unschedulable do): the user
+    # asked for a bound on a wait, not for no wait at all
+    code, _, err = run_dt("submit", task_file(tmp_path, sleep("long-2", 20)), "--timeout", "0.5")
+    assert code == dt.EXIT_GAVE_UP, err
+    run_dt("cancel", "long-2")
 
 
 def test_submit_junit_and_json_write_reports_and_imply_wait(run_dt: DT, tmp_path: Path) -> None:
