@@ -31,9 +31,9 @@ def result(task_id: str, at: float, median: float, env: dict[str, Any] = ENV, co
 
 def fetcher(rows: list[ResultRow]):
     def fetch(params: dict[str, str]) -> list[dict[str, Any]]:
-        fields = {k: v for k, v in params.items() if k not in ("until", "limit")}
+        fields = {k: v for k, v in params.items() if k not in ("until", "limit", "offset")}
         q = ResultQuery(**fields, until=float(params["until"]) if "until" in params else None,
-                        limit=int(params.get("limit", 100)))
+                        limit=int(params.get("limit", 100)), offset=int(params.get("offset", 0)))
         return [view(r) for r in filter_results(rows, q)]
     return fetch
 
@@ -68,6 +68,25 @@ def test_a_task_id_ref_is_the_baseline_and_other_configurations_are_refused() ->
     assert row.verdict == NOT_COMPARED and "with this configuration" in row.detail
     [row] = judge([view(rows[2])], fetcher(rows), "nope", 5, POLICY)
     assert row.verdict == NOT_COMPARED and "no succeeded result" in row.detail
+
+
+def cache_hit(task_id: str, at: float, of: ResultRow) -> ResultRow:
+    """What a worker answers for a ``"cache": true`` task: ``of``'s output, not measured again."""
+    return ResultRow(task_id=task_id, attempt=1, worker_id="w", status="succeeded", started_at=at, finished_at=at,
+                     received_at=at, task_type="benchmark",
+                     output={**of.output, "from_cache": True, "cached_from_task": of.task_id})
+
+
+def test_cache_answers_are_neither_baseline_runs_nor_compared() -> None:
+    # three cache hits of one measurement counted as three baseline runs: one run's samples
+    # weighed thrice, and a hit compared with the run it copies
+    old = [result(f"old{i}", i, 10.0) for i in range(1, 4)]
+    hits = [cache_hit(f"hit{i}", 10 + i, old[2]) for i in range(1, 6)]
+    rows = [*old, *hits, result("new", 20, 10.0)]
+    [row] = judge([view(rows[-1])], fetcher(rows), "latest", 3, POLICY)
+    assert row.baseline_tasks == ("old3", "old2", "old1"), row
+    [row] = judge([view(hits[0])], fetcher(rows), "latest", 3, POLICY)
+    assert row.verdict == NOT_COMPARED and "result cache" in row.detail and "old3" in row.detail, row
 
 
 def test_no_history_and_no_samples_say_so() -> None:
