@@ -51,3 +51,22 @@ async def test_a_benchmark_may_set_its_threads_as_documented(tmp_path):
         assert done["state"] == "succeeded", done["outcome"]
         out = done["result"]["output"]
         assert out["threads"] == 2 and out["environment"]["torch_threads"] == 2
+
+
+@pytest.mark.parametrize(("config", "field", "reason"), [
+    ({"autocast": True, "precision": "bf16"}, "autocast", "cannot be combined with precision bf16"),
+    ({"autocast": True, "backend": "openvino"}, "autocast", "backend openvino does not support it"),
+    ({"mode": "training", "backend": "openvino"}, "mode", "inference-only"),
+    ({"precision": "int8", "backend": "compile"}, "precision", "torch.compile of quantized"),
+    ({"cuda_streams": 2, "optimize_for": "latency"}, "cuda_streams", "requires optimize_for: throughput"),
+])
+async def test_a_combination_no_machine_runs_is_refused_at_submission(tmp_path, config, field, reason):
+    # these were accepted, waited for a worker (a GPU one, maybe for hours) and only then ended in
+    # error; docs/tasks.md: the config is validated in full at submission, a 400 naming config.<key>
+    async with run_cluster(tmp_path, workers=0) as c:
+        status, body = await c.request("POST", "/api/v1/tasks", json=bench("combo", **config))
+        assert status == 400, body
+        assert [e["field"] for e in body["errors"]] == [f"config.{field}"] and reason in body["errors"][0]["error"], body
+        # what the task leaves to the worker is not judged here: its defaults decide there
+        status, body = await c.request("POST", "/api/v1/tasks", json=bench("streams", cuda_streams=2))
+        assert status == 201, body
