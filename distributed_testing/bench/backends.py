@@ -45,6 +45,7 @@ from distributed_testing.bench.measure import Workload, memory_tracker
 from distributed_testing.bench.models_base import BuiltModel, ModelInputs
 from distributed_testing.bench.task_config import BenchConfig
 from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.configs import combination_problems
 
 logger = logging.getLogger(__name__)
 
@@ -124,28 +125,12 @@ def resolve_torch_device(name: str) -> torch.device:
 
 
 def check_config_combination(cfg: BenchConfig) -> None:
-    """Reject combinations that are unsupported whatever the machine."""
-    if cfg.autocast and cfg.precision != "fp32":
-        raise ExecutionError(
-            f"autocast runs an fp32 model in mixed precision; it cannot be combined with precision {cfg.precision}"
-        )
-    if cfg.autocast and not cfg.is_torch_backend:
-        raise ExecutionError(f"autocast is a torch feature; backend {cfg.backend} does not support it")
-    if cfg.mode == "training" and cfg.backend == "openvino":
-        raise ExecutionError("backend openvino is inference-only; mode training needs eager or compile")
-    if cfg.precision == "int8" and cfg.is_torch_backend:
-        if cfg.backend == "compile":
-            raise ExecutionError(
-                "precision int8 (dynamic quantization) is an eager-mode path; "
-                "torch.compile of quantized modules is not supported here"
-            )
-        if cfg.mode == "training":
-            raise ExecutionError("precision int8 is inference-only (dynamic quantization)")
-    if cfg.cuda_streams > 1:
-        if cfg.optimize_for != "throughput":
-            raise ExecutionError("cuda_streams > 1 requires optimize_for: throughput")
-        if cfg.mode != "inference" or cfg.backend == "openvino":
-            raise ExecutionError("cuda_streams > 1 applies to torch inference only")
+    """Reject combinations that are unsupported whatever the machine (the rules submission
+    checks too: ``tasks.configs.combination_problems``), with the worker's defaults applied."""
+    problems = combination_problems(autocast=cfg.autocast, precision=cfg.precision, backend=cfg.backend,
+                                    mode=cfg.mode, cuda_streams=cfg.cuda_streams, optimize_for=cfg.optimize_for)
+    if problems:
+        raise ExecutionError(problems[0][1])
 
 
 def check_device_combination(cfg: BenchConfig, device: torch.device) -> None:

@@ -5,7 +5,9 @@ batch size, with the **baseline** chosen by ``--baseline REF``:
 
 * ``latest`` (default): the ``--history N`` (default 5) most recent succeeded results of the same
   model and configuration (``config_hash``) *and* the same environment fingerprint, received
-  before the result, leaving out the tasks being compared.
+  before the result, leaving out the tasks being compared and answers from a worker's result
+  cache (``from_cache``: copies of an earlier measurement). A result that is itself such an
+  answer is ``not compared``.
 * a task id: that task's succeeded results of the same model and configuration.
 
 A baseline result whose fingerprint differs is never compared: the row says ``fingerprint
@@ -115,12 +117,11 @@ def _baseline(fetch: Fetch, ref: str, history: int, new: dict[str, Any],
     out = new["output"]
     same = {"model": out["model"], "config_hash": out["config_hash"], "status": "succeeded", "task_type": "benchmark"}
     if ref == "latest":
-        base = {**same, "until": repr(new["received_at"]), "limit": str(history + len(exclude))}
-        hits = [r for r in fetch({**base, "fingerprint": out["environment"]["fingerprint_hash"]})
-                if r["task_id"] not in exclude][:history]
+        base = {**same, "until": repr(new["received_at"])}
+        hits = _measured(fetch, {**base, "fingerprint": out["environment"]["fingerprint_hash"]}, history, exclude)
         if hits:
             return hits, None
-        others = [r for r in fetch(base) if r["task_id"] not in exclude]
+        others = _measured(fetch, base, history, exclude)
     else:
         candidates = fetch({"task_id": ref, "status": "succeeded", "limit": "1000"})
         if not candidates:
@@ -138,6 +139,19 @@ def _baseline(fetch: Fetch, ref: str, history: int, new: dict[str, Any],
     return [], f"fingerprint differs from baseline task {others[0]['task_id']}: {describe_diff(diff)}"
 
 
+def _measured(fetch: Fetch, params: dict[str, str], n: int, exclude: set[str]) -> list[dict[str, Any]]:
+    """The ``n`` newest results matching ``params``, leaving out ``exclude`` and answers from a
+    worker's result cache (``from_cache``: a copy of an earlier measurement, which would count
+    one run several times), paging until there are ``n`` or no more."""
+    page, offset, out = n + len(exclude), 0, []
+    while True:
+        got = fetch({**params, "limit": str(page), "offset": str(offset)})
+        out += [r for r in got if r["task_id"] not in exclude and not (r.get("output") or {}).get("from_cache")]
+        if len(out) >= n or len(got) < page:
+            return out[:n]
+        offset += page
+
+
 def judge(new_results: Sequence[dict[str, Any]], fetch: Fetch, ref: str, history: int, policy: Policy) -> list[Row]:
     """Verdict rows for every benchmark result in ``new_results`` (other results are left out)."""
     exclude = {r["task_id"] for r in new_results}
@@ -151,6 +165,11 @@ def judge(new_results: Sequence[dict[str, Any]], fetch: Fetch, ref: str, history
         if not samples or "config_hash" not in out or not isinstance(out.get("environment"), dict):
             rows.append(Row(new["task_id"], model, None, NOT_COMPARED,
                             "result has no per-iteration samples or config hash (stored by an older worker)"))
+            continue
+        if out.get("from_cache"):  # nothing was measured: it repeats an earlier task's result
+            rows.append(Row(new["task_id"], model, None, NOT_COMPARED,
+                            f"answered from the worker's result cache: the measurement of task "
+                            f"{out.get('cached_from_task')}, not a new one (compare that task)"))
             continue
         base, why = _baseline(fetch, ref, history, new, exclude)
         tasks = tuple(r["task_id"] for r in base)
@@ -188,11 +207,15 @@ def print_rows(rows: Sequence[Row]) -> None:
 
 def write_junit(path: Path, rows: Sequence[Row], existing: bool = False) -> None:
     """One ``<testsuite name="dt compare">``; appended to the file's ``<testsuites>`` when
-    ``existing`` and the file exists (``dt submit --junit --baseline``)."""
+    ``existing`` and the file exists (``dt submit --junit --baseline``), whose totals then
+    include it."""
     root = ET.parse(path).getroot() if existing and path.exists() else ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name="dt compare", tests=str(len(rows)),
                           failures=str(sum(r.verdict == "slower" for r in rows)), errors="0",
                           skipped=str(sum(r.verdict in ("inconclusive", NOT_COMPARED) for r in rows)), time="0")
+    for k in ("tests", "failures", "errors", "skipped"):  # the report's totals count this suite too
+        if root.get(k) is not None:
+            root.set(k, str(int(root.get(k) or 0) + int(suite.get(k) or 0)))
     for r in rows:
         tc = ET.SubElement(suite, "testcase", classname=f"benchmark.{r.model}",
                            name=f"{r.task_id}[bs={r.batch_size}]", time="0")

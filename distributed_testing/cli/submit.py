@@ -34,6 +34,7 @@ from .report import print_summary, summary_row, write_junit
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNSCHEDULABLE, EXIT_GAVE_UP = 0, 1, 2, 3, 4
 POLL_S = 0.5
 MAX_POLLS_PER_ROUND = 100
+DEFAULT_TIMEOUT_S = 3600.0  # how long --wait waits without --timeout
 GAVE_UP, UNSCHEDULABLE = "wait_timeout", "unschedulable"
 
 
@@ -45,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="upload DIR as a bundle (only the files the coordinator lacks; .gitignore and .dtignore "
                          "honoured) and run every task on that tree; needs a key created with --allow-code")
     sp.add_argument("--wait", action="store_true", help="wait for every task to finish, showing progress on stderr")
-    sp.add_argument("--timeout", type=_seconds, default=3600.0, metavar="S",
-                    help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued")
+    sp.add_argument("--timeout", type=_seconds, metavar="S",
+                    help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued "
+                         "(implies --wait)")
     sp.add_argument("--fail-if-unschedulable", type=_seconds, metavar="S", dest="unschedulable_s",
                     help="stop waiting, exit 3, once a task has had no connected worker that meets its "
                          "requirements for S seconds (implies --wait)")
@@ -88,14 +90,19 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
         doc = with_task_ids(doc)
-    accepted = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))["tasks"]
+    answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
+    for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
+        print(f"dt: warning: {warning}", file=sys.stderr)
+    accepted = answer["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
-    if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None):
+    if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None
+            or ns.timeout is not None):
         return EXIT_OK
     progress = make_progress(ns.progress, ns.local_time)
     try:
-        waited = wait_tasks(api, [a["task_id"] for a in accepted], ns.timeout, ns.unschedulable_s, progress)
+        waited = wait_tasks(api, [a["task_id"] for a in accepted], ns.timeout if ns.timeout is not None else DEFAULT_TIMEOUT_S,
+                            ns.unschedulable_s, progress)
     finally:
         progress.close()
     print_summary(waited.tasks, sys.stderr)

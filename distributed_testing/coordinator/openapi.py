@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tasks import spec as specs
-from ..tasks.states import WORKER_STATES
+from ..tasks.states import RESULT_STATES, TASK_STATES, WORKER_STATES
 
 TITLE = "distributed_testing coordinator"
 VERSION = "1"
@@ -122,8 +122,9 @@ def _obj(**props: Any) -> dict[str, Any]:
 _SUBMITTED = {"type": "object", "required": ["task_id", "created", "state"],
               "properties": {"task_id": {"type": "string"}, "created": {"type": "boolean"},
                              "state": {"type": "string"}, "outcome": {"type": ["object", "null"]}}}
-_RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "status", "task_type", "model",
+_RESULT_QUERY = (*(_q(k, {"type": "string"}) for k in ("task_id", "worker_id", "task_type", "model",
                                                        "precision", "hardware", "config_hash", "fingerprint")),
+                 _q("status", {"enum": sorted(RESULT_STATES)}),
                  _q("since", {"type": "number"}, "received at or after (Unix seconds)"),
                  _q("until", {"type": "number"}, "received before (Unix seconds)"),
                  _q("batch_size", {"type": "integer", "minimum": -INT64 - 1, "maximum": INT64}),
@@ -174,7 +175,7 @@ SPECS: dict[tuple[str, str], RouteSpec] = {
         query=(WAIT,), body={"$ref": REF + "TaskSubmission"}, errors=(400, 409)),
     ("GET", "/api/v1/tasks"): RouteSpec(
         _ok(_obj(tasks={"type": "array", "items": {"$ref": REF + "TaskSummary"}}, total={"type": "integer"})),
-        query=(_q("state", {"type": "string"}), _q("type", {"type": "string"}), _q("worker_id", {"type": "string"}),
+        query=(_q("state", {"enum": list(TASK_STATES)}), _q("type", {"type": "string"}), _q("worker_id", {"type": "string"}),
                _q("tag", {"type": "string"}, "tasks that require this tag"),
                _q("submitted_by", {"type": "string"}, "tasks submitted with this key id"),
                _q("since", {"type": "number"}, "submitted at or after (Unix seconds)"),

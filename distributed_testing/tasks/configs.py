@@ -28,8 +28,9 @@ TRAINING_BUILTIN_MODELS = ("cnn", "mlp", "transformer")
 
 
 class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """One inference (or single-node training-mode) benchmark; every key the runner reads.
-    ``device`` and ``autocast`` left out take the worker's defaults."""
+    """One inference (or single-node training-mode) benchmark; every key the runner reads
+    (``bench.task_config.KNOWN_KEYS``). ``device``, ``autocast`` and ``threads`` left out take
+    the worker's defaults."""
 
     model: NonEmpty
     batch_sizes: Annotated[list[PositiveInt], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1])
@@ -52,16 +53,47 @@ class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     optimize_for: Literal["latency", "throughput"] = "latency"
     cuda_streams: PositiveInt = 1
     seed: NonNegativeInt = 0
+    threads: PositiveInt | None = None  # None: the worker's --bench-threads (itself 1 by default)
     name: str | None = None
 
 
 TRAINING_ONLY_KEYS = ("optimizer", "learning_rate")
 
 
+def combination_problems(*, autocast: bool | None, precision: str, backend: str, mode: str,
+                         cuda_streams: int | None, optimize_for: str | None) -> Problems:
+    """Benchmark settings that cannot go together whatever the machine. Checked at submission with
+    what the task sets (None: left to the worker's default) and by the worker with its defaults
+    applied (``bench.backends.check_config_combination``)."""
+    torch_backend = backend in ("eager", "compile")
+    out: Problems = []
+    if autocast and precision != "fp32":
+        out.append(("autocast", "autocast runs an fp32 model in mixed precision; it cannot be combined with "
+                                f"precision {precision}"))
+    if autocast and not torch_backend:
+        out.append(("autocast", f"autocast is a torch feature; backend {backend} does not support it"))
+    if mode == "training" and backend == "openvino":
+        out.append(("mode", "backend openvino is inference-only; mode training needs eager or compile"))
+    if precision == "int8" and backend == "compile":
+        out.append(("precision", "precision int8 (dynamic quantization) is an eager-mode path; "
+                                 "torch.compile of quantized modules is not supported here"))
+    if precision == "int8" and torch_backend and mode == "training":
+        out.append(("precision", "precision int8 is inference-only (dynamic quantization)"))
+    if cuda_streams is not None and cuda_streams > 1:
+        if optimize_for is not None and optimize_for != "throughput":
+            out.append(("cuda_streams", "cuda_streams > 1 requires optimize_for: throughput"))
+        if mode != "inference" or backend == "openvino":
+            out.append(("cuda_streams", "cuda_streams > 1 applies to torch inference only"))
+    return out
+
+
 def check_benchmark(raw: dict[str, Any], cfg: BenchmarkConfig) -> Problems:
     out: Problems = []
     if cfg.mode != "training":
         out += [(k, "only applies to mode: training") for k in TRAINING_ONLY_KEYS if k in raw]
+    out += combination_problems(autocast=cfg.autocast, precision=cfg.precision, backend=cfg.backend, mode=cfg.mode,
+                                cuda_streams=cfg.cuda_streams if "cuda_streams" in raw else None,
+                                optimize_for=cfg.optimize_for if "optimize_for" in raw else None)
     if is_user_model(cfg.model) and (bad := model_name_error(cfg.model)) is not None:
         out.append(("model", bad))
     return out

@@ -13,6 +13,7 @@ the superseded attempt is then acknowledged but never becomes the outcome.
 
 from __future__ import annotations
 
+import typing
 from typing import Literal
 
 from ..errors import IllegalTransition
@@ -20,6 +21,7 @@ from ..errors import IllegalTransition
 TaskState = Literal[
     "pending", "assigned", "running", "succeeded", "failed", "timed_out", "error", "cancelled"
 ]
+TASK_STATES: tuple[str, ...] = typing.get_args(TaskState)
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"assigned", "running"})
 RESULT_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "error", "cancelled"})

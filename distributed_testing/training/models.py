@@ -130,3 +130,17 @@ def load_model_source(name: str, allowed: tuple[str, ...] | None = None) -> Mode
     if not callable(source):
         raise ExecutionError(f"model {name!r}: {module_name}.{attr} is missing or not callable")
     return source  # type: ignore[no-any-return]
+
+
+def build_model(name: str, allowed: tuple[str, ...] | None = None) -> tuple[nn.Module, MakeBatch]:
+    """Call the source ``name`` names (:func:`load_model_source`) and check what it returned: a
+    factory that returns something else than ``(nn.Module, make_batch)`` is an ExecutionError
+    saying what a factory must return, not an unpacking error deep in the rank."""
+    made = load_model_source(name, allowed)()
+    if (not isinstance(made, tuple) or len(made) != 2 or not isinstance(made[0], nn.Module)
+            or not callable(made[1])):
+        got = type(made).__name__ + (f" of {len(made)}" if isinstance(made, tuple) else "")
+        raise ExecutionError(f"model {name!r}: the factory returned a {got}; a training factory must return "
+                             "(model, make_batch): an nn.Module and make_batch(n) -> (inputs, targets), n synthetic "
+                             "samples with class-index targets for cross_entropy")
+    return made

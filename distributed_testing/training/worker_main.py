@@ -38,7 +38,7 @@ from distributed_testing.training.balance import Balancer
 from distributed_testing.training.deathsig import set_parent_death_signal
 from distributed_testing.training.exchange import all_gather_summaries
 from distributed_testing.training.loop import LoopResult, StepRunner, build_runner, run_loop
-from distributed_testing.training.models import check_model_allowed, load_model_source
+from distributed_testing.training.models import build_model, check_model_allowed
 from distributed_testing.training.result import build_result
 from distributed_testing.training.task_config import ResolvedTrainingConfig
 
@@ -162,7 +162,7 @@ def train(
     if config.batch_size < world:
         raise ExecutionError(f"global batch {config.batch_size} is smaller than the world size {world}")
     torch.manual_seed(MODEL_SEED)
-    model, make_batch = load_model_source(config.model, allow_model_modules)()
+    model, make_batch = build_model(config.model, allow_model_modules)
     model.to(device)
     torch.manual_seed(DATA_SEED + env.rank)
     inputs, targets = make_batch(config.batch_size - world + 1)

@@ -20,7 +20,9 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import msgspec
 
 from ...errors import StoreError
+from ...protocol.messages import ResultStatus
 from ...tasks.states import TERMINAL as TERMINAL
+from ...tasks.states import TaskState
 from ..core.rows import Record, ResultRow, Snapshot, TaskRow
 
 SCHEMA_VERSION = 3
@@ -43,7 +45,7 @@ class ResultQuery(msgspec.Struct, frozen=True):
 
     task_id: str | None = None
     worker_id: str | None = None
-    status: str | None = None
+    status: ResultStatus | None = None  # a typo is a 400, not an empty answer
     task_type: str | None = None
     since: float | None = None
     until: float | None = None
@@ -68,7 +70,7 @@ class TaskQuery(msgspec.Struct, frozen=True):
     Order: newest first by ``submitted_at``, ties by ``seq`` descending; then ``offset`` and
     ``limit``. ``total`` in the answer counts every match, before offset and limit."""
 
-    state: str | None = None
+    state: TaskState | None = None  # a typo is a 400, not an empty page
     type: str | None = None
     worker_id: str | None = None
     tag: str | None = None

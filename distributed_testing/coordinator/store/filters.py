@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
@@ -284,10 +285,20 @@ def parse_query(params: Mapping[str, str], query_type: type[Q], blank_is_absent:
         try:
             values[name] = msgspec.convert(raw, fields[name], strict=False)
         except msgspec.ValidationError as exc:
-            errors.append({"field": name, "error": str(exc).split(" - at ")[0]})
+            errors.append({"field": name, "error": _choice_error(fields[name], raw) or str(exc).split(" - at ")[0]})
             continue
         if isinstance(values[name], float) and not math.isfinite(values[name]):
             errors.append({"field": name, "error": "must be a finite number of UNIX seconds"})
     if errors:
         raise ValidationError(errors)
     return query_type(**values)
+
+
+def _choice_error(field_type: Any, raw: str) -> str | None:
+    """For a field of fixed values (``Literal``, maybe ``| None``): what it may be, as the task
+    validation says it."""
+    choices = [a for arm in typing.get_args(field_type) or (field_type,) if typing.get_origin(arm) is typing.Literal
+               for a in typing.get_args(arm)]
+    if not choices:
+        return None
+    return f"must be one of {', '.join(repr(c) for c in sorted(choices))}; got {raw!r}"

@@ -23,12 +23,20 @@ from distributed_testing.worker.executors.handlers import (
 
 logger = logging.getLogger(__name__)
 
-KNOWN_MODELS: dict[str, str] = {
-    "bert": "bert-base-uncased",
-    "vit": "google/vit-base-patch16-224",
-    "gpt2": "gpt2",
-    "t5": "t5-small",
-    "resnet": "microsoft/resnet-50",
+# The benchmark's registry models (``bench.hf_models.HF_ENTRIES``, which imports torch, so not
+# imported here): name -> the Hugging Face repo ids a benchmark loads, in its order. A unit test
+# keeps the two equal.
+KNOWN_MODELS: dict[str, tuple[str, ...]] = {
+    "bert-base-uncased": ("google-bert/bert-base-uncased", "bert-base-uncased"),
+    "gpt2": ("openai-community/gpt2", "gpt2"),
+    "t5-small": ("google-t5/t5-small", "t5-small"),
+    "vit-base-patch16-224": ("google/vit-base-patch16-224",),
+    "resnet-50": ("microsoft/resnet-50",),
+}
+# other names a task may use: the repo ids, and the short names this handler took first
+ALIASES: dict[str, str] = {
+    **{repo: name for name, repos in KNOWN_MODELS.items() for repo in repos},
+    "bert": "bert-base-uncased", "t5": "t5-small", "vit": "vit-base-patch16-224", "resnet": "resnet-50",
 }
 
 _WEIGHT_FILES = (
@@ -171,17 +179,22 @@ def default_hf_cache_dir() -> Path:
 
 
 def model_status(name: str, cache_root: Path) -> dict[str, Any]:
-    """Whether model ``name`` can be loaded offline: status cached/config_only/unavailable/unknown."""
-    hf_name = KNOWN_MODELS.get(name)
-    if hf_name is None:
-        known = ", ".join(sorted(KNOWN_MODELS))
+    """Whether model ``name`` (a benchmark model name, or an alias) can be loaded offline: status
+    cached/config_only/unavailable/unknown. Each of the model's repo ids is looked at, as the
+    benchmark does; ``hf_name`` is the one found (the first with weights), else the first."""
+    repos = KNOWN_MODELS.get(ALIASES.get(name, name))
+    if repos is None:
+        known = ", ".join(KNOWN_MODELS)
         return {"status": "unknown", "hf_name": None, "reason": f"unknown model {name!r}; known models: {known}"}
-    snapshot, cached = _find_snapshot(cache_root, hf_name)
+    found = [(repo, *_find_snapshot(cache_root, repo)) for repo in repos]
+    hf_name, snapshot, cached = next((f for f in found if f[2] == "weights"),
+                                     next((f for f in found if f[2] == "config"), found[0]))
     result: dict[str, Any] = {"hf_name": hf_name, "path": str(snapshot) if snapshot else None}
     if importlib.util.find_spec("transformers") is None:
         return {**result, "status": "unavailable", "cache": cached, "reason": "transformers not installed"}
     if snapshot is None or cached == "absent":
-        reason = f"{hf_name} is not in the local Hugging Face cache {cache_root}; this worker never downloads"
+        reason = (f"{' nor '.join(repos)} is not in the local Hugging Face cache {cache_root}; "
+                  "this worker never downloads")
         return {**result, "status": "unavailable", "reason": reason}
     config_path = snapshot / "config.json"
     try:

@@ -63,6 +63,20 @@ async def test_results_filters_are_named_when_bad(cluster: Cluster, query: str, 
     assert field in str(doc), doc
 
 
+@pytest.mark.parametrize(("path", "field", "allowed"), [
+    ("/api/v1/results?status=succeded", "status", "'succeeded', 'timed_out'"),
+    ("/api/v1/tasks?state=finished", "state", "'pending', 'running'"),
+])
+async def test_a_mistyped_state_filter_is_400_saying_what_it_may_be(cluster: Cluster, path: str, field: str,
+                                                                    allowed: str) -> None:
+    # dt results --status succeded answered an empty table (exit 0), as if nothing had succeeded
+    status, _, doc = await raw(cluster, "GET", path)
+    assert status == 400 and doc["errors"][0]["field"] == field, doc
+    assert "must be one of" in doc["errors"][0]["error"] and allowed in doc["errors"][0]["error"], doc
+    status, _, doc = await raw(cluster, "GET", path.split("=")[0] + "=cancelled")
+    assert status == 200, doc
+
+
 @pytest.mark.parametrize(("method", "path", "data", "status", "error"), [
     ("GET", "/api/v1/nothing-here", None, 404, "NotFound"),
     ("PUT", "/api/v1/tasks", None, 405, "MethodNotAllowed"),

@@ -40,3 +40,33 @@ async def test_bad_benchmarks_fail_with_reasons_and_device_needs_are_placement_r
         assert bad["state"] == "error" and "bert-base-uncased" in bad["outcome"]["error"]  # lists known models
         status, pending = await c.request("GET", "/api/v1/tasks/needs-cuda")
         assert pending["state"] == "pending" and "lacks hardware cuda" in pending["pending_reason"]
+
+
+async def test_a_benchmark_may_set_its_threads_as_documented(tmp_path):
+    # docs/tasks.md lists 'threads' among the benchmark keys; submission must accept it and the
+    # child must measure with that many intra-op threads
+    async with run_cluster(tmp_path, workers=1, batch_wait_s=0.0) as c:
+        [tid] = await c.submit([bench("two-threads", threads=2, batch_sizes=[1])])
+        done = await c.wait(tid, timeout=150)
+        assert done["state"] == "succeeded", done["outcome"]
+        out = done["result"]["output"]
+        assert out["threads"] == 2 and out["environment"]["torch_threads"] == 2
+
+
+@pytest.mark.parametrize(("config", "field", "reason"), [
+    ({"autocast": True, "precision": "bf16"}, "autocast", "cannot be combined with precision bf16"),
+    ({"autocast": True, "backend": "openvino"}, "autocast", "backend openvino does not support it"),
+    ({"mode": "training", "backend": "openvino"}, "mode", "inference-only"),
+    ({"precision": "int8", "backend": "compile"}, "precision", "torch.compile of quantized"),
+    ({"cuda_streams": 2, "optimize_for": "latency"}, "cuda_streams", "requires optimize_for: throughput"),
+])
+async def test_a_combination_no_machine_runs_is_refused_at_submission(tmp_path, config, field, reason):
+    # these were accepted, waited for a worker (a GPU one, maybe for hours) and only then ended in
+    # error; docs/tasks.md: the config is validated in full at submission, a 400 naming config.<key>
+    async with run_cluster(tmp_path, workers=0) as c:
+        status, body = await c.request("POST", "/api/v1/tasks", json=bench("combo", **config))
+        assert status == 400, body
+        assert [e["field"] for e in body["errors"]] == [f"config.{field}"] and reason in body["errors"][0]["error"], body
+        # what the task leaves to the worker is not judged here: its defaults decide there
+        status, body = await c.request("POST", "/api/v1/tasks", json=bench("streams", cuda_streams=2))
+        assert status == 201, body

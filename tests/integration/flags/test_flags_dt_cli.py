@@ -153,6 +153,19 @@ def test_submit_without_wait_prints_ids_and_returns_at_once(run_dt: DT, tmp_path
     assert run_dt.task("a-1")["state"] == "pending"
 
 
+def test_submit_shows_the_coordinators_warnings_on_stderr(run_dt: DT, tmp_path: Path) -> None:
+    # the deprecated spelling of a training task is accepted with a warning in the response
+    # (docs/tasks.md); dt must pass it on, or a CLI user never learns the spelling is going away
+    old = {"task_id": "old-spelling", "type": "benchmark",
+           "config": {"kind": "training", "model": "mlp", "nodes": 9, "batch_size": 64, "steps": 5}}
+    code, out, err = run_dt("submit", task_file(tmp_path, old))
+    assert (code, out.strip()) == (0, "old-spelling"), err
+    assert "dt: warning:" in err and "deprecated" in err and '\\"type\\": \\"training\\"' not in err
+    assert '{"type": "training", "config": {...}}' in err
+    code, _, err = run_dt("submit", task_file(tmp_path, noop("plain")))
+    assert code == 0 and "warning" not in err
+
+
 def test_submit_reads_the_task_file_from_stdin_with_a_dash(run_dt: DT, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(unrunnable("from-stdin"))))
     code, out, err = run_dt("submit", "-")
@@ -187,6 +200,11 @@ def test_submit_timeout_gives_up_on_a_task_that_outlives_it(run_dt: DT, tmp_path
     assert time.monotonic() - started < 15  # it did not wait for the task
     code, out, _ = run_dt("cancel", "long-1")
     assert (code, out.strip()) == (0, "long-1: cancelled")
+    # --timeout alone waits too (as --junit, --json and --fail-if-unschedulable do): the user
+    # asked for a bound on a wait, not for no wait at all
+    code, _, err = run_dt("submit", task_file(tmp_path, sleep("long-2", 20)), "--timeout", "0.5")
+    assert code == dt.EXIT_GAVE_UP, err
+    run_dt("cancel", "long-2")
 
 
 def test_submit_junit_and_json_write_reports_and_imply_wait(run_dt: DT, tmp_path: Path) -> None:

@@ -53,3 +53,22 @@ async def test_a_rank_refuses_a_factory_from_a_module_the_worker_does_not_allow(
     assert not evil_marker.exists()
     assert allowed.status == "succeeded", allowed.error
     assert ok_marker.exists()
+
+
+async def test_a_factory_that_returns_only_a_module_fails_saying_what_a_factory_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a user's first factory often returns just the nn.Module, as a benchmark's callable does;
+    # the rank's error must say what a training factory returns, not "too many values to unpack"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "dt_train_bare.py").write_text(
+        "import torch\n\ndef factory():\n    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(modules), os.environ.get("PYTHONPATH", "")]))
+    ex = TrainingExecutor(TrainingOptions(run_dir=tmp_path / "runs", interface="lo",
+                                         allow_model_modules=("dt_train_bare",)))
+    try:
+        result = await ex.run(TaskContext("bare", 1, "training", config("dt_train_bare:factory"), timeout_s=90))
+    finally:
+        await ex.close()
+    assert result.status == "failed", result
+    assert "the factory returned a Sequential; a training factory must return (model, make_batch)" in (result.error or "")

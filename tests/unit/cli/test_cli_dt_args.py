@@ -81,7 +81,7 @@ def test_subcommand_flags_parse() -> None:
     assert (ns.role, ns.name, ns.expires_in) == ("worker", "n", 30.0)
     ns = parse("submit", "t.json", "--wait", "--timeout", "5", "--junit", "r.xml", "--json", "o.json")
     assert (ns.file, ns.wait, ns.timeout, ns.junit, ns.json_out) == (Path("t.json"), True, 5.0, Path("r.xml"), Path("o.json"))
-    assert (parse("submit", "-").wait, parse("submit", "-").timeout) == (False, 3600.0)
+    assert (parse("submit", "-").wait, parse("submit", "-").timeout) == (False, None)  # None: 3600 s once waiting
     ns = parse("results", "--task-id", "t", "--worker-id", "w", "--status", "failed", "--batch-size", "4", "--limit", "7",
                "--model", "bert", "--precision", "fp16", "--hardware", "cuda", "--format", "csv")
     assert (ns.task_id, ns.worker_id, ns.status, ns.batch_size, ns.limit, ns.model, ns.precision, ns.hardware, ns.format) == (

@@ -31,9 +31,9 @@ def result(task_id: str, at: float, median: float, env: dict[str, Any] = ENV, co
 
 def fetcher(rows: list[ResultRow]):
     def fetch(params: dict[str, str]) -> list[dict[str, Any]]:
-        fields = {k: v for k, v in params.items() if k not in ("until", "limit")}
+        fields = {k: v for k, v in params.items() if k not in ("until", "limit", "offset")}
         q = ResultQuery(**fields, until=float(params["until"]) if "until" in params else None,
-                        limit=int(params.get("limit", 100)))
+                        limit=int(params.get("limit", 100)), offset=int(params.get("offset", 0)))
         return [view(r) for r in filter_results(rows, q)]
     return fetch
 
@@ -70,6 +70,25 @@ def test_a_task_id_ref_is_the_baseline_and_other_configurations_are_refused() ->
     assert row.verdict == NOT_COMPARED and "no succeeded result" in row.detail
 
 
+def cache_hit(task_id: str, at: float, of: ResultRow) -> ResultRow:
+    """What a worker answers for a ``"cache": true`` task: ``of``'s output, not measured again."""
+    return ResultRow(task_id=task_id, attempt=1, worker_id="w", status="succeeded", started_at=at, finished_at=at,
+                     received_at=at, task_type="benchmark",
+                     output={**of.output, "from_cache": True, "cached_from_task": of.task_id})
+
+
+def test_cache_answers_are_neither_baseline_runs_nor_compared() -> None:
+    # three cache hits of one measurement counted as three baseline runs: one run's samples
+    # weighed thrice, and a hit compared with the run it copies
+    old = [result(f"old{i}", i, 10.0) for i in range(1, 4)]
+    hits = [cache_hit(f"hit{i}", 10 + i, old[2]) for i in range(1, 6)]
+    rows = [*old, *hits, result("new", 20, 10.0)]
+    [row] = judge([view(rows[-1])], fetcher(rows), "latest", 3, POLICY)
+    assert row.baseline_tasks == ("old3", "old2", "old1"), row
+    [row] = judge([view(hits[0])], fetcher(rows), "latest", 3, POLICY)
+    assert row.verdict == NOT_COMPARED and "result cache" in row.detail and "old3" in row.detail, row
+
+
 def test_no_history_and_no_samples_say_so() -> None:
     rows = [result("new", 1, 10.0), result("old-worker", 2, 10.0, samples=False)]
     first, second = judge([view(r) for r in rows], fetcher(rows), "latest", 5, POLICY)
@@ -88,6 +107,20 @@ def test_junit_marks_regressions_as_failures_and_appends_to_an_existing_report(t
     case = suite.find("testcase")
     assert case is not None and case.get("classname") == "benchmark.mlp" and case.get("name") == "new[bs=1]"
     assert "regression: median 12.98 ms vs baseline 10.01 ms (+29.7 %" in (case.find("failure").get("message") or "")  # type: ignore[union-attr]
+
+
+def test_the_appended_compare_suite_counts_in_the_reports_totals(tmp_path: Path) -> None:
+    # dt submit --junit --baseline: the root's totals (what CI summaries read) include the
+    # comparison's regression, not only the tasks' suites
+    rows = [result("old", 1, 10.0), result("new", 2, 13.0)]
+    verdicts = judge([view(rows[1])], fetcher(rows), "latest", 5, POLICY)
+    path = tmp_path / "r.xml"
+    ET.ElementTree(ET.Element("testsuites", name="dt", tests="2", failures="0", errors="1", skipped="0",
+                              time="1.500")).write(path)
+    write_junit(path, verdicts, existing=True)
+    root = ET.parse(path).getroot()
+    assert {k: root.get(k) for k in ("tests", "failures", "errors", "skipped", "time")} == {
+        "tests": "3", "failures": "1", "errors": "1", "skipped": "0", "time": "1.500"}
 
 
 class _Api:

@@ -41,7 +41,8 @@ SAMPLE = {str: "x'; DROP TABLE tasks; --", float: 1.5, int: 4}
 def _sample(query_type: type[Any], name: str) -> Any:
     field_type = {f.name: f.type for f in msgspec.structs.fields(query_type)}[name]
     (base,) = [a for a in typing.get_args(field_type) if a is not type(None)]
-    return SAMPLE[base]
+    # a field of fixed values (state, status) is still a string to the SQL: the hostile one
+    return SAMPLE[str] if typing.get_origin(base) is typing.Literal else SAMPLE[base]
 
 
 def _columns(t: Term) -> list[str]:

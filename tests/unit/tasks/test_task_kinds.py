@@ -8,7 +8,7 @@ import dataclasses
 import msgspec
 import pytest
 
-from distributed_testing.bench.task_config import BenchConfig
+from distributed_testing.bench.task_config import KNOWN_KEYS, BenchConfig
 from distributed_testing.errors import ValidationError
 from distributed_testing.tasks import kinds, spec
 from distributed_testing.tasks.configs import BenchmarkConfig
@@ -28,6 +28,11 @@ def test_the_published_benchmark_defaults_are_the_runners() -> None:
         if "default" in field and field["default"] is not None and name in runner and name != "batch_sizes":
             assert field["default"] == runner[name], name
     assert set(props) == {f.name for f in msgspec.structs.fields(BenchmarkConfig)}
+
+
+def test_the_benchmark_struct_accepts_every_key_the_runner_reads() -> None:
+    # a key the runner knows but the struct lacks is refused at submission although documented
+    assert {f.name for f in msgspec.structs.fields(BenchmarkConfig)} == set(KNOWN_KEYS)
 
 
 def test_a_typo_in_a_benchmark_config_is_refused_naming_the_field() -> None:

@@ -151,6 +151,26 @@ def test_prepare_models_reads_the_local_hf_cache(tmp_path: Path) -> None:
     assert out["t5"]["status"] == "unavailable" and "never downloads" in out["t5"]["reason"]
 
 
+def test_prepare_models_knows_the_benchmarks_model_names_and_every_repo_they_load_from(tmp_path: Path) -> None:
+    # docs/tasks.md names benchmark models bert-base-uncased, gpt2, ...: prepare_models must take
+    # those names and look where the benchmark loads from (google-bert/... before bert-base-uncased)
+    from distributed_testing.bench.hf_models import HF_ENTRIES
+
+    assert KNOWN_MODELS == {e.name: e.repo_ids for e in HF_ENTRIES}
+    cache = tmp_path / "hub"
+    _snapshot(cache, "google-bert/bert-base-uncased", {"config.json": '{"model_type": "bert"}', "model.safetensors": "w"})
+    _snapshot(cache, "t5-small", {"config.json": '{"model_type": "t5"}'})
+    names = ["bert-base-uncased", "google-bert/bert-base-uncased", "bert", "t5-small", "resnet-50"]
+    out = setup_environment({"prepare_models": names, "hf_cache_dir": str(cache)}, CTX)["models"]
+    assert {n: out[n]["status"] != "unknown" for n in names} == dict.fromkeys(names, True), out
+    if importlib.util.find_spec("transformers") is None:
+        return
+    for n in names[:3]:
+        assert (out[n]["status"], out[n]["hf_name"]) == ("cached", "google-bert/bert-base-uncased"), out[n]
+    assert (out["t5-small"]["status"], out["t5-small"]["hf_name"]) == ("config_only", "t5-small")
+    assert (out["resnet-50"]["status"], out["resnet-50"]["hf_name"]) == ("unavailable", "microsoft/resnet-50")
+
+
 def test_dangling_weight_symlink_is_not_cached(tmp_path: Path) -> None:
     cache = tmp_path / "hub"
     snap = _snapshot(cache, "t5-small", {"config.json": '{"model_type": "t5"}'})
