@@ -9,6 +9,7 @@ from pathlib import Path
 
 from distributed_testing.config import WorkerConfig
 from distributed_testing.worker import confine
+from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors import CustomExecutor, TaskContext
 
 PRELUDE = '''
@@ -57,3 +58,37 @@ async def read_paths(ex: CustomExecutor, *paths: Path) -> dict[str, str | None]:
     outcome = await ex.run(ctx)
     assert outcome.status == "succeeded", outcome
     return outcome.output
+
+
+async def confined_pool(tmp_path: Path, name: str, source: str) -> tuple[CustomExecutor, Confinement]:
+    """A started one-child pool of custom handler ``name`` (``source``'s ``run``), confined as a
+    worker confines the operator's handlers; and that confinement."""
+    handlers = tmp_path / "handlers"
+    handlers.mkdir(exist_ok=True)
+    (handlers / f"op_{name}.py").write_text(source)
+    (tmp_path / "root").mkdir(exist_ok=True)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", test_root=tmp_path / "root")
+    confinement = confine.for_worker(config, tmp_path / "state" / "cache")
+    assert confinement is not None
+    ex = CustomExecutor(1, handlers={name: f"op_{name}:run"}, pythonpath=[handlers], use_entry_points=False,
+                        confinement=confinement)
+    await ex.start()
+    return ex, confinement
+
+
+async def one_child_serves(ex: CustomExecutor, name: str, tasks: tuple[str, ...] = ("t1", "t2", "t3")) -> list[dict]:
+    """Run handler ``name`` once per task id (its ``parameters["task"]``) and close the pool;
+    the outputs, after checking that one child served them all."""
+    outputs = []
+    try:
+        [pid] = ex.pool.pids
+        for task in tasks:
+            outcome = await ex.run(TaskContext(task, 1, "custom", {"name": name, "parameters": {"task": task}},
+                                               timeout_s=60))
+            assert outcome.status == "succeeded", outcome
+            outputs.append(outcome.output)
+        assert ex.pool.pids == [pid]  # one child served them all
+    finally:
+        await ex.close()
+    return outputs

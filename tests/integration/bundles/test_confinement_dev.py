@@ -9,10 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from probe_support import confined_pool, one_child_serves
 
-from distributed_testing.config import WorkerConfig
-from distributed_testing.worker import confine
-from distributed_testing.worker.executors import CustomExecutor, TaskContext
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
@@ -38,25 +36,7 @@ def run(parameters, ctx):
 
 
 async def test_a_pool_childs_next_task_finds_nothing_in_dev(tmp_path: Path) -> None:
-    handlers = tmp_path / "handlers"
-    handlers.mkdir()
-    (handlers / "op_shm.py").write_text(HANDLER)
-    (tmp_path / "root").mkdir()
-    config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", test_root=tmp_path / "root")
-    (tmp_path / "state").mkdir()
-    ex = CustomExecutor(1, handlers={"shm": "op_shm:run"}, pythonpath=[handlers], use_entry_points=False,
-                        confinement=confine.for_worker(config, tmp_path / "state" / "cache"))
-    await ex.start()
-    outputs = []
-    try:
-        [pid] = ex.pool.pids
-        for task in ("t1", "t2", "t3"):
-            outcome = await ex.run(TaskContext(task, 1, "custom", {"name": "shm", "parameters": {"task": task}},
-                                               timeout_s=60))
-            assert outcome.status == "succeeded", outcome
-            outputs.append(outcome.output)
-        assert ex.pool.pids == [pid]  # one child served them all
-    finally:
-        await ex.close()
+    ex, _ = await confined_pool(tmp_path, "shm", HANDLER)
+    outputs = await one_child_serves(ex, "shm")
     for task, out in zip(("t1", "t2", "t3"), outputs, strict=True):
         assert out == {"found": [], "after": [task], "planted": "Read-only file system", "zero": "00000000"}

@@ -9,10 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from probe_support import confined_pool, one_child_serves
 
-from distributed_testing.config import WorkerConfig
-from distributed_testing.worker import confine
-from distributed_testing.worker.executors import CustomExecutor, TaskContext
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
@@ -42,24 +40,6 @@ def run(parameters, ctx):
 
 
 async def test_a_read_only_tree_a_task_left_is_gone_for_the_next(tmp_path: Path) -> None:
-    handlers = tmp_path / "handlers"
-    handlers.mkdir()
-    (handlers / "op_ro.py").write_text(HANDLER)
-    (tmp_path / "root").mkdir()
-    (tmp_path / "state").mkdir()
-    config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", test_root=tmp_path / "root")
-    ex = CustomExecutor(1, handlers={"ro": "op_ro:run"}, pythonpath=[handlers], use_entry_points=False,
-                        confinement=confine.for_worker(config, tmp_path / "state" / "cache"))
-    await ex.start()
-    outputs = []
-    try:
-        [pid] = ex.pool.pids
-        for task in ("t1", "t2", "t3"):
-            outcome = await ex.run(TaskContext(task, 1, "custom", {"name": "ro", "parameters": {"task": task}},
-                                               timeout_s=60))
-            assert outcome.status == "succeeded", outcome
-            outputs.append(outcome.output)
-        assert ex.pool.pids == [pid]  # one child served them all
-    finally:
-        await ex.close()
+    ex, _ = await confined_pool(tmp_path, "ro", HANDLER)
+    outputs = await one_child_serves(ex, "ro")
     assert outputs == [{"work": [], "shm": []}] * 3

@@ -15,10 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
+from probe_support import confined_pool
 
-from distributed_testing.config import WorkerConfig
-from distributed_testing.worker import confine
-from distributed_testing.worker.executors import CustomExecutor, TaskContext
+from distributed_testing.worker.executors import TaskContext
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
@@ -42,17 +41,7 @@ def run(parameters, ctx):
 
 
 async def test_a_replaced_childs_scratch_is_removed_while_the_loop_runs(tmp_path: Path) -> None:
-    handlers = tmp_path / "handlers"
-    handlers.mkdir()
-    (handlers / "op_tree.py").write_text(HANDLER)
-    (tmp_path / "root").mkdir()
-    (tmp_path / "state").mkdir()
-    config = WorkerConfig(worker_id="w0", db_path=tmp_path / "state" / "outbox.duckdb", test_root=tmp_path / "root")
-    confinement = confine.for_worker(config, tmp_path / "state" / "cache")
-    assert confinement is not None
-    ex = CustomExecutor(1, handlers={"tree": "op_tree:run"}, pythonpath=[handlers], use_entry_points=False,
-                        confinement=confinement)
-    await ex.start()
+    ex, confinement = await confined_pool(tmp_path, "tree", HANDLER)
     try:
         run = asyncio.create_task(ex.run(TaskContext("t1", 1, "custom", {
             "name": "tree", "parameters": {"dirs": DIRS, "files": FILES}}, timeout_s=100)))
