@@ -44,7 +44,7 @@ from . import admission, bundles_api, events, forward, keys_api, openapi, views
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .rest import AUTHENTICATED, CLOSE_AFTER, PRINCIPAL, json_body, json_response, positive_seconds, read_body
+from .rest import AUTHENTICATED, PRINCIPAL, json_body, json_response, positive_seconds, read_body
 from .runtime import RUNTIME, Runtime
 from .store.base import ResultQuery
 from .store.filters import parse_query
@@ -231,10 +231,7 @@ def _refusal(request: web.Request, exc: DTError) -> web.Response:
     if isinstance(exc, AuthError):
         note_failure(request.app, client_address(request), request.headers.get("Authorization", ""), exc)
     status, body, headers = error_parts(exc, f"{request.method} {request.path}")
-    resp = json_response(body, status=status, headers=headers)
-    if request.get(CLOSE_AFTER):
-        resp.force_close()
-    return resp
+    return json_response(body, status=status, headers=headers)
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:

@@ -22,8 +22,9 @@ from aiohttp import web
 from ..bundles import digest as dg
 from ..bundles import manifest as mf
 from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
+from ..process.httpstream import unreadable
 from ..security import auth as sa
-from .rest import read_body, unreadable
+from .rest import read_body
 from .runtime import RUNTIME, Runtime
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ async def read_capped(request: web.Request, cap: int, what: str) -> bytes:
                 raise TooLarge([{"field": what, "error": f"over the cap of {cap} bytes (--max-bundle-file-mb)"}])
             chunks.append(chunk)
     except web.RequestPayloadError as exc:
-        raise unreadable(request, exc) from exc
+        raise unreadable(exc) from exc
     return b"".join(chunks)
 
 

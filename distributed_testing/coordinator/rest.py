@@ -13,11 +13,11 @@ import msgspec
 from aiohttp import web
 
 from ..errors import ValidationError
+from ..process.httpstream import unreadable
 from ..security import auth as sa
 from ..tasks import spec as specs
 
 PRINCIPAL = web.RequestKey("principal", sa.Principal)
-CLOSE_AFTER = web.RequestKey("close_after", bool)  # the answer ends the connection
 AUTHENTICATED = "authenticated"  # a route's permission: any valid credential, whatever its role
 
 
@@ -30,21 +30,12 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 
 async def read_body(request: web.Request) -> bytes:
     """The request's body, decoded per its ``Content-Encoding``; ValidationError on ``(body)``
-    when it cannot be (the connection is then closed after the answer: its framing is lost)."""
+    when it cannot be (the middleware then ends the connection after the answer: its framing is
+    lost)."""
     try:
         return await request.read()
     except web.RequestPayloadError as exc:
-        raise unreadable(request, exc) from exc
-
-
-def unreadable(request: web.Request, exc: web.RequestPayloadError) -> ValidationError:
-    """The answer to a body that cannot be read (a ``Content-Encoding`` it does not decode
-    with): a 400 on ``(body)``, the connection closed after it (its framing is lost)."""
-    request.content.feed_eof()  # nothing more to read: no lingering read of a broken payload
-    request[CLOSE_AFTER] = True
-    cause = exc.__cause__ or exc
-    detail = getattr(cause, "message", None) or str(cause)
-    return ValidationError([{"field": "(body)", "error": f"cannot read the body: {' '.join(str(detail).split())}"}])
+        raise unreadable(exc) from exc
 
 
 async def json_body(request: web.Request) -> Any:

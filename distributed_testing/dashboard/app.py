@@ -40,7 +40,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
-from ..process.httpstream import ClientGone, chunks_while_connected, end_after_broken_body
+from ..process.httpstream import ClientGone, chunks_while_connected, end_after_broken_body, unreadable
 from ..security.throttle import AuthThrottle, address_key
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
@@ -179,7 +179,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     try:
         form = await request.post()
     except web.RequestPayloadError:  # not what its Content-Encoding says
-        return _unreadable(request, _login_refused(request, 400, "The sign-in form could not be read."))
+        return _login_refused(request, 400, "The sign-in form could not be read.")  # the middleware ends the connection
     key = str(form.get("key", "")).strip()
     client = request.app[CLIENT]
     status, body, headers = (await client.call("POST", "/api/v1/auth/token", key, client=request.remote) if key
@@ -213,15 +213,6 @@ def _cross_site(request: web.Request) -> str | None:
     if origin is not None and urlsplit(origin).netloc.lower() != request.host.lower():
         return f"Origin: {origin}"
     return None
-
-
-def _unreadable(request: web.Request, resp: web.Response) -> web.Response:
-    """``resp``, the answer to a body that cannot be read: nothing more is read of it (aiohttp
-    would try, and log the same error as unhandled) and the connection closes after the answer
-    (its framing is lost)."""
-    request.content.feed_eof()
-    resp.force_close()
-    return resp
 
 
 def _login_refused(request: web.Request, status: int, message: str,
@@ -336,11 +327,8 @@ def _action(path: str) -> Handler:
         target = path.format(**{k: _quote(v) for k, v in request.match_info.items()})
         try:
             body = await request.read()
-        except web.RequestPayloadError as exc:  # not what its Content-Encoding says
-            detail = " ".join(str(exc.__cause__ or exc).split())
-            return _unreadable(request, _json({"error": "ValidationError", "message": f"cannot read the body: {detail}",
-                                               "errors": [{"field": "(body)", "error": f"cannot read the body: {detail}"}]},
-                                              400))
+        except web.RequestPayloadError as exc:  # not what its Content-Encoding says: a 400, the connection ends
+            raise unreadable(exc) from exc
         try:
             doc = msgspec.json.decode(body) if body else None
         except msgspec.DecodeError as exc:

@@ -6,7 +6,9 @@ relayed to is still there. Used by the standby's forwarding of event streams
 a handler nothing when its client goes away, and a stream that stays silent for a keepalive
 interval would otherwise hold its upstream connection (and its place under the caps) that long.
 
-``end_after_broken_body``: the middlewares of both apps pass each answer through it."""
+``end_after_broken_body``: the middlewares of both apps pass each answer through it, so a body
+that does not decode ends its connection however it was answered; ``unreadable`` is the 400 a
+handler that tried to read one raises."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from collections.abc import AsyncGenerator
 
 import aiohttp
 from aiohttp import web
+
+from ..errors import ValidationError
 
 
 class ClientGone(Exception):
@@ -55,3 +59,11 @@ def end_after_broken_body(request: web.Request, resp: web.StreamResponse) -> web
         content.feed_eof()  # the parser gave up on it: nothing more comes
         resp.force_close()  # and the connection's framing is lost
     return resp
+
+
+def unreadable(exc: web.RequestPayloadError) -> ValidationError:
+    """The 400 on ``(body)`` for a body that cannot be read (a ``Content-Encoding`` it does not
+    decode with); ``end_after_broken_body`` then ends the connection after the answer."""
+    cause = exc.__cause__ or exc
+    detail = " ".join(str(getattr(cause, "message", None) or cause).split())
+    return ValidationError([{"field": "(body)", "error": f"cannot read the body: {detail}"}])
