@@ -43,7 +43,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from ..bench_cache import CacheEntry, MemoryResultCache, ResultCache, cache_key
 from ..confine import Confinement
 from ..sandbox import GPU_VARIABLES, PACKAGE_PARENT, gpu_devices, task_environ
 from .base import ExecOutcome, ExecutorSettings, OutcomeStatus, TaskContext, check_model_allowed, task_python
-from .proc import OutputTail, describe_exit, kill_and_reap
+from .proc import OutputTail, describe_exit, exited, finish_relay, kill_and_reap
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024 * 1024
@@ -223,17 +222,13 @@ class BenchmarkExecutor:
         code = await kill_and_reap(child)
         tail, forward = self._stderr.pop(child, (OutputTail(), None))
         if forward is not None:
-            try:
-                async with asyncio.timeout(5.0):
-                    await forward
-            except TimeoutError:
-                log.warning("benchmark child %d: stderr still open 5 s after exit (a process left its group)", child.pid)
+            await finish_relay(forward, f"benchmark child {child.pid}")
         return code, tail.text(since)
 
     async def _exchange(self, request: dict[str, Any], timeout: float | None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line. A child that
         dies first raises _ChildDied (reaped); a timeout or cancel kills the child and propagates."""
-        if self._child is None or self._child.returncode is not None or _exited(self._child.pid):
+        if self._child is None or exited(self._child):
             if self._child is not None:  # a cached child that died while idle: its group and stderr relay go too
                 code, _ = await self._reap(self._child)
                 log.warning("cached benchmark child %d had exited while idle (%s); starting another",
@@ -387,19 +382,3 @@ def build(settings: ExecutorSettings) -> BenchmarkExecutor:
     return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive,
                              confinement=settings.confinement)
 
-
-def _exited(pid: int) -> bool:
-    """Whether child ``pid`` has exited, before the event loop has noticed. A cached benchmark
-    child killed while idle would otherwise get the next task, which then fails as if the child
-    had died running it. Read from ``/proc`` (a zombie, or gone): a ``waitid`` would miss a child
-    the loop's watcher is reaping at that moment; elsewhere ``waitid`` without reaping it."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
-    except FileNotFoundError:
-        return True
-    except OSError:  # no /proc
-        try:
-            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:
-            return True

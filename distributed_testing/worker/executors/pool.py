@@ -41,6 +41,8 @@ from distributed_testing.worker.executors.pool_child import (
 from distributed_testing.worker.executors.proc import (
     OutputTail,
     describe_exit,
+    exited,
+    finish_relay,
     kill_process_group,
 )
 from distributed_testing.worker.executors.supervise import MemoryWatch, run_limited
@@ -98,11 +100,7 @@ class _Child:
         """Kill the child's process group, wait for it and its stderr pipe; return its exit code."""
         kill_process_group(self.pid)
         code = await self.proc.wait()
-        try:
-            async with asyncio.timeout(5.0):
-                await self._drain  # cancelled at the timeout
-        except TimeoutError:
-            logger.warning("pool child %d: stderr still open 5 s after exit (a process left its group)", self.pid)
+        await finish_relay(self._drain, f"pool child {self.pid}")
         # in a thread: a task may have left a large tree there, and the loop carries the heartbeats
         await asyncio.to_thread(confine.remove, self.scratch)
         return code
@@ -288,8 +286,9 @@ class HandlerPool:
         replaced first."""
         while self._idle:
             child = self._idle.pop()
-            if child.proc.returncode is not None:
-                logger.warning("pool child %d exited while idle (%s)", child.pid, describe_exit(child.proc.returncode))
+            if exited(child.proc):
+                rc = child.proc.returncode  # None while the loop has not noticed yet
+                logger.warning("pool child %d exited while idle%s", child.pid, "" if rc is None else f" ({describe_exit(rc)})")
                 self._discard(child)
             elif self._confine is not None and child.seen != self._confine.identity():
                 logger.info("pool child %d: a key or token file hidden by name was replaced since it started (it "

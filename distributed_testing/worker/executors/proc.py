@@ -49,6 +49,36 @@ async def kill_and_reap(proc: asyncio.subprocess.Process) -> int:
     return await proc.wait()
 
 
+async def finish_relay(relay: asyncio.Task[None], what: str, grace_s: float = 5.0) -> None:
+    """Wait up to ``grace_s`` for the task relaying an exited child's output to reach EOF (its
+    error, if any, propagates); a process that left the child's group may hold the pipe open: the
+    relay is then cancelled, with a warning naming ``what``."""
+    try:
+        async with asyncio.timeout(grace_s):
+            await relay
+    except TimeoutError:
+        logger.warning("%s: output still open %g s after exit (a process left its group)", what, grace_s)
+
+
+def exited(proc: asyncio.subprocess.Process) -> bool:
+    """Whether ``proc`` has exited, also before the event loop has noticed (a child killed while
+    idle, between two requests: sent the next one, it would fail as if it had died running it).
+    Read from ``/proc`` (a zombie, or gone): a ``waitid`` would miss a child the loop's watcher is
+    reaping at that moment; elsewhere ``waitid`` without reaping it."""
+    if proc.returncode is not None:
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+
 def describe_exit(returncode: int) -> str:
     """Human wording for a child's exit status: ``exit code 3`` or ``killed by signal SIGSEGV``."""
     if returncode < 0:

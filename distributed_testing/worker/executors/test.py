@@ -40,6 +40,7 @@ from distributed_testing.worker.executors.proc import (
     DEFAULT_TAIL_BYTES,
     OutputTail,
     describe_exit,
+    finish_relay,
     kill_process_group,
 )
 from distributed_testing.worker.executors.supervise import (
@@ -196,7 +197,7 @@ class TestExecutor:
             kill_process_group(proc.pid)  # the run itself on a limit or cancel; strays otherwise
             self._running.discard(proc.pid)
             code = await proc.wait()
-            await _finish_drain(drain, proc.pid)
+            await finish_relay(drain, f"pytest {proc.pid}", _DRAIN_GRACE_S)
         return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
 
 
@@ -209,17 +210,6 @@ def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path
             "-p", pytest_report.__name__, f"{pytest_report.REPORT_OPTION}={report_path}"]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
     return [python, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
-
-
-async def _finish_drain(drain: asyncio.Task[None], pid: int) -> None:
-    """Wait briefly for the output pipe's EOF; a process that escaped the group may hold it open."""
-    done, _ = await asyncio.wait({drain}, timeout=_DRAIN_GRACE_S)
-    if drain in done:
-        drain.result()
-        return
-    logger.warning("pytest %d: output pipe still open %.0f s after exit; a process left its group", pid, _DRAIN_GRACE_S)
-    drain.cancel()
-    await asyncio.wait({drain})
 
 
 class TestSummary:
