@@ -41,9 +41,7 @@ Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import math
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -54,6 +52,7 @@ from typing import Any, Literal
 import pytest
 
 from .bundles.upload import UploadError, upload_with_stats
+from .cli.common import seconds
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError
@@ -77,22 +76,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dt-shared-tree", action="store_true",
                     help="ship no files: the workers' --test-root holds the same tree as --dt-test-root "
                          "(default: upload the tree as a bundle; needs an --allow-code key and --accept-bundles workers)")
-    group.addoption("--dt-timeout", type=_seconds, default=3600.0, metavar="S",
+    group.addoption("--dt-timeout", type=seconds, default=3600.0, metavar="S",
                     help="give up waiting for the fleet after S seconds and cancel what is left (default 3600)")
-    group.addoption("--dt-unschedulable-timeout", type=_seconds, default=30.0, metavar="S",
+    group.addoption("--dt-unschedulable-timeout", type=seconds, default=30.0, metavar="S",
                     help="fail the tests of a task no connected worker can run after S seconds (default 30)")
-
-
-def _seconds(text: str) -> float:
-    """A ``--dt-*timeout`` value: a finite number of seconds >= 0, else a usage error naming it
-    (a negative one would otherwise time every test out at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
-    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line entry points (logging, signals)."""
+"""Helpers shared by the command-line entry points (logging, signals, argument types)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import signal
 
 # Cyclic-GC thresholds for the long-running processes; see tune_gc.
@@ -52,3 +53,23 @@ async def wait_for_signal() -> signal.Signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0, else a usage error naming the flag (a
+    negative one would time out at once; nan or inf would reach the API as invalid JSON)."""
+    return _seconds(text, positive=False)
+
+
+def positive_seconds(text: str) -> float:
+    """As :func:`seconds`, > 0."""
+    return _seconds(text, positive=True)
+
+
+def _seconds(text: str, *, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not ((value > 0 if positive else value >= 0) and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds {'>' if positive else '>='} 0: {text!r}")
+    return value

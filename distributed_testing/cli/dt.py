@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import urllib.parse
@@ -33,6 +32,7 @@ from ..errors import ConfigError
 from ..security import tls
 from ..tasks.states import WORKER_STATES
 from . import compare, submit
+from .common import positive_seconds
 from .http import ApiClient, ApiError
 from .options import SWITCH, Setting, add_settings, resolve
 from .report import print_results, print_table, with_iso_times
@@ -76,18 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     for register in REGISTRARS:
         register(sub)
     return p
-
-
-def positive_seconds(text: str) -> float:
-    """A finite number of seconds > 0, else a usage error naming the flag (nan or inf would be
-    sent as invalid JSON, and the API's own refusal names its field, not the flag)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
-    return value
 
 
 def register_keys(sub: SubParsers) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ..bundles.upload import UploadError, upload_with_stats
 from ..errors import ConfigError, ValidationError
 from . import compare
+from .common import seconds
 from .http import ApiClient, ApiError
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
 from .report import print_summary, summary_row, write_junit
@@ -46,10 +47,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="upload DIR as a bundle (only the files the coordinator lacks; .gitignore and .dtignore "
                          "honoured) and run every task on that tree; needs a key created with --allow-code")
     sp.add_argument("--wait", action="store_true", help="wait for every task to finish, showing progress on stderr")
-    sp.add_argument("--timeout", type=_seconds, metavar="S",
+    sp.add_argument("--timeout", type=seconds, metavar="S",
                     help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued "
                          "(implies --wait)")
-    sp.add_argument("--fail-if-unschedulable", type=_seconds, metavar="S", dest="unschedulable_s",
+    sp.add_argument("--fail-if-unschedulable", type=seconds, metavar="S", dest="unschedulable_s",
                     help="stop waiting, exit 3, once a task has had no connected worker that meets its "
                          "requirements for S seconds (implies --wait)")
     sp.add_argument("--progress", choices=["auto", "live", "plain", "off"], default="auto",
@@ -60,16 +61,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="write the tasks, their results and the summary as JSON (implies --wait)")
     compare.add_arguments(sp, for_submit=True)
     sp.set_defaults(run=cmd_submit)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
-    return value
 
 
 def load_doc(path: Path) -> Any:
