@@ -257,14 +257,14 @@ class Gangs:
         if chosen is None:
             return None
         all_cuda, note = all("cuda" in w.capabilities for w in chosen), ""
-        if all_cuda and (shared := shared_gpus(chosen)) and _backend(t) != "gloo":
+        if all_cuda and (shared := shared_gpus(chosen)) and (backend := _backend(t)) != "gloo":
             # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): members that do not
             # share one, else (backend auto) gloo, which runs there; an explicit nccl is sent as
             # asked and fails naming the shared GPU (worker/executors/training.py)
             apart = pick_gang(t.key, g.nodes, workers, distinct_gpus=True)
             if apart is not None:
                 chosen = apart
-            elif _backend(t) == "auto":
+            elif backend == "auto":
                 all_cuda = False
                 note = f"; backend gloo: the members share GPU {', '.join(shared)}"
         addresses = [self.host.workers[w.worker_id].address for w in chosen]
