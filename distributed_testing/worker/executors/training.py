@@ -60,6 +60,7 @@ import functools
 import logging
 import re
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -115,6 +116,9 @@ _PEER_LOST = re.compile(
 _DUPLICATE_GPU = re.compile(r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device \w+")
 # torchelastic's "Root Cause" block: "exitcode  : -9 (pid: 123)  (SIGKILL)".
 _KILLED = re.compile(r"exitcode\s*:\s*-(\d+)\b[^\n]*")
+# Signals that come from outside a rank (the OOM killer's SIGKILL, an operator's kill): the rank's
+# own death (SIGABRT, SIGSEGV) is read from its traceback first.
+_OUTSIDE_KILLS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 # what a sandboxed rank keeps of the launcher's environment: its GPUs and the collectives' settings
@@ -294,12 +298,24 @@ def classify_failure(log: str) -> tuple[OutcomeStatus, str]:
                           "CUDA_VISIBLE_DEVICES) or use backend gloo")
     root_cause = log.rfind("Root Cause")  # torchelastic names the first failure after it
     killed = _KILLED.search(log, max(0, root_cause))
-    if killed:
-        return "error", f"a local rank was killed by signal {killed.group(1)} (out-of-memory killer or an outside kill)"
+    signum = int(killed.group(1)) if killed else None
+    if signum in _OUTSIDE_KILLS:
+        return "error", f"a local rank was killed by signal {signum} (out-of-memory killer or an outside kill)"
+    # before a rank's own signal: a rank whose collective failed on a lost peer can end in SIGABRT
+    # (gloo's error raised in a DDP hook's callback), with the peer's loss in its traceback
     peer = _PEER_LOST.search(log)
     if peer:
         return "error", f"a peer node or the network failed during training ({peer.group(0)})"
+    if signum is not None:
+        return "error", f"a local rank died of signal {signum} ({_signal_name(signum)})"
     return "failed", "a training rank failed"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
 
 
 def free_port() -> int:

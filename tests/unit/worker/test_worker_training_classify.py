@@ -32,6 +32,30 @@ Root Cause (first observed failure):
   [127.0.0.1]:29863: Connection reset by peer.
 """
 
+# node 0 of a 2-node gloo job whose peer's rank was SIGKILLed (seen in CI, one run in six here): its
+# rank raised gloo's read error inside DDP's allreduce hook and then aborted
+PEER_LOST_THEN_ABORTED = """
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 7580)  (SIGABRT)
+  traceback : Traceback (most recent call last):
+    File "/work/main/distributed_testing/training/loop.py", line 102, in step
+      to_backward.backward()  # type: ignore[no-untyped-call]
+  RuntimeError: Got the following error when running the callback: RuntimeError: \
+[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:36778: \
+Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application.
+  At:
+    /torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py(31): <lambda>
+"""
+
+SEGFAULT = """
+Root Cause (first observed failure):
+[0]:
+  exitcode  : -11 (pid: 10)  (SIGSEGV)
+  traceback : Signal 11 (SIGSEGV) received by PID 10
+"""
+
 MODEL_BUG = """
 Root Cause (first observed failure):
 [0]:
@@ -53,7 +77,9 @@ Root Cause (first observed failure):
 
 @pytest.mark.parametrize(("log", "status", "reason"), [
     (DUPLICATE_GPU, "failed", "two ranks of the job share a GPU (Duplicate GPU detected : rank 0 and rank 1"),
-    (KILLED, "error", "a local rank was killed by signal 9"),
+    (KILLED, "error", "a local rank was killed by signal 9 (out-of-memory killer or an outside kill)"),
+    (PEER_LOST_THEN_ABORTED, "error", "a peer node or the network failed during training (gloo/transport)"),
+    (SEGFAULT, "error", "a local rank died of signal 11 (SIGSEGV)"),
     (PEER_LOST, "error", "a peer node or the network failed during training (gloo/transport)"),
     (MODEL_BUG, "failed", "a training rank failed"),
     ("torch.distributed.DistNetworkError: The server socket has failed to listen", "error", "a peer node or the network"),
