@@ -17,6 +17,8 @@ A :class:`Kind` says, for one value of a task's ``type``:
   there once the tasks before it finish (``--pipeline-depth``; docs/protocol.md, "Pipelining").
   Off for kinds that must run alone on their worker (benchmark, training): they are placed only
   on a free slot, and no task is queued behind one.
+- ``cacheable``: its results may be answered from the worker's result cache (``"cache": true``;
+  accepted on other kinds with a warning that it changes nothing).
 - ``executor``: ``"package.module:factory"``, the worker-side factory that builds its executor
   from :class:`~distributed_testing.worker.executors.base.ExecutorSettings`. It is a string so
   that this package imports no runner.
@@ -79,6 +81,7 @@ class Kind:
     handler_field: str = "name"
     imports_model: bool = False
     pipelined: bool = False
+    cacheable: bool = False
 
     def decode(self, raw: dict[str, Any]) -> Any:
         """The config struct of a config that passed submit validation (raises
@@ -128,7 +131,7 @@ class Registry:
 BUILTIN = Registry((
     Kind("benchmark", c.BenchmarkConfig, "distributed_testing.worker.executors.benchmark:build",
          check=c.check_benchmark, hardware=c.benchmark_hardware, batch_key=c.benchmark_batch_key,
-         imports_model=True),
+         imports_model=True, cacheable=True),
     Kind("training", c.TrainingConfig, "distributed_testing.worker.executors.training:build",
          check=c.check_training, hardware=c.training_hardware, gang_size=lambda cfg: cfg.nodes,
          imports_model=True),

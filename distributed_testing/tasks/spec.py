@@ -213,6 +213,7 @@ def _check_config(spec: TaskSpec, prefix: str) -> None:
     errors = [{"field": _path(prefix, ["config", f]), "error": e} for f, e in kind.check(spec.config, cfg)]
     errors += _free_form_errors(spec.config, _path(prefix, ["config"]))
     errors += _python_errors(spec, prefix)
+    errors += _tag_errors(spec, prefix)
     if errors:
         raise ValidationError(errors)
 
@@ -230,6 +231,32 @@ def _python_errors(spec: TaskSpec, prefix: str) -> list[dict[str, str]]:
     if spec.bundle is None:
         out.append({"field": where, "error": "needs a bundle: Python requirements are installed for shipped code "
                     "only (dt submit --bundle DIR)"})
+    return out
+
+
+def _tag_errors(spec: TaskSpec, prefix: str) -> list[dict[str, str]]:
+    """``requirements.tags`` a worker can never have: workers split ``--tags`` on commas and strip
+    the spaces around each tag, so an empty tag, one with a comma or with spaces around it would
+    leave the task pending for ever."""
+    where = _path(prefix, ["requirements", "tags"])
+    return [{"field": f"{where}[{i}]", "error": "a tag is one name, without commas or spaces around it (workers "
+             f"split --tags on commas and strip spaces, so no worker has it); got {_short(tag)}"}
+            for i, tag in enumerate(spec.requirements.tags) if not tag.strip() or "," in tag or tag != tag.strip()]
+
+
+def _no_effect(specs: list[TaskSpec], listed: bool) -> list[str]:
+    """Warnings for accepted fields that change nothing for their task."""
+    registry = kinds.active()
+    out = []
+    for i, s in enumerate(specs):
+        if not s.cache:
+            continue
+        where = f"[{i}]" if listed else "task"
+        if not registry.get(s.type).cacheable:
+            out.append(f"{where}: cache: true has no effect on a {s.type} task (only benchmark results are cached)")
+        elif s.bundle is not None:
+            out.append(f"{where}: cache: true has no effect on a task with a bundle (the cache key cannot "
+                       "tell the bundle's code apart)")
     return out
 
 
@@ -300,7 +327,7 @@ def parse_tasks_with_warnings(doc: Any) -> tuple[list[TaskSpec], list[str]]:
     dup = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
     if dup:
         raise ValidationError([{"field": "task_id", "error": f"duplicate ids in one submission: {dup}"}])
-    return specs, warnings
+    return specs, warnings + _no_effect(specs, isinstance(doc, list))
 
 
 def parse_tasks(doc: Any) -> list[TaskSpec]:
@@ -334,7 +361,7 @@ def parse_task_json_with_warnings(body: bytes) -> tuple[list[TaskSpec], list[str
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError, UnicodeDecodeError):
         fast = None  # the full path below names every bad field
     if fast is not None:
-        return fast, []
+        return fast, _no_effect(fast, body.lstrip()[:1] == b"[")
     return parse_tasks_with_warnings(decode_json(body))
 
 

@@ -321,3 +321,30 @@ def test_spec_digest_differs_when_anything_differs(change: dict[str, Any]) -> No
     base = specs.parse_tasks(TEST_EXAMPLE)[0]
     changed = specs.parse_tasks({**TEST_EXAMPLE, **change})[0]
     assert specs.spec_digest(base) != specs.spec_digest(changed)
+
+
+@pytest.mark.parametrize("tag", ["", " ", " gpu", "gpu ", "gpu,cuda"])
+def test_a_tag_no_worker_can_have_is_refused_naming_it(tag: str) -> None:
+    """Workers split --tags on commas and strip the spaces around each tag: such a task would wait for ever."""
+    doc = {**TEST_EXAMPLE, "requirements": {"tags": ["transformers", tag]}}
+    for body in (doc, [doc]):
+        with pytest.raises(ValidationError) as info:
+            specs.parse_task_json(json.dumps(body).encode())
+        (error,) = info.value.errors
+        assert error["field"].endswith("requirements.tags[1]") and "without commas or spaces around it" in error["error"]
+    assert specs.parse_tasks({**TEST_EXAMPLE, "requirements": {"tags": ["a b", "x86_64"]}})
+
+
+@pytest.mark.parametrize(("change", "warned"), [
+    ({"cache": True}, "[0]: cache: true has no effect on a test task (only benchmark results are cached)"),
+    ({"cache": False}, None),
+])
+def test_cache_on_a_kind_without_a_result_cache_is_accepted_with_a_warning(change: dict[str, Any], warned: str | None) -> None:
+    doc = [{**TEST_EXAMPLE, **change}]
+    for parsed, warnings in (specs.parse_task_json_with_warnings(json.dumps(doc).encode()),
+                             specs.parse_tasks_with_warnings(doc)):
+        assert len(parsed) == 1 and warnings == ([warned] if warned else [])
+    bundled = {**BENCHMARK_EXAMPLE, "cache": True, "bundle": "a" * 64}
+    assert specs.parse_task_json_with_warnings(json.dumps(bundled).encode())[1] == [
+        "task: cache: true has no effect on a task with a bundle (the cache key cannot tell the bundle's code apart)"]
+    assert specs.parse_task_json_with_warnings(json.dumps({**BENCHMARK_EXAMPLE, "cache": True}).encode())[1] == []
