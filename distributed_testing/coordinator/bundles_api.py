@@ -5,15 +5,15 @@ key created with ``--allow-code`` (``api.authorize``). Every blob's digest is ch
 (400 on a mismatch; ``POST /blobs`` stores several small blobs in one body, all or none); a blob over ``--max-bundle-file-mb`` is refused with 413 before more than
 the cap is read; a manifest is accepted only when every blob it lists is stored (400 naming the
 missing ones) and its files fit ``--max-bundle-mb`` and the per-file cap (413 naming the largest).
-A task that names a bundle is checked at submit (``check_bundles``): the key may ship code and
-the manifest is stored; its blobs are then marked used, so ``--bundle-retention`` counts from the
+A task that names a bundle is checked at submit (``check_bundles``): the key may ship code, the
+manifest is stored and holds what the task's config names (a test file, a handler's module); its blobs are then marked used, so ``--bundle-retention`` counts from the
 youngest task that refers to them. ``sweep`` deletes blobs no upload or task used within it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -24,6 +24,8 @@ from ..bundles import manifest as mf
 from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
 from ..process.httpstream import unreadable
 from ..security import auth as sa
+from ..tasks import kinds
+from ..tasks.spec import TaskSpec
 from .rest import read_body
 from .runtime import RUNTIME, Runtime
 
@@ -187,10 +189,12 @@ async def get_manifest(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type="application/json")
 
 
-async def check_bundles(rt: Runtime, principal: sa.Principal, bundles: Iterable[str]) -> None:
+async def check_bundles(rt: Runtime, principal: sa.Principal, tasks: Sequence[TaskSpec], listed: bool) -> None:
     """At submit, for the bundles the tasks name: the key may ship code, each manifest is stored
-    (ValidationError naming the missing ones), and its blobs count as used now."""
-    wanted = sorted(set(bundles))
+    (ValidationError naming the missing ones), what each task's config names in its bundle is
+    there (its kind's ``shipped`` rules: a test file, a handler's module), and the bundle's blobs
+    count as used now. ``listed``: the tasks came as a JSON list (errors say ``[i].``)."""
+    wanted = sorted({s.bundle for s in tasks if s.bundle is not None})
     if not wanted:
         return
     require_allow_code(principal)
@@ -198,11 +202,17 @@ async def check_bundles(rt: Runtime, principal: sa.Principal, bundles: Iterable[
     if absent:
         raise ValidationError([{"field": "bundle", "error": f"bundle {a} was not uploaded (upload it first: "
                                 "dt submit --bundle DIR)"} for a in absent])
+    manifests = {d: mf.decode(data) for d in wanted if (data := await rt.blobs.get(d)) is not None}
+    files = {d: frozenset(f.path for f in m.files) for d, m in manifests.items()}
+    registry = kinds.active()
+    errors = [{"field": f"{f'[{i}].' if listed else ''}config.{field}", "error": error}
+              for i, s in enumerate(tasks) if s.bundle in files
+              for field, error in registry.get(s.type).shipped(registry.get(s.type).decode(s.config), files[s.bundle])]
+    if errors:
+        raise ValidationError(errors)
     now = rt.clock()
-    for d in wanted:
-        data = await rt.blobs.get(d)
-        if data is not None:
-            await rt.blobs.touch({d, *mf.decode(data).digests()}, now)
+    for d, m in manifests.items():
+        await rt.blobs.touch({d, *m.digests()}, now)
 
 
 async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:

@@ -8,12 +8,14 @@ worker decodes the same struct from the assignment and never validates again.
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Set
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .pytest_args import bad_test_file, path_error, refused_test_args
-from .usercode import is_user_model, model_name_error
+from .usercode import bundle_modules, is_user_model, model_name_error, shipped_handler_error
 
 INT64_MAX = 2**63 - 1
 PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
@@ -50,8 +52,11 @@ class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     tiny: bool = False
     model_config: dict[str, Any] = {}
     weights: Literal["auto", "pretrained", "random"] = "auto"
-    optimize_for: Literal["latency", "throughput"] = "latency"
-    cuda_streams: PositiveInt = 1
+    # absent: the worker's --optimize-for / --cuda-streams when it was started with them
+    optimize_for: Annotated[Literal["latency", "throughput"], msgspec.Meta(
+        description="absent: the worker's --optimize-for if it has one, else latency")] = "latency"
+    cuda_streams: Annotated[PositiveInt, msgspec.Meta(
+        description="absent: the worker's --cuda-streams if it has one, else 1")] = 1
     seed: NonNegativeInt = 0
     threads: PositiveInt | None = None  # None: the worker's --bench-threads (itself 1 by default)
     name: str | None = None
@@ -173,6 +178,23 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
         out.append(("test_file", bad))
     out += [("test_args", e) for e in refused_test_args(cfg.test_args)]
     return out
+
+
+def shipped_test(cfg: TestConfig, files: Set[str]) -> Problems:
+    """In a task with a bundle listing ``files``: ``test_file`` (``path`` or ``path::node``) must
+    be one of them or a directory holding some (the bundle's tree is the test root)."""
+    part = posixpath.normpath(cfg.test_file.partition("::")[0] or ".")
+    if part == "." or part in files or any(f.startswith(part + "/") for f in files):
+        return []
+    tests = sorted(f for f in files if posixpath.basename(f).startswith("test_") and f.endswith(".py"))
+    return [("test_file", f"{part!r} is not in the bundle ({len(files)} file(s); its test files: "
+             f"{', '.join(tests[:10]) + (', ...' if len(tests) > 10 else '') if tests else 'none named test_*.py'})")]
+
+
+def shipped_custom(cfg: CustomConfig, files: Set[str]) -> Problems:
+    """In a task with a bundle listing ``files``: ``name`` is a ``module:function`` of the bundle."""
+    bad = shipped_handler_error(cfg.name, bundle_modules(files))
+    return [] if bad is None else [("name", bad)]
 
 
 class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -17,6 +17,9 @@ A :class:`Kind` says, for one value of a task's ``type``:
   there once the tasks before it finish (``--pipeline-depth``; docs/protocol.md, "Pipelining").
   Off for kinds that must run alone on their worker (benchmark, training): they are placed only
   on a free slot, and no task is queued behind one.
+- ``shipped``: rules over ``(struct, files)`` for a task with a bundle whose manifest lists
+  ``files`` (relative paths), checked by the coordinator at submit: what the config names in the
+  shipped code must be there.
 - ``cacheable``: its results may be answered from the worker's result cache (``"cache": true``;
   accepted on other kinds with a warning that it changes nothing).
 - ``executor``: ``"package.module:factory"``, the worker-side factory that builds its executor
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +70,10 @@ def _no_handler(cfg: Any) -> str | None:
     return None
 
 
+def _no_shipped(cfg: Any, files: AbstractSet[str]) -> Problems:
+    return []
+
+
 @dataclass(frozen=True)
 class Kind:
     """One task type; see the module docstring for each field's contract."""
@@ -82,6 +90,7 @@ class Kind:
     imports_model: bool = False
     pipelined: bool = False
     cacheable: bool = False
+    shipped: Callable[[Any, AbstractSet[str]], Problems] = _no_shipped
 
     def decode(self, raw: dict[str, Any]) -> Any:
         """The config struct of a config that passed submit validation (raises
@@ -135,9 +144,10 @@ BUILTIN = Registry((
     Kind("training", c.TrainingConfig, "distributed_testing.worker.executors.training:build",
          check=c.check_training, hardware=c.training_hardware, gang_size=lambda cfg: cfg.nodes,
          imports_model=True),
-    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test, pipelined=True),
+    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test, pipelined=True,
+         shipped=c.shipped_test),
     Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build", handler=lambda cfg: cfg.name,
-         pipelined=True),
+         pipelined=True, shipped=c.shipped_custom),
 ))
 
 _active: list[Registry] = [BUILTIN]

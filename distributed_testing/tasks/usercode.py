@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
 
@@ -45,6 +45,36 @@ def model_name_error(name: str) -> str | None:
         return (f"model {name!r}: {attr!r} must be one name (a class or function defined in module {module!r}, "
                 "such as 'make'), not a dotted path")
     return None
+
+
+def shipped_handler_error(name: str, modules: Sequence[str]) -> str | None:
+    """Why ``name`` is not a ``module:function`` handler inside a bundle offering top-level
+    ``modules`` (None when it is)."""
+    if ":" not in name:
+        return (f"custom handler {name!r}: a task with a bundle names its handler as 'module:function' "
+                "inside the bundle")
+    bad = model_name_error(name)
+    if bad is not None:
+        return "custom handler" + bad.removeprefix("model")
+    top = name.partition(":")[0].split(".")[0]
+    if top not in modules:
+        return (f"custom handler {name!r}: module {top!r} is not in the bundle (its top-level modules: "
+                f"{', '.join(modules) or 'none'})")
+    return None
+
+
+def bundle_modules(files: Iterable[str]) -> tuple[str, ...]:
+    """The top-level module names a bundle whose manifest lists ``files`` (relative POSIX paths)
+    offers to ``import`` with its root on ``sys.path``: ``NAME.py`` files at the root and the
+    directories holding anything, whose NAME is an identifier, sorted. What the worker's
+    ``bundles.tree.top_level_modules`` reads from the built tree."""
+    names = set()
+    for path in files:
+        first, sep, _ = path.partition("/")
+        name = first if sep else first.removesuffix(".py") if first.endswith(".py") else ""
+        if name.isidentifier():
+            names.add(name)
+    return tuple(sorted(names))
 
 
 def model_module(imports_model: bool, config: object) -> str | None:

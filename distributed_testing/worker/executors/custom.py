@@ -36,7 +36,7 @@ import msgspec
 from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
-from distributed_testing.tasks.usercode import model_name_error
+from distributed_testing.tasks.usercode import shipped_handler_error
 from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.handlers import (
@@ -189,22 +189,6 @@ class CustomExecutor:
         outcome.started_at = started
         outcome.finished_at = time.time()
         return outcome
-
-
-def shipped_handler_error(name: str, modules: Sequence[str]) -> str | None:
-    """Why ``name`` is not a ``module:function`` handler inside a bundle offering top-level
-    ``modules`` (None when it is)."""
-    if ":" not in name:
-        return (f"custom handler {name!r}: a task with a bundle names its handler as 'module:function' "
-                "inside the bundle")
-    bad = model_name_error(name)
-    if bad is not None:
-        return "custom handler" + bad.removeprefix("model")
-    top = name.partition(":")[0].split(".")[0]
-    if top not in modules:
-        return (f"custom handler {name!r}: module {top!r} is not in the bundle (its top-level modules: "
-                f"{', '.join(modules) or 'none'})")
-    return None
 
 
 def _outcome(name: str, result: PoolResult, ctx: TaskContext) -> ExecOutcome:

@@ -146,6 +146,35 @@ async def test_only_an_allow_code_key_may_upload_or_submit_a_bundle(tmp_path: Pa
         assert status == 400 and "not uploaded" in str(answer)
 
 
+async def test_what_a_task_names_in_its_bundle_must_be_there_at_submit(tmp_path: Path) -> None:
+    """A test file or a handler's module the bundle lacks is a 400 naming the field, for the whole
+    submission (nothing of it accepted), not a task that fails on a worker later."""
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        key = await c.create_key("submitter", allow_code=True)
+        tree = {"tests/test_a.py": "def test_a(): pass\n", "tools/check.py": "def run(p, ctx): return {}\n",
+                "probe.py": ""}
+        digest = (await upload(c, key, make_tree(tmp_path / "t", tree))).digest
+        good = [{"type": "test", "config": {"test_file": f}, "bundle": digest}
+                for f in ("tests/test_a.py", "tests/test_a.py::test_a", "tests", "tests/", ".")]
+        good += [{"type": "custom", "config": {"name": n}, "bundle": digest} for n in ("tools.check:run", "probe:run")]
+        bad = [{"type": "test", "config": {"test_file": "tests/test_b.py::test_b"}, "bundle": digest},
+               {"type": "custom", "config": {"name": "noop"}, "bundle": digest},
+               {"type": "custom", "config": {"name": "os:system"}, "bundle": digest}]
+        status, body = await c.request("POST", "/api/v1/tasks", key=key, json=[*good, *bad])
+        assert status == 400, body
+        errors = {e["field"]: e["error"] for e in body["errors"]}
+        n = len(good)
+        assert set(errors) == {f"[{n}].config.test_file", f"[{n + 1}].config.name", f"[{n + 2}].config.name"}
+        assert errors[f"[{n}].config.test_file"] == ("'tests/test_b.py' is not in the bundle (3 file(s); its test "
+                                                     "files: tests/test_a.py)")
+        assert "names its handler as 'module:function'" in errors[f"[{n + 1}].config.name"]
+        assert "module 'os' is not in the bundle (its top-level modules: probe, tests, tools)" in errors[f"[{n + 2}].config.name"]
+        status, body = await c.request("POST", "/api/v1/tasks", key=key, json=bad[0])
+        assert status == 400 and body["errors"][0]["field"] == "config.test_file"
+        assert (await c.request("GET", "/api/v1/tasks"))[1]["tasks"] == []
+        assert len(await c.submit(good, key=key)) == n
+
+
 async def test_a_bundle_task_waits_for_an_accept_bundles_worker_and_says_so(tmp_path: Path) -> None:
     async with run_cluster(tmp_path / "c", workers=1) as c:
         key = await c.create_key("submitter", allow_code=True)

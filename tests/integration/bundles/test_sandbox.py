@@ -148,8 +148,6 @@ async def test_a_shipped_custom_handler_reaches_nothing_of_the_worker(tmp_path: 
     async with probing(tmp_path, sandbox, monkeypatch) as p:
         done = await p.run(make_bundle(tmp_path / "p", {"probe.py": HANDLER.format(**p.values)}),
                            {"type": "custom", "config": {"name": "probe:run"}})
-        missing = await p.run(make_bundle(tmp_path / "q", {"probe.py": ""}),
-                              {"type": "custom", "config": {"name": "os:system", "parameters": {}}})
     result = done.get("result") or {}
     assert (done["outcome"] or {}).get("status") == "succeeded", result
     output = result["output"]
@@ -160,8 +158,6 @@ async def test_a_shipped_custom_handler_reaches_nothing_of_the_worker(tmp_path: 
     else:  # unconfined: the probe is not vacuous (its environment is still the scrubbed one)
         assert "read the worker's key file" in output["reached"]
         assert "saw the worker's environment variable" not in output["reached"]
-    assert (missing["outcome"] or {}).get("status") == "error"
-    assert "module 'os' is not in the bundle" in str(missing["outcome"]["error"])
 
 
 CORRUPT = '''import os, pathlib

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distributed_testing.bundles.tree import top_level_modules
-from distributed_testing.worker.executors.custom import shipped_handler_error
+from distributed_testing.tasks.usercode import shipped_handler_error
 
 
 def test_top_level_modules_are_py_files_and_directories_named_as_identifiers(tmp_path: Path) -> None:
