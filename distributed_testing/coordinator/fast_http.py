@@ -54,7 +54,7 @@ from ..security.auth import Principal
 from . import api, forward
 from .admission import RateLimitedLog, listen_backlog
 from .runtime import RUNTIME, Runtime
-from .server import CONFIG, LINGER_S, nofile
+from .server import CONFIG, LINGER_S, end_long_requests, nofile
 
 log = logging.getLogger(__name__)
 
@@ -517,6 +517,7 @@ class FastSite(web.BaseSite):
 
     async def stop(self) -> None:
         await super().stop()  # no new connections
+        await end_long_requests(self.app)  # answer the ?wait requests now, not after shutdown_timeout
         busy = [t for c in list(self.connections) if (t := c.shutdown()) is not None]
         if busy:
             _, pending = await asyncio.wait(busy, timeout=self.shutdown_timeout)

@@ -75,13 +75,15 @@ def create_app(config: CoordinatorConfig, store: Store | None = None) -> web.App
     app.cleanup_ctx.append(_member_ctx if is_postgres_url(config.db_path) else _runtime_ctx)
     if config.metrics_port is not None:
         app.cleanup_ctx.append(_metrics_port_ctx)
-    app.on_shutdown.append(_close_sessions)
+    app.on_shutdown.append(end_long_requests)
     return app
 
 
-async def _close_sessions(app: web.Application) -> None:
-    """Before the HTTP server waits for its handlers: end the ones that would wait longest (the
-    event streams a standby forwards among them)."""
+async def end_long_requests(app: web.Application) -> None:
+    """Before the HTTP server waits for its handlers: end the ones that would wait longest (worker
+    sessions, ``?wait`` requests, event streams, those a standby forwards among them). The lean
+    front's ``FastSite.stop`` calls it before it waits for busy connections (aiohttp stops its
+    sites before ``on_shutdown``); aiohttp's own sites get it from ``on_shutdown``. Idempotent."""
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
     if forward.FORWARDER in app:
