@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the tests; extra arguments go to pytest.
-#   bash scripts/test.sh          the whole suite (what .ci/run runs): the independent tests on two
+#   bash scripts/test.sh          the whole suite (what .ci/run runs): the independent tests on three
 #                                 processes (pytest-xdist; DT_TEST_PROCESSES=N for another number),
-#                                 then the `serial` ones (they measure time or CPU) alone. Three
-#                                 processes were tried: the parallel phase took as long (910 s against
-#                                 817 s for two) and a load-sensitive test failed once
-#                                 (benchmarks/RESULTS.md, "Test suite time")
+#                                 then the `serial` ones (they measure time or CPU) alone. On two
+#                                 cores the tests wait more than they compute (about 1.0 of 2 cores
+#                                 busy with two processes), so a third one took the parallel phase
+#                                 from 551 s to 433 s on the same code, nothing failing
+#                                 (benchmarks/RESULTS.md, "Test suite time", fifth session)
 #   bash scripts/test.sh --fast   the fast tier, to run before every commit: unit tests and the
 #                                 in-process integration tests, no `slow` test (tests/conftest.py)
 set -euo pipefail
@@ -21,7 +22,7 @@ if [ "$FAST" = 1 ]; then
   exec python -m pytest -q -p no:cacheprovider -p no:schemathesis -m "not slow" -n 2 "$@"
 fi
 status=0
-python -m pytest -q -p no:cacheprovider -m "not serial" -n "${DT_TEST_PROCESSES:-2}" --dist worksteal "$@" || status=$?
+python -m pytest -q -p no:cacheprovider -m "not serial" -n "${DT_TEST_PROCESSES:-3}" --dist worksteal "$@" || status=$?
 serial=0
 python -m pytest -q -p no:cacheprovider -m serial "$@" || serial=$?
 [ "$serial" = 5 ] && serial=0  # 5: no serial test among those selected
