@@ -208,11 +208,12 @@ class _Watched:
     """A request on its way to ``leader``; ``why`` is set when the watch gave up on it, ``sent``
     once a connection to the leader is open and the request goes out on it."""
 
-    __slots__ = ("leader", "scope", "sent", "stream", "why")
+    __slots__ = ("leader", "long", "scope", "sent", "stream", "why")
 
-    def __init__(self, leader: str, stream: bool) -> None:
+    def __init__(self, leader: str, stream: bool, long: bool) -> None:
         self.leader = leader
-        self.stream = stream  # an event stream: ended when this member stops (Forwarder.end_streams)
+        self.stream = stream  # an event stream
+        self.long = stream or long  # it may take long (a stream, a ?wait): ended when this member stops
         self.scope: asyncio.Timeout | None = None
         self.why: str | None = None
         self.sent = False
@@ -252,23 +253,26 @@ class Forwarder:
     def rt(self) -> Runtime:
         return self._app[RUNTIME]
 
-    def watch(self, leader: str, stream: bool = False) -> _Watched:
+    def watch(self, leader: str, stream: bool = False, long: bool = False) -> _Watched:
         """Watch a request on its way to ``leader``: once it is ``gone`` (or, for an event
-        ``stream``, once this member stops), the request's scope (``asyncio.timeout`` entered as
-        ``scope``) ends in TimeoutError and ``why`` says why. ``unwatch`` when it is done."""
-        w = _Watched(leader, stream)
+        ``stream`` or a ``long`` poll, once this member stops), the request's scope
+        (``asyncio.timeout`` entered as ``scope``) ends in TimeoutError and ``why`` says why.
+        ``unwatch`` when it is done."""
+        w = _Watched(leader, stream, long)
         self._waiting.add(w)
         return w
 
     def unwatch(self, w: _Watched) -> None:
         self._waiting.discard(w)
 
-    def end_streams(self) -> None:
-        """This member is stopping: end the event streams it forwards, each of which would hold
-        the shutdown until its client leaves (the leader ends its own streams the same way)."""
+    def end_long_requests(self) -> None:
+        """This member is stopping: end the event streams and ``?wait`` polls it forwards, each of
+        which would hold the shutdown until its client leaves or its wait ends (the leader
+        answers its own the same way). A poll still waiting for its answer gets the lost answer
+        (504 ``answer_lost``), which the group's clients take to another member."""
         self.stopping = True
         for w in list(self._waiting):
-            if w.stream:
+            if w.long:
                 self._give_up(w, "this member is stopping")
 
     def _give_up(self, w: _Watched, why: str) -> None:
@@ -316,7 +320,7 @@ class Forwarder:
                                                                       time.time()).encode()))
         request = b"\r\n".join(out) + b"\r\n\r\n" + body
         writer: asyncio.StreamWriter | None = None
-        w = self.watch(leader)
+        w = self.watch(leader, long=_waits(urllib.parse.urlsplit(target).query))
         bound = first_byte_timeout(target)
         try:
             async with asyncio.timeout(bound) as w.scope:
@@ -412,6 +416,14 @@ def _streams(request: web.Request) -> bool:
     return request.path.endswith("/events") or "text/event-stream" in request.headers.get("Accept", "")
 
 
+def _waits(query: str) -> bool:
+    """Whether a request's query asks it to wait (``?wait=S``, S > 0)."""
+    try:
+        return any(float(v) > 0 for k, v in urllib.parse.parse_qsl(query) if k == "wait")
+    except ValueError:
+        return False
+
+
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -489,7 +501,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     body = await _body(request, rt, headers)
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
-    w = forwarder.watch(leader, streaming)
+    w = forwarder.watch(leader, streaming, _waits(request.query_string))
     try:
         async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
                 request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,

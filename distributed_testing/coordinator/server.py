@@ -87,7 +87,7 @@ async def end_long_requests(app: web.Application) -> None:
     if RUNTIME in app:
         app[RUNTIME].shutdown("coordinator shutting down")
     if forward.FORWARDER in app:
-        app[forward.FORWARDER].end_streams()
+        app[forward.FORWARDER].end_long_requests()
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

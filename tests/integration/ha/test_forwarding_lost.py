@@ -100,3 +100,39 @@ def test_a_leader_killed_after_taking_a_forwarded_request_is_a_lost_answer_not_a
         assert outcome["status"] in (502, 504) and outcome["body"]["error"] == "answer_lost", outcome
     finally:
         conn.close()
+
+
+def test_a_stopping_standby_hands_back_the_long_polls_it_forwards_at_once(group: HaGroup) -> None:
+    """SIGTERM to a standby that forwards ``?wait`` polls: it answers them lost at once (the POST's
+    client is told it may have been carried out; a GET goes on to the leader) and exits, instead of
+    holding its stop until each wait ends (it waited out a 60 s poll before)."""
+    a = group.start_member("a")
+    group.wait_role(a, "leader")
+    b = group.start_member("b")
+    group.wait_role(b, "standby")
+    key = group.admin(a).key
+    outcome: dict[str, Any] = {}
+
+    def submit() -> None:  # one member, as a plain client: nothing is sent again
+        try:
+            outcome["answer"] = ApiClient([b.url], key).post("/api/v1/tasks?wait=200", NOOP)
+        except ApiError as exc:
+            outcome["error"] = exc
+
+    t = threading.Thread(target=submit)
+    t.start()
+    wait_until(lambda: len(db_tasks(group.dsn)) == 1, 30, "the leader to store the task")
+    [task_id] = db_tasks(group.dsn)
+    polled: dict[str, Any] = {}
+    poll = threading.Thread(target=lambda: polled.update(
+        ApiClient([b.url, a.url], key).get(f"/api/v1/tasks/{task_id}", {"wait": "3"})))
+    poll.start()
+    b.proc.send_signal(signal.SIGTERM)
+    assert b.proc.wait(100) == 0
+    t.join(10)
+    poll.join(30)
+    err = outcome.get("error")
+    assert isinstance(err, ApiError) and err.status == 504 and err.body["error"] == "answer_lost", outcome
+    assert "this member is stopping" in err.body["message"]
+    assert polled["task_id"] == task_id and polled["state"] == "pending"
+    assert len(db_tasks(group.dsn)) == 1
