@@ -52,6 +52,7 @@ from distributed_testing.bench.env import collect_environment
 from distributed_testing.bench.runner import ModelCache, apply_threads, run_benchmark_batch
 from distributed_testing.bench.task_config import BACKENDS, DEFAULT_THREADS, RunnerDefaults
 from distributed_testing.errors import ConfigError, DTError, ExecutionError
+from distributed_testing.process.childout import end_request
 from distributed_testing.tasks.usercode import parse_module_prefixes
 
 logger = logging.getLogger("distributed_testing.bench.child")
@@ -168,6 +169,7 @@ def serve(stdin: IO[str], out: IO[str], defaults: RunnerDefaults) -> None:
         if not line.strip():
             continue
         response = handle_line(line, defaults, cache)
+        end_request()  # this request's output before its reply, never in the next one's (worker's stderr_tail)
         out.write(json.dumps(response) + "\n")
         out.flush()
 

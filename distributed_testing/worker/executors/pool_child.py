@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Literal
 import msgspec
 
 from distributed_testing.errors import ExecutionError
+from distributed_testing.process.childout import end_request
 from distributed_testing.worker.executors.handlers import (
     HandlerContext,
     HandlerParameterError,
@@ -135,9 +136,7 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
     while (payload := _read_frame(proto_in)) is not None:
         request = decoder.decode(payload)
         reply = run_request(registry, request, json_encoder)
-        for stream in (sys.stdout, sys.stderr):  # this task's output before its reply, never in the next's
-            with contextlib.suppress(Exception):  # a handler may have closed or replaced them
-                stream.flush()
+        end_request()  # this task's output before its reply, never in the next's
         proto_out.write(frame(encoder.encode(reply)))
         proto_out.flush()
         if request.clean_scratch and request.work_dir is not None:

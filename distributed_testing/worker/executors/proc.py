@@ -15,6 +15,8 @@ from collections import deque
 
 import psutil
 
+from distributed_testing.process.childout import REQUEST_END
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TAIL_BYTES = 4096
@@ -122,6 +124,8 @@ class OutputTail:
         self._chunks: deque[bytes] = deque()
         self._size = 0
         self.total_bytes = 0
+        self.ended_at = 0  # total_bytes just after the last REQUEST_END (process/childout.py)
+        self._carry = b""  # the end of what was fed, where a REQUEST_END split across feeds begins
 
     def feed(self, data: bytes) -> None:
         """Append ``data``, discarding the oldest bytes beyond the limit."""
@@ -130,21 +134,27 @@ class OutputTail:
         self.total_bytes += len(data)
         while self._size - len(self._chunks[0]) >= self._limit:
             self._size -= len(self._chunks.popleft())
+        window = self._carry + data
+        end = window.rfind(REQUEST_END)
+        if end >= 0:
+            self.ended_at = self.total_bytes - len(window) + end + len(REQUEST_END)
+        self._carry = window[-(len(REQUEST_END) - 1):]
 
     def text(self, since: int = 0) -> str:
         """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes; with
-        ``since`` (``total_bytes`` at some moment), only what was fed after that moment: a
-        long-lived child's output for one request, not that of the requests before it."""
-        keep = min(self._limit, self.total_bytes - since)
+        ``since`` (``total_bytes`` at some moment), only what was fed after that moment and after
+        the last ``REQUEST_END``: a long-lived child's output for one request, not that of the
+        requests before it, even what of theirs was still unread when ``since`` was taken."""
+        keep = min(self._limit, self.total_bytes - max(since, self.ended_at))
         data = b"".join(self._chunks)[-keep:] if keep > 0 else b""
-        return data.decode("utf-8", errors="replace")
+        return data.replace(REQUEST_END, b"").decode("utf-8", errors="replace")
 
     async def drain(self, reader: asyncio.StreamReader, log_prefix: str | None = None) -> None:
         """Read ``reader`` to EOF into the tail; with ``log_prefix``, also log each chunk at DEBUG."""
         while chunk := await reader.read(65536):
             self.feed(chunk)
             if log_prefix is not None and logger.isEnabledFor(logging.DEBUG):  # each line marked as the child's
-                for line in chunk.decode("utf-8", errors="replace").splitlines():
+                for line in chunk.replace(REQUEST_END, b"").decode("utf-8", errors="replace").splitlines():
                     logger.debug("%s %s", log_prefix, line.translate(_ESCAPED))
 
     async def forward(self, reader: asyncio.StreamReader, log: logging.Logger, prefix: str) -> None:
@@ -160,4 +170,8 @@ class OutputTail:
             if not line:
                 return
             self.feed(line)
+            if line.endswith(REQUEST_END):  # the end of a request's output, not a line of it
+                line = line[:-len(REQUEST_END)]
+                if not line:
+                    continue
             log.info("%s %s", prefix, line.decode("utf-8", errors="replace").rstrip("\r\n").translate(_ESCAPED))
