@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from distributed_testing.process.childout import REQUEST_END
 from distributed_testing.worker.executors.proc import OutputTail
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_bytes_of_the_request_before_read_after_the_next_one_started_are_not_its_output() -> None:
@@ -54,3 +59,15 @@ def test_a_marker_is_no_line_of_the_log(caplog: pytest.LogCaptureFixture) -> Non
     assert [r.getMessage() for r in caplog.records] == ["child 7: line one", "child 7: no newline",
                                                         "child 7: line two"]
     assert tail.text() == "line two\n"
+
+
+@pytest.mark.parametrize(("printed", "expected"), [("", b""), ("unread output\n", b"unread output\n" + REQUEST_END)])
+def test_a_child_marks_the_end_only_of_output_the_worker_has_not_read(printed: str, expected: bytes) -> None:
+    """A request that printed nothing (or whose output the worker read already) writes no marker,
+    so the worker's stderr reader is not woken for it."""
+    code = ("import sys; from distributed_testing.process.childout import end_request; "
+            f"sys.stderr.write({printed!r}); end_request()")
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, cwd=ROOT)
+    assert child.wait(60) == 0  # nothing of the pipe read meanwhile (a few bytes: it cannot fill)
+    assert child.stderr is not None and child.stderr.read() == expected
+    child.stderr.close()
