@@ -329,7 +329,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     status = 201 if created else 200
     if wait > 0:
         ids = [a["task_id"] for a in accepted]
-        await rt.wait_terminal(ids, wait)
+        await rt.wait_finished(ids, wait)
         for a, t in zip(accepted, await rt.settled(ids, MAX_WAIT_S), strict=True):
             a["state"], a["outcome"] = t.state, t.outcome
     return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
@@ -345,7 +345,7 @@ async def get_task(request: web.Request) -> web.Response:
     wait = float_param(request.query, "wait", 0.0, 0.0, MAX_WAIT_S)
     t = await views.find_task(rt.state, rt.store, request.match_info["task_id"])
     if wait > 0:
-        await rt.wait_terminal([t.task_id], wait)
+        await rt.wait_finished([t.task_id], wait)
     (t,) = await rt.settled([t.task_id], MAX_WAIT_S)  # at once for an outcome on disk; else once it is
     view = views.task_view(rt.state, t)
     if t.outcome is not None and request.query.get("result", "1") != "0":

@@ -77,6 +77,7 @@ class EventHub:
         self._ring: collections.deque[tuple[int, Event]] = collections.deque(maxlen=capacity)
         self._next = 1
         self._subs: set[Subscriber] = set()
+        self.closed = False  # the coordinator is stopping: a stream opened now ends at once
 
     @property
     def active(self) -> bool:
@@ -114,6 +115,9 @@ class EventHub:
         """A new subscriber reading with ``key_id``; with ``last_event_id`` its queue starts with
         what it missed, or with one ``reset`` event when that cannot be given (see the module doc)."""
         s = Subscriber(key_id=key_id)
+        if self.closed:
+            s.queue.put_nowait(None)
+            return s
         self._subs.add(s)
         if not last_event_id:
             return s
@@ -148,7 +152,8 @@ class EventHub:
         return len(ended)
 
     def close(self) -> None:
-        """End every stream (coordinator shutdown)."""
+        """End every stream, and any opened from now on (coordinator shutdown)."""
+        self.closed = True
         for s in self._subs:
             s.queue.put_nowait(None)
         self._subs.clear()

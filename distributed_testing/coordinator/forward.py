@@ -262,6 +262,12 @@ class Forwarder:
         self._waiting.add(w)
         return w
 
+    def entered(self, w: _Watched) -> None:
+        """``w``'s scope is entered: a long request that arrives while this member stops is given
+        up at once, as those under way were (``end_long_requests``)."""
+        if self.stopping and w.long:
+            self._give_up(w, "this member is stopping")
+
     def unwatch(self, w: _Watched) -> None:
         self._waiting.discard(w)
 
@@ -324,6 +330,7 @@ class Forwarder:
         bound = first_byte_timeout(target)
         try:
             async with asyncio.timeout(bound) as w.scope:
+                self.entered(w)
                 reader, writer = await self._connection(parts.netloc)
                 writer.write(request)
                 w.sent = True
@@ -503,15 +510,17 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     out: web.StreamResponse | None = None
     w = forwarder.watch(leader, streaming, _waits(request.query_string))
     try:
-        async with asyncio.timeout(None) as w.scope, await forwarder.http.request(
-                request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,
-                allow_redirects=False, timeout=timeout, trace_request_ctx=w,
-                expect100=expect and body is not None) as upstream:
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for k, v in upstream.headers.items():
-                if k.lower() not in _HOP or k.lower() == "content-length":
-                    out.headers.add(k, v)
-            await _pass_on(request, upstream, out, streaming)
+        async with asyncio.timeout(None) as w.scope:
+            forwarder.entered(w)
+            async with await forwarder.http.request(
+                    request.method, leader.rstrip("/") + request.path_qs, headers=headers, data=body,
+                    allow_redirects=False, timeout=timeout, trace_request_ctx=w,
+                    expect100=expect and body is not None) as upstream:
+                out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for k, v in upstream.headers.items():
+                    if k.lower() not in _HOP or k.lower() == "content-length":
+                        out.headers.add(k, v)
+                await _pass_on(request, upstream, out, streaming)
     except ClientGone:  # nothing wrong with the leader: the client no longer reads
         log.info("the client of %s %s went away before the leader's answer was all passed on", request.method,
                  request.path)

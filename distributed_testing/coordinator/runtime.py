@@ -140,6 +140,7 @@ class Runtime:
         self.blobs = blobs_for(store)
         self.jwt_secret = b""
         self._waiters: dict[str, list[_Waiter]] = defaultdict(list)
+        self.stopping = False  # shutdown() ran: no new ?wait waits
         # Tasks whose outcome is set in memory but whose Notify waits for the records to be durable:
         # a ?wait request arriving in between waits for that Notify too.
         self._undurable: Counter[str] = Counter()
@@ -447,9 +448,17 @@ class Runtime:
                     if not lst:
                         del self._waiters[tid]
 
+    async def wait_finished(self, task_ids: Sequence[str], timeout: float) -> None:
+        """A ``?wait`` request's wait: :meth:`wait_terminal`, or nothing once :meth:`shutdown` ran
+        (a request that reaches its wait after that is answered at once, as those waiting were)."""
+        if not self.stopping:
+            await self.wait_terminal(task_ids, timeout)
+
     def shutdown(self, reason: str) -> None:
         """Close every worker session and answer every ``?wait`` request now (with the state as
-        it is), so the HTTP server's shutdown does not wait for them."""
+        it is), and any that reaches its wait later, so the HTTP server's shutdown does not wait
+        for them."""
+        self.stopping = True
         for s in list(self.sessions.values()):
             s.close(reason)
         self.events.close()

@@ -8,8 +8,8 @@ worker decodes the same struct from the assignment and never validates again.
 
 from __future__ import annotations
 
+import functools
 import posixpath
-from collections.abc import Set
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -180,21 +180,33 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
     return out
 
 
-def shipped_test(cfg: TestConfig, files: Set[str]) -> Problems:
+def shipped_test(cfg: TestConfig, files: frozenset[str]) -> Problems:
     """In a task with a bundle listing ``files``: ``test_file`` (``path`` or ``path::node``) must
     be one of them or a directory holding some (the bundle's tree is the test root)."""
     part = posixpath.normpath(cfg.test_file.partition("::")[0] or ".")
-    if part == "." or part in files or any(f.startswith(part + "/") for f in files):
+    if part == "." or part in files or part in _directories(files):
         return []
-    tests = sorted(f for f in files if posixpath.basename(f).startswith("test_") and f.endswith(".py"))
+    tests = sorted(f for f in files if f.endswith(".py") and (posixpath.basename(f).startswith("test_")
+                                                               or f.endswith("_test.py")))
     return [("test_file", f"{part!r} is not in the bundle ({len(files)} file(s); its test files: "
-             f"{', '.join(tests[:10]) + (', ...' if len(tests) > 10 else '') if tests else 'none named test_*.py'})")]
+             f"{', '.join(tests[:10]) + (', ...' if len(tests) > 10 else '') if tests else 'none named test_*.py or *_test.py'})")]
 
 
-def shipped_custom(cfg: CustomConfig, files: Set[str]) -> Problems:
+def shipped_custom(cfg: CustomConfig, files: frozenset[str]) -> Problems:
     """In a task with a bundle listing ``files``: ``name`` is a ``module:function`` of the bundle."""
-    bad = shipped_handler_error(cfg.name, bundle_modules(files))
+    bad = shipped_handler_error(cfg.name, _modules(files))
     return [] if bad is None else [("name", bad)]
+
+
+# once per bundle, not per task: a submission of many tasks names one bundle (a frozenset keeps its hash)
+@functools.lru_cache(maxsize=8)
+def _directories(files: frozenset[str]) -> frozenset[str]:
+    return frozenset(f[:i] for f in files for i, c in enumerate(f) if c == "/")
+
+
+@functools.lru_cache(maxsize=8)
+def _modules(files: frozenset[str]) -> tuple[str, ...]:
+    return bundle_modules(files)
 
 
 class CustomConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +69,7 @@ def _no_handler(cfg: Any) -> str | None:
     return None
 
 
-def _no_shipped(cfg: Any, files: AbstractSet[str]) -> Problems:
+def _no_shipped(cfg: Any, files: frozenset[str]) -> Problems:
     return []
 
 
@@ -90,7 +89,7 @@ class Kind:
     imports_model: bool = False
     pipelined: bool = False
     cacheable: bool = False
-    shipped: Callable[[Any, AbstractSet[str]], Problems] = _no_shipped
+    shipped: Callable[[Any, frozenset[str]], Problems] = _no_shipped
 
     def decode(self, raw: dict[str, Any]) -> Any:
         """The config struct of a config that passed submit validation (raises

@@ -238,10 +238,12 @@ def _tag_errors(spec: TaskSpec, prefix: str) -> list[dict[str, str]]:
     """``requirements.tags`` a worker can never have: workers split ``--tags`` on commas and strip
     the spaces around each tag, so an empty tag, one with a comma or with spaces around it would
     leave the task pending for ever."""
+    bad = [(i, tag) for i, tag in enumerate(spec.requirements.tags) if not tag or "," in tag or tag != tag.strip()]
+    if not bad:  # the hot path: most tasks have no tags
+        return []
     where = _path(prefix, ["requirements", "tags"])
     return [{"field": f"{where}[{i}]", "error": "a tag is one name, without commas or spaces around it (workers "
-             f"split --tags on commas and strip spaces, so no worker has it); got {_short(tag)}"}
-            for i, tag in enumerate(spec.requirements.tags) if not tag.strip() or "," in tag or tag != tag.strip()]
+             f"split --tags on commas and strip spaces, so no worker has it); got {_short(tag)}"} for i, tag in bad]
 
 
 def _no_effect(specs: list[TaskSpec], listed: bool) -> list[str]:

@@ -109,6 +109,15 @@ def page_of(st: CoordinatorState, store: MemoryStore, query: dict[str, str]) -> 
     return [t["task_id"] for t in page], total
 
 
+def test_a_stream_opened_after_the_hub_closed_ends_at_once() -> None:
+    """The coordinator is stopping: a stream that subscribes now would hold its shutdown."""
+    hub = EventHub()
+    before = hub.subscribe(None)
+    hub.close()
+    after = hub.subscribe(None)
+    assert before.queue.get_nowait() is None and after.queue.get_nowait() is None and not hub.active
+
+
 def test_task_pages_are_cut_by_the_store_newest_first_with_every_filter() -> None:
     st, store = state_with(12)
     assert page_of(st, store, {"limit": "5", "offset": "5"}) == (["t006", "t005", "t004", "t003", "t002"], 12)

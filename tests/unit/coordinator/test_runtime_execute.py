@@ -232,3 +232,32 @@ async def test_an_append_that_raises_sends_nothing() -> None:
     with pytest.raises(StoreError):
         rt.execute([Save(MetaRow("a", "1")), Notify(("t1",))])
     assert sent(session) == [] and session.provisional == 0 and not rt._undurable
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("route", ["submit", "get"])
+async def test_a_wait_that_begins_after_the_shutdown_answers_at_once(route: str) -> None:
+    """A ``?wait`` request still on its way to its wait (here: its submission's records being
+    written) when the coordinator begins to stop is answered at once too, not after its 300 s."""
+    rt, store, _ = await runtime_with_worker()
+    principal = Principal(key_id="k", role=Role.ADMIN, name="k", via="api_key")
+    doc = b'{"task_id": "t1", "type": "custom", "config": {"name": "noop"}}'
+    if route == "submit":
+        store.gated = True
+        answer = asyncio.ensure_future(api.submit(rt, principal, doc, 300.0))
+        async with asyncio.timeout(5):
+            while not store.held:  # its records are being written: it has not reached its wait
+                await asyncio.sleep(0.001)
+        rt.shutdown("coordinator shutting down")
+        store.release()
+    else:
+        await api.submit(rt, principal, doc, 0.0)
+        rt.shutdown("coordinator shutting down")
+        request = make_mocked_request("GET", "/api/v1/tasks/t1?wait=300", match_info={"task_id": "t1"},
+                                      app=web.Application())
+        request.app[RUNTIME] = rt
+        answer = asyncio.ensure_future(api.get_task(request))
+    async with asyncio.timeout(5):
+        result = await answer
+    body = result[1]["tasks"][0] if route == "submit" else msgspec.json.decode(result.body)  # type: ignore[union-attr]
+    assert body["state"] == "assigned" and body["outcome"] is None  # as it is: sent to the worker, not done
