@@ -70,6 +70,7 @@ CLIENT = web.AppKey("dashboard_client", CoordinatorClient)
 SESSIONS = web.AppKey("dashboard_sessions", SessionStore)
 SESSION = web.RequestKey("dashboard_session", Session)
 SIGNIN_THROTTLE = web.AppKey("dashboard_signin_throttle", AuthThrottle)
+STREAMS: web.AppKey[set[aiohttp.ClientResponse]] = web.AppKey("dashboard_streams")  # the event streams relayed now
 # Below the coordinator's default --auth-fail-limit (20 a minute): a standalone dashboard's
 # guesser is refused here before the coordinator would refuse the dashboard's own address.
 SIGNIN_FAIL_LIMIT = 10
@@ -90,7 +91,9 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
         context: _ssl.SSLContext | bool = _ssl.create_default_context(cafile=str(config.ca_file)) if config.ca_file else True
         client = CoordinatorClient(config.coordinator_urls, context, config.proxy_secret)
     app[CLIENT] = client
+    app[STREAMS] = set()
     app.cleanup_ctx.append(_client_ctx)
+    app.on_shutdown.append(_end_streams)
     r = app.router
     r.add_get("/login", login_page)
     r.add_post("/login", login)
@@ -113,6 +116,15 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
 async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[CLIENT].close()
+
+
+async def _end_streams(app: web.Application) -> None:
+    """The dashboard is stopping: end the event streams it relays, each of which would hold the
+    server's shutdown (60 s) until its browser tab went away; the browsers reconnect elsewhere
+    or later."""
+    streams = app[STREAMS]
+    for upstream in list(streams):
+        upstream.close()
 
 
 def _url(request: web.Request, path: str) -> str:
@@ -359,6 +371,8 @@ async def events(request: web.Request) -> web.StreamResponse:
 async def _relay_events(request: web.Request, session: Session) -> web.StreamResponse:
     upstream = await request.app[CLIENT].open_events(session.credential, request.headers.get("Last-Event-ID"),
                                                      client=request.remote)
+    streams = request.app[STREAMS]
+    streams.add(upstream)
     try:
         if upstream.status != 200:
             return _json(await upstream.json(content_type=None), upstream.status)
@@ -366,12 +380,13 @@ async def _relay_events(request: web.Request, session: Session) -> web.StreamRes
         await resp.prepare(request)
         try:
             await _pass_through(request, upstream, resp)
-        except aiohttp.ClientPayloadError as exc:  # upstream ended; the browser reconnects
+        except aiohttp.ClientError as exc:  # upstream ended (or closed by _end_streams); the browser reconnects
             log.info("event stream from the coordinator ended: %s", exc)
         except ConnectionResetError:  # the browser went away
             pass
         return resp
     finally:
+        streams.discard(upstream)
         upstream.release()
 
 
