@@ -188,10 +188,18 @@ class WorkerConfig:
 
 
 def normalize_url(url: str, source: str) -> str:
-    """Validate an http(s) coordinator URL; the error names ``source`` (flag or variable)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{source}: expected an http(s) URL such as {DEFAULT_COORDINATOR_URL}, got {url!r}")
+    """Validate an http(s) coordinator URL (a host, a port of 1-65535 if any); the error names
+    ``source`` (flag or variable)."""
+    expected = f"{source}: expected an http(s) URL such as {DEFAULT_COORDINATOR_URL}, got {url!r}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when it is not a number of 0-65535
+    except ValueError as exc:  # "http://[::1" (an unclosed IPv6 address), "http://host:abc"
+        raise ConfigError(f"{expected}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(expected)
+    if port == 0:
+        raise ConfigError(f"{expected}: port 0 is no port to connect to")
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 

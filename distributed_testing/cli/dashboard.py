@@ -14,11 +14,10 @@ import logging
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..config import environ
+from ..config import environ, normalize_url
 from ..dashboard.app import DashboardConfig, create_dashboard_app
 from ..errors import ConfigError
 from .common import add_log_flag, setup_logging, wait_for_signal
@@ -46,11 +45,7 @@ def _urls(raw: str, source: str) -> tuple[str, ...]:
     urls = tuple(u.strip() for u in raw.split(",") if u.strip())
     if not urls:
         raise ConfigError(f"{source}: give at least one coordinator URL")
-    for u in urls:
-        parts = urlsplit(u)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{source}: {u!r} is not an http(s)://host[:port] URL")
-    return urls
+    return tuple(normalize_url(u, source) for u in urls)
 
 
 def _readable(path: Path, source: str) -> Path:

@@ -350,6 +350,11 @@ def test_unreachable_coordinator_exits_2_with_the_reason(capsys: pytest.CaptureF
     (["--coordinator", "ftp://x", "--api-key", "k"], {}, "dt: --coordinator: expected an http(s) URL"),
     (["--api-key", "k"], {"DT_COORDINATOR_URL": "garbage"}, "dt: DT_COORDINATOR_URL: expected an http(s) URL"),
     (["--coordinator", "http://127.0.0.1:1"], {}, "dt: no credentials: pass --api-key or set DT_API_KEY"),
+    (["--coordinator", "http://[::1", "--api-key", "k"], {}, "got 'http://[::1': Invalid IPv6 URL"),
+    (["--coordinator", "http://127.0.0.1:abc", "--api-key", "k"], {}, "got 'http://127.0.0.1:abc': Port could not be cast"),
+    (["--coordinator", "http://127.0.0.1:99999", "--api-key", "k"], {}, "got 'http://127.0.0.1:99999': Port out of range"),
+    (["--coordinator", "http://127.0.0.1:0", "--api-key", "k"], {}, "port 0 is no port to connect to"),
+    (["--coordinator", "http://:8080", "--api-key", "k"], {}, "dt: --coordinator: expected an http(s) URL"),
 ])
 def test_bad_connection_settings_exit_2(capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch,
                                         argv: list[str], env: dict[str, str], needle: str) -> None:

@@ -21,6 +21,8 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 @pytest.mark.parametrize(("argv", "env", "needle"), [
     (["--coordinator", "ftp://x", "--api-key", "dtk_a_b"], {}, "--coordinator: expected an http(s) URL"),
     (["--api-key", "dtk_a_b"], {"DT_COORDINATOR_URL": "garbage"}, "DT_COORDINATOR_URL: expected an http(s) URL"),
+    (["--coordinator", "http://127.0.0.1:abc", "--api-key", "dtk_a_b"], {}, "--coordinator: expected an http(s) URL"),
+    (["--api-key", "dtk_a_b"], {"DT_COORDINATOR_URL": "http://[::1"}, "DT_COORDINATOR_URL: expected an http(s) URL"),
     (["--api-key", "dtk_a_b", "--max-concurrent-tasks", "0"], {}, "--max-concurrent-tasks: must be >= 1"),
     (["--api-key", "dtk_a_b", "--reconnect-attempts", "0"], {}, "--reconnect-attempts: must be >= 1"),
     (["--api-key", "dtk_a_b", "--heartbeat-interval", "-1"], {}, "--heartbeat-interval: must be > 0"),
