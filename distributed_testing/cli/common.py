@@ -7,7 +7,9 @@ import asyncio
 import gc
 import logging
 import math
+import os
 import signal
+from pathlib import Path
 
 # Cyclic-GC thresholds for the long-running processes; see tune_gc.
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -73,3 +75,17 @@ def _seconds(text: str, *, positive: bool) -> float:
     if not ((value > 0 if positive else value >= 0) and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds {'>' if positive else '>='} 0: {text!r}")
     return value
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a file this process can create or replace (``--junit``, ``--json``),
+    checked before any work, so a typo does not surface only after a long wait."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file to write")
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {parent} is not a directory")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
+    return path

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .common import output_file
 from .http import ApiClient
 from .regress import Policy, Verdict, compare, describe_diff, fingerprint_diff
 
@@ -72,8 +73,8 @@ def add_arguments(p: argparse.ArgumentParser, *, for_submit: bool = False) -> No
         p.add_argument("--baseline", metavar="REF", default="latest",
                        help="latest (default: recent history with the same model, configuration and fingerprint) "
                             "or a task id")
-        p.add_argument("--junit", type=Path, metavar="PATH", help="write the verdicts as JUnit XML")
-        p.add_argument("--json", type=Path, metavar="PATH", dest="json_out", help="write the verdicts as JSON")
+        p.add_argument("--junit", type=output_file, metavar="PATH", help="write the verdicts as JUnit XML")
+        p.add_argument("--json", type=output_file, metavar="PATH", dest="json_out", help="write the verdicts as JSON")
     p.add_argument("--history", type=int, default=5, metavar="N",
                    help="with --baseline latest: how many earlier results form the baseline (default 5)")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",

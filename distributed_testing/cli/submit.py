@@ -27,7 +27,7 @@ from typing import Any
 from ..bundles.upload import UploadError, upload_with_stats
 from ..errors import ConfigError, ValidationError
 from . import compare
-from .common import seconds
+from .common import output_file, seconds
 from .http import ApiClient, ApiError
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
 from .report import print_summary, summary_row, write_junit
@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp.add_argument("--progress", choices=["auto", "live", "plain", "off"], default="auto",
                     help="while waiting: live = a redrawn table (needs a terminal), plain = one timestamped "
                          "line per state change, off = nothing; auto = live on a terminal, else plain")
-    sp.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report (implies --wait)")
-    sp.add_argument("--json", type=Path, metavar="PATH", dest="json_out",
+    sp.add_argument("--junit", type=output_file, metavar="PATH", help="write a JUnit XML report (implies --wait)")
+    sp.add_argument("--json", type=output_file, metavar="PATH", dest="json_out",
                     help="write the tasks, their results and the summary as JSON (implies --wait)")
     compare.add_arguments(sp, for_submit=True)
     sp.set_defaults(run=cmd_submit)

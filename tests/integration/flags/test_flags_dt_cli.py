@@ -380,3 +380,20 @@ def test_seconds_flags_refuse_what_is_not_a_positive_finite_number_naming_the_fl
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {argv[-2]}: must be a finite number of seconds > 0: {argv[-1]!r}" in err, err
+
+
+@pytest.mark.parametrize(("flag", "target", "why"), [
+    ("--junit", "{tmp}", "is a directory, not a file to write"),
+    ("--json", "{tmp}/missing/out.json", "missing is not a directory"),
+])
+@pytest.mark.parametrize("command", [["submit", "{tmp}/tasks.json"], ["compare", "t1", "t2"]])
+def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_submitted_or_read(
+        capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, tmp_path: Path,
+        flag: str, target: str, why: str, command: list[str]) -> None:
+    """Found at once (exit 2), not after a wait of an hour as a traceback that reads as a failed task."""
+    (tmp_path / "tasks.json").write_text('{"type": "custom", "config": {"name": "noop"}}')
+    with pytest.raises(SystemExit) as exited:  # an unreachable coordinator: nothing was sent before the refusal
+        dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "dtk_a_b",
+                 *(a.format(tmp=tmp_path) for a in command), flag, target.format(tmp=tmp_path)])
+    assert exited.value.code == 2
+    assert f"argument {flag}: " in (err := capsys.readouterr().err) and why in err, err
