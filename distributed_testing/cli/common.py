@@ -83,9 +83,11 @@ def output_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory, not a file to write")
-    parent = path.parent
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {text}: {parent} is not a directory")
-    if not os.access(path if path.exists() else parent, os.W_OK):
+    existing = path.parent  # the reports create missing folders: the nearest one that exists decides
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {existing} is not a directory")
+    if not os.access(path if path.exists() else existing, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
     return path

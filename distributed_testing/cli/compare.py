@@ -100,6 +100,13 @@ def api_fetch(api: ApiClient) -> Fetch:
     return fetch
 
 
+def check_baseline(api: ApiClient, ref: str | None) -> None:
+    """ConfigError (exit 2) when ``ref`` names a task id without any result: a mistyped baseline
+    would otherwise leave every result NOT COMPARED and the gate open (exit 0)."""
+    if ref and ref != "latest" and not api_fetch(api)({"task_id": ref, "limit": "1"}):
+        raise ConfigError(f"--baseline {ref}: that task has no result (mistyped, or not finished yet)")
+
+
 def _samples(output: dict[str, Any], *, undisturbed: bool = False) -> dict[int, list[float]]:
     return {b["batch_size"]: b["samples_ms"] for b in output.get("batch_results", [])
             if isinstance(b, dict) and isinstance(b.get("samples_ms"), list) and b["samples_ms"]
@@ -235,6 +242,7 @@ def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, juni
     """Fetch the tasks' results, judge them, print the verdicts and write the reports; 1 when any
     result is slower, 2 when a task id has no result or none is a benchmark result, else 0."""
     policy = policy_from_args(ns)
+    check_baseline(api, ns.baseline)
     fetch = api_fetch(api)
     found = {t: fetch({"task_id": t, "limit": "1000"}) for t in dict.fromkeys(task_ids)}
     missing = [t for t, results in found.items() if not results]

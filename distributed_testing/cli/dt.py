@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except ApiError as exc:
         print(f"dt: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.status in (0, 400, 401, 403, 404, 409) else EXIT_FAILED
+        return EXIT_USAGE if exc.status == 0 or 400 <= exc.status < 500 else EXIT_FAILED  # refused: not a task's failure
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def load_doc(path: Path) -> Any:
 
 def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     doc = load_doc(ns.file)
+    compare.check_baseline(api, ns.baseline)  # before the tasks run, not after the wait
     if ns.bundle is not None:
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ...errors import RateLimited
+from ...errors import RateLimited, TooLarge
 
 RETRY_AFTER_S = 5.0
 MIB = 1024 * 1024
@@ -52,6 +52,14 @@ class KeyQuota:
         if key is None:
             return
         sizes = list(sizes)
+        if self.max_tasks and len(sizes) > self.max_tasks:  # no wait makes room for it: not a 429
+            raise TooLarge([{"field": "(body)", "error": f"{len(sizes)} tasks in one submission are over the quota "
+                             f"of {self.max_tasks} per key (--max-queued-per-key) by themselves: submit them in parts "
+                             f"of at most {self.max_tasks}"}])
+        if self.max_bytes and sum(sizes) > self.max_bytes:
+            raise TooLarge([{"field": "(body)", "error": f"{_size(sum(sizes))} of task payload in one submission is "
+                             f"over the quota of {_size(self.max_bytes)} per key (--max-payload-mb-per-key) by "
+                             "itself: submit it in parts"}])
         if self.max_tasks and self._tasks[key] + len(sizes) > self.max_tasks:
             raise RateLimited(f"key {key} has {self._tasks[key]} tasks queued or running; {len(sizes)} more would pass "
                               f"its quota of {self.max_tasks} (--max-queued-per-key): retry once some finish",

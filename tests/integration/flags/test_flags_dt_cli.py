@@ -384,7 +384,7 @@ def test_seconds_flags_refuse_what_is_not_a_positive_finite_number_naming_the_fl
 
 @pytest.mark.parametrize(("flag", "target", "why"), [
     ("--junit", "{tmp}", "is a directory, not a file to write"),
-    ("--json", "{tmp}/missing/out.json", "missing is not a directory"),
+    ("--json", "{tmp}/tasks.json/out.json", "tasks.json is not a directory"),
 ])
 @pytest.mark.parametrize("command", [["submit", "{tmp}/tasks.json"], ["compare", "t1", "t2"]])
 def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_submitted_or_read(
@@ -397,3 +397,20 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_subm
                  *(a.format(tmp=tmp_path) for a in command), flag, target.format(tmp=tmp_path)])
     assert exited.value.code == 2
     assert f"argument {flag}: " in (err := capsys.readouterr().err) and why in err, err
+
+
+def test_a_submission_the_coordinator_refuses_as_too_large_exits_2_not_as_a_failed_task(run_dt: DT, tmp_path: Path) -> None:
+    """Exit 1 says a task failed (README's table); a refused request is input to fix (2)."""
+    big = task_file(tmp_path, {"type": "custom", "config": {"name": "noop", "parameters": {"x": "y" * (17 << 20)}}})
+    code, out, err = run_dt("submit", big)
+    assert (code, out) == (2, "") and "HTTP 413" in err, err
+
+
+def test_a_baseline_task_without_any_result_is_a_mistyped_id_exit_2(seeded: DT, tmp_path: Path) -> None:
+    """A mistyped ``--baseline`` left every result NOT COMPARED and exited 0: the gate was open."""
+    code, _, err = seeded("compare", "r-bert", "--baseline", "r-bret")
+    assert code == 2 and "--baseline r-bret: that task has no result (mistyped" in err, err
+    doc = task_file(tmp_path, {"task_id": "never-sent", "type": "custom", "config": {"name": "noop"}})
+    code, out, err = seeded("submit", doc, "--baseline", "r-bret")
+    assert (code, out) == (2, "") and "--baseline r-bret" in err  # refused before the tasks were submitted
+    assert seeded("status", "never-sent")[0] == 2

@@ -55,6 +55,8 @@ def test_max_queued_per_key_refuses_with_429_until_tasks_end(procs: Procs, tmp_p
     assert post(base, admin.key, queued(100))[0] == 201  # another key has its own allowance
     admin.ok("POST", "/api/v1/tasks/q0/cancel")  # one task ended frees one place
     assert post(base, key, queued(4))[0] == 201
+    status, headers, body = post(base, key, [queued(i) for i in range(10, 14)])  # over the quota by itself
+    assert status == 413 and "submit them in parts of at most 3" in str(body) and "Retry-After" not in headers
 
 
 def test_payload_quota_and_variables(procs: Procs, tmp_path: Path) -> None:
@@ -67,6 +69,8 @@ def test_payload_quota_and_variables(procs: Procs, tmp_path: Path) -> None:
     assert post(base, key, [queued(10 + i) for i in range(97)])[0] == 201  # 99 tasks: under the task quota
     status, _, body = post(base, key, [queued(200), queued(201)])
     assert status == 429 and "--max-queued-per-key" in body["message"]
+    status, _, body = post(base, admin.key, [queued(300 + i, blob) for i in range(3)])  # 1.2 MB > 1 MiB by itself
+    assert status == 413 and "--max-payload-mb-per-key" in str(body)
 
 
 def test_the_defaults_take_a_big_ci_submission(procs: Procs, tmp_path: Path) -> None:
