@@ -27,6 +27,17 @@ Problems = list[tuple[str, str]]
 DEVICE_PATTERN = r"^(cpu|mps|gpu|npu|(cuda|rocm)(:[0-9]+)?)$"
 TORCH_HARDWARE = ("cpu", "cuda", "rocm", "mps")
 TRAINING_BUILTIN_MODELS = ("cnn", "mlp", "transformer")
+# The benchmark models a worker builds by name, with their aliases (bench/hf_models.HF_ENTRIES)
+# and the built-ins without published weights (bench/models.BUILTIN_MODELS): checked at submit
+# (tests/unit/tasks keep these equal to the runner's, which this layer does not import).
+BENCHMARK_REGISTRY_MODELS: dict[str, tuple[str, ...]] = {
+    "bert-base-uncased": ("google-bert/bert-base-uncased",),
+    "gpt2": ("openai-community/gpt2",),
+    "t5-small": ("google-t5/t5-small",),
+    "vit-base-patch16-224": ("google/vit-base-patch16-224",),
+    "resnet-50": ("microsoft/resnet-50",),
+}
+BENCHMARK_BUILTIN_MODELS = ("mlp", "cnn")
 
 
 class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -99,8 +110,16 @@ def check_benchmark(raw: dict[str, Any], cfg: BenchmarkConfig) -> Problems:
     out += combination_problems(autocast=cfg.autocast, precision=cfg.precision, backend=cfg.backend, mode=cfg.mode,
                                 cuda_streams=cfg.cuda_streams if "cuda_streams" in raw else None,
                                 optimize_for=cfg.optimize_for if "optimize_for" in raw else None)
-    if is_user_model(cfg.model) and (bad := model_name_error(cfg.model)) is not None:
-        out.append(("model", bad))
+    if is_user_model(cfg.model):
+        if (bad := model_name_error(cfg.model)) is not None:
+            out.append(("model", bad))
+    elif cfg.model in BENCHMARK_BUILTIN_MODELS:
+        if cfg.weights == "pretrained":
+            out.append(("weights", f"built-in model {cfg.model} has no pretrained weights; use random (or auto)"))
+    elif not any(cfg.model == name or cfg.model in aliases for name, aliases in BENCHMARK_REGISTRY_MODELS.items()):
+        out.append(("model", f"unknown model {cfg.model!r}; known: {', '.join([*BENCHMARK_REGISTRY_MODELS, *BENCHMARK_BUILTIN_MODELS])} "
+                             "(or a registry alias such as google-bert/bert-base-uncased), or a user model "
+                             "'package.module:callable'"))
     return out
 
 

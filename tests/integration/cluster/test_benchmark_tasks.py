@@ -1,6 +1,8 @@
 """Benchmark tasks end to end: a real (tiny) model measured in the worker's benchmark child,
 batched by the coordinator so the model loads once, with the results queryable by model."""
 
+import asyncio
+
 import pytest
 
 from distributed_testing.testing import run_cluster
@@ -34,11 +36,16 @@ async def test_tasks_sharing_a_model_run_as_one_batch_loading_it_once(tmp_path):
 
 async def test_bad_benchmarks_fail_with_reasons_and_device_needs_are_placement_requirements(tmp_path):
     async with run_cluster(tmp_path, workers=1, batch_wait_s=0.0) as c:
-        ids = await c.submit([bench("unknown-model", model="no-such-model"),
-                              bench("needs-cuda", device="cuda")])
-        bad = await c.wait(ids[0], timeout=120)
-        assert bad["state"] == "error" and "bert-base-uncased" in bad["outcome"]["error"]  # lists known models
-        status, pending = await c.request("GET", "/api/v1/tasks/needs-cuda")
+        status, body = await c.request("POST", "/api/v1/tasks", json=bench("unknown-model", model="no-such-model"))
+        assert status == 400 and body["errors"][0]["field"] == "config.model"  # no worker builds it: refused at once
+        assert "bert-base-uncased" in body["errors"][0]["error"]  # lists known models
+        await c.submit([bench("needs-cuda", device="cuda")])
+
+        for _ in range(200):  # the reason is written once placement has looked at the task
+            status, pending = await c.request("GET", "/api/v1/tasks/needs-cuda")
+            if "lacks hardware cuda" in str(pending.get("pending_reason")):
+                break
+            await asyncio.sleep(0.05)
         assert pending["state"] == "pending" and "lacks hardware cuda" in pending["pending_reason"]
 
 

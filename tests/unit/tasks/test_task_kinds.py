@@ -42,7 +42,7 @@ def test_a_typo_in_a_benchmark_config_is_refused_naming_the_field() -> None:
     assert error == {"field": "timeout_s", "error": "must be > 0 (or null); got -1"}
     [error] = errors_of({"type": "test", "config": {"test_file": "a.py", "timeout_s": -1}})
     assert error == {"field": "config.timeout_s", "error": "must be > 0 (or null); got -1"}
-    [error] = errors_of({"type": "benchmark", "config": {"model": "m", "learning_rate": 0.1}})
+    [error] = errors_of({"type": "benchmark", "config": {"model": "mlp", "learning_rate": 0.1}})
     assert error == {"field": "config.learning_rate", "error": "only applies to mode: training"}
 
 
@@ -51,3 +51,23 @@ def test_a_kind_cannot_be_declared_twice_and_unknown_types_list_the_known() -> N
         kinds.BUILTIN.with_kind(kinds.BUILTIN.get("custom"))
     with pytest.raises(KeyError, match="known: benchmark, custom, test, training"):
         kinds.BUILTIN.get("echo")
+
+
+def test_the_submit_time_model_names_are_the_benchmark_runners() -> None:
+    """tasks/configs.py names the runner's models without importing it (no torch in the coordinator)."""
+    from distributed_testing.bench import hf_models, models
+    from distributed_testing.tasks import configs
+
+    assert configs.BENCHMARK_REGISTRY_MODELS == {e.name: e.aliases for e in hf_models.HF_ENTRIES}
+    assert configs.BENCHMARK_BUILTIN_MODELS == models.BUILTIN_MODELS
+
+
+@pytest.mark.parametrize(("config", "field", "said"), [
+    ({"model": "bert-large"}, "config.model", "unknown model 'bert-large'; known: bert-base-uncased, gpt2"),
+    ({"model": "mlp", "weights": "pretrained"}, "config.weights", "built-in model mlp has no pretrained weights"),
+])
+def test_a_model_no_worker_can_build_is_refused_at_submit(config: dict[str, object], field: str, said: str) -> None:
+    [error] = errors_of({"type": "benchmark", "config": config})
+    assert error["field"] == field and error["error"].startswith(said), error
+    for fine in ("google-bert/bert-base-uncased", "gpt2", "cnn", "mypkg.models:make"):
+        assert spec.parse_tasks({"type": "benchmark", "config": {"model": fine}})
