@@ -260,7 +260,17 @@ def _outcome(
         return ExecOutcome("failed", error="no tests collected")
     meaning = _PYTEST_EXIT.get(code)
     head = f"pytest exit code {code} ({meaning})" if meaning else f"pytest {describe_exit(code)}"
-    return ExecOutcome("failed", error=f"{head}:\n{tail.text()[-_ERROR_TAIL_CHARS:]}")
+    text = tail.text()
+    said = _pytest_errors(text)  # first: the reason, where warnings printed after it would bury it
+    return ExecOutcome("failed", error=f"{head}: {said}\n{text[-_ERROR_TAIL_CHARS:]}" if said
+                       else f"{head}:\n{text[-_ERROR_TAIL_CHARS:]}")
+
+
+def _pytest_errors(text: str, most: int = 5) -> str:
+    """pytest's own error lines in its output (``ERROR: file or directory not found: x``, a
+    collection error's ``ERROR x.py - ImportError: ...``), joined with ``; ``."""
+    lines = [line.strip() for line in text.splitlines() if line.startswith(("ERROR: ", "ERROR "))]
+    return "; ".join(dict.fromkeys(lines[:most]))
 
 
 def _failure_summary(summary: TestSummary) -> str:

@@ -118,8 +118,7 @@ def test_args_are_passed_as_a_list(tmp_path: Path) -> None:
     out = execute(ctx(tmp_path, "test_mixed.py", ["-k", f"test_ok or $(touch {marker})"]))
     assert out.status == "failed"  # one -k expression that pytest rejects; no shell ran it
     assert out.output["exit_code"] == 4
-    assert out.error.startswith("pytest exit code 4 (usage error):\n")
-    assert "Wrong expression passed to '-k'" in out.error
+    assert out.error.startswith("pytest exit code 4 (usage error): ERROR: Wrong expression passed to '-k'")
     assert not marker.exists()
     out = execute(ctx(tmp_path, "test_mixed.py", ["-k", "test_ok or test_skipped"]))
     assert out.status == "succeeded", out.error
@@ -244,3 +243,12 @@ def test_memory_limit_kills_pytest(tmp_path: Path) -> None:
     assert out.status == "failed"
     assert out.error.startswith("memory limit of 100 MB exceeded: peak RSS")
     assert out.output["peak_rss_mb"] > 100
+
+
+def test_a_usage_error_says_pytests_reason_first(tmp_path: Path) -> None:
+    """Before pytest's trailing warnings, which buried it at the end of the error."""
+    write(tmp_path, "test_mixed.py", MIXED)
+    out = execute(ctx(tmp_path, "test_mixed.py::test_nope"))
+    assert out.status == "failed" and out.output["exit_code"] == 4
+    assert out.error.startswith("pytest exit code 4 (usage error): ERROR: not found: "), out.error
+    assert "test_mixed.py::test_nope" in out.error.splitlines()[0]
