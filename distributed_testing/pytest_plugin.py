@@ -367,8 +367,8 @@ class FleetRunner:
         worker = result.get("worker_id") or "-"
         by_id = {t.get("nodeid"): t for t in output.get("tests") or [] if isinstance(t, dict)}
         outcome = task.get("outcome") or {}
-        missing = (f"not reported by task {task['task_id']} ({task.get('state')}): "
-                   f"{outcome.get('error') or result.get('error') or 'no result'}")
+        missing = (f"{outcome.get('error') or result.get('error') or 'no result'} (not reported by task "
+                   f"{task['task_id']}, {task.get('state')})")  # the reason first: the short summary shows one line
         for item, rid in zip(c.items, c.remote_ids, strict=True):
             entry = by_id.get(rid)
             if entry is not None:
@@ -435,6 +435,7 @@ def _synthesized(item: pytest.Item, entry: dict[str, Any] | None, worker: str, m
         return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, result, longrepr, when,
                                  user_properties=props)
 
+    said = f"[dt worker {worker}] {text}"  # the reason on the first line: pytest's short summary shows only that
     if outcome == "error":
-        return [rep("setup", "failed", f"[dt worker {worker}]\n{text}"), rep("teardown", "passed")]
-    return [rep("setup", "passed"), rep("call", "failed", f"[dt worker {worker}]\n{text}"), rep("teardown", "passed")]
+        return [rep("setup", "failed", said), rep("teardown", "passed")]
+    return [rep("setup", "passed"), rep("call", "failed", said), rep("teardown", "passed")]

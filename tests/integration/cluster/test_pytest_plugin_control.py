@@ -93,4 +93,6 @@ async def test_a_test_no_worker_can_run_fails_with_the_coordinators_reason(tmp_p
         assert code == 1, out
         assert "1 passed, 1 error" in out, out
         assert "no connected worker can run it for 1 s" in out and "w1 lacks tag a100" in out, out
+        [short] = [line for line in out.splitlines() if line.startswith("ERROR test_gpu.py::test_needs_a100")]
+        assert "] no connected worker can" in short, out  # -rA's summary line starts with the reason (cut at 80 columns)
         assert await _open_tasks(c) == [], await _states(c)
