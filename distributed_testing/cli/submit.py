@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import urllib.parse
@@ -70,9 +71,25 @@ def load_doc(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from exc
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    except ValueError as exc:  # _no_constant's
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON: nested too deeply") from None
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond what a JSON number may be here (a double)")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json reads NaN and Infinity; JSON (RFC 8259) has no such values, nor does the API."""
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 has no NaN or Infinity): use a number or null")
 
 
 def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:

@@ -414,3 +414,19 @@ def test_a_baseline_task_without_any_result_is_a_mistyped_id_exit_2(seeded: DT, 
     code, out, err = seeded("submit", doc, "--baseline", "r-bret")
     assert (code, out) == (2, "") and "--baseline r-bret" in err  # refused before the tasks were submitted
     assert seeded("status", "never-sent")[0] == 2
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('{"type": "custom", "config": {"name": "noop", "parameters": {"x": NaN}}}', "NaN is not a JSON value"),
+    ('{"type": "custom", "config": {"name": "noop", "parameters": {"x": -Infinity}}}', "-Infinity is not a JSON value"),
+    ('{"type": "custom", "config": {"name": "noop", "parameters": {"x": 1e400}}}', "1e400 is beyond what a JSON number"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+])
+def test_a_task_file_python_reads_but_json_does_not_allow_is_refused_naming_why(
+        capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, tmp_path: Path, text: str, said: str) -> None:
+    """Python's json reads NaN, Infinity and 1e400 (as inf); the API refuses them as malformed at
+    some byte, and deep nesting was a RecursionError traceback."""
+    path = tmp_path / "tasks.json"
+    path.write_text(text)
+    assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "submit", str(path)]) == 2
+    assert f"dt: {path}: not valid JSON: {said}" in capsys.readouterr().err
