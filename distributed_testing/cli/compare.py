@@ -86,11 +86,11 @@ def add_arguments(p: argparse.ArgumentParser, *, for_submit: bool = False) -> No
 def policy_from_args(ns: argparse.Namespace) -> Policy:
     if ns.history < 1:
         raise ConfigError(f"--history must be >= 1, got {ns.history}")
-    try:
-        return Policy(threshold=ns.threshold / 100.0, confidence=ns.confidence / 100.0)
-    except ValueError as exc:
-        flag = "--confidence" if "confidence" in str(exc) else "--threshold"
-        raise ConfigError(f"{flag}: {exc} (given in percent)") from exc
+    if not 0 < ns.threshold < 1000:  # Policy's (0, 10) as a fraction, said in the flags' percent
+        raise ConfigError(f"--threshold: a slowdown in percent above 0 and below 1000, got {ns.threshold:g}")
+    if not 50 < ns.confidence < 100:
+        raise ConfigError(f"--confidence: a level in percent above 50 and below 100, got {ns.confidence:g}")
+    return Policy(threshold=ns.threshold / 100.0, confidence=ns.confidence / 100.0)
 
 
 def api_fetch(api: ApiClient) -> Fetch:

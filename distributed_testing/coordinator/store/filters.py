@@ -285,13 +285,24 @@ def parse_query(params: Mapping[str, str], query_type: type[Q], blank_is_absent:
         try:
             values[name] = msgspec.convert(raw, fields[name], strict=False)
         except msgspec.ValidationError as exc:
-            errors.append({"field": name, "error": _choice_error(fields[name], raw) or str(exc).split(" - at ")[0]})
+            errors.append({"field": name, "error": _choice_error(fields[name], raw) or _type_error(fields[name], raw)
+                           or str(exc).split(" - at ")[0]})
             continue
         if isinstance(values[name], float) and not math.isfinite(values[name]):
             errors.append({"field": name, "error": "must be a finite number of UNIX seconds"})
     if errors:
         raise ValidationError(errors)
     return query_type(**values)
+
+
+def _type_error(field_type: Any, raw: str) -> str | None:
+    """For a number field: what it must be, in words (msgspec says "Expected `int`, got `str`")."""
+    arms = set(typing.get_args(field_type) or (field_type,))
+    if int in arms and bool not in arms:
+        return f"must be an integer; got {raw!r}"
+    if float in arms:
+        return f"must be a number; got {raw!r}"
+    return None
 
 
 def _choice_error(field_type: Any, raw: str) -> str | None:

@@ -430,3 +430,14 @@ def test_a_task_file_python_reads_but_json_does_not_allow_is_refused_naming_why(
     path.write_text(text)
     assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "submit", str(path)]) == 2
     assert f"dt: {path}: not valid JSON: {said}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--threshold", "-5"], "--threshold: a slowdown in percent above 0 and below 1000, got -5"),
+    (["--threshold", "0"], "--threshold: a slowdown in percent above 0 and below 1000, got 0"),
+    (["--confidence", "150"], "--confidence: a level in percent above 50 and below 100, got 150"),
+])
+def test_compare_policy_flags_are_refused_in_the_percent_they_are_given_in(
+        capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, argv: list[str], said: str) -> None:
+    assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "compare", "t1", *argv]) == 2
+    assert f"dt: {said}" in capsys.readouterr().err

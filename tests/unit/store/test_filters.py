@@ -116,6 +116,10 @@ def test_rest_parameters_are_parsed_once_naming_each_bad_one() -> None:
     with pytest.raises(ValidationError) as err:
         parse_query({"batch_size": "eight", "until": "nan", "since": "inf", "colour": "red"}, ResultQuery)
     assert sorted(e["field"] for e in err.value.errors) == ["batch_size", "colour", "since", "until"]
+    with pytest.raises(ValidationError) as err:
+        parse_query({"limit": "abc", "since": "yesterday"}, ResultQuery)
+    assert sorted((e["field"], e["error"]) for e in err.value.errors) == [
+        ("limit", "must be an integer; got 'abc'"), ("since", "must be a number; got 'yesterday'")]
     assert parse_query({"model": ""}, ResultQuery) == ResultQuery(model="")
     assert parse_query({"state": "", "tag": "gpu"}, TaskQuery, blank_is_absent=True) == TaskQuery(tag="gpu")
     with pytest.raises(ValidationError) as err:
