@@ -20,7 +20,10 @@ from .options import SWITCH, Setting
 
 
 def _tags(text: str, source: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+    tags = tuple(t.strip() for t in text.split(",") if t.strip())
+    if text.strip() and not tags:  # "," or " , ": a typo, not a wish for no tags (that is leaving it out)
+        raise ConfigError(f"{source}: {text!r} names no tag; give comma-separated tags such as gpu,cuda")
+    return tags
 
 
 def _gpu(value: float, source: str) -> float:

@@ -24,6 +24,7 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     (["--coordinator", "http://127.0.0.1:abc", "--api-key", "dtk_a_b"], {}, "--coordinator: expected an http(s) URL"),
     (["--api-key", "dtk_a_b"], {"DT_COORDINATOR_URL": "http://[::1"}, "DT_COORDINATOR_URL: expected an http(s) URL"),
     (["--api-key", "dtk_a_b", "--max-concurrent-tasks", "0"], {}, "--max-concurrent-tasks: must be >= 1"),
+    (["--api-key", "dtk_a_b", "--tags", " , "], {}, "--tags: ' , ' names no tag"),
     (["--api-key", "dtk_a_b", "--reconnect-attempts", "0"], {}, "--reconnect-attempts: must be >= 1"),
     (["--api-key", "dtk_a_b", "--heartbeat-interval", "-1"], {}, "--heartbeat-interval: must be > 0"),
     (["--api-key", "dtk_a_b", "--test-root", "/nonexistent/dt-root"], {}, "--test-root: /nonexistent/dt-root is not a directory"),
