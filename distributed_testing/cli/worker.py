@@ -37,9 +37,11 @@ from .worker_options import GROUPS, WORKER_SETTINGS
 
 log = logging.getLogger(__name__)
 # Once a stop begins (a signal, or a drain from the coordinator), the process exits within the
-# drain's deadline plus this, whatever happens: the stop's own bounded steps (hand-back, flush,
-# goodbye, closing the connection, the executors and the result store) take less. Past it, the
-# last resort: what it waited for is logged, its child processes are killed, it exits 1.
+# drain's deadline plus this, whatever happens. The stop's own steps after the deadline (hand-back,
+# flush, goodbye, closing the connection, the executors and the result store) take seconds; each
+# is bounded, but their bounds add up to more (about 75 s) when a task's processes will not die,
+# and then this cuts the wait short. Past it, the last resort: what it waited for is logged, its
+# child processes are killed, it exits 1.
 EXIT_GRACE_S = 60.0
 
 
