@@ -307,7 +307,10 @@ class ApiClient:
                 cert = tls.describe_tls_error(exc, url)
                 if cert is not None:
                     raise ApiError(0, f"cannot reach coordinator: {cert}") from exc
-                raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}")) from exc
+                hint = (f" (the TLS handshake failed: if the coordinator serves plain http, use "
+                        f"http://{parts.netloc})" if parts.scheme == "https"
+                        and isinstance(exc, ssl.SSLError | ConnectionResetError) else "")
+                raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}{hint}")) from exc
             assert conn.sock is not None
             conn.sock.settimeout(first_byte_timeout(path, self.timeout_s if timeout_s is None else timeout_s))
             try:

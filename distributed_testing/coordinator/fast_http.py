@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 ROUTE = "/api/v1/tasks"
 PERMISSION = api.PERMISSIONS[("POST", ROUTE)]  # as the route table says for aiohttp's handler
+TLS_HANDSHAKE = b"\x16\x03"  # how a TLS connection's first record begins (a handshake, TLS 1.x)
 SHUTDOWN_TIMEOUT_S = 60.0  # how long stop() lets requests in progress finish (aiohttp's runner default)
 MAX_HEAD = 8190  # request line and headers together; aiohttp's own limit per line/field
 MAX_HEADERS = 100  # aiohttp refuses more than 128; a request with this many goes to it to decide
@@ -253,6 +254,9 @@ class FastProtocol(asyncio.Protocol):
         if self._transport is None or self._busy is not None or self._closing or self._write_paused:
             return
         if self._head is None:
+            if self._buf[:2] == TLS_HANDSHAKE:  # a client speaking TLS to this plain-http port: end it now,
+                self._transport.close()  # its handshake fails at once instead of after --header-timeout
+                return
             parsed = parse_head(self._buf, self._max_body) if self._buf else None
             if parsed is False:
                 self._hand_over()

@@ -441,3 +441,13 @@ def test_compare_policy_flags_are_refused_in_the_percent_they_are_given_in(
         capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, argv: list[str], said: str) -> None:
     assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "compare", "t1", *argv]) == 2
     assert f"dt: {said}" in capsys.readouterr().err
+
+
+def test_https_to_a_plain_http_coordinator_fails_at_once_saying_so(run_dt: DT, capsys: pytest.CaptureFixture[str]) -> None:
+    """The coordinator ends a connection that opens with a TLS handshake (it waited for a request
+    head until --header-timeout, and dt said only "timed out")."""
+    url = run_dt.url.replace("http://", "https://")
+    code = dt.main(["--coordinator", url, "--api-key", run_dt.admin, "workers"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot reach coordinator at {url}" in err, err
+    assert f"if the coordinator serves plain http, use {run_dt.url}" in err and "timed out" not in err, err
