@@ -90,7 +90,10 @@ def policy_from_args(ns: argparse.Namespace) -> Policy:
         raise ConfigError(f"--threshold: a slowdown in percent above 0 and below 1000, got {ns.threshold:g}")
     if not 50 < ns.confidence < 100:
         raise ConfigError(f"--confidence: a level in percent above 50 and below 100, got {ns.confidence:g}")
-    return Policy(threshold=ns.threshold / 100.0, confidence=ns.confidence / 100.0)
+    try:
+        return Policy(threshold=ns.threshold / 100.0, confidence=ns.confidence / 100.0)
+    except ValueError as exc:  # what the percent checks above let through (5e-324 is 0 as a fraction)
+        raise ConfigError(f"--threshold/--confidence: {exc}") from exc
 
 
 def api_fetch(api: ApiClient) -> Fetch:
@@ -259,6 +262,7 @@ def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, juni
     if junit is not None:
         write_junit(junit, rows, existing=append_junit)
     if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)  # as the JUnit report does
         json_out.write_text(json.dumps({"verdicts": [asdict(r) for r in rows]}, indent=2))
     return 1 if any(r.verdict == "slower" for r in rows) else 0
 

@@ -175,12 +175,13 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
             help="the window of --auth-fail-limit in seconds (default 60)", doc="seconds", shown_default="60 s"),
     Setting("--max-queued-per-key", **COUNT, env="DT_MAX_QUEUED_PER_KEY", default=10000,
             help="tasks one API key may have queued or running at once; a submission past it gets 429 "
-                 "with Retry-After; 0 turns this off (default 10000)",
+                 "with Retry-After (413 if it is over the cap by itself); 0 turns this off (default 10000)",
             doc="tasks one key may have queued or running; past it 429 with `Retry-After`, or 413 for one submission over it by itself; 0: off; see "
                 "[security.md](security.md#quotas)", shown_default="10000"),
     Setting("--max-payload-mb-per-key", type=int, lo=0, metavar="MIB", env="DT_MAX_PAYLOAD_MB_PER_KEY", default=64,
             help="MiB of task specs (as JSON) one API key may have queued or running at once; a submission "
-                 "past it gets 429 with Retry-After; 0 turns this off (default 64)",
+                 "past it gets 429 with Retry-After (413 if it is over the cap by itself); 0 turns this off "
+                 "(default 64)",
             doc="MiB of task specs, as JSON, one key may have queued or running; past it 429, or 413 for one submission over it by itself; 0: off",
             shown_default="64"),
     Setting("--metrics", choices=METRICS_MODES, env="DT_METRICS", default="key", shown="--metrics key\\|off",

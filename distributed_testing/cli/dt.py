@@ -5,7 +5,7 @@ Reads DT_COORDINATOR_URL (one URL, or the comma-separated members of an HA group
 override. An https coordinator's certificate is always verified (``--ca-file`` for a
 private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, timed out or was
-cancelled, 2 invalid input, bad credentials or an unreachable coordinator, 3 ``submit
+cancelled, 2 invalid input, bad credentials, an unreachable coordinator or a refused request, 3 ``submit
 --fail-if-unschedulable`` stopped the wait (a task no connected worker can run), 4 ``submit
 --timeout`` ran out before every task finished (``dt compare`` and ``--baseline`` exit 1 when a
 benchmark got slower, 2 when a task id has no result or none is a benchmark result; ``dt cancel``
@@ -43,7 +43,7 @@ __all__ = ["EXIT_FAILED", "EXIT_GAVE_UP", "EXIT_OK", "EXIT_UNSCHEDULABLE", "EXIT
 EPILOG = """exit codes:
   0  success (with --wait: every task succeeded)
   1  a task failed, errored, timed out or was cancelled
-  2  invalid input, bad credentials or an unreachable coordinator (the reason on stderr)
+  2  invalid input, bad credentials, an unreachable coordinator or a request it refused (4xx)
   3  submit --fail-if-unschedulable: a task had no connected worker able to run it for S seconds
   4  submit --timeout ran out before every task finished (the tasks stay queued)
   (dt compare, and submit --baseline: 1 when a benchmark got slower, 2 when a task id has no

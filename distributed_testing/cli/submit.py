@@ -94,7 +94,9 @@ def _no_constant(name: str) -> Any:
 
 def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     doc = load_doc(ns.file)
-    compare.check_baseline(api, ns.baseline)  # before the tasks run, not after the wait
+    if ns.baseline:  # the comparison's flags and baseline before the tasks run, not after the wait
+        compare.policy_from_args(ns)
+        compare.check_baseline(api, ns.baseline)
     if ns.bundle is not None:
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
@@ -118,6 +120,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     if ns.junit:
         write_junit(ns.junit, waited.tasks)
     if ns.json_out:
+        ns.json_out.parent.mkdir(parents=True, exist_ok=True)  # as the JUnit report does
         ns.json_out.write_text(json.dumps({"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]},
                                           indent=2))
     code = waited.exit_code()

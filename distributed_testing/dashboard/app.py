@@ -24,6 +24,7 @@ JSON gets 400.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import logging
@@ -71,6 +72,7 @@ SESSIONS = web.AppKey("dashboard_sessions", SessionStore)
 SESSION = web.RequestKey("dashboard_session", Session)
 SIGNIN_THROTTLE = web.AppKey("dashboard_signin_throttle", AuthThrottle)
 STREAMS: web.AppKey[set[aiohttp.ClientResponse]] = web.AppKey("dashboard_streams")  # the event streams relayed now
+STOPPING = web.AppKey("dashboard_stopping", asyncio.Event)  # set by _end_streams
 # Below the coordinator's default --auth-fail-limit (20 a minute): a standalone dashboard's
 # guesser is refused here before the coordinator would refuse the dashboard's own address.
 SIGNIN_FAIL_LIMIT = 10
@@ -92,6 +94,7 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
         client = CoordinatorClient(config.coordinator_urls, context, config.proxy_secret)
     app[CLIENT] = client
     app[STREAMS] = set()
+    app[STOPPING] = asyncio.Event()
     app.cleanup_ctx.append(_client_ctx)
     app.on_shutdown.append(_end_streams)
     r = app.router
@@ -122,6 +125,7 @@ async def _end_streams(app: web.Application) -> None:
     """The dashboard is stopping: end the event streams it relays, each of which would hold the
     server's shutdown (60 s) until its browser tab went away; the browsers reconnect elsewhere
     or later."""
+    app[STOPPING].set()
     streams = app[STREAMS]
     for upstream in list(streams):
         upstream.close()
@@ -373,17 +377,22 @@ async def _relay_events(request: web.Request, session: Session) -> web.StreamRes
                                                      client=request.remote)
     streams = request.app[STREAMS]
     streams.add(upstream)
+    if request.app[STOPPING].is_set():  # opened while _end_streams ran: ended as those were
+        upstream.close()
     try:
         if upstream.status != 200:
-            return _json(await upstream.json(content_type=None), upstream.status)
+            try:
+                return _json(await upstream.json(content_type=None), upstream.status)
+            except aiohttp.ClientError as exc:
+                return _json({"error": "Unavailable", "message": f"the coordinator's answer broke off: {exc}"}, 502)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
         await resp.prepare(request)
         try:
             await _pass_through(request, upstream, resp)
+        except ConnectionResetError:  # the browser went away (aiohttp's ClientConnectionResetError is one too)
+            pass
         except aiohttp.ClientError as exc:  # upstream ended (or closed by _end_streams); the browser reconnects
             log.info("event stream from the coordinator ended: %s", exc)
-        except ConnectionResetError:  # the browser went away
-            pass
         return resp
     finally:
         streams.discard(upstream)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -266,10 +267,15 @@ def _outcome(
                        else f"{head}:\n{text[-_ERROR_TAIL_CHARS:]}")
 
 
+# "ERROR: <usage error>" and the short summary's "ERROR <nodeid> - <reason>"; not a log record's
+# "ERROR    root:x.py:3 message" (live or captured logging)
+_PYTEST_ERROR = re.compile(r"ERROR(?:: | \S+ - )")
+
+
 def _pytest_errors(text: str, most: int = 5) -> str:
     """pytest's own error lines in its output (``ERROR: file or directory not found: x``, a
     collection error's ``ERROR x.py - ImportError: ...``), joined with ``; ``."""
-    lines = [line.strip() for line in text.splitlines() if line.startswith(("ERROR: ", "ERROR "))]
+    lines = [line.strip() for line in text.splitlines() if _PYTEST_ERROR.match(line)]
     return "; ".join(dict.fromkeys(lines[:most]))
 
 

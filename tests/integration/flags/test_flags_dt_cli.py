@@ -209,7 +209,7 @@ def test_submit_timeout_gives_up_on_a_task_that_outlives_it(run_dt: DT, tmp_path
 
 def test_submit_junit_and_json_write_reports_and_imply_wait(run_dt: DT, tmp_path: Path) -> None:
     run_dt.tc.call(run_dt.tc.c.add_worker())
-    junit, report = tmp_path / "out" / "report.xml", tmp_path / "out.json"
+    junit, report = tmp_path / "out" / "report.xml", tmp_path / "new" / "out.json"  # folders made as needed
     code, _, err = run_dt("submit", task_file(tmp_path, [noop("j-1"), sleep("j-2", 0.1)]), "--junit", str(junit))
     assert code == 0, err
     suites = {s.get("name"): s for s in ET.parse(junit).getroot().iter("testsuite")}
@@ -451,3 +451,10 @@ def test_https_to_a_plain_http_coordinator_fails_at_once_saying_so(run_dt: DT, c
     err = capsys.readouterr().err
     assert code == 2 and f"cannot reach coordinator at {url}" in err, err
     assert f"if the coordinator serves plain http, use {run_dt.url}" in err and "timed out" not in err, err
+
+
+def test_submit_with_a_baseline_checks_the_comparison_flags_before_submitting(run_dt: DT, tmp_path: Path) -> None:
+    doc = task_file(tmp_path, {"task_id": "not-sent", "type": "custom", "config": {"name": "noop"}})
+    code, out, err = run_dt("submit", doc, "--baseline", "latest", "--threshold", "0")
+    assert (code, out) == (2, "") and "--threshold: a slowdown in percent" in err, err
+    assert run_dt("status", "not-sent")[0] == 2  # nothing was submitted
