@@ -38,6 +38,11 @@ BENCHMARK_REGISTRY_MODELS: dict[str, tuple[str, ...]] = {
     "resnet-50": ("microsoft/resnet-50",),
 }
 BENCHMARK_BUILTIN_MODELS = ("mlp", "cnn")
+# the model_config fields each built-in takes (bench/models.py MLP_DEFAULTS, CNN_DEFAULTS)
+BENCHMARK_BUILTIN_FIELDS: dict[str, tuple[str, ...]] = {
+    "mlp": ("hidden_size", "in_features", "num_classes", "num_layers"),
+    "cnn": ("channels", "num_classes"),
+}
 
 
 class BenchmarkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -116,6 +121,9 @@ def check_benchmark(raw: dict[str, Any], cfg: BenchmarkConfig) -> Problems:
     elif cfg.model in BENCHMARK_BUILTIN_MODELS:
         if cfg.weights == "pretrained":
             out.append(("weights", f"built-in model {cfg.model} has no pretrained weights; use random (or auto)"))
+        fields = BENCHMARK_BUILTIN_FIELDS[cfg.model]
+        out += [("model_config", f"{k!r} is not a field of built-in model {cfg.model} (fields: {', '.join(fields)})")
+                for k in cfg.model_config if k not in fields]
     elif not any(cfg.model == name or cfg.model in aliases for name, aliases in BENCHMARK_REGISTRY_MODELS.items()):
         out.append(("model", f"unknown model {cfg.model!r}; known: {', '.join([*BENCHMARK_REGISTRY_MODELS, *BENCHMARK_BUILTIN_MODELS])} "
                              "(or a registry alias such as google-bert/bert-base-uncased), or a user model "

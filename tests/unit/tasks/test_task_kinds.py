@@ -60,11 +60,15 @@ def test_the_submit_time_model_names_are_the_benchmark_runners() -> None:
 
     assert configs.BENCHMARK_REGISTRY_MODELS == {e.name: e.aliases for e in hf_models.HF_ENTRIES}
     assert configs.BENCHMARK_BUILTIN_MODELS == models.BUILTIN_MODELS
+    assert configs.BENCHMARK_BUILTIN_FIELDS == {"mlp": tuple(sorted(models.MLP_DEFAULTS)),
+                                                "cnn": tuple(sorted(models.CNN_DEFAULTS))}
 
 
 @pytest.mark.parametrize(("config", "field", "said"), [
     ({"model": "bert-large"}, "config.model", "unknown model 'bert-large'; known: bert-base-uncased, gpt2"),
     ({"model": "mlp", "weights": "pretrained"}, "config.weights", "built-in model mlp has no pretrained weights"),
+    ({"model": "mlp", "model_config": {"hidden": 64}}, "config.model_config",
+     "'hidden' is not a field of built-in model mlp (fields: hidden_size, in_features"),
 ])
 def test_a_model_no_worker_can_build_is_refused_at_submit(config: dict[str, object], field: str, said: str) -> None:
     [error] = errors_of({"type": "benchmark", "config": config})
