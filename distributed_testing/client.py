@@ -141,14 +141,18 @@ class Members:
 
 def first_byte_timeout(path: str, base: float = FIRST_BYTE_S) -> float:
     """How long an answer to ``path`` may take to start: ``base``, plus a long poll's ``?wait``."""
+    return base + wait_of(path)
+
+
+def wait_of(path: str) -> float:
+    """The seconds a request to ``path`` (with its query) asks to wait (``?wait=S``); 0 for none."""
     if "wait" not in path:
-        return base
+        return 0.0
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
     try:
-        wait = max(0.0, float(query.get("wait", ["0"])[-1]))
+        return max(0.0, float(query.get("wait", ["0"])[-1]))
     except ValueError:
-        wait = 0.0
-    return base + wait
+        return 0.0
 
 
 class ApiError(Exception):

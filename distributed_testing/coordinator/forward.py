@@ -69,7 +69,7 @@ import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout
+from ..client import CONNECT_TIMEOUT_S, canonical, first_byte_timeout, wait_of
 from ..process.httpstream import ClientGone, chunks_while_connected
 from ..security import tls
 from . import bundles_api
@@ -208,12 +208,11 @@ class _Watched:
     """A request on its way to ``leader``; ``why`` is set when the watch gave up on it, ``sent``
     once a connection to the leader is open and the request goes out on it."""
 
-    __slots__ = ("leader", "long", "scope", "sent", "stream", "why")
+    __slots__ = ("leader", "long", "scope", "sent", "why")
 
-    def __init__(self, leader: str, stream: bool, long: bool) -> None:
+    def __init__(self, leader: str, long: bool) -> None:
         self.leader = leader
-        self.stream = stream  # an event stream
-        self.long = stream or long  # it may take long (a stream, a ?wait): ended when this member stops
+        self.long = long  # it may take long (an event stream, a ?wait): ended when this member stops
         self.scope: asyncio.Timeout | None = None
         self.why: str | None = None
         self.sent = False
@@ -253,12 +252,12 @@ class Forwarder:
     def rt(self) -> Runtime:
         return self._app[RUNTIME]
 
-    def watch(self, leader: str, stream: bool = False, long: bool = False) -> _Watched:
-        """Watch a request on its way to ``leader``: once it is ``gone`` (or, for an event
-        ``stream`` or a ``long`` poll, once this member stops), the request's scope
+    def watch(self, leader: str, long: bool = False) -> _Watched:
+        """Watch a request on its way to ``leader``: once it is ``gone`` (or, for a ``long`` one:
+        an event stream or a ``?wait`` poll, once this member stops), the request's scope
         (``asyncio.timeout`` entered as ``scope``) ends in TimeoutError and ``why`` says why.
         ``unwatch`` when it is done."""
-        w = _Watched(leader, stream, long)
+        w = _Watched(leader, long)
         self._waiting.add(w)
         return w
 
@@ -326,7 +325,7 @@ class Forwarder:
                                                                       time.time()).encode()))
         request = b"\r\n".join(out) + b"\r\n\r\n" + body
         writer: asyncio.StreamWriter | None = None
-        w = self.watch(leader, long=_waits(urllib.parse.urlsplit(target).query))
+        w = self.watch(leader, long=wait_of(target) > 0)
         bound = first_byte_timeout(target)
         try:
             async with asyncio.timeout(bound) as w.scope:
@@ -423,14 +422,6 @@ def _streams(request: web.Request) -> bool:
     return request.path.endswith("/events") or "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _waits(query: str) -> bool:
-    """Whether a request's query asks it to wait (``?wait=S``, S > 0)."""
-    try:
-        return any(float(v) > 0 for k, v in urllib.parse.parse_qsl(query) if k == "wait")
-    except ValueError:
-        return False
-
-
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -508,7 +499,7 @@ async def forward(request: web.Request, *, again: bool = False, expect: bool = F
     body = await _body(request, rt, headers)
     forwarder = request.app[FORWARDER]
     out: web.StreamResponse | None = None
-    w = forwarder.watch(leader, streaming, _waits(request.query_string))
+    w = forwarder.watch(leader, long=streaming or wait_of(request.path_qs) > 0)
     try:
         async with asyncio.timeout(None) as w.scope:
             forwarder.entered(w)
