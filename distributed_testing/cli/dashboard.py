@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..config import environ, normalize_url
+from ..config import environ, parse_urls
 from ..dashboard.app import DashboardConfig, create_dashboard_app
 from ..errors import ConfigError
 from .common import add_log_flag, setup_logging, wait_for_signal
@@ -41,13 +41,6 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[Da
     return config, v["host"], v["port"]
 
 
-def _urls(raw: str, source: str) -> tuple[str, ...]:
-    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
-    if not urls:
-        raise ConfigError(f"{source}: give at least one coordinator URL")
-    return tuple(normalize_url(u, source) for u in urls)
-
-
 def _readable(path: Path, source: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"{source}: {path} is not a readable file")
@@ -56,7 +49,7 @@ def _readable(path: Path, source: str) -> Path:
 
 DASHBOARD_SETTINGS: tuple[Setting, ...] = (
     Setting("--coordinator", env="DT_COORDINATOR_URL", metavar="URL[,URL...]", default=("http://127.0.0.1:8080",),
-            check=_urls, shown="--coordinator URL[,URL...]",
+            check=parse_urls, shown="--coordinator URL[,URL...]",
             help="coordinator base URL(s); with several, the first that answers /healthz is used "
                  "(default http://127.0.0.1:8080)",
             doc="the first that answers `/healthz` is used", shown_default="`http://127.0.0.1:8080`"),
