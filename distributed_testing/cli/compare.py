@@ -29,7 +29,6 @@ the ids, naming them; else 0. ``--junit`` writes one ``<testcase>`` per result a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ from ..errors import ConfigError
 from .common import output_file
 from .http import ApiClient
 from .regress import Policy, Verdict, compare, describe_diff, fingerprint_diff
+from .report import write_json
 
 NOT_COMPARED = "not compared"
 Fetch = Callable[[dict[str, str]], list[dict[str, Any]]]
@@ -245,7 +245,6 @@ def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, juni
     """Fetch the tasks' results, judge them, print the verdicts and write the reports; 1 when any
     result is slower, 2 when a task id has no result or none is a benchmark result, else 0."""
     policy = policy_from_args(ns)
-    check_baseline(api, ns.baseline)
     fetch = api_fetch(api)
     found = {t: fetch({"task_id": t, "limit": "1000"}) for t in dict.fromkeys(task_ids)}
     missing = [t for t, results in found.items() if not results]
@@ -262,8 +261,7 @@ def run(api: ApiClient, task_ids: Sequence[str], ns: argparse.Namespace, *, juni
     if junit is not None:
         write_junit(junit, rows, existing=append_junit)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)  # as the JUnit report does
-        json_out.write_text(json.dumps({"verdicts": [asdict(r) for r in rows]}, indent=2))
+        write_json(json_out, {"verdicts": [asdict(r) for r in rows]})
     return 1 if any(r.verdict == "slower" for r in rows) else 0
 
 
@@ -275,4 +273,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_compare(api: ApiClient, ns: argparse.Namespace) -> int:
+    check_baseline(api, ns.baseline)  # dt submit --baseline checks it before submitting
     return run(api, ns.task_ids, ns, junit=ns.junit, json_out=ns.json_out)

@@ -281,6 +281,12 @@ def write_junit(path: Path, tasks: list[dict[str, Any]]) -> None:
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
 
 
+def write_json(path: Path, doc: Any) -> None:
+    """``doc`` as indented JSON in ``path`` (``--json``), its folder made as the JUnit report's is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+
+
 def _add_case(suite: ET.Element, c: dict[str, Any]) -> None:
     tc = ET.SubElement(suite, "testcase", classname=c["classname"], name=c["name"], time=f"{c['time']:.3f}")
     kind = {"failed": "failure", "error": "error", "skipped": "skipped", "xfailed": "skipped"}.get(c["outcome"])

@@ -31,7 +31,7 @@ from . import compare
 from .common import output_file, seconds
 from .http import ApiClient, ApiError
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
-from .report import print_summary, summary_row, write_junit
+from .report import print_summary, summary_row, write_json, write_junit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNSCHEDULABLE, EXIT_GAVE_UP = 0, 1, 2, 3, 4
 POLL_S = 0.5
@@ -120,9 +120,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     if ns.junit:
         write_junit(ns.junit, waited.tasks)
     if ns.json_out:
-        ns.json_out.parent.mkdir(parents=True, exist_ok=True)  # as the JUnit report does
-        ns.json_out.write_text(json.dumps({"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]},
-                                          indent=2))
+        write_json(ns.json_out, {"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]})
     code = waited.exit_code()
     if ns.baseline and compare.run(api, [t["task_id"] for t in waited.tasks], ns, junit=ns.junit,
                                    append_junit=True) == EXIT_FAILED:
