@@ -313,7 +313,7 @@ async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) 
     """``POST /api/v1/tasks`` after authorization, whichever HTTP layer took it (``fast_http``
     or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
     parsed, warnings = specs.parse_task_json_with_warnings(raw)
-    await bundles_api.check_bundles(rt, principal, parsed, raw.lstrip()[:1] == b"[")
+    await bundles_api.check_bundles(rt, principal, parsed, specs.is_list(raw))
     for warning in warnings:
         log.warning("submission by key %s: %s", principal.key_id, warning)
     # a resubmitted id may belong to a task that finished and left memory: read it back first, so

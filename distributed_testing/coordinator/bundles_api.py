@@ -204,10 +204,12 @@ async def check_bundles(rt: Runtime, principal: sa.Principal, tasks: Sequence[Ta
                                 "dt submit --bundle DIR)"} for a in absent])
     manifests = {d: mf.decode(data) for d in wanted if (data := await rt.blobs.get(d)) is not None}
     files = {d: frozenset(f.path for f in m.files) for d, m in manifests.items()}
-    registry = kinds.active()
-    errors = [{"field": f"{f'[{i}].' if listed else ''}config.{field}", "error": error}
-              for i, s in enumerate(tasks) if s.bundle in files
-              for field, error in registry.get(s.type).shipped(registry.get(s.type).decode(s.config), files[s.bundle])]
+    registry, errors = kinds.active(), []
+    for i, s in enumerate(tasks):
+        if s.bundle in files:
+            kind = registry.get(s.type)
+            errors += [{"field": f"{f'[{i}].' if listed else ''}config.{field}", "error": error}
+                       for field, error in kind.shipped(kind.decode(s.config), files[s.bundle])]
     if errors:
         raise ValidationError(errors)
     now = rt.clock()

@@ -363,8 +363,13 @@ def parse_task_json_with_warnings(body: bytes) -> tuple[list[TaskSpec], list[str
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValidationError, UnicodeDecodeError):
         fast = None  # the full path below names every bad field
     if fast is not None:
-        return fast, _no_effect(fast, body.lstrip()[:1] == b"[")
+        return fast, _no_effect(fast, is_list(body))
     return parse_tasks_with_warnings(decode_json(body))
+
+
+def is_list(body: bytes) -> bool:
+    """Whether a task document (JSON bytes) is a list: its errors then say ``[i].``."""
+    return body.lstrip()[:1] == b"["
 
 
 def parse_task_json(body: bytes) -> list[TaskSpec]:
