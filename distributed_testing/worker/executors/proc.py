@@ -84,12 +84,16 @@ def exited(proc: asyncio.subprocess.Process) -> bool:
 def describe_exit(returncode: int) -> str:
     """Human wording for a child's exit status: ``exit code 3`` or ``killed by signal SIGSEGV``."""
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"killed by {name} (exit code {returncode})"
+        return f"killed by {signal_name(-returncode) or f'signal {-returncode}'} (exit code {returncode})"
     return f"exit code {returncode}"
+
+
+def signal_name(signum: int) -> str | None:
+    """``SIGSEGV`` for 11; None for a number that names no signal here."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
 
 
 def process_tree_rss(pid: int) -> int:

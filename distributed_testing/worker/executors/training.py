@@ -89,6 +89,7 @@ from distributed_testing.worker.executors.base import (
     OutcomeStatus,
     TaskContext,
 )
+from distributed_testing.worker.executors.proc import signal_name
 from distributed_testing.worker.sandbox import GPU_VARIABLES, PACKAGE_PARENT, gpu_devices, task_environ
 
 logger = logging.getLogger(__name__)
@@ -307,15 +308,8 @@ def classify_failure(log: str) -> tuple[OutcomeStatus, str]:
     if peer:
         return "error", f"a peer node or the network failed during training ({peer.group(0)})"
     if signum is not None:
-        return "error", f"a local rank died of signal {signum} ({_signal_name(signum)})"
+        return "error", f"a local rank died of signal {signum} ({signal_name(signum) or 'unknown signal'})"
     return "failed", "a training rank failed"
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return "unknown signal"
 
 
 def free_port() -> int:
