@@ -27,13 +27,22 @@ Problems = list[tuple[str, str]]
 DEVICE_PATTERN = r"^(cpu|mps|gpu|npu|(cuda|rocm)(:[0-9]+)?)$"
 TORCH_HARDWARE = ("cpu", "cuda", "rocm", "mps")
 TRAINING_BUILTIN_MODELS = ("cnn", "mlp", "transformer")
-# The benchmark models a worker builds by name, with their aliases (bench/hf_models.HF_ENTRIES)
-# and the built-ins without published weights (bench/models.BUILTIN_MODELS): checked at submit
-# (tests/unit/tasks keep these equal to the runner's, which this layer does not import).
+# The benchmark models a worker builds by name (bench/hf_models.HF_ENTRIES), with their aliases
+# and the Hugging Face repo ids it loads them from, in its order (the setup handler looks for
+# them: worker/executors/setup_env.py), and the built-ins without published weights
+# (bench/models.BUILTIN_MODELS): checked at submit. Unit tests keep these equal to the runner's,
+# which this layer does not import (it imports torch).
 BENCHMARK_REGISTRY_MODELS: dict[str, tuple[str, ...]] = {
     "bert-base-uncased": ("google-bert/bert-base-uncased",),
     "gpt2": ("openai-community/gpt2",),
     "t5-small": ("google-t5/t5-small",),
+    "vit-base-patch16-224": ("google/vit-base-patch16-224",),
+    "resnet-50": ("microsoft/resnet-50",),
+}
+BENCHMARK_REGISTRY_REPOS: dict[str, tuple[str, ...]] = {
+    "bert-base-uncased": ("google-bert/bert-base-uncased", "bert-base-uncased"),
+    "gpt2": ("openai-community/gpt2", "gpt2"),
+    "t5-small": ("google-t5/t5-small", "t5-small"),
     "vit-base-patch16-224": ("google/vit-base-patch16-224",),
     "resnet-50": ("microsoft/resnet-50",),
 }

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from distributed_testing.tasks.configs import BENCHMARK_REGISTRY_REPOS
 from distributed_testing.worker.executors.handlers import (
     HandlerContext,
     HandlerParameterError,
@@ -23,16 +24,8 @@ from distributed_testing.worker.executors.handlers import (
 
 logger = logging.getLogger(__name__)
 
-# The benchmark's registry models (``bench.hf_models.HF_ENTRIES``, which imports torch, so not
-# imported here): name -> the Hugging Face repo ids a benchmark loads, in its order. A unit test
-# keeps the two equal.
-KNOWN_MODELS: dict[str, tuple[str, ...]] = {
-    "bert-base-uncased": ("google-bert/bert-base-uncased", "bert-base-uncased"),
-    "gpt2": ("openai-community/gpt2", "gpt2"),
-    "t5-small": ("google-t5/t5-small", "t5-small"),
-    "vit-base-patch16-224": ("google/vit-base-patch16-224",),
-    "resnet-50": ("microsoft/resnet-50",),
-}
+# The benchmark's registry models: name -> the Hugging Face repo ids a benchmark loads, in its order
+KNOWN_MODELS = BENCHMARK_REGISTRY_REPOS
 # other names a task may use: the repo ids, and the short names this handler took first
 ALIASES: dict[str, str] = {
     **{repo: name for name, repos in KNOWN_MODELS.items() for repo in repos},
