@@ -246,7 +246,7 @@ class Fleet:
     def cancel(self, task_id: str) -> None:
         """Cancel a task no longer needed; one that finished meanwhile (409) is left as it is."""
         try:
-            self.api.post(f"/api/v1/tasks/{task_id}/cancel", None)
+            self.api.post(f"/api/v1/tasks/{task_id}/cancel", None, repeatable=True)  # a second cancel changes nothing
         except ApiError as exc:
             if exc.status != 409:
                 raise
