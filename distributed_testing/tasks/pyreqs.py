@@ -21,6 +21,7 @@ virtual environment together with the worker's interpreter.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -93,5 +94,19 @@ def parse_file(text: str) -> tuple[list[str], list[str]]:
 
 
 def normalise(entries: list[str]) -> list[str]:
-    """The canonical list: each entry stripped, duplicates dropped, sorted."""
-    return sorted({e.strip() for e in entries if e.strip()})
+    """The canonical list: each entry stripped, each ``./dir`` in its normal form
+    (:func:`local_path`: ``./mypkg/.`` and ``./mypkg/`` are ``./mypkg``, so the environment's name
+    covers that directory's files), duplicates dropped, sorted."""
+    out = set()
+    for e in entries:
+        text = e.strip()
+        if text:
+            out.add("./" + local_path(text) if is_local(text) else text)
+    return sorted(out)
+
+
+def local_path(entry: str) -> str:
+    """The bundle directory a ``./dir`` entry names, relative to the bundle's root and normal
+    (no ``.`` parts, no empty parts, no trailing ``/``); ``""`` for the root itself."""
+    path = posixpath.normpath(entry.strip()[2:].lstrip("/") or ".")
+    return "" if path == "." else path

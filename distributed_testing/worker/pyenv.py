@@ -87,7 +87,7 @@ def env_digest(entries: list[str], manifest: mf.Manifest) -> str:
     local: dict[str, list[list[str]]] = {}
     for e in normal:
         if pyreqs.is_local(e):
-            prefix = e[2:].strip("/")  # "" for "./": the whole bundle is the package
+            prefix = pyreqs.local_path(e)  # "" for "./": the whole bundle is the package
             local[e] = [[f.path, f.digest] for f in manifest.files
                         if not prefix or f.path == prefix or f.path.startswith(prefix + "/")]
     doc = {"python": [sys.executable, sys.version], "requirements": normal, "local": local}
@@ -201,7 +201,7 @@ def _copy_local(tree: Path, local: list[str], dest: Path) -> list[str]:
     out = []
     for e in local:
         src = tree / e
-        target = dest / e[2:].strip("/")
+        target = dest / pyreqs.local_path(e)
         shutil.copytree(src, target, copy_function=shutil.copyfile, dirs_exist_ok=True)
         for dirpath, _, _ in os.walk(target):
             os.chmod(dirpath, 0o755)

@@ -81,3 +81,18 @@ def test_the_whole_bundle_as_a_package_covers_every_file() -> None:
     one = _manifest({"pyproject.toml": "1" * 64, "m/__init__.py": "2" * 64})
     two = _manifest({"pyproject.toml": "1" * 64, "m/__init__.py": "3" * 64})
     assert env_digest(["./"], one) != env_digest(["./"], two)
+
+
+@pytest.mark.parametrize("spelling", ["./mypkg/.", "./mypkg/", "./mypkg//", "./mypkg/./", "././/mypkg"])
+def test_another_spelling_of_a_bundle_directory_names_it_with_its_files(spelling: str) -> None:
+    """``./mypkg/.`` named the environment without mypkg's files: submitter B, shipping another
+    mypkg under the same entry, ran in the environment A's mypkg was built into."""
+    a = _manifest({"mypkg/pyproject.toml": "1" * 64, "mypkg/m/__init__.py": "2" * 64})
+    b = _manifest({"mypkg/pyproject.toml": "1" * 64, "mypkg/m/__init__.py": "6" * 64})
+    assert pyreqs.normalise([spelling]) == ["./mypkg"]
+    assert env_digest([spelling], a) != env_digest([spelling], b)
+    assert env_digest([spelling], a) == env_digest(["./mypkg"], a)
+
+
+def test_the_bundle_root_has_one_spelling() -> None:
+    assert pyreqs.normalise(["./", "./.", ".//", "././"]) == ["./"]
