@@ -4,8 +4,9 @@
 submission that would take its key past either is refused whole, before anything changes, with
 ``RateLimited`` (429, ``Retry-After: RETRY_AFTER_S``): the key may submit again once some of its
 tasks finish. A task counts from its acceptance until it reaches a terminal state; its payload is
-the size of its spec as JSON (what the store keeps and memory holds). Resubmissions of a task
-already known cost nothing.
+what its spec costs the coordinator's memory (:func:`payload_size`): its size as JSON plus
+``VALUE_BYTES`` for every value in it, so a spec of many tiny objects weighs what it holds, not
+its few bytes of text. Resubmissions of a task already known cost nothing.
 
 The counts live in the leader's memory and are rebuilt from the active tasks it restores at start
 or takeover, so in an HA group they hold group-wide: only the leader accepts submissions.
@@ -25,11 +26,30 @@ from ...errors import RateLimited, TooLarge
 
 RETRY_AFTER_S = 5.0
 MIB = 1024 * 1024
+# What one JSON value (an object, array, string, number, each object member's value) may cost in
+# memory beyond its JSON text: a spec is held as a struct and as a dict, so a one-key object
+# (8 bytes of JSON, `{"a":1},`) is two 184-byte dicts; an empty one (`{},`) two 64-byte dicts and
+# their list slots. Without it 63 MiB of `[{}, {}, ...]` took a coordinator from 179 MiB to 3.4 GiB
+# (issue 40; the measured cost per value shape: docs/security.md, "Quotas").
+VALUE_BYTES = 192
+_CONTAINERS = (dict, list)
 
 
 def payload_size(spec: dict[str, Any]) -> int:
-    """What a task's spec weighs against its key's payload quota: its size as JSON."""
-    return len(msgspec.json.encode(spec))
+    """What a task's spec weighs against its key's payload quota, in bytes: its size as JSON plus
+    ``VALUE_BYTES`` for each value it holds (:func:`count_values`), an upper bound on what its
+    objects take in memory whatever their shape."""
+    return len(msgspec.json.encode(spec)) + VALUE_BYTES * count_values(spec)
+
+
+def count_values(doc: dict[str, Any] | list[Any]) -> int:
+    """How many values ``doc`` holds at any depth (members of objects, items of arrays). Recursive:
+    a spec's nesting is bounded at submit (``tasks/spec.py``, MAX_NESTING)."""
+    n = len(doc)
+    for v in doc.values() if doc.__class__ is dict else doc:
+        if v.__class__ in _CONTAINERS and v:
+            n += count_values(v)
+    return n
 
 
 def _size(n: int) -> str:
@@ -56,10 +76,15 @@ class KeyQuota:
             raise TooLarge([{"field": "(body)", "error": f"{len(sizes)} tasks in one submission are over the quota "
                              f"of {self.max_tasks} per key (--max-queued-per-key) by themselves: submit them in parts "
                              f"of at most {self.max_tasks}"}])
+        if self.max_bytes and sizes and max(sizes) > self.max_bytes:
+            raise TooLarge([{"field": "(body)", "error": f"a task whose spec weighs {_size(max(sizes))} (its JSON plus "
+                             f"{VALUE_BYTES} bytes per value it holds, what it costs in memory) is over the quota of "
+                             f"{_size(self.max_bytes)} per key (--max-payload-mb-per-key) by itself"}])
         if self.max_bytes and sum(sizes) > self.max_bytes:
-            raise TooLarge([{"field": "(body)", "error": f"{_size(sum(sizes))} of task payload in one submission is "
-                             f"over the quota of {_size(self.max_bytes)} per key (--max-payload-mb-per-key) by "
-                             "itself: submit it in parts"}])
+            raise TooLarge([{"field": "(body)", "error": f"{_size(sum(sizes))} of task payload in one submission (its "
+                             f"JSON plus {VALUE_BYTES} bytes per value, what it costs in memory) is over the quota of "
+                             f"{_size(self.max_bytes)} per key (--max-payload-mb-per-key) by itself: submit it in "
+                             "parts"}])
         if self.max_tasks and self._tasks[key] + len(sizes) > self.max_tasks:
             raise RateLimited(f"key {key} has {self._tasks[key]} tasks queued or running; {len(sizes)} more would pass "
                               f"its quota of {self.max_tasks} (--max-queued-per-key): retry once some finish",

@@ -60,24 +60,36 @@ def test_max_queued_per_key_refuses_with_429_until_tasks_end(procs: Procs, tmp_p
 
 
 def test_payload_quota_and_variables(procs: Procs, tmp_path: Path) -> None:
-    base, admin = start(procs, tmp_path, [], env={"DT_MAX_PAYLOAD_MB_PER_KEY": "1", "DT_MAX_QUEUED_PER_KEY": "100"})
+    base, admin = start(procs, tmp_path, [], env={"DT_MAX_PAYLOAD_MB_PER_KEY": "1", "DT_MAX_QUEUED_PER_KEY": "20"})
     key = admin.create_key("submitter")
     blob = "x" * 400_000
     assert post(base, key, [queued(0, blob), queued(1, blob)])[0] == 201
     status, headers, body = post(base, key, queued(2, blob))
     assert status == 429 and "--max-payload-mb-per-key" in body["message"] and headers.get("Retry-After")
-    assert post(base, key, [queued(10 + i) for i in range(97)])[0] == 201  # 99 tasks: under the task quota
+    assert post(base, key, [queued(10 + i) for i in range(17)])[0] == 201  # 19 tasks: under the task quota
     status, _, body = post(base, key, [queued(200), queued(201)])
     assert status == 429 and "--max-queued-per-key" in body["message"]
     status, _, body = post(base, admin.key, [queued(300 + i, blob) for i in range(3)])  # 1.2 MB > 1 MiB by itself
     assert status == 413 and "--max-payload-mb-per-key" in str(body)
 
 
-def test_the_defaults_take_a_big_ci_submission(procs: Procs, tmp_path: Path) -> None:
+def test_the_defaults_take_a_big_ci_submission_and_weigh_tiny_objects_by_their_memory(procs: Procs,
+                                                                                      tmp_path: Path) -> None:
+    """A spec's payload is what it costs in memory, not its JSON bytes (issue 40: 63 MiB of
+    ``[{}, {}, ...]`` took a coordinator from 179 MiB to 3.4 GiB under the default quota)."""
     base, admin = start(procs, tmp_path, [])
     key = admin.create_key("submitter")
     status, _, body = post(base, key, [queued(i, "y" * 1000) for i in range(2000)])
     assert status == 201 and len(body["tasks"]) == 2000
+    tiny = [{"type": "custom", "config": {"name": "noop", "parameters": {"p": [{}] * 100_000}},
+             "requirements": {"tags": ["nowhere"]}, "task_id": f"tiny{i}"} for i in range(4)]
+    tiny_key = admin.create_key("submitter")
+    assert post(base, tiny_key, tiny[:3])[0] == 201  # 300 KB of JSON, about 58 MiB in memory
+    status, headers, body = post(base, tiny_key, tiny[3])
+    assert status == 429 and "--max-payload-mb-per-key" in body["message"] and headers.get("Retry-After")
+    status, _, body = post(base, admin.key, {**tiny[0], "task_id": "huge", "config": {
+        "name": "noop", "parameters": {"p": [{}] * 400_000}}})  # 1.2 MB of JSON, about 74 MiB in memory
+    assert status == 413 and "by itself" in str(body) and "--max-payload-mb-per-key" in str(body)
 
 
 @pytest.mark.parametrize("flag", ["--max-queued-per-key", "--max-payload-mb-per-key"])

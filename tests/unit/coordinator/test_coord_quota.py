@@ -38,7 +38,7 @@ def test_a_key_past_its_task_quota_is_refused_whole_until_its_tasks_end() -> Non
 def test_a_key_past_its_payload_quota_is_refused() -> None:
     big = "x" * 4000
     size = payload_size(specs.spec_to_dict(specs.with_id(spec("p1", big))))
-    state = CoordinatorState(Policy(max_payload_bytes_per_key=2 * size + 1000))
+    state = CoordinatorState(Policy(max_payload_bytes_per_key=2 * size + 5000))
     state.submit([spec("p1", big), spec("p2", big)], T0, submitted_by="k1")
     with pytest.raises(RateLimited, match="--max-payload-mb-per-key"):
         state.submit([spec("p3", big)], T0, submitted_by="k1")
