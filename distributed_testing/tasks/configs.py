@@ -198,13 +198,16 @@ def training_hardware(cfg: TrainingConfig) -> tuple[str, ...]:
 
 class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A pytest run: ``test_file`` under the worker's test root (``path::node`` allowed).
-    ``timeout_s`` bounds the pytest run; the task's own ``timeout_s`` applies too (the lower wins)."""
+    ``timeout_s`` bounds the pytest run; the task's own ``timeout_s`` applies too (the lower wins).
+    ``cwd``: the directory under the test root pytest runs in (default the root; one the root
+    lacks falls back to the root), where the pytest plugin ran locally."""
 
     __test__ = False  # not a pytest test class
 
     test_file: NonEmpty
     test_args: list[str] = []
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    cwd: str | None = None
 
 
 def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
@@ -213,6 +216,8 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
     if bad is not None:
         out.append(("test_file", bad))
     out += [("test_args", e) for e in refused_test_args(cfg.test_args)]
+    if cfg.cwd is not None and (bad := path_error(None, cfg.cwd, "cwd")) is not None:
+        out.append(("cwd", bad))
     return out
 
 

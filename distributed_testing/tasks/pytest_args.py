@@ -22,17 +22,26 @@ The rule, token by token:
   ``--basetemp``, ``-o``, ``--pyargs``, ``-W``, ``--log-file``, ``--pdb``, the cache options,
   pytest-cov's and pytest-html's ...) are refused unless the worker's operator lists them in
   ``--allow-test-options``. Any other short option is refused.
+* A task with a bundle runs in the bundle sandbox, where what its pytest loads or reads acts on
+  that run alone: it may also use :data:`SANDBOXED` (``-p``, ``-o``, ``-W``, ``-c``,
+  ``--rootdir``, ``--confcutdir``, ``--import-mode``, ...), the paths of ``-c``, ``--rootdir``
+  and ``--confcutdir`` under its tree. Its other guarded options follow the rule above.
 * Any other long option is taken as one a ``conftest.py`` under the test root defines (the README's
   ``["--batch-size", "4"]``) and passed on. pytest cannot tell us whether it takes a value, so the
   token after it, when not itself an option, is checked as a path; give such a value as
   ``--name=value`` to pass it unchecked.
+
+Paths (test paths, the values of ``-c``, ``--rootdir``, ``--confcutdir``, ``--ignore``) are relative
+to the test root; :func:`rebase_test_paths` rewrites them for a pytest that runs in a directory
+below it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -78,6 +87,15 @@ GUARDED: dict[str, bool] = {
     "--html": True, "--css": True, "--self-contained-html": False, "--json-report": False,
     "--json-report-file": True,
 }
+# guarded options a shipped tree may use (it runs in the bundle sandbox, where they act on that
+# run alone); the paths of TREE_PATHS must lie in the tree
+SANDBOXED = frozenset({
+    "-p", "-o", "--override-ini", "-W", "--pythonwarnings", "-c", "--config-file", "--inifile", "--rootdir",
+    "--confcutdir", "--import-mode", "--noconftest", "--keepduplicates", "--keep-duplicates",
+    "--collect-in-virtualenv", "--assert", "--pyargs", "--disable-plugin-autoload",
+})
+TREE_PATHS = frozenset({"-c", "--config-file", "--inifile", "--rootdir", "--confcutdir"})
+REBASED = TREE_PATHS | {"--ignore"}  # their values are paths, given relative to the test root
 
 
 def parse_test_options(text: str, source: str) -> tuple[str, ...]:
@@ -128,44 +146,59 @@ def path_error(root: Path | None, arg: str, what: str) -> str | None:
     return None
 
 
-def refused_test_args(args: Sequence[str], allowed: Iterable[str] = (), root: Path | None = None) -> list[str]:
-    """Every refused argument of ``args`` with the reason, in order (empty: all allowed).
+@dataclass(frozen=True)
+class _Arg:
+    """One argument of ``test_args`` as pytest reads it. ``kind``: ``path`` (a positional),
+    ``maybe`` (a bare token after an option pytest's core does not know: its value or a path),
+    ``option`` (``name``, with ``value`` or None for a flag), ``own`` (a ``--dt-*`` option),
+    ``short`` (an unknown short option). ``at``: the index of the token holding ``value``,
+    ``prefix``: what precedes the value in that token (``--rootdir=``, ``-c``, or "")."""
 
-    ``allowed`` holds the :data:`GUARDED` options the worker permits; ``root`` is the resolved test
-    root (None at submit: guarded options and absolute paths are then left to the worker)."""
-    permitted = frozenset(allowed)
-    tokens = list(args)
-    # pytest expands '@FILE' wherever it stands, option values included, before parsing
-    errors = [f"test_args {t!r}: an argument starting with '@' makes pytest read arguments from that file"
-              for t in tokens if t.startswith("@")]
+    kind: str
+    name: str = ""
+    value: str | None = None
+    at: int = -1
+    prefix: str = ""
+
+
+def _scan(tokens: Sequence[str]) -> Iterator[_Arg]:
+    """The arguments of ``tokens`` in order; ``@FILE`` tokens are left out (refused by the caller)."""
     i = 0
     positional_only = False
+    unknown_before = False  # the previous token was an option pytest's core does not know
     while i < len(tokens):
         token = tokens[i]
+        maybe, unknown_before = unknown_before, False
         i += 1
         if token.startswith("@"):
             continue
         if positional_only and token.startswith("-p"):  # pytest's preparse ignores '--'
-            _guarded("-p", permitted, root, errors)
-            if token == "-p" and i < len(tokens):
-                i += 1  # '-p NAME': NAME is the plugin, not a path
+            if token == "-p":
+                value, i = (tokens[i], i + 1) if i < len(tokens) else (None, i)
+                yield _Arg("option", "-p", value, i - 1 if value is not None else -1)
+            else:
+                yield _Arg("option", "-p", token[2:], i - 1, "-p")
         elif positional_only or token == "-" or not token.startswith("-"):
-            _add(errors, path_error(root, token, "test path"))
+            yield _Arg("maybe" if maybe else "path", value=token, at=i - 1)
         elif token == "--":
             positional_only = True
         elif token.startswith("--"):
-            i = _long_option(tokens, i, token, permitted, root, errors)
+            arg, i = _long_option(tokens, i, token)
+            unknown_before = arg.kind == "option" and arg.name not in KNOWN and arg.value is None
+            yield arg
         else:
-            i = _short_options(tokens, i, token, permitted, root, errors)
-    return errors
+            args, i = _short_options(tokens, i, token)
+            yield from args
 
 
-def _add(errors: list[str], error: str | None) -> None:
-    if error is not None:
-        errors.append(f"test_args: {error}")
+KNOWN = SAFE_FLAGS | SAFE_VALUED | PATH_VALUED | GUARDED.keys()
 
 
-def _next_value(tokens: list[str], i: int) -> tuple[str | None, int]:
+def _valued(name: str) -> bool:
+    return name in SAFE_VALUED or name in PATH_VALUED or GUARDED.get(name, False)
+
+
+def _value(tokens: Sequence[str], i: int) -> tuple[str | None, int]:
     """The value token at ``i`` and the index after it. Like argparse, a token that looks like an
     option (other than a negative number) is never taken as a value: it is checked on its own."""
     if i < len(tokens) and (not tokens[i].startswith("-") or _NEGATIVE.fullmatch(tokens[i])):
@@ -173,54 +206,93 @@ def _next_value(tokens: list[str], i: int) -> tuple[str | None, int]:
     return None, i
 
 
-def _guarded(name: str, permitted: frozenset[str], root: Path | None, errors: list[str]) -> bool:
-    """True when guarded option ``name`` may run; else records why not."""
-    if name in permitted or root is None:
-        return True
-    errors.append(f"test_args {name!r}: pytest option {name} writes files, loads code or changes pytest's "
-                  f"configuration, and this worker does not allow it (its operator can, with "
-                  f"{ALLOW_TEST_OPTIONS_FLAG} {name})")
-    return False
-
-
-def _long_option(tokens: list[str], i: int, token: str, permitted: frozenset[str], root: Path | None,
-                 errors: list[str]) -> int:
+def _long_option(tokens: Sequence[str], i: int, token: str) -> tuple[_Arg, int]:
     name, eq, value = token.partition("=")
     if name.startswith(OWN_OPTION_PREFIX):
-        errors.append(f"test_args {name!r}: the options of distributed_testing's own pytest plugin are not available "
-                      "to test tasks (the plugin is disabled in them)")
-        return i
-    if name in SAFE_FLAGS:
-        return i
-    if name in SAFE_VALUED:
-        return i if eq else _next_value(tokens, i)[1]
-    if name in PATH_VALUED:
-        path: str | None = value
-        if not eq:
-            path, i = _next_value(tokens, i)
-        if path is not None:
-            _add(errors, path_error(root, path, f"{name} path"))
-        return i
-    if name in GUARDED:
-        _guarded(name, permitted, root, errors)
-        return _next_value(tokens, i)[1] if GUARDED[name] and not eq else i
-    return i  # a conftest option; a following bare token is checked as a path by the caller's loop
+        return _Arg("own", name), i
+    if eq:
+        return _Arg("option", name, value, i - 1, name + "="), i
+    if not _valued(name):
+        return _Arg("option", name), i
+    found, after = _value(tokens, i)
+    return _Arg("option", name, found, i if found is not None else -1), after
 
 
-def _short_options(tokens: list[str], i: int, token: str, permitted: frozenset[str], root: Path | None,
-                   errors: list[str]) -> int:
+def _short_options(tokens: Sequence[str], i: int, token: str) -> tuple[list[_Arg], int]:
+    out: list[_Arg] = []
     for j in range(1, len(token)):
         option = "-" + token[j]
         rest = token[j + 1:]
-        if option in SAFE_FLAGS:
+        if option not in KNOWN:
+            return [*out, _Arg("short", option, token)], i
+        if not _valued(option):
+            out.append(_Arg("option", option))
             continue
-        if option in SAFE_VALUED:
-            return i if rest else _next_value(tokens, i)[1]
-        if option in GUARDED:
-            _guarded(option, permitted, root, errors)
-            if not GUARDED[option]:
-                continue
-            return i if rest else _next_value(tokens, i)[1]
-        errors.append(f"test_args {token!r}: {option} is not a pytest option a test task may pass")
-        return i
-    return i
+        if rest:
+            return [*out, _Arg("option", option, rest, i - 1, token[:j + 1])], i
+        found, after = _value(tokens, i)
+        return [*out, _Arg("option", option, found, i if found is not None else -1)], after
+    return out, i
+
+
+def refused_test_args(args: Sequence[str], allowed: Iterable[str] = (), root: Path | None = None, *,
+                      bundle: bool = False) -> list[str]:
+    """Every refused argument of ``args`` with the reason, in order (empty: all allowed).
+
+    ``allowed`` holds the :data:`GUARDED` options the worker permits; ``root`` is the resolved test
+    root (None at submit: guarded options and absolute paths are then left to the worker).
+    ``bundle``: the task runs a shipped tree in the bundle sandbox, where the options of
+    :data:`SANDBOXED` are allowed too (their paths under ``root``)."""
+    permitted = frozenset(allowed) | (SANDBOXED if bundle else frozenset())
+    # pytest expands '@FILE' wherever it stands, option values included, before parsing
+    errors = [f"test_args {t!r}: an argument starting with '@' makes pytest read arguments from that file"
+              for t in args if t.startswith("@")]
+    for a in _scan(args):
+        if a.kind in ("path", "maybe"):
+            _add(errors, path_error(root, str(a.value), "test path"))
+        elif a.kind == "own":
+            errors.append(f"test_args {a.name!r}: the options of distributed_testing's own pytest plugin are not "
+                          "available to test tasks (the plugin is disabled in them)")
+        elif a.kind == "short":
+            errors.append(f"test_args {a.value!r}: {a.name} is not a pytest option a test task may pass")
+        elif a.name in PATH_VALUED or (bundle and a.name in TREE_PATHS):
+            if a.value is not None:
+                _add(errors, path_error(root, a.value, f"{a.name} path"))
+        if a.name in GUARDED and a.kind == "option":
+            _guarded(a.name, permitted, root, errors)
+    return errors
+
+
+def rebase_test_paths(args: Sequence[str], root: Path, cwd: Path) -> list[str]:
+    """``args`` for a pytest that runs in ``cwd`` (under ``root``): each relative test path, and
+    the value of each option of :data:`REBASED`, given relative to ``root``, made relative to
+    ``cwd``. A bare token after an option pytest's core does not know may be that option's value
+    and is left as it is (give such values as ``--name=value``)."""
+    out = list(args)
+    if cwd == root:
+        return out
+    for a in _scan(args):
+        if a.value is not None and (a.kind == "path" or (a.kind == "option" and a.name in REBASED)):
+            out[a.at] = a.prefix + _rebase(a.value, root, cwd)
+    return out
+
+
+def _rebase(arg: str, root: Path, cwd: Path) -> str:
+    path, sep, node = arg.partition("::")
+    if os.path.isabs(path) or not path:
+        return arg
+    return os.path.relpath(root / path, cwd) + sep + node
+
+
+def _add(errors: list[str], error: str | None) -> None:
+    if error is not None:
+        errors.append(f"test_args: {error}")
+
+
+def _guarded(name: str, permitted: frozenset[str], root: Path | None, errors: list[str]) -> None:
+    """Records why guarded option ``name`` may not run, unless it may."""
+    if name in permitted or root is None:
+        return
+    errors.append(f"test_args {name!r}: pytest option {name} writes files, loads code or changes pytest's "
+                  f"configuration, and this worker does not allow it (its operator can, with "
+                  f"{ALLOW_TEST_OPTIONS_FLAG} {name})")

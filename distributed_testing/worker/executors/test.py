@@ -32,7 +32,13 @@ import msgspec
 from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
 from distributed_testing.tasks.configs import TestConfig
-from distributed_testing.tasks.pytest_args import OWN_PLUGIN, bad_test_file, refused_test_args
+from distributed_testing.tasks.pytest_args import (
+    OWN_PLUGIN,
+    bad_test_file,
+    path_error,
+    rebase_test_paths,
+    refused_test_args,
+)
 from distributed_testing.worker import confine
 from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors import pytest_report
@@ -137,9 +143,10 @@ class TestExecutor:
         if (bad := bad_test_file(spec.test_file)) is not None:
             raise ExecutionError(bad)
         target = resolve_test_path(root, spec.test_file)
-        refused = refused_test_args(spec.test_args, ctx.allow_test_options, root)
+        refused = refused_test_args(spec.test_args, ctx.allow_test_options, root, bundle=ctx.bundle_root is not None)
         if refused:
             raise ExecutionError("; ".join(refused))
+        cwd = task_cwd(root, spec.cwd)
         timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
         shipped = ctx.sandbox is not None and ctx.scratch_dir is not None
@@ -148,24 +155,25 @@ class TestExecutor:
             with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or own or ctx.work_dir) as tmp:
                 report_path = Path(tmp) / "report.jsonl"
                 python, env_dirs = task_python(ctx)
-                argv = pytest_argv(target, root, spec.test_args, report_path, python)
+                argv = pytest_argv(target, root, spec.test_args, report_path, python, cwd=cwd)
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
-                            ctx.task_id, len(spec.test_args) + 1, root, timeout)
+                            ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
                 env = self._env
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
                     env = task_environ({**gpu_environ(self._env), **self._extra}, ctx.scratch_dir)
-                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=root, env=env,
+                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=cwd, env=env,
                                             devices=gpu_devices())  # its GPU tests, as the operator's
                 elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
                     env = self._confine.environ(env, own)
-                    argv = self._confine.wrap(argv, rw=[own], cwd=root, devices=gpu_devices())  # GPU tests
-                verdict, code, tail, watch = await self._run_pytest(argv, root, timeout, ctx.max_memory_mb, env)
+                    argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests
+                verdict, code, tail, watch = await self._run_pytest(argv, cwd, timeout, ctx.max_memory_mb, env)
                 summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
         finally:
             if own is not None:
                 await asyncio.to_thread(confine.remove, own)
-        output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text()}
+        # tree: the root as pytest saw it, which the plugin maps back to the submitter's paths
+        output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text(), "tree": str(root)}
         if watch is not None:
             output["peak_rss_mb"] = watch.peak_mb
         outcome = _outcome(verdict, code, summary, tail, timeout, watch)
@@ -203,14 +211,30 @@ class TestExecutor:
 
 
 def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path,
-                python: str = sys.executable) -> list[str]:
-    """The pytest command line: the root first (an allowed ``--rootdir`` overrides it), then the
-    task's options, then the worker's (so they win), all before a ``--`` in ``test_args`` (after
-    which pytest takes every token for a path). ``python`` runs it (a bundle's environment's)."""
-    ours = ["-q", "-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", MARKER_PLUGIN,
+                python: str = sys.executable, *, cwd: Path | None = None) -> list[str]:
+    """The pytest command line: the root first (an allowed ``--rootdir`` overrides it) and ``-q``
+    (a task's ``--verbosity`` overrides it), then the task's options, then the worker's (so they
+    win), all before a ``--`` in ``test_args`` (after which pytest takes every token for a path).
+    ``python`` runs it (a bundle's environment's). Paths in ``target`` and ``test_args``, relative
+    to ``root``, are made relative to ``cwd`` (default ``root``), where pytest runs."""
+    ours = ["-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", MARKER_PLUGIN,
             "-p", pytest_report.__name__, f"{pytest_report.REPORT_OPTION}={report_path}"]
+    args = rebase_test_paths([target, *test_args], root, cwd or root)
+    target, test_args = args[0], args[1:]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
-    return [python, "-m", "pytest", target, f"--rootdir={root}", *test_args[:cut], *ours, *test_args[cut:]]
+    return [python, "-m", "pytest", target, f"--rootdir={root}", "-q", *test_args[:cut], *ours, *test_args[cut:]]
+
+
+def task_cwd(root: Path, cwd: str | None) -> Path:
+    """Where a task's pytest runs: ``cwd`` under ``root``, or ``root`` when it is None or the tree
+    lacks it (a directory of the submitter's that held no shipped file). Raises ExecutionError
+    for one that leaves ``root``."""
+    if cwd is None:
+        return root
+    if (bad := path_error(root, cwd, "cwd")) is not None:
+        raise ExecutionError(bad)
+    found = (root / cwd).resolve()
+    return found if found.is_dir() else root
 
 
 class TestSummary:

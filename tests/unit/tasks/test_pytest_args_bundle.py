@@ -1,0 +1,62 @@
+"""The worker's rule for a shipped tree's pytest options (it runs in the bundle sandbox, so the
+options that act on that run alone are allowed, their paths inside the tree) and the rebasing of
+test paths for a pytest that runs below the root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.tasks.pytest_args import rebase_test_paths, refused_test_args
+from distributed_testing.worker.executors.test import pytest_argv, task_cwd
+
+LOCAL_INVOCATION = ["-p", "no:asyncio", "--override-ini=xfail_strict=true", "-Werror::DeprecationWarning",
+                    "--config-file=sub/pytest.ini", "--rootdir=sub", "--confcutdir=sub", "--import-mode=importlib",
+                    "-kfast and not slow", "-mnot gpu", "--strict-markers", "--tb=short", "--runslow"]
+
+
+def test_a_bundle_may_use_the_options_that_act_on_its_run_alone(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    assert refused_test_args(LOCAL_INVOCATION, root=tmp_path, bundle=True) == []
+    refused = refused_test_args(LOCAL_INVOCATION, root=tmp_path)  # an operator's test root: today's rule
+    assert [e.split("'")[1] for e in refused] == ["-p", "--override-ini", "-W", "--config-file", "--rootdir",
+                                                   "--confcutdir", "--import-mode"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-c", "/etc/pytest.ini"], "outside the test root"),
+    (["--rootdir=/"], "outside the test root"),
+    (["--confcutdir", "../.."], "outside the test root"),
+    (["--junitxml=/tmp/x.xml"], "--allow-test-options --junitxml"),
+    (["--basetemp", "/tmp/x"], "--allow-test-options --basetemp"),
+    (["--pdb"], "--allow-test-options --pdb"),
+    (["--dt-coordinator=http://x:1"], "own pytest plugin"),
+])
+def test_a_bundle_still_may_not_leave_its_tree_or_write_elsewhere(tmp_path: Path, args: list[str], needle: str) -> None:
+    errors = refused_test_args(args, root=tmp_path, bundle=True)
+    assert errors and needle in errors[0], errors
+
+
+def test_paths_given_from_the_root_are_rebased_for_a_pytest_that_runs_below_it(tmp_path: Path) -> None:
+    cwd = tmp_path / "sub"
+    args = ["pkg/test_a.py::test_x", "-c", "sub/pytest.ini", "--rootdir=sub", "--ignore", "pkg/slow",
+            "--deselect", "pkg/test_a.py::test_y", "--name", "4", "--dir=rel", "/abs/test_b.py", "-kexpr"]
+    assert rebase_test_paths(args, tmp_path, cwd) == [
+        "../pkg/test_a.py::test_x", "-c", "pytest.ini", "--rootdir=.", "--ignore", "../pkg/slow",
+        "--deselect", "pkg/test_a.py::test_y",  # a node id prefix, matched from the rootdir
+        "--name", "4", "--dir=rel",  # a conftest option's value is its own business
+        "/abs/test_b.py", "-kexpr"]
+    assert rebase_test_paths(args, tmp_path, tmp_path) == args
+
+
+def test_the_task_runs_where_the_submitter_ran_or_at_the_root(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    assert task_cwd(tmp_path, "sub") == tmp_path / "sub"
+    assert task_cwd(tmp_path, None) == task_cwd(tmp_path, "gone") == tmp_path
+    with pytest.raises(ExecutionError, match="outside the test root"):
+        task_cwd(tmp_path, "..")
+    argv = pytest_argv("pkg/test_a.py", tmp_path, ["--verbosity=2", "pkg/test_b.py"], tmp_path / "r.jsonl",
+                       "python", cwd=tmp_path / "sub")
+    assert argv[3:8] == ["../pkg/test_a.py", f"--rootdir={tmp_path}", "-q", "--verbosity=2", "../pkg/test_b.py"]
