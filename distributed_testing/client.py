@@ -26,16 +26,20 @@ leader: a paused leader keeps its lease for a TTL, and the standbys keep naming 
   member (after asking the answering member's cluster view once, for a URL not yet known), with
   the same method and body; the leader becomes the current member;
 - another ``503``, a refused or timed-out connection, a refused redirect, or (for a request that
-  is safe to repeat: a GET, or a submission whose tasks all carry a ``task_id``) a lost or late
-  answer sends it to the next member; a ``502`` or ``504`` (a standby's ``answer_lost``: the
-  request reached the leader, whose answer did not come back; or a proxy's) is a lost answer
-  too, so a request not safe to repeat is reported, never sent again;
-- once every member failed, it pauses ``ROUND_PAUSE_S`` and starts again, for up to
-  ``FAILOVER_S`` in all (a leader's failover takes a few seconds), then reports the last error.
-  A member that failed just now is left out of a round in which another one answered (a
-  standby forwards to whichever member leads, that one included, once it answers again).
+  is safe to repeat: a GET, a cancel, a submission whose tasks all carry a ``task_id``) a lost
+  or late answer sends it to the next member; a ``502`` or ``504`` (a standby's
+  ``answer_lost``: the request reached the leader, whose answer did not come back; or a
+  proxy's) is a lost answer too, so a request not safe to repeat is reported, never sent again;
+- once every member failed, it pauses (``ROUND_BACKOFF``, :mod:`..retry`) and starts again,
+  starting rounds for up to ``FAILOVER_S`` after the first failure (the failover bound, derived
+  from the group's lease timing), then reports the last error. A member that failed just now is
+  left out of a round in which another one answered (a standby forwards to whichever member
+  leads, that one included, once it answers again).
 
-With one URL (and no member learned) nothing is retried: errors are reported at once.
+With one URL (a single coordinator, or one address for a whole group, as a load balancer gives
+it) the same holds: the next round goes to the same address, which a balancer hands to another
+member. Only a refused connection or a failed TLS handshake is then reported at once: nothing
+listens there, or not with that scheme, and no failover changes that (a balancer always accepts).
 """
 
 from __future__ import annotations
@@ -50,13 +54,20 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .protocol.timing import FAILOVER_WINDOW_S
+from .retry import Backoff, retry_within
 from .security import tls
 
 CONNECT_TIMEOUT_S = 1.0
 FIRST_BYTE_S = 5.0
 RECENT_FAILURE_S = 10.0
-FAILOVER_S = 20.0
-ROUND_PAUSE_S = 0.25
+# The failover bound: how long after a request's first failure new rounds start. A group is without
+# a leader that answers for at most FAILOVER_WINDOW_S after its leader fell silent (lease TTL, a
+# standby's poll, its takeover); on top of that, two attempts that each met the silent member and
+# waited out the first-byte bound (through a balancer, which the client cannot steer): 20.2 s.
+FAILOVER_S = FAILOVER_WINDOW_S + 2 * FIRST_BYTE_S
+ROUND_PAUSE_S = 0.25  # the pause after the first round in which every member failed; doubling to 2 s
+ROUND_BACKOFF = Backoff(base_s=ROUND_PAUSE_S, factor=2.0, max_s=2.0, jitter=0.2)
 MAX_REDIRECTS = 5
 CLUSTER_PATH = "/api/v1/cluster"
 
@@ -166,18 +177,22 @@ class ApiError(Exception):
 
 
 class _Next(Exception):
-    """This member cannot answer now: try ``leader`` if named, else the next one."""
+    """This member cannot answer now: try ``leader`` if named, else the next one. ``conclusive``:
+    waiting will not change it (a refused connection, a failed TLS handshake), so a client with
+    this one member reports it at once."""
 
-    def __init__(self, error: ApiError, leader: str | None = None) -> None:
+    def __init__(self, error: ApiError, leader: str | None = None, *, conclusive: bool = False) -> None:
         super().__init__(str(error))
         self.error = error
         self.leader = leader
+        self.conclusive = conclusive
 
 
 class ApiClient:
     """Synchronous JSON requests to a group's members (module docstring). ``timeout_s`` bounds
     an answer's first byte (``first_byte_timeout``); ``ssl_context`` verifies https members
-    (the system's CAs when None)."""
+    (the system's CAs when None); ``failover_s`` is the failover bound (0: the first round's
+    failure is reported)."""
 
     def __init__(self, base_url: str | Sequence[str], credential: str, timeout_s: float = FIRST_BYTE_S,
                  ssl_context: ssl.SSLContext | None = None, *, failover_s: float = FAILOVER_S,
@@ -202,8 +217,8 @@ class ApiClient:
         return self._request("GET", path + query, None, repeatable=True)[1]
 
     def post(self, path: str, body: Any, *, repeatable: bool = False) -> Any:
-        """``repeatable``: sending it twice does no harm (a submission whose tasks all carry ids),
-        so an answer lost or late may be asked of another member."""
+        """``repeatable``: sending it twice does no harm (a submission whose tasks all carry ids, a
+        cancel), so an answer lost or late is asked for again, of another member if there is one."""
         return self._request("POST", path, body, repeatable=repeatable)[1]
 
     def request(self, method: str, path: str, body: Any = None, *, repeatable: bool = False) -> Any:
@@ -227,7 +242,18 @@ class ApiClient:
     def _request(self, method: str, path: str, body: Any, *, repeatable: bool,
                  timeout_s: float | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        deadline = self._clock() + self.failover_s
+        try:
+            return retry_within(lambda: self._round(method, path, data, repeatable, timeout_s), backoff=ROUND_BACKOFF,
+                                within_s=self.failover_s, retry_on=(_Next,), what=f"{method} {path}",
+                                clock=self._clock, sleep=self._sleep)
+        except _Next as nxt:
+            raise nxt.error from nxt
+
+    def _round(self, method: str, path: str, data: bytes | None, repeatable: bool,
+               timeout_s: float | None) -> tuple[int, Any]:
+        """One round: the current member, then each other one at most once (redirects to the
+        leader followed); the answer, or _Next (the last failure) once none is left, with the
+        member to start the next round at made current. ApiError: an answer to report."""
         tried: set[str] = set()
         answered = False  # a member answered in this round (a standby: it forwards to any leader)
         redirects = 0
@@ -242,7 +268,7 @@ class ApiClient:
                 if nxt.leader and canonical(nxt.leader) != url and redirects < MAX_REDIRECTS:
                     leader, refused = self._vet(url, nxt.leader)
                     if refused is not None:
-                        nxt = _Next(ApiError(nxt.error.status, refused, nxt.error.body))
+                        nxt = _Next(ApiError(nxt.error.status, refused, nxt.error.body), conclusive=True)
                     elif not self.members.recently_failed(leader, self._clock()):
                         redirects += 1
                         self.base_url = leader
@@ -252,18 +278,13 @@ class ApiClient:
                     self.members.failed(url, now)
                 else:
                     answered = True
-                if len(self.members.urls) == 1:
+                if nxt.conclusive and len(self.members.urls) == 1:
                     raise nxt.error from nxt
                 left = [u for u in self.members.order(now, url) if u not in tried
                         and not (answered and self.members.recently_failed(u, now))]
                 if not left:
-                    if self._clock() >= deadline:
-                        raise nxt.error from nxt
-                    self._sleep(ROUND_PAUSE_S)
-                    tried.clear()
-                    answered = False
-                    redirects = 0
-                    left = self.members.order(self._clock(), url)
+                    self.base_url = self.members.order(now, url)[0]
+                    raise nxt from None
                 self.base_url = left[0]
 
     def _vet(self, source: str, leader: str) -> tuple[str, str | None]:
@@ -314,7 +335,8 @@ class ApiClient:
                 hint = (f" (the TLS handshake failed: if the coordinator serves plain http, use "
                         f"http://{parts.netloc})" if parts.scheme == "https"
                         and isinstance(exc, ssl.SSLError | ConnectionResetError) else "")
-                raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}{hint}")) from exc
+                raise _Next(ApiError(0, f"cannot reach coordinator at {url}: {_reason(exc)}{hint}"),
+                            conclusive=bool(hint) or isinstance(exc, ConnectionRefusedError)) from exc
             assert conn.sock is not None
             conn.sock.settimeout(first_byte_timeout(path, self.timeout_s if timeout_s is None else timeout_s))
             try:

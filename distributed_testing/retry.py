@@ -1,7 +1,9 @@
-"""The project's one backoff/retry implementation: reconnects, requeues and store writes use it.
+"""The project's one backoff/retry implementation: reconnects, requeues, store writes and the
+coordinator client's failover use it.
 
 ``Backoff.delay(n)`` is pure (jitter comes from an injectable ``random.Random``), so schedules
-are testable without sleeping; :func:`retry_async` is the loop that uses it.
+are testable without sleeping; :func:`retry_async` is the loop that uses it for a number of
+attempts, :func:`retry_within` the synchronous one for a time bound (the clock is passed in).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -60,3 +63,33 @@ async def retry_async(
             d = backoff.delay(n - 1)
             log.warning("%s failed (%s); attempt %d, retrying in %.2fs", what, exc, n, d)
             await sleep(d)
+
+
+def retry_within(
+    op: Callable[[], T],
+    *,
+    backoff: Backoff,
+    within_s: float,
+    retry_on: tuple[type[BaseException], ...],
+    what: str,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``op`` until it succeeds; on an error in ``retry_on`` wait ``backoff.delay(n)`` and
+    retry, starting a new attempt only within ``within_s`` of the first failure (so an attempt
+    that itself took long, a long poll, does not use up the bound). Past it the last error
+    propagates as it is: it says what failed. Other errors propagate at once."""
+    first: float | None = None
+    n = 0
+    while True:
+        try:
+            return op()
+        except retry_on as exc:
+            now = clock()
+            first = now if first is None else first
+            if now - first >= within_s:
+                raise
+            d = backoff.delay(n)
+            n += 1
+            log.info("%s failed (%s); attempt %d, retrying in %.2fs", what, exc, n, d)
+            sleep(d)

@@ -33,7 +33,7 @@ from ..security import tls
 from ..tasks.states import WORKER_STATES
 from . import compare, submit
 from .common import positive_seconds
-from .http import ApiClient, ApiError
+from .http import FAILOVER_S, ApiClient, ApiError
 from .options import SWITCH, Setting, add_settings, resolve
 from .report import print_results, print_table, with_iso_times
 from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
@@ -57,9 +57,10 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 # dt's own flags (every subcommand's are in its register function); cli/options.py reads them
 DT_SETTINGS: tuple[Setting, ...] = (
     Setting("--coordinator", env="DT_COORDINATOR_URL", default=(DEFAULT_COORDINATOR_URL,), check=parse_urls,
-            help="coordinator URL, or the comma-separated URLs of an HA group: a request refused (connection "
-                 "refused, 503) goes to the next one, a redirect to the leader is followed, and a failover is "
-                 f"waited out for up to 20 s (default {DEFAULT_COORDINATOR_URL})"),
+            help="coordinator URL (a coordinator, or a load balancer in front of an HA group), or the "
+                 "comma-separated URLs of a group: a redirect to the leader is followed, and a failover is waited "
+                 f"out for up to {FAILOVER_S:g} s (what is safe to repeat is sent again after a timeout, a dropped "
+                 f"connection or a 502/503/504, to the next URL if there is one) (default {DEFAULT_COORDINATOR_URL})"),
     Setting("--api-key", env="DT_API_KEY", help="API key or JWT"),
     Setting("--ca-file", type=Path, env="DT_CA_FILE", field="ssl_context", check=tls.client_context,
             help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs)"),
@@ -193,7 +194,7 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
     that nothing was cancelled."""
     path = f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}"
     before = api.get(path)["state"]
-    t = api.post(f"{path}/cancel", None)
+    t = api.post(f"{path}/cancel", None, repeatable=True)  # a second cancel changes nothing: safe to re-send
     print(f"{t['task_id']}: {t['state']}")
     if t["state"] == before and t["state"] not in ("pending", "assigned", "running"):
         print(f"dt: nothing cancelled: task {t['task_id']} had already finished ({t['state']})", file=sys.stderr)

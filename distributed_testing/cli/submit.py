@@ -1,8 +1,9 @@
 """``dt submit``: send a task file, and with ``--wait`` follow every task to its end.
 
-With several coordinator URLs (an HA group) every task without a ``task_id`` gets one before it
-is sent, so a submission whose answer was lost in a failover is re-sent to the next leader as
-the same tasks (idempotent), and the wait goes on against whichever member leads.
+Every task without a ``task_id`` gets one before it is sent (``TYPE-dt`` + 20 hex digits), so a
+submission whose answer was lost in a failover is re-sent as the same tasks (idempotent), also to
+one URL, which may be a load balancer's in front of a group (``client.ApiClient`` retries it for
+the failover bound), and the wait goes on against whichever member leads.
 
 The wait polls ``GET /api/v1/tasks/{id}`` for each unfinished task every ``POLL_S`` seconds (at
 most ``MAX_POLLS_PER_ROUND`` requests a round, taking the unfinished tasks in turn), feeds a
@@ -99,8 +100,9 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         compare.check_baseline(api, ns.baseline)
     if ns.bundle is not None:
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
-    if len(api.urls) > 1:  # a group: ids make a re-send after a lost answer harmless (the same tasks)
-        doc = with_task_ids(doc)
+    # ids make a re-send after a lost answer harmless (the same tasks), with one URL too: it may be
+    # a load balancer's in front of a group
+    doc = with_task_ids(doc)
     answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
     for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
         print(f"dt: warning: {warning}", file=sys.stderr)

@@ -53,13 +53,13 @@ from typing import Any
 import asyncpg
 
 from ..errors import DTError, StoreError
+from ..protocol.timing import LEASE_TTL_S, STANDBY_POLL_S
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL_S = 5.0
+# LEASE_TTL_S and STANDBY_POLL_S live in protocol/timing.py: the clients' failover bound follows from them
 RENEW_EVERY_S = 1.0
 LEASE_MARGIN_S = 1.0
-STANDBY_POLL_S = 0.2
 MEMBER_BEAT_S = 0.5
 MEMBER_STALE_S = 3.0  # a member not seen for this long is shown unhealthy
 MEMBER_FORGET_S = 3600.0  # rows of members not seen for this long are deleted by the leader

@@ -412,7 +412,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str =
 
 class Rest:
     """A small blocking client for the coordinator's REST API, through the one coordinator client
-    (``client.ApiClient`` with this one URL: its connect and first-byte bounds, nothing retried).
+    (``client.ApiClient`` with this one URL: its connect and first-byte bounds, nothing retried:
+    ``failover_s=0``).
 
     ``request`` returns ``(status, decoded JSON body)`` whatever the status (an error's body that
     is not JSON as its text) and raises only for transport errors (``OSError``: refused, reset,
@@ -423,7 +424,7 @@ class Rest:
         self.base_url = base_url.rstrip("/")
         self.key = key
         self.timeout = timeout
-        self.client = ApiClient(self.base_url, key, timeout_s=timeout)
+        self.client = ApiClient(self.base_url, key, timeout_s=timeout, failover_s=0.0)
 
     def request(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None,
                 timeout: float | None = None) -> tuple[int, Any]:

@@ -1,8 +1,8 @@
 """``ApiClient`` with the URLs of an HA group, against small real HTTP servers playing a leader, a
 standby and a dead member: redirects followed with the same method and body, 503 answers and
-refused connections sent on to the next member, a bounded wait for a failover, and no retry with
-a single URL or for a request that is not safe to repeat (a lost answer, a standby's 502/504
-included)."""
+refused connections sent on to the next member, a bounded wait for a failover (with one URL too:
+a load balancer's), and no retry for a request that is not safe to repeat (a lost answer, a
+standby's 502/504 included) nor for a single URL that refuses connections."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
-from distributed_testing.cli.http import ApiClient, ApiError
+from distributed_testing.cli.http import FAILOVER_S, ApiClient, ApiError
 from distributed_testing.cli.submit import all_have_ids, with_task_ids
+from distributed_testing.client import FIRST_BYTE_S, ROUND_BACKOFF
+from distributed_testing.coordinator import group
+from distributed_testing.protocol import timing
 from distributed_testing.testing import free_port
 
 Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON body (None: drop the connection)
@@ -142,14 +145,62 @@ def test_a_member_a_standby_reports_silent_is_left_out_while_another_answers() -
         silent.close()
 
 
-def test_one_url_is_not_retried() -> None:
-    api = ApiClient(dead(), "k", sleep=lambda _s: pytest.fail("no retry with one URL"))
-    with pytest.raises(ApiError) as err:
+LOST = {"error": "answer_lost", "message": "the request was sent to the leader", "unhealthy": []}
+NOT_LEADER = {"error": "not_leader", "leader": None, "unhealthy": []}
+
+
+def test_one_url_retries_what_is_safe_to_repeat_and_reports_the_rest() -> None:
+    """One address for a whole group, as a load balancer gives it: behind it a standby that lost
+    the leader's answer (504), one that sees no leader (503), a dropped connection, then the new
+    leader. What is safe to repeat (a GET, a submission whose tasks all have ids, a cancel) rides
+    it out at that one address; a submission without ids is reported at the first lost answer,
+    sent once. (With one URL nothing was retried: each of these ended at the first failure.)"""
+    script: list[Answer] = []
+
+    def balancer(method: str, path: str, body: bytes) -> Answer:
+        return script.pop(0) if script else ok(method, path, body)
+
+    def failover() -> list[Answer]:
+        return [(504, {}, LOST), (503, {"Retry-After": "1"}, NOT_LEADER), (0, {}, None)]
+
+    pauses: list[float] = []
+    with server(balancer) as (one, seen):
+        api = ApiClient(one, "k", sleep=pauses.append)
+        for call in (lambda: api.get("/api/v1/tasks/t1"),
+                     lambda: api.post("/api/v1/tasks", [{"task_id": "t1"}], repeatable=True),
+                     lambda: api.post("/api/v1/tasks/t1/cancel", None, repeatable=True)):
+            script[:] = failover()
+            seen.clear()
+            assert call()["method"] in ("GET", "POST")
+            assert len(seen) == 4 and len(pauses) == 3  # the same address each time, a pause between
+            pauses.clear()
+        script[:] = failover()
+        seen.clear()
+        with pytest.raises(ApiError) as err:
+            api.post("/api/v1/tasks", {"type": "custom"})
+        assert err.value.status == 504 and err.value.body["error"] == "answer_lost" and len(seen) == 1
+
+
+def test_one_url_gives_up_after_the_failover_bound_and_a_refused_one_at_once() -> None:
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with server(lambda *_: (503, {}, {"error": "StoreError", "message": "disk"})) as (one, seen):
+        with pytest.raises(ApiError, match="503 StoreError: disk"):
+            ApiClient(one, "k", sleep=sleep, clock=lambda: now[0]).get("/x")
+    assert FAILOVER_S <= now[0] < FAILOVER_S + ROUND_BACKOFF.max_s * 1.2 + 1e-9 and len(seen) > 5
+    # nothing listens there: a wrong URL or a stopped coordinator, which no failover changes
+    api = ApiClient(dead(), "k", sleep=lambda _s: pytest.fail("a refused connection is not retried"))
+    with pytest.raises(ApiError, match="cannot reach coordinator") as err:
         api.get("/x")
     assert err.value.status == 0
-    with server(lambda *_: (503, {}, {"error": "StoreError", "message": "disk"})) as (one, _):
-        with pytest.raises(ApiError, match="503 StoreError: disk"):
-            ApiClient(one, "k").get("/x")
+
+
+def test_the_failover_bound_follows_from_the_group_s_lease() -> None:
+    assert FAILOVER_S == timing.LEASE_TTL_S + timing.STANDBY_POLL_S + timing.TAKEOVER_S + 2 * FIRST_BYTE_S
+    assert group.LEASE_TTL_S is timing.LEASE_TTL_S and group.STANDBY_POLL_S is timing.STANDBY_POLL_S
 
 
 def test_a_lost_answer_is_retried_only_for_a_request_safe_to_repeat() -> None:
