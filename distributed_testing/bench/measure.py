@@ -12,7 +12,11 @@ Method, per batch size:
    round's stream (``elapsed_time``) for a single CUDA stream, ``torch.cuda.synchronize()`` plus
    the host clock for several streams, ``torch.mps.synchronize()`` on MPS, and the host clock
    (``perf_counter_ns``) on the CPU, where torch and OpenVINO's synchronous calls return when
-   the work is done.
+   the work is done. A workload whose runtime times each round itself (``round_ms``: OpenVINO's
+   ``InferRequest.latency``, what ``benchmark_app`` reports) is timed by that figure, so the
+   Python call around the round (argument dispatch, the outputs' copy into numpy) stays out of
+   it; the host clock still runs and its median is reported beside (``host_clock_median_ms``).
+   ``timing`` names the source: ``host_clock``, ``cuda_events`` or ``openvino_request_latency``.
 
 A *round* is one inference (or training step) in ``optimize_for: "latency"``. In
 ``optimize_for: "throughput"`` a round is ``concurrency`` requests in flight at once: one per CUDA
@@ -22,7 +26,8 @@ mode also puts 4-D image inputs and the torch model into channels-last (NHWC) me
 layout oneDNN and cuDNN convolutions run fastest in. A torch task for which throughput mode
 would change none of these (a text model, one stream) is refused rather than run identically
 to latency mode. ``latency_ms`` is always the time of a round;
-``throughput_items_s = batch_size * concurrency * rounds / measured seconds``.
+``throughput_items_s = batch_size * concurrency * rounds / measured seconds`` (the sum of the
+rounds' times, whichever ``timing`` gave them).
 
 Every result keeps its per-iteration latencies as ``samples_ms`` (rounded to 0.1 µs) for
 regression tests on the distribution (``cli/regress.py``): all of them up to ``MAX_SAMPLES``, beyond
@@ -211,6 +216,10 @@ class Workload:
     cuda_events_on: torch.cuda.Stream | None = None
     context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     extra: dict[str, Any] = field(default_factory=dict)
+    round_ms: Callable[[], float] | None = None
+    """The runtime's own time of the round just run (ms), used instead of the host clock."""
+    timing: str = "host_clock"
+    """What the samples are: ``host_clock``, ``cuda_events`` or the name of ``round_ms``'s source."""
 
 
 def _host_round(step: Callable[[], Any], sync: Callable[[], None] | None) -> float:
@@ -219,6 +228,27 @@ def _host_round(step: Callable[[], Any], sync: Callable[[], None] | None) -> flo
     if sync is not None:
         sync()
     return (time.perf_counter_ns() - start) / 1e6
+
+
+def _self_timed_rounds(
+    work: Workload, round_ms: Callable[[], float], iterations: int, min_duration_s: float
+) -> tuple[list[float], list[float]]:
+    """Rounds timed by ``work.round_ms`` (the loop runs until those add up to ``min_duration_s``),
+    with the host clock's time of each round beside them."""
+    step, memory = work.step, work.memory
+    samples: list[float] = []
+    host: list[float] = []
+    measured_ms = 0.0
+    min_ms = min_duration_s * 1000.0
+    while len(samples) < iterations or measured_ms < min_ms:
+        start = time.perf_counter_ns()
+        step()
+        host.append((time.perf_counter_ns() - start) / 1e6)
+        sample = round_ms()
+        samples.append(sample)
+        measured_ms += sample
+        memory.sample()
+    return samples, host
 
 
 def _timed_rounds(work: Workload, iterations: int, min_duration_s: float) -> list[float]:
@@ -264,8 +294,12 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
+            host: list[float] | None = None
             before = disturbance.snapshot()
-            samples = _timed_rounds(work, iterations, min_duration_s)
+            if work.round_ms is not None:
+                samples, host = _self_timed_rounds(work, work.round_ms, iterations, min_duration_s)
+            else:
+                samples = _timed_rounds(work, iterations, min_duration_s)
             after = disturbance.snapshot()
         finally:
             if gc_was_enabled:
@@ -282,6 +316,7 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         "warmup": warmup,
         "first_call_ms": first_call_ms,
         "latency_ms": latency,
+        "timing": "cuda_events" if work.cuda_events_on is not None else work.timing,
         "throughput_items_s": items / measured_s if measured_s > 0 else None,
         "concurrency": work.concurrency,
         "measured_s": measured_s,
@@ -291,6 +326,8 @@ def measure(work: Workload, warmup: int, iterations: int, min_duration_s: float)
         "verdict_reason": reason,
         "disturbance": watched,
     }
+    if host is not None:
+        result["host_clock_median_ms"] = percentile(sorted(host), 50)
     result["samples_ms"], result["samples_kept_every"] = bounded_samples(samples)
     result.update(work.extra)
     return result

@@ -6,9 +6,11 @@ earlier task built the same one), measures every batch size and returns a JSON-a
     {name?, model, model_source, parameters, weights, backend, device, precision, autocast,
      autocast_source, mode, threads, optimizer?, optimize_for, cuda_streams, tiny, inputs: {...},
      batch_results: [{batch_size, iterations, warmup, first_call_ms, latency_ms: {mean, median,
-                      p90, p99, std, cv, min, max}, throughput_items_s, concurrency, measured_s,
+                      p90, p99, std, cv, min, max}, timing, host_clock_median_ms?,
+                      throughput_items_s, concurrency, measured_s,
                       peak_memory_mb, memory_source, verdict, verdict_reason,
-                      disturbance: {...}, samples_ms: [...]}],
+                      disturbance: {...}, samples_ms: [...],
+                      openvino_compiled?, static_input_shapes?, openvino_compile_s?}],
      compile_time_s, load_time_s, cached, model_load_count, model_info: {...}, environment,
      config_hash,
      load_average: {before, after}}
@@ -17,7 +19,8 @@ earlier task built the same one), measures every batch size and returns a JSON-a
 ``config_hash`` (``bench/env.py``) identifies the configuration for regression comparisons.
 ``load_time_s`` is the time this call spent building/loading the model (0.0 when it came from
 the cache, ``cached: true``). ``compile_time_s`` is the compilation time spent in this call:
-OpenVINO conversion + compile (0.0 when cached); for ``backend: compile`` the sum of the first
+OpenVINO conversion + compile for the first batch size (0.0 when cached) plus the compilations
+for other input shapes (each batch's ``openvino_compile_s``); for ``backend: compile`` the sum of the first
 call at each batch size, which triggers torch.compile's (re)compilation and includes one
 execution; ``None`` for eager. ``model_load_count`` counts how often this task's model
 key was built in this process, whatever cache it went to (stays 1 while reuse works).
@@ -33,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -128,7 +132,8 @@ def _compile_time(
     if cfg.backend == "compile":
         return float(sum(r["first_call_ms"] for r in batch_results)) / 1000.0
     if cfg.backend == "openvino":
-        return 0.0 if cached else prepared.convert_time_s
+        compiled_now = math.fsum(r.get("openvino_compile_s", 0.0) for r in batch_results)
+        return (0.0 if cached else prepared.convert_time_s or 0.0) + compiled_now
     return None
 
 
