@@ -109,6 +109,10 @@ CONFIG_HASH_IGNORED = frozenset({"name", "batch_sizes", "iterations", "warmup", 
 """Config fields that do not change what one iteration measures (results compare per batch size)."""
 
 
+OPENVINO_METHOD = "static-shapes+request-latency"
+"""The OpenVINO measurement method, part of an OpenVINO result's environment fingerprint."""
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """16-hex-digit hash of an effective benchmark config (every field, defaults applied) without
     the ``CONFIG_HASH_IGNORED`` fields."""
@@ -145,6 +149,10 @@ def collect_environment(
     fields.update(_device_fields(device, device_name))
     if device_type is not None:
         fields["device_type"] = device_type
+    if device_type is not None and device_type.startswith("openvino:"):
+        # how openvino_backend measures: figures from before issue 39 (dynamic shapes, host
+        # clock) are neither served from the result cache nor compared with these
+        fields["openvino_method"] = OPENVINO_METHOD
     fields["fingerprint_hash"] = fingerprint_hash(fields)
     return fields
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from distributed_testing.bench import run_benchmark
+from distributed_testing.bench.env import OPENVINO_METHOD
 from distributed_testing.bench.task_config import RunnerDefaults, parse_config
 
 ov = pytest.importorskip("openvino")
@@ -82,6 +83,8 @@ def test_inputs_are_set_once_and_the_round_is_timed_by_the_request(fast: dict[st
     result = run_benchmark(config, model_cache=cache)
     (entry,) = result["batch_results"]
     assert entry["timing"] == "openvino_request_latency"
+    # results measured the old way (dynamic shapes, host clock) carry another fingerprint
+    assert result["environment"]["openvino_method"] == OPENVINO_METHOD
     # each round's host time wraps its request latency, so the medians keep that order
     assert entry["host_clock_median_ms"] >= entry["latency_ms"]["median"] > 0.0
     engine = _engine(cache)
