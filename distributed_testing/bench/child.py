@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mixed-precision", action="store_true", help="autocast by default for fp32 torch tasks")
     parser.add_argument("--device", default="cpu", help="device for tasks that name none")
     parser.add_argument("--hf-cache-dir", default=None, help="Hugging Face hub cache directory")
+    parser.add_argument("--bundle-root", default=None,
+                        help="a shipped tree whose modules 'module:callable' models import: appended to sys.path, "
+                             "after the standard library and the installed packages, which it cannot shadow")
     parser.add_argument("--allow-model-modules", default="",
                         help="comma-separated module prefixes a 'module:callable' model may come from (default: none)")
     args = parser.parse_args(argv)
@@ -194,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ExecutionError) as exc:
         logger.error("%s", exc)
         return 2
+    if args.bundle_root is not None:
+        sys.path.append(args.bundle_root)
     apply_threads(defaults.threads)
     out = _protocol_stdout()
     logger.info("benchmark child %d ready (threads=%d)", os.getpid(), torch.get_num_threads())

@@ -43,6 +43,25 @@ def build_tree(cache: BlobCache, m: Manifest, dest: Path, *, copy: bool = False)
     os.chmod(dest, 0o555)
 
 
+def writable_view(src: Path, m: Manifest, dest: Path, *, copy: bool) -> None:
+    """A task's own view of the built tree ``src`` at ``dest``: every directory made anew (so the
+    task creates, renames and removes files in it as in a checkout), each file a hard link to
+    ``src``'s, or with ``copy`` a writable copy. Links are sound only where the task cannot change
+    the linked file: a child running as another user than the files' owner (a root worker's
+    sandbox, worker/sandbox.py) gets EACCES writing one in place and EPERM on ``chmod``; where the
+    child would own them (a worker not running as root), ``copy`` them."""
+    dest = Path(dest)
+    dest.mkdir(parents=True)
+    for d in sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p}):
+        os.makedirs(dest / d, exist_ok=True)
+    for f in m.files:
+        if copy:
+            shutil.copyfile(src / f.path, dest / f.path)
+            os.chmod(dest / f.path, f.mode | 0o200)
+        else:
+            os.link(src / f.path, dest / f.path)
+
+
 def _copy(src: Path, dest: Path, mode: int) -> None:
     shutil.copyfile(src, dest)
     os.chmod(dest, mode & 0o555)

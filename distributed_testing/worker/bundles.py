@@ -11,8 +11,11 @@ rename keeps one).
 ``BundleProvider.shared(url, credential, digest)`` gives a task the tree of a bundle that is kept
 for reuse: built once, then handed to every later task of the same bundle at no cost (no fetch, no
 link), and removed, least recently used first, once more than ``MAX_TREES`` are kept and unused.
-That is sound only where the task cannot write to the tree: under the sandbox, which binds it
-read-only. A worker with ``--sandbox none`` builds a fresh tree per task (``prepare``). A validated
+A task never runs in it: under the sandbox each task gets its own writable view of it
+(:func:`..bundles.tree.writable_view`: fresh directories, the files hard links that the task's
+unprivileged user cannot change, or copies where the worker is not root), thrown away after the
+task, so tests that write beside themselves work as in a checkout and the kept tree stays as
+shipped. A worker with ``--sandbox none`` builds a fresh tree of copies per task (``prepare``). A validated
 manifest is remembered by its digest (``MAX_MANIFESTS``), so a task of a known bundle asks the
 coordinator for nothing.
 """
@@ -38,11 +41,12 @@ import aiohttp
 from ..bundles import digest as dg
 from ..bundles import manifest as mf
 from ..bundles.cache import BlobCache
-from ..bundles.tree import build_tree, remove_tree
+from ..bundles.tree import build_tree, remove_tree, writable_view
 from ..errors import ExecutionError
 from ..tasks import pyreqs
 from .confine import state_base
 from .pyenv import PythonEnvs
+from .sandbox import task_uid
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16
@@ -225,8 +229,10 @@ class ShippedCode:
                 if self.sandbox.mode == "none":  # the task could write to its tree: a fresh one
                     tree = top / "bundle"
                     m = await self.provider.prepare(base_url, credential, digest, tree)
-                else:  # bound read-only into the sandbox: the kept tree of this bundle
-                    tree, m = await stack.enter_async_context(self.provider.shared(base_url, credential, digest))
+                else:  # the kept tree of this bundle, and the task's own writable view of it
+                    kept, m = await stack.enter_async_context(self.provider.shared(base_url, credential, digest))
+                    tree = top / "tree"
+                    await asyncio.to_thread(writable_view, kept, m, tree, copy=task_uid() is None)
                 fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
                 wanted = [*_bundle_requirements(tree, m), *python]
                 if wanted and self.envs is not None:
@@ -257,4 +263,5 @@ def _safe(task_id: str) -> str:
 
 def _remove(top: Path) -> None:
     remove_tree(top / "bundle")
+    remove_tree(top / "tree")
     shutil.rmtree(top, ignore_errors=True)

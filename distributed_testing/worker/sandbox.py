@@ -1,65 +1,182 @@
-"""How a task child is confined: bubblewrap (``bwrap``) around the child's command.
+"""How shipped code is confined: bubblewrap (``bwrap``) around the child's command, on an allow-list root.
 
 Why bubblewrap: it is one small setuid-free binary in Debian's packages, needs no daemon and no
 image, starts in milliseconds, and builds the child's view of the filesystem from nothing: only
-what is bound in exists. So the worker's key and token files, its state directory, outbox, TLS
-files and every other task's directory are not hidden by permissions (a worker running as root
-would pass those checks) but absent. The child gets:
+what is bound in exists. The root is **named, not subtracted** (the way Flatpak's runtime and
+Bazel's ``linux-sandbox`` build theirs): a host directory is never bound with holes cut in it, so
+what an operator keeps where we did not look (a key under ``/etc/<dir>/``, ``/etc/shadow``, the
+``state/`` folder of a checkout the package is installed from in editable mode) is absent, not
+merely unreadable. :data:`ROOT_TABLE` lists every path a shipped run sees; docs/security.md prints
+the same table and a test holds both against a probe run inside the sandbox:
 
-* read-only: the system directories (``/usr``, ``/bin``, ``/lib*``, ``/etc``), the Python
-  installation running the worker (``sys.prefix``, ``sys.base_prefix``) and the directory holding
-  this package, and the task's bundle tree (``ro``);
-* writable: its own scratch directory only (``rw``; ``TMPDIR`` and ``HOME`` point into it); the
-  rest of its root, including the directories bwrap makes for the binds, is remounted read-only;
-* in ``/dev`` only the basic nodes, plus the GPU nodes a benchmark child is given (``devices``);
+* read-only: the system's programs and libraries (``/usr`` and the merged-``/usr`` links
+  ``/bin``, ``/sbin``, ``/lib*``); a few named files of ``/etc`` (:data:`ETC_FILES`: the resolver,
+  CA certificates, the dynamic linker's cache, time zone) and a generated ``/etc/passwd`` and
+  ``/etc/group`` naming one user; the Python installation running the worker (``sys.base_prefix``,
+  ``sys.prefix``); this package's own directory (never the directory above it: in an editable
+  install that is the checkout); the task's Python environment and whatever else the caller names
+  (``ro``);
+* writable: what the caller names (``rw``: the task's scratch directory, its own view of the tree),
+  and a ``/tmp`` and a ``/dev/shm`` of its own, each a tmpfs bounded to ``shm_mb`` (the task's
+  memory limit, else :data:`DEFAULT_SHM_MB`); the rest of the root, including the
+  directories bwrap makes for the binds, is remounted read-only;
+* in ``/dev`` only the basic nodes, plus the GPU nodes the caller passes (``devices``);
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` to read), IPC and
-  UTS namespaces, a new session (no terminal injection), ``--die-with-parent``;
-* no capabilities (``--cap-drop ALL``): bwrap started by root keeps them all by default, and a
-  child holding ``CAP_SYS_ADMIN`` and ``CAP_MKNOD`` could make a disk's device node and mount it;
+  UTS namespaces, a new session (no terminal injection), ``--die-with-parent``; every mount
+  ``nosuid`` and ``no_new_privs`` set (bwrap does both);
+* an unprivileged user: a worker running as root starts the child as :data:`TASK_UID` (``nobody``):
+  bwrap keeps only ``CAP_SETUID``/``CAP_SETGID`` for ``setpriv``, which switches to that uid and so
+  drops them too; the writable paths are handed to that uid (:func:`give`). A root child without
+  capabilities could still read every root-owned ``0600`` file bound in by owner permission, and
+  ``chmod`` a file of its tree (hard links into the blob cache) to write through it. A worker
+  running as another user runs the child as that user (it cannot switch), without capabilities;
 * a scrubbed environment: ``--clearenv``, then only what the caller passes;
 * its network (``--task-network``): ``host`` shares the worker's; ``loopback`` a private network
   namespace whose loopback works (a task's own servers, single-node ranks) and reaches nothing
   outside; ``none`` no working interface at all (a nested user and network namespace whose
-  loopback is down: every connect fails).
+  loopback is down: every connect fails), the child keeping its uid there.
 
 ``Sandbox.wrap`` returns the argv to run instead of the child's; ``mode="none"`` (the operator's
-explicit ``--sandbox none``) returns it unchanged. ``available()`` says whether bwrap can make a
-sandbox here (None) or why not. Tasks without a bundle get a deny-list sandbox instead
+explicit ``--sandbox none``) returns it unchanged. ``available()`` says whether bwrap can make such
+a sandbox here (None) or why not. Tasks without a bundle get a deny-list sandbox instead
 (:mod:`.confine`).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 MODES = ("bwrap", "none")
 NETWORKS = ("none", "loopback", "host")
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+# The named files and folders of /etc a run needs, bound where they exist; nothing else of /etc is there.
+ETC_FILES = (
+    "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf", "/etc/gai.conf",  # names
+    "/etc/services", "/etc/protocols",  # socket.getservbyname, getprotobyname
+    "/etc/ssl/certs", "/etc/pki/tls/certs", "/etc/pki/ca-trust/extracted", "/etc/ssl/openssl.cnf",  # CA certificates
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",  # the dynamic linker's search path
+    "/etc/alternatives",  # Debian's links behind /usr/bin/awk, cc, ...
+    "/etc/localtime", "/etc/timezone", "/etc/mime.types", "/etc/os-release",
+)
+GENERATED_ETC = ("/etc/passwd", "/etc/group")
+TASK_UID = 65534  # nobody: what a root worker's shipped children run as
+TASK_USER = "dt-task"
+DEFAULT_SHM_MB = 256  # the /dev/shm of a task without a memory limit
 # Run as the child's first command when --task-network none: a user and network namespace of its
 # own (loopback down), mapping its own uid/gid so files keep their owner, then exec the command.
+# Unbuffered writes: a refused map must fail the start, not vanish in a buffered file's close.
 NETLESS = (
     "import ctypes,os,sys\n"
     "u,g=os.getuid(),os.getgid()\n"
     "libc=ctypes.CDLL(None,use_errno=True)\n"
     "if libc.unshare(0x10000000|0x40000000)!=0:\n"
     "    sys.exit('sandbox: cannot make a network namespace: '+os.strerror(ctypes.get_errno()))\n"
-    "open('/proc/self/setgroups','w').write('deny')\n"
-    "open('/proc/self/uid_map','w').write(f'{u} {u} 1')\n"
-    "open('/proc/self/gid_map','w').write(f'{g} {g} 1')\n"
+    "for f,t in (('setgroups','deny'),('uid_map',f'{u} {u} 1'),('gid_map',f'{g} {g} 1')):\n"
+    "    fd=os.open('/proc/self/'+f,os.O_WRONLY)\n"
+    "    try: os.write(fd,t.encode())\n"
+    "    except OSError as e: sys.exit(f'sandbox: cannot keep uid {u} in the network namespace ({f}): {e}')\n"
+    "    finally: os.close(fd)\n"
     "os.execvp(sys.argv[1],sys.argv[1:])\n"
+)
+# Where setpriv is missing: the same switch in the interpreter that is there anyway.
+SETUID = ("import os,sys\nos.setgroups([]);os.setgid(int(sys.argv[1]));os.setuid(int(sys.argv[1]))\n"
+          "os.execvp(sys.argv[2],sys.argv[2:])\n")
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the distributed_testing package itself
+PACKAGE_PARENT = PACKAGE_DIR.parent  # where `import distributed_testing` finds it (PYTHONPATH of children)
+
+# (path, access, what): every path a shipped run sees; docs/security.md prints this table and
+# tests/integration/bundles/test_sandbox_root.py holds it against the docs and a probe.
+ROOT_TABLE = (
+    ("/usr, /bin, /sbin, /lib, /lib32, /lib64", "read-only", "the system's programs and libraries"),
+    ("/etc: " + ", ".join(p.removeprefix("/etc/") for p in ETC_FILES), "read-only",
+     "the resolver, CA certificates, the dynamic linker's cache, time zone (those that exist)"),
+    ("/etc/passwd, /etc/group", "read-only", f"generated: root and the task's user ({TASK_USER}, uid {TASK_UID})"),
+    ("the worker's Python (sys.base_prefix, sys.prefix)", "read-only", "the interpreter, the standard library, "
+     "the worker's installed packages"),
+    ("this package's directory (distributed_testing/)", "read-only", "the children's own code; never the "
+     "directory above it (an editable install's checkout)"),
+    ("the task's tree", "writable view", "the bundle: fresh directories of its own, the files links into the "
+     "blob cache that the task cannot change"),
+    ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
+    ("the scratch directory (HOME, TMPDIR)", "read-write", "removed after the task"),
+    ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "
+     f"{DEFAULT_SHM_MB} MiB)"),
+    ("/dev", "read-only", "null, zero, full, random, urandom, tty, pts; the GPU nodes of a GPU task"),
+    ("/proc", "read-only", "its own PID namespace: none of the worker's processes"),
 )
 
 
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the directory holding the distributed_testing package
-
-
 def _code_dirs() -> list[Path]:
-    return sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), PACKAGE_PARENT})
+    """The worker's Python and this package, each by name; the package's parent only when that is
+    the Python's own site directory (never an editable install's checkout)."""
+    dirs = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    if not any(PACKAGE_DIR.is_relative_to(d) for d in dirs):
+        dirs.add(PACKAGE_DIR)
+    return sorted(dirs)
+
+
+def _etc_dirs() -> list[str]:
+    """:data:`ETC_FILES` and the configuration folder of a Debian system Python (``/etc/python3.11``)."""
+    v = sys.version_info
+    return [*ETC_FILES, f"/etc/python{v.major}.{v.minor}", f"/etc/python{v.major}"] if sys.base_prefix == "/usr" \
+        else list(ETC_FILES)
+
+
+@functools.cache
+def generated_etc() -> Path:
+    """A private folder (made once per process) holding the generated ``passwd`` and ``group``."""
+    d = Path(tempfile.mkdtemp(prefix="dt-sandbox-etc-"))
+    uid = TASK_UID if os.geteuid() == 0 else os.geteuid()
+    gid = TASK_UID if os.geteuid() == 0 else os.getegid()
+    (d / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                              f"{TASK_USER}:x:{uid}:{gid}:shipped task:/nonexistent:/bin/sh\n")
+    (d / "group").write_text(f"root:x:0:\n{TASK_USER}:x:{gid}:\n")
+    for f in d.iterdir():
+        f.chmod(0o644)
+    d.chmod(0o755)
+    return d
+
+
+def task_uid() -> int | None:
+    """The uid shipped children switch to: :data:`TASK_UID` for a root worker, else None (they keep
+    the worker's, which cannot switch)."""
+    return TASK_UID if os.geteuid() == 0 else None
+
+
+def give(paths: Iterable[Path]) -> None:
+    """Hand the writable ``paths`` to :func:`task_uid` (nothing for a worker that is not root): each
+    directory under them, and each file with one link. A file with more (a tree's hard link into
+    the blob cache) stays the worker's, read-only to the task: chowning it would let the task
+    ``chmod`` it and write the blob that other tasks' trees are built from. Directories also get
+    ``o+x``: bwrap enters the working directory as root without capabilities, before the switch."""
+    uid = task_uid()
+    if uid is None:
+        return
+    for top in paths:
+        if not top.exists():
+            continue
+        _give_dir(top, uid)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames:
+                _give_dir(os.path.join(dirpath, name), uid)
+            for name in filenames:
+                p = os.path.join(dirpath, name)
+                if os.lstat(p).st_nlink == 1:
+                    os.lchown(p, uid, uid)
+
+
+def _give_dir(path: str | Path, uid: int) -> None:
+    os.lchown(path, uid, uid)
+    os.chmod(path, os.lstat(path).st_mode & 0o7777 | 0o011)
 
 
 def gpu_devices() -> list[str]:
@@ -86,46 +203,82 @@ class Sandbox:
     bwrap: str = "bwrap"
 
     def wrap(self, argv: Sequence[str], *, ro: Sequence[Path], rw: Sequence[Path], cwd: Path,
-             env: Mapping[str, str], devices: Sequence[str] = ()) -> list[str]:
+             env: Mapping[str, str], devices: Sequence[str] = (), shm_mb: int | None = None) -> list[str]:
         """The command that runs ``argv`` confined (see the module docstring); ``devices`` are
-        device nodes bound into its ``/dev`` (a benchmark's GPU, :func:`gpu_devices`)."""
+        device nodes bound into its ``/dev`` (a benchmark's GPU, :func:`gpu_devices`), ``shm_mb``
+        bounds its ``/dev/shm``. Hands ``rw`` to the task's user (:func:`give`)."""
         if self.mode == "none":
             return list(argv)
+        uid = task_uid()
         cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
-               "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev"]
+               "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+        if uid is not None:  # kept only for the switch below, which drops them
+            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         if self.network != "host":
             cmd.append("--unshare-net")
-        for d in _SYSTEM:
+        size = str((shm_mb or DEFAULT_SHM_MB) * 1024 * 1024)
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+                "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]  # before the binds: one under /tmp goes in it
+        for d in SYSTEM:
             cmd += ["--ro-bind-try", d, d]
-        for p in [*_code_dirs(), *ro]:
+        etc_files = [Path(f) for f in _etc_dirs() if os.path.exists(f)]
+        readable = [*_code_dirs(), *(Path(p) for p in ro)]
+        writable = [Path(p) for p in rw]
+        for d in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable]):
+            cmd += ["--perms", "0755", "--dir", str(d)]  # bwrap would make them 0700: the task could not pass
+        for f in etc_files:
+            cmd += ["--ro-bind", str(f), str(f)]
+        etc = generated_etc()
+        for f in GENERATED_ETC:
+            cmd += ["--ro-bind", str(etc / Path(f).name), f]
+        for p in readable:
             cmd += ["--ro-bind", str(p), str(p)]
-        for p in rw:
+        give(writable)
+        for p in writable:
             cmd += ["--bind", str(p), str(p)]
         for d in devices:
             cmd += ["--dev-bind-try", d, d]
         # the tmpfs bwrap builds the root on (and the directories it made for the binds above) is
-        # read-only too: nothing but the scratch directory and /tmp takes a write
+        # read-only too: nothing but the writable binds and /dev/shm takes a write
         cmd += ["--remount-ro", "/", "--chdir", str(cwd), "--clearenv"]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         cmd.append("--")
+        if uid is not None:
+            setpriv = shutil.which("setpriv")
+            cmd += ([setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if setpriv
+                    else [sys.executable, "-c", SETUID, str(uid)])
         if self.network == "none":
             cmd += [sys.executable, "-c", NETLESS]
         return cmd + list(argv)
 
 
+def _parents(binds: Sequence[Path]) -> list[Path]:
+    """The directories above ``binds`` that the sandbox must make (shallowest first): not ``/``,
+    ``/tmp`` (a tmpfs of its own) or a system directory, nor one inside another bind."""
+    taken = [Path(d) for d in SYSTEM] + list(binds)
+    out: set[Path] = set()
+    for b in binds:
+        for d in b.parents:
+            if d in (Path("/"), Path("/tmp")) or any(d == t or d.is_relative_to(t) for t in taken):
+                continue
+            out.add(d)
+    return sorted(out, key=lambda d: (len(d.parts), str(d)))
+
+
 def available(bwrap: str = "bwrap") -> str | None:
-    """None when bwrap can make a sandbox here; otherwise why not (for the refusal at start)."""
+    """None when bwrap can make this module's sandbox here (run once: the same command a task
+    gets, around ``true``); otherwise why not (for the refusal at start)."""
     path = shutil.which(bwrap)
     if path is None:
         return f"{bwrap} is not installed (Debian: apt-get install bubblewrap)"
-    probe = [path, "--unshare-pid", "--unshare-net", "--proc", "/proc", "--dev", "/dev"]
-    for d in _SYSTEM:
-        probe += ["--ro-bind-try", d, d]
-    try:
-        done = subprocess.run([*probe, "--", "true"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{bwrap} cannot run: {exc}"
+    with tempfile.TemporaryDirectory(prefix="dt-sandbox-probe-") as scratch:
+        argv = Sandbox(bwrap=path).wrap(["true"], ro=[], rw=[Path(scratch)], cwd=Path(scratch),
+                                        env={"PATH": "/usr/bin:/bin"})
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{bwrap} cannot run: {exc}"
     if done.returncode != 0:
         return f"{bwrap} cannot make a sandbox here: {done.stderr.strip() or f'exit code {done.returncode}'}"
     return None
@@ -136,6 +289,7 @@ def task_environ(extra: Mapping[str, str], scratch: Path) -> dict[str, str]:
     (``extra``: the worker's pytest environment settings), never the worker's own variables."""
     (scratch / "tmp").mkdir(exist_ok=True)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(scratch),
-           "TMPDIR": str(scratch / "tmp"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
+           "TMPDIR": str(scratch / "tmp"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+           "USER": TASK_USER, "LOGNAME": TASK_USER}
     env.update(extra)
     return env

@@ -165,10 +165,12 @@ class BenchmarkExecutor:
             self._child = self._scratch = None
             try:
                 self._child = await self._spawn(ctx, tops)
-                return (await self._request([ctx], [self._config(ctx)], time.time()))[0]
+                outcome = (await self._request([ctx], [self._config(ctx)], time.time()))[0]
             finally:
                 await self.close()
                 self._child, self._scratch = kept
+        outcome.output["shipped_code"] = True  # the bundle's code ran in it: never taken for a plain model's figure
+        return outcome
 
     def _config(self, ctx: TaskContext) -> dict[str, Any]:
         cfg = dict(ctx.config)
@@ -187,7 +189,9 @@ class BenchmarkExecutor:
         too."""
         allowed = (*self.options.allow_model_modules, *modules)
         python, env_dirs = task_python(shipped) if shipped is not None else (sys.executable, [])
-        args = [python, "-m", "distributed_testing.bench.child", f"--allow-model-modules={','.join(allowed)}"]
+        # -P: the working directory (a bundle's tree) is not put first on sys.path, where a shipped
+        # argparse.py would shadow the standard library; the child appends the tree last (--bundle-root)
+        args = [python, "-P", "-m", "distributed_testing.bench.child", f"--allow-model-modules={','.join(allowed)}"]
         if self.options.threads is not None:
             args += ["--threads", str(self.options.threads)]
         if self.options.mixed_precision:
@@ -198,10 +202,11 @@ class BenchmarkExecutor:
         cwd = None
         if shipped is not None and shipped.bundle_root is not None and shipped.scratch_dir is not None:
             cwd = shipped.bundle_root.resolve()
+            args.append(f"--bundle-root={cwd}")
             carried = {k: v for k, v in env.items() if k in _CARRIED}
             env = {**task_environ(carried, shipped.scratch_dir), "PYTHONPATH": str(PACKAGE_PARENT)}
-            args = shipped.sandbox.wrap(args, ro=[cwd, *env_dirs], rw=[shipped.scratch_dir], cwd=cwd, env=env,
-                                        devices=gpu_devices())
+            args = shipped.sandbox.wrap(args, ro=env_dirs, rw=[cwd, shipped.scratch_dir], cwd=cwd, env=env,
+                                        devices=gpu_devices(), shm_mb=shipped.max_memory_mb)
         elif self.confinement is not None:  # the operator's models: the deny-list
             await asyncio.to_thread(confine.remove, self._scratch)  # a dead child's
             self._seen = self.confinement.identity()  # before the command: a change after it renews the child

@@ -175,7 +175,8 @@ class CustomExecutor:
         env = {**task_environ(gpu_environ(child_environ()), scratch), "PYTHONPATH": str(PACKAGE_PARENT)}
         python, env_dirs = task_python(ctx)  # the bundle's environment when it has requirements
         argv = [python, *HandlerPool.child_argv({name: name}, use_entry_points=False)[1:]]
-        argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[scratch], cwd=root, env=env, devices=gpu_devices())
+        argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, scratch], cwd=root, env=env, devices=gpu_devices(),
+                                shm_mb=ctx.max_memory_mb)
         pool = HandlerPool(1, command=argv, env=env, cwd=root)
         started = time.time()
         try:

@@ -162,8 +162,9 @@ class TestExecutor:
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
                     env = task_environ({**gpu_environ(self._env), **self._extra}, ctx.scratch_dir)
-                    argv = ctx.sandbox.wrap(argv, ro=[root, *env_dirs], rw=[ctx.scratch_dir], cwd=cwd, env=env,
-                                            devices=gpu_devices())  # its GPU tests, as the operator's
+                    argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, ctx.scratch_dir], cwd=cwd, env=env,
+                                            devices=gpu_devices(),  # its GPU tests, as the operator's
+                                            shm_mb=ctx.max_memory_mb)
                 elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
                     env = self._confine.environ(env, own)
                     argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests

@@ -145,14 +145,14 @@ def shipped_refusal(ctx: TaskContext, nnodes: int) -> str | None:
 
 def _confine(ctx: TaskContext, run_path: Path, command: list[str],
              env: dict[str, str]) -> tuple[list[str], dict[str, str], Path]:
-    """The launcher's command inside the sandbox: the bundle read-only as its working directory and
+    """The launcher's command inside the sandbox: the task's view of the bundle as its working directory and
     first on the ranks' path, the run directory (result, logs) and scratch writable, GPU nodes bound."""
     assert ctx.bundle_root is not None and ctx.scratch_dir is not None
     root = ctx.bundle_root.resolve()
     carried = {k: v for k, v in env.items() if k in _CARRIED or k.startswith(_CARRIED_PREFIXES)}
     confined = {**task_environ(carried, ctx.scratch_dir), "PYTHONPATH": f"{root}:{PACKAGE_PARENT}"}
-    argv = ctx.sandbox.wrap(command, ro=[root], rw=[ctx.scratch_dir, run_path], cwd=root, env=confined,
-                            devices=gpu_devices())
+    argv = ctx.sandbox.wrap(command, ro=[], rw=[root, ctx.scratch_dir, run_path], cwd=root, env=confined,
+                            devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
     return argv, confined, root
 
 
