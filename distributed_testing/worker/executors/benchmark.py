@@ -25,15 +25,16 @@ to the child. Measured results say ``from_cache: false``. A failing cache is log
 runs as a miss.
 
 A task with a bundle (``ctx.bundle_root``) gets a child of its own, started inside the sandbox
-(:mod:`distributed_testing.worker.sandbox`) with the bundle's root as its working directory (first
-on ``sys.path``, so ``model: "module:callable"`` imports from the bundle), the bundle read-only,
-its scratch directory writable, the GPU device nodes bound in, and the sandbox's scrubbed
+(:mod:`distributed_testing.worker.sandbox`) with the task's view of the bundle as its working
+directory and *last* on ``sys.path`` (``model: "module:callable"`` imports from the bundle, but a
+shipped ``argparse.py`` cannot shadow the standard library the child itself imports), its scratch
+directory writable, the GPU device nodes bound in, and the sandbox's scrubbed
 environment (``CUDA_VISIBLE_DEVICES`` and the ``DT_BENCH_*`` thread settings carried over). The
 bundle's own top-level modules are allowed on top of ``--allow-model-modules`` (the task came from
 an ``--allow-code`` key to an ``--accept-bundles`` worker); the callable must still be defined in
 an allowed module. The child is killed after the task (a cached child of the operator's tasks is
 kept aside meanwhile), and the result cache is neither read nor written: the key does not know
-the bundle's code.
+the bundle's code; the output says ``shipped_code: true``.
 """
 
 from __future__ import annotations

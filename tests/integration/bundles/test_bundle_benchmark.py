@@ -1,5 +1,5 @@
 """A benchmark task whose ``model: "module:callable"`` lives in its bundle: a real worker runs it in
-a sandboxed child of its own with the bundle first on ``sys.path``. The bundle's top-level modules
+a sandboxed child of its own with the bundle on ``sys.path``. The bundle's top-level modules
 are allowed without ``--allow-model-modules``; the callable must still be defined there, a module
 outside the bundle still needs the operator's allow-list, and the model's code reaches nothing of
 the worker's (its factory refuses to build when it can read the worker's key file)."""
@@ -52,6 +52,8 @@ async def test_a_bundle_model_is_benchmarked_in_the_sandbox(tmp_path: Path, sand
         bundle.mkdir()
         forbidden = [str(key_file), str(state / "outbox.duckdb"), f"/proc/{os.getpid()}/environ"]
         (bundle / "tinymodel.py").write_text(MODEL.format(forbidden=forbidden))
+        # the child's own imports come from the standard library, not from the bundle's tree
+        (bundle / "argparse.py").write_text("raise SystemExit('a shipped argparse.py shadowed the standard library')\n")
         digest = await asyncio.to_thread(upload, c.base_url, code, bundle)
         ids = await c.submit([{"type": "benchmark", "bundle": digest, "config": {**BENCH, "model": model}}
                               for model in ("tinymodel:make", "tinymodel:getcwd", "json:loads")], key=code)
@@ -64,6 +66,7 @@ async def test_a_bundle_model_is_benchmarked_in_the_sandbox(tmp_path: Path, sand
         return
     assert made["outcome"]["status"] == "succeeded", made["outcome"]
     assert made["result"]["output"]["batch_results"], made["result"]
+    assert made["result"]["output"]["shipped_code"] is True  # never taken for a plain model's figure
     assert imported["outcome"]["status"] == "error"
     assert "is not defined in an allowed module" in imported["outcome"]["error"]
     assert outside["outcome"]["status"] == "error"
