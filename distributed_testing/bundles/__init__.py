@@ -49,7 +49,8 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
 * The worker side: :class:`cache.BlobCache` (a directory of read-only blobs, least recently used
   evicted beyond its cap) and :func:`tree.build_tree` (a read-only tree, hard links from the
   cache, copies where the cache is on another filesystem; a sandboxed worker keeps a bundle's tree
-  for its later tasks, see :mod:`distributed_testing.worker.bundles`). A task's
+  for its later tasks, each of which gets its own writable view, :func:`tree.writable_view`; see
+  :mod:`distributed_testing.worker.bundles`). A task's
   ``requirements.python`` and the bundle's root ``requirements.txt`` (grammar:
   :mod:`distributed_testing.tasks.pyreqs`) make a virtual environment per requirements digest,
   built once with pip inside the task's sandbox and kept beside the blobs

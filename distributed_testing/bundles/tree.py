@@ -1,4 +1,4 @@
-"""A read-only tree of a bundle, built from the blob cache by hard links.
+"""A read-only tree of a bundle, built from the blob cache by hard links, and a task's writable view of it.
 
 ``build_tree(cache, manifest, dest)`` makes every directory, links each file from the cache
 (``BlobCache.path``, or its executable twin for mode 0755) and then makes the directories

@@ -49,7 +49,7 @@ class TaskContext:
     # prefixes and the guarded pytest options of --allow-test-options
     allow_model_modules: tuple[str, ...] = ()
     allow_test_options: tuple[str, ...] = ()
-    # shipped code (docs/tasks.md, "Bundles"): the task's read-only tree, its writable scratch
+    # shipped code (docs/tasks.md, "Bundles"): the task's own view of the tree, its writable scratch
     # directory and the sandbox its children run in (worker/sandbox.py); None without a bundle
     bundle_root: Path | None = None
     scratch_dir: Path | None = None

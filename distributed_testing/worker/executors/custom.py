@@ -15,7 +15,7 @@ bundle (``module``'s top-level name must be a ``NAME.py`` or a directory at the 
 never runs in the shared pool: a long-lived child serves one task after another, so one task
 could leave code behind for the next or read its files. Each shipped handler gets a one-off pool
 of one child started inside the sandbox (``ctx.sandbox``, :mod:`distributed_testing.worker.sandbox`)
-with the bundle's root as its working directory (first on ``sys.path``), the bundle read-only, its
+with the task's view of the bundle as its working directory (first on ``sys.path``), the bundle unchangeable, its
 scratch directory writable (``HandlerContext.work_dir``; ``cache_dir`` is None), the sandbox's
 scrubbed environment and network, and the interpreter of the bundle's Python environment when it
 has requirements (:func:`.base.task_python`). The same limits and outcomes apply; the child is killed after

@@ -36,7 +36,7 @@ A failed launch's ``error`` is the reason, the launcher's message and the tail o
 whole log on this worker.
 
 A task with a bundle (``ctx.bundle_root``) runs its launcher and ranks inside the sandbox
-(:mod:`distributed_testing.worker.sandbox`): the bundle read-only as the working directory and
+(:mod:`distributed_testing.worker.sandbox`): the task's view of the bundle as the working directory and
 first on the ranks' ``sys.path`` (its top-level modules are allowed models on top of
 ``--allow-model-modules``; the factory must be defined in one), the run directory and its scratch
 directory writable, the GPU nodes bound in, a scrubbed environment (``CUDA_VISIBLE_DEVICES`` and
