@@ -45,6 +45,7 @@ from ..bundles.tree import build_tree, remove_tree, writable_view
 from ..errors import ExecutionError
 from ..tasks import pyreqs
 from .confine import state_base
+from .pipconf import PipAccess
 from .pyenv import PythonEnvs
 from .sandbox import task_uid
 
@@ -206,7 +207,9 @@ class ShippedCode:
         provider = BundleProvider(root / "cache", int(config.cache_max_gb * 1024 ** 3), ssl_context,
                                   copy=config.sandbox == "none")
         (root / "tasks").mkdir(parents=True, exist_ok=True)
-        return cls(True, box, refusal, provider, root / "tasks", PythonEnvs(root / "pyenvs", box))
+        envs = PythonEnvs(state_base(config) / "pyenvs", box,  # shared by this host's workers: built once
+                          pip=PipAccess.of_host(os.environ))  # the operator's pip settings, for the wheels step
+        return cls(True, box, refusal, provider, root / "tasks", envs)
 
     @contextlib.asynccontextmanager
     async def task(self, task_type: str, task_id: str, base_url: str, credential: str,
@@ -236,7 +239,8 @@ class ShippedCode:
                 fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
                 wanted = [*_bundle_requirements(tree, m), *python]
                 if wanted and self.envs is not None:
-                    env = await self.envs.ensure(wanted, tree, m, scratch)
+                    # a test run's environment is its set alone: no worker plugin loads into it
+                    env = await self.envs.ensure(wanted, tree, m, scratch, isolated=task_type == "test")
                     held = env.digest
                     fields.update(python=env.python, python_env=env.report())
                 yield fields

@@ -6,6 +6,12 @@ Config: :class:`distributed_testing.tasks.configs.TestConfig` (``test_file``, ``
 a ``::node`` suffix. pytest runs as ``sys.executable -m pytest`` in its own process group with the
 test root as cwd and rootdir; arguments are passed as a list, never through a shell.
 
+A shipped run (a bundle task) loads the report writer and the marker from copies of their files
+(:data:`STANDALONE_PLUGINS`: both import only the standard library and pytest) in a read-only
+directory of the task's own on the child's ``PYTHONPATH``, so they load in a bundle's environment
+that does not have this package (:mod:`..pyenv`), and nothing else of this package reaches the
+child's path.
+
 Every run disables this project's own pytest plugin (``-p no:distributed_testing``: with it, a
 task's ``--dt-coordinator`` would make the worker submit the tests, with a key, to any URL; its
 ``dt`` marker stays registered through :mod:`distributed_testing.tasks.pytest_marker`) and
@@ -18,12 +24,15 @@ worker's own options go before a ``--`` in ``test_args``, where pytest still rea
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
+import os
 import re
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +70,8 @@ logger = logging.getLogger(__name__)
 
 INHERITED_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 MARKER_PLUGIN = "distributed_testing.tasks.pytest_marker"  # the plugin's `dt` marker, without the plugin
+# a shipped run's names for the marker and the report writer: module name in the child -> ours
+STANDALONE_PLUGINS = {"_dt_pytest_marker": MARKER_PLUGIN, "_dt_pytest_report": pytest_report.__name__}
 _PYTEST_EXIT = {
     2: "interrupted, e.g. by collection errors",
     3: "internal error",
@@ -155,13 +166,20 @@ class TestExecutor:
             with tempfile.TemporaryDirectory(prefix="dt-pytest-", dir=ctx.scratch_dir or own or ctx.work_dir) as tmp:
                 report_path = Path(tmp) / "report.jsonl"
                 python, env_dirs = task_python(ctx)
-                argv = pytest_argv(target, root, spec.test_args, report_path, python, cwd=cwd)
+                plugins = (await asyncio.to_thread(standalone_plugins, ctx.scratch_dir.parent / "pytest-plugins")
+                           if shipped and ctx.scratch_dir is not None else None)  # outside the writable binds
+                argv = pytest_argv(target, root, spec.test_args, report_path, python,
+                                   list(STANDALONE_PLUGINS) if plugins else (MARKER_PLUGIN, pytest_report.__name__),
+                                   cwd=cwd)
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                             ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
                 env = self._env
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
                     env = task_environ({**gpu_environ(self._env), **self._extra}, ctx.scratch_dir)
+                    assert plugins is not None
+                    env_dirs = [*env_dirs, plugins]
+                    env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
                     argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, ctx.scratch_dir], cwd=cwd, env=env,
                                             devices=gpu_devices(),  # its GPU tests, as the operator's
                                             shm_mb=ctx.max_memory_mb)
@@ -212,14 +230,18 @@ class TestExecutor:
 
 
 def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path,
-                python: str = sys.executable, *, cwd: Path | None = None) -> list[str]:
+                python: str = sys.executable,
+                plugins: Sequence[str] = (MARKER_PLUGIN, pytest_report.__name__), *,
+                cwd: Path | None = None) -> list[str]:
     """The pytest command line: the root first (an allowed ``--rootdir`` overrides it) and ``-q``
     (a task's ``--verbosity`` overrides it), then the task's options, then the worker's (so they
     win), all before a ``--`` in ``test_args`` (after which pytest takes every token for a path).
-    ``python`` runs it (a bundle's environment's). Paths in ``target`` and ``test_args``, relative
-    to ``root``, are made relative to ``cwd`` (default ``root``), where pytest runs."""
-    ours = ["-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", MARKER_PLUGIN,
-            "-p", pytest_report.__name__, f"{pytest_report.REPORT_OPTION}={report_path}"]
+    ``python`` runs it (a bundle's environment's); ``plugins`` are the module names of the marker
+    and the report writer it loads. Paths in ``target`` and ``test_args``, relative to ``root``,
+    are made relative to ``cwd`` (default ``root``), where pytest runs."""
+    marker, report = plugins
+    ours = ["-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", marker,
+            "-p", report, f"{pytest_report.REPORT_OPTION}={report_path}"]
     args = rebase_test_paths([target, *test_args], root, cwd or root)
     target, test_args = args[0], args[1:]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
@@ -236,6 +258,17 @@ def task_cwd(root: Path, cwd: str | None) -> Path:
         raise ExecutionError(bad)
     found = (root / cwd).resolve()
     return found if found.is_dir() else root
+
+
+def standalone_plugins(dest: Path) -> Path:
+    """``dest``, made to hold a copy of each of :data:`STANDALONE_PLUGINS` under its name in the
+    child (top-level modules that need neither this package nor its dependencies)."""
+    dest.mkdir(exist_ok=True)
+    for name, module in STANDALONE_PLUGINS.items():
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None, module
+        shutil.copyfile(spec.origin, dest / f"{name}.py")
+    return dest
 
 
 class TestSummary:

@@ -35,7 +35,11 @@ def test_imports_the_shipped_package():
     assert mypkg.VALUE == 42
     assert mypkg.__file__.startswith(sys.prefix), (mypkg.__file__, sys.prefix)  # installed in the environment
     assert "/pyenvs/" in sys.prefix
-    import msgspec  # the worker's own packages stay visible
+
+def test_nothing_of_the_worker_is_there():
+    import importlib.util
+    assert importlib.util.find_spec("aiohttp") is None  # the worker's, not a requirement of this bundle
+    assert importlib.util.find_spec("distributed_testing") is None
 '''
 
 
@@ -75,24 +79,29 @@ async def test_a_bundle_package_is_installed_once_and_reused(tmp_path: Path, san
     env1, env2 = output(done1)["python_env"], output(done2)["python_env"]
     assert env1["cached"] is False and env1["build_s"] > 0
     assert env2["cached"] is True and env2["digest"] == env1["digest"]
-    assert env1["requirements"] == ["./mypkg", "msgspec"]
-    envs = list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))
+    # a test task's environment is its set alone, with pytest and the package's build backend added
+    assert env1["requirements"] == ["./mypkg", "msgspec", "pytest", "setuptools"] and env1["isolated"] is True
+    envs = list((tmp_path / "state").glob("pyenvs/*/.dt-complete"))
     assert len(envs) == 1, envs
 
 
 async def test_a_changed_package_builds_a_new_environment(tmp_path: Path) -> None:
+    """Submitters A and B ship different packages under one entry, spelled ``./mypkg/.`` (which
+    once named an environment without the package's files): B's test runs B's package."""
     async with run_cluster(tmp_path / "c", workers=0) as c:
         await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
         code = await c.create_key("submitter", allow_code=True)
         digests = []
         for i, root in enumerate([tmp_path / "a", tmp_path / "b"]):
-            make_bundle(root, requirements="./mypkg\n")
+            make_bundle(root, requirements="./mypkg/.\n")
             (root / "mypkg" / "mypkg" / "extra.py").write_text(f"N = {i}\n")
+            with (root / "test_uses_pkg.py").open("a") as f:
+                f.write(f"\n\ndef test_its_own_package():\n    from mypkg import extra\n    assert extra.N == {i}\n")
             bundle = await asyncio.to_thread(upload, c.base_url, code, root)
             [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle},
                                  key=code)
             done = await c.wait(t, timeout=180)
-            assert (done["outcome"] or {}).get("status") == "succeeded", done
+            assert (done["outcome"] or {}).get("status") == "succeeded", (done["outcome"], output(done).get("stdout_tail"))
             assert output(done)["python_env"]["cached"] is False
             digests.append(output(done)["python_env"]["digest"])
     assert digests[0] != digests[1]
@@ -120,7 +129,7 @@ async def test_pip_failures_end_the_task_in_error_with_pips_message(tmp_path: Pa
     assert "definitely-not-here-dt" in o1["error"], o1["error"]  # pip's own message
     assert o2.get("status") == "error" and "requirements.txt line 1: pip options are not allowed" in o2["error"], o2
     assert o3.get("status") == "error" and "'./absent': not a directory of the bundle" in o3["error"], o3
-    assert not list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))  # no half-built env kept
+    assert not list((tmp_path / "state").glob("pyenvs/*/.dt-complete"))  # no half-built env kept
 
 
 @pytest.mark.parametrize(("python", "field", "says"), [
@@ -166,7 +175,7 @@ def _pip_processes(under: Path) -> list[str]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if str(under) in cmd and ("-m pip " in cmd or "_in_process" in cmd):  # not the pool's bwrap (paths)
+        if str(under) in cmd and ("__pip-runner__" in cmd or "_in_process" in cmd):  # not the pool's bwrap (paths)
             out.append(cmd)
     return out
 
@@ -188,7 +197,7 @@ async def test_a_cancel_stops_pip_at_once(tmp_path: Path) -> None:
         done = await c.wait(t, timeout=60)
         await wait_for(lambda: not _pip_processes(tmp_path / "state"), timeout=30, what="pip to be gone")
         # the cancelled result goes out first; the half-built environment is removed after pip is killed
-        await wait_for(lambda: not list((tmp_path / "state").glob("bundles-*/pyenvs/*")), timeout=30,
+        await wait_for(lambda: not list((tmp_path / "state").glob("pyenvs/[!.]*")), timeout=30,
                        what="the half-built environment to be removed")
     assert done["state"] == "cancelled", done
 
@@ -207,7 +216,7 @@ async def test_pip_is_stopped_past_its_time_limit(tmp_path: Path) -> None:
     with pytest.raises(ExecutionError, match="ran past 5 s"):
         await envs.ensure(["./mypkg"], root, scan(root)[0], scratch)
     assert not _pip_processes(tmp_path / "envs")
-    assert list((tmp_path / "envs").iterdir()) == []
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [".locks"]
 
 
 async def test_two_tasks_needing_one_environment_build_it_once(tmp_path: Path) -> None:
@@ -221,7 +230,7 @@ async def test_two_tasks_needing_one_environment_build_it_once(tmp_path: Path) -
         done = [await c.wait(t, timeout=180) for t in ids]
     assert all((d["outcome"] or {}).get("status") == "succeeded" for d in done), done
     assert sorted(output(d)["python_env"]["cached"] for d in done) == [False, True]
-    assert len(list((tmp_path / "state").glob("bundles-*/pyenvs/*/.dt-complete"))) == 1
+    assert len(list((tmp_path / "state").glob("pyenvs/*/.dt-complete"))) == 1
 
 
 PROBING_SETUP = '''import os, pathlib, socket
@@ -294,7 +303,7 @@ async def test_least_recently_used_environments_beyond_the_cap_are_removed_unles
     envs = PythonEnvs(tmp_path / "envs", Sandbox(network="none"), max_envs=1)
 
     def kept() -> set[str]:
-        return {p.name for p in (tmp_path / "envs").iterdir()}
+        return {p.name for p in (tmp_path / "envs").iterdir()} - {".locks"}
 
     a = await envs.ensure(["./mypkg"], root, m, scratch)  # held, as by a running task
     b = await envs.ensure(["./mypkg", "msgspec"], root, m, scratch)  # already satisfied: no network
