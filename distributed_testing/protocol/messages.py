@@ -19,12 +19,14 @@ PROTOCOL_VERSION = 10  # 2: provisional assignments, confirm, register.abandoned
 # registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract);
 # 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots);
 # 9: register.accept_bundles, task assignment bundle (shipped code); 10: task assignment python (its
-# requirements.python, installed by the worker in a virtual environment)
+# requirements.python, installed by the worker in a virtual environment); register.task_network came
+# within 10 as an optional field (a worker that omits it is placed as before)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
 Attempt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 WorkerState = Literal["ready", "constrained", "draining"]
+TaskNetwork = Literal["none", "loopback", "host"]  # the network a task with shipped code gets (--task-network)
 MAX_PIPELINE_DEPTH = 256
 PipelineDepth = Annotated[int, msgspec.Meta(ge=0, le=MAX_PIPELINE_DEPTH)]
 
@@ -79,6 +81,11 @@ class Register(_Msg, frozen=True, tag="register"):
     # to run one after another as slots free (0: none). The coordinator decides how many it
     # actually sends ahead from the durations it observes (docs/protocol.md, "Pipelining").
     pipeline_depth: PipelineDepth = 0
+    # The network this worker's tasks with shipped code get: its --task-network, or "host" under
+    # --sandbox none (unconfined). The coordinator places a multi-node training task with a bundle
+    # only where its ranks reach each other ("host"). None: not reported (a worker before this
+    # field, or a test double): placed as before, and the worker refuses what it cannot run.
+    task_network: TaskNetwork | None = None
 
 
 class Registered(_Msg, frozen=True, tag="registered"):

@@ -35,6 +35,7 @@ from ..retry import Backoff, RetriesExhausted, retry_async
 from .auth import Credentials
 from .bundles import ShippedCode
 from .coordinators import Candidates
+from .core.registration import shipped_network
 from .core.state import Attempt, WorkerState
 from .executors.base import Executor, advertised_handlers
 from .limits import Limits, ResourceMonitor, Sample, Sampler, memory_for_tasks_mb, swap_percent
@@ -347,7 +348,8 @@ class WorkerAgent:
                           abandoned=list(self.state.abandoned), model_modules=list(self.config.allow_model_modules),
                           accept_bundles=self.shipped.accepting,
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
-                          handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth)
+                          handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth,
+                          task_network=shipped_network(self.config.sandbox, self.config.task_network))
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,

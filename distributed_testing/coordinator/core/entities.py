@@ -11,7 +11,7 @@ from ...protocol import messages as m
 from ...tasks import spec as specs
 from ...tasks.usercode import model_module
 from .pipeline import Pace
-from .placement import NO_REQUIREMENTS, ReqKey, WorkerView, requirement_key
+from .placement import NO_REQUIREMENTS, ReqKey, WorkerView, ranks_network, requirement_key
 from .policy import Liveness
 from .rows import TaskRow, WorkerRow
 
@@ -109,10 +109,11 @@ class Task:
         # shipped code brings its own model module and handler (the worker checks them against the
         # bundle), and gets its own tree and child: no allow-list or handler to match, never batched
         shipped = self.spec.bundle is not None
+        nodes = kind.gang_size(cfg)
         self.key = requirement_key(self.spec.requirements, kind.hardware(cfg), self.spec.max_memory_mb,
                                    None if shipped else model_module(kind.imports_model, self.spec.config),
-                                   None if shipped else kind.handler(cfg), bundle=shipped)
-        nodes = kind.gang_size(cfg)
+                                   None if shipped else kind.handler(cfg), bundle=shipped,
+                                   network=ranks_network(shipped, nodes))
         if nodes:
             self.gang = Gang(nodes)
         self.batch_key = None if shipped else kind.batch_key(cfg)

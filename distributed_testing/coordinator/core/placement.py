@@ -5,7 +5,10 @@ capabilities, every requested tag, at least ``min_memory_gb`` of memory, and, wh
 reports the memory it offers to new tasks (``--memory-buffer``), at least the task's
 ``max_memory_mb`` of it, and, for a task whose ``model`` is ``package.module:callable``, allows
 that module (``--allow-model-modules``, reported at registration), and, for a task with a
-``bundle`` (shipped code), was started with ``--accept-bundles``. Among eligible
+``bundle`` (shipped code), was started with ``--accept-bundles``, and, for a training task with
+a bundle, gives shipped code a network its ranks meet on (``Register.task_network``: ``host`` for
+ranks on several machines, any but ``none`` for one; a worker that does not report it is not
+judged). Among eligible
 workers with a free slot, the one with the most free slots wins (ties: lowest worker id), which
 spreads load without starving any worker.
 
@@ -32,23 +35,38 @@ from ...tasks.spec import Requirements
 from ...tasks.usercode import ALLOW_MODEL_MODULES_FLAG, model_module, module_allowed
 
 # (hardware, tags, min memory GB, max_memory_mb, user model module or "", custom handler or "",
-#  runs shipped code (a bundle))
-ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str, str, bool]
-NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "", "", False)
+#  runs shipped code (a bundle), the task network its shipped ranks need ("", "loopback", "host"))
+ReqKey = tuple[tuple[str, ...], tuple[str, ...], float, int, str, str, bool, str]
+NO_REQUIREMENTS: ReqKey = ((), (), 0.0, 0, "", "", False, "")
 ACCEPT_BUNDLES_FLAG = "--accept-bundles"
+TASK_NETWORK_FLAG = "--task-network"
+# the task networks (worker flag --task-network) that serve ranks needing each: loopback meets on
+# one machine, host across machines too; none serves no rendezvous at all
+SERVES = {"loopback": ("loopback", "host"), "host": ("host",)}
+
+
+def ranks_network(bundle: bool, nodes: int) -> str:
+    """The task network a training task's ranks need (``nodes``: its gang size; 0 for any other
+    kind): with shipped code, ``host`` for several nodes, ``loopback`` for one; "" otherwise
+    (the operator's own code keeps the host's network)."""
+    if not bundle or nodes <= 0:
+        return ""
+    return "host" if nodes > 1 else "loopback"
 
 
 def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), max_memory_mb: int | None = None,
-                    model_module: str | None = None, handler: str | None = None, bundle: bool = False) -> ReqKey:
+                    model_module: str | None = None, handler: str | None = None, bundle: bool = False,
+                    network: str = "") -> ReqKey:
     """Tasks with equal keys are interchangeable for placement (one queue per key).
     ``implied_hardware`` adds what the task's config needs (its kind's ``hardware``, :mod:`~distributed_testing.tasks.kinds`);
     ``max_memory_mb`` is the task's memory limit (0: none); ``model_module`` the module a user
     model imports (:func:`~distributed_testing.tasks.usercode.model_module`; None: none);
     ``handler`` the custom handler the task calls (its kind's ``handler``; None: none); ``bundle``
-    whether it runs shipped code (only ``--accept-bundles`` workers take it)."""
+    whether it runs shipped code (only ``--accept-bundles`` workers take it); ``network`` the task
+    network its shipped ranks need (:func:`ranks_network`)."""
     hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
     return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "",
-            handler or "", bundle)
+            handler or "", bundle, network)
 
 
 @dataclass
@@ -66,6 +84,7 @@ class WorkerView:
     model_modules: tuple[str, ...] = ()  # --allow-model-modules prefixes, from the registration
     handlers: frozenset[str] | None = None  # custom handler names, from the registration; None: not reported
     accept_bundles: bool = False  # --accept-bundles: runs tasks with shipped code, from the registration
+    task_network: str | None = None  # the network its shipped code gets, from the registration; None: not reported
     gpus: frozenset[str] = frozenset()  # the UUIDs of the CUDA devices it uses, from the registration's hardware
     # Pipelining (coordinator/core/pipeline.py): how many tasks it may hold beyond its slots now, and
     # which held slots stop anything from being queued behind them: tasks that must run alone
@@ -114,10 +133,12 @@ class WorkerView:
 
 def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     """Human-readable list of what ``w`` lacks for requirements ``key`` (empty: eligible)."""
-    hardware, tags, min_mem, max_mem_mb, module, handler, bundle = key
+    hardware, tags, min_mem, max_mem_mb, module, handler, bundle, network = key
     missing = [f"hardware {h}" for h in hardware if h not in w.capabilities]
     if bundle and not w.accept_bundles:
         missing.append(f"permission to run shipped code (a bundle; worker flag {ACCEPT_BUNDLES_FLAG})")
+    elif not meets_network(network, w):
+        missing.append(f"{_network_need(network)} (it runs shipped code with {TASK_NETWORK_FLAG} {w.task_network})")
     missing += [f"tag {t}" for t in tags if t not in w.tags]
     if min_mem and w.memory_gb < min_mem:
         missing.append(f"{min_mem:g} GB memory (has {w.memory_gb:.1f})")
@@ -128,6 +149,19 @@ def unmet(key: ReqKey, w: WorkerView) -> list[str]:
     if handler and w.handlers is not None and handler not in w.handlers:
         missing.append(f"custom handler {handler!r} (it has {', '.join(sorted(w.handlers)) or 'none'})")
     return missing
+
+
+def meets_network(network: str, w: WorkerView) -> bool:
+    """Whether ``w``'s shipped code gets a network that serves ranks needing ``network`` (a worker
+    that does not report its network is not judged: it refuses what it cannot run)."""
+    return not network or w.task_network is None or w.task_network in SERVES.get(network, ())
+
+
+def _network_need(network: str) -> str:
+    if network == "host":
+        return (f"a task network its ranks on several machines meet on (worker flag {TASK_NETWORK_FLAG} host, "
+                "or --sandbox none)")
+    return f"a task network for its ranks' rendezvous (worker flag {TASK_NETWORK_FLAG} loopback or host)"
 
 
 def pick_worker(key: ReqKey, workers: Iterable[WorkerView]) -> WorkerView | None:
@@ -194,7 +228,8 @@ def registered_view(reg: m.Register) -> WorkerView:
     return WorkerView(reg.worker_id, frozenset(reg.capabilities), frozenset(reg.tags), reg.memory_gb,
                       reg.max_concurrent, model_modules=tuple(reg.model_modules),
                       handlers=None if reg.handlers is None else frozenset(reg.handlers),
-                      accept_bundles=reg.accept_bundles, gpus=reported_gpus(reg.hardware))
+                      accept_bundles=reg.accept_bundles, gpus=reported_gpus(reg.hardware),
+                      task_network=reg.task_network)
 
 
 def reported_gpus(hardware: Mapping[str, Any]) -> frozenset[str]:
@@ -214,9 +249,10 @@ MAX_GPUS = 256  # more UUIDs than any machine has GPUs: a report is ignored
 
 def describe(key: ReqKey) -> str:
     """The requirements of ``key`` in words, for pending reasons ("" when there are none)."""
-    hardware, tags, min_mem, max_mem_mb, module, handler, bundle = key
+    hardware, tags, min_mem, max_mem_mb, module, handler, bundle, network = key
     parts = [f"hardware {'+'.join(hardware)}"] if hardware else []
     parts += [f"a worker with {ACCEPT_BUNDLES_FLAG}"] if bundle else []
+    parts += [_network_need(network)] if network else []
     parts += [f"tags {'+'.join(tags)}"] if tags else []
     parts += [f"{min_mem:g} GB memory"] if min_mem else []
     parts += [f"{max_mem_mb} MB for the task"] if max_mem_mb else []
@@ -250,14 +286,22 @@ def unrunnable(prepared: list[specs.TaskSpec], known: Container[str], connected:
                strict: bool) -> list[dict[str, str]]:
     """The errors (field, error) of new tasks among ``prepared`` (ids not in ``known``) whose
     user model imports a module no ``connected`` worker allows (placement would never find them a
-    worker), and with ``strict`` of those calling a custom handler no connected worker has.
-    Tasks that ship their code in a bundle are the worker's to check."""
+    worker), with ``strict`` of those calling a custom handler no connected worker has, and of
+    training tasks with a bundle whose ranks no connected worker lets meet (:func:`network_refusal`).
+    A bundle's model module and handler are the worker's to check."""
     errors: list[dict[str, str]] = []
     for i, s in enumerate(prepared):
-        if s.task_id in known or s.bundle is not None:
+        if s.task_id in known:
             continue
-        where = f"[{i}].config." if len(prepared) > 1 else "config."
+        at = f"[{i}]." if len(prepared) > 1 else ""
+        where = at + "config."
         kind, config = specs.kind_of(s), specs.config_dict(s)
+        if s.bundle is not None:
+            nodes = kind.gang_size(kind.decode(config))
+            reason = network_refusal(ranks_network(True, nodes), nodes, connected)
+            if reason is not None:
+                errors.append({"field": where + "nodes" if nodes > 1 else at + "bundle", "error": reason})
+            continue
         module = model_module(kind.imports_model, config)
         reason = None if module is None else model_module_refusal(config["model"], module, connected)
         if reason is not None:
@@ -267,6 +311,25 @@ def unrunnable(prepared: list[specs.TaskSpec], known: Container[str], connected:
         if reason is not None:
             errors.append({"field": where + kind.handler_field, "error": reason})
     return errors
+
+
+def network_refusal(network: str, nodes: int, workers: Iterable[WorkerView]) -> str | None:
+    """Why a training task with shipped code on ``nodes`` nodes, whose ranks need ``network``
+    (:func:`ranks_network`), is refused at submit: workers that run shipped code are connected,
+    each reports its task network, and none gives the ranks one to meet on. None when one does or
+    does not report it, or when no worker that runs shipped code is connected (the task waits; its
+    pending reason names the flag)."""
+    shipped = [w for w in workers if w.accept_bundles]
+    if not network or not shipped or any(meets_network(network, w) for w in shipped):
+        return None
+    seen = ", ".join(f"{w.worker_id} with {TASK_NETWORK_FLAG} {w.task_network}" for w in shipped[:5])
+    more = f" and {len(shipped) - 5} more" if len(shipped) > 5 else ""
+    if network == "host":
+        need, fix = f"on {nodes} nodes needs its ranks to reach each other across machines", "host (or --sandbox none)"
+    else:
+        need, fix = "needs a network for its ranks' rendezvous", "loopback or host"
+    return (f"a training task with a bundle {need}, and no connected worker that runs shipped code gives them one "
+            f"({seen}{more}); a worker's operator allows it with the worker flag {TASK_NETWORK_FLAG} {fix}")
 
 
 def gang_pending_reason(key: ReqKey, nodes: int, workers: Iterable[WorkerView]) -> str:
@@ -301,8 +364,9 @@ def pending_reason(key: ReqKey, workers: Iterable[WorkerView]) -> str:
 def _static_fit(key: ReqKey, w: WorkerView) -> bool:
     """``unmet`` without its one changing input (the memory a worker offers, from heartbeats):
     what a worker registered with decides this once per session."""
-    hardware, tags, min_mem, _, module, handler, bundle = key
-    return ((w.accept_bundles or not bundle) and all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
+    hardware, tags, min_mem, _, module, handler, bundle, network = key
+    return ((w.accept_bundles or not bundle) and meets_network(network, w)
+            and all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
             and not (min_mem and w.memory_gb < min_mem)
             and not (module and not module_allowed(module, w.model_modules))
             and not (handler and w.handlers is not None and handler not in w.handlers))

@@ -1,6 +1,6 @@
 """The placement index chooses what the scan of the fleet chooses (``pick_worker``, ``pick_ahead``):
 the most free slots (or room ahead), ties to the lowest id, among workers meeting the task's
-hardware, tags, memory, model-module and handler requirements, through every change a worker's
+hardware, tags, memory, model-module, handler, bundle and task-network requirements, through every change a worker's
 slots, window, health and offered memory go through."""
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from distributed_testing.coordinator.core.placement import (
 
 KEYS: list[ReqKey] = [
     NO_REQUIREMENTS,
-    (("cuda",), (), 0.0, 0, "", "", False),
-    ((), ("fast",), 0.0, 0, "", "", False),
-    ((), (), 16.0, 0, "", "", False),
-    ((), (), 0.0, 2000, "", "", False),
-    ((), (), 0.0, 0, "mymodels", "", False),
-    ((), (), 0.0, 0, "", "square", False),
-    (("cpu", "cuda"), ("fast",), 8.0, 500, "", "square", False),
-    ((), (), 0.0, 0, "", "", True),
+    (("cuda",), (), 0.0, 0, "", "", False, ""),
+    ((), ("fast",), 0.0, 0, "", "", False, ""),
+    ((), (), 16.0, 0, "", "", False, ""),
+    ((), (), 0.0, 2000, "", "", False, ""),
+    ((), (), 0.0, 0, "mymodels", "", False, ""),
+    ((), (), 0.0, 0, "", "square", False, ""),
+    (("cpu", "cuda"), ("fast",), 8.0, 500, "", "square", False, ""),
+    ((), (), 0.0, 0, "", "", True, ""),
+    ((), (), 0.0, 0, "", "", True, "loopback"),
+    ((), (), 0.0, 0, "", "", True, "host"),
 ]
 
 
@@ -37,7 +39,8 @@ def _view(rng: random.Random, i: int) -> WorkerView:
         frozenset(rng.sample(["fast", "big"], rng.randint(0, 2))), rng.choice([4.0, 8.0, 32.0]),
         rng.randint(0, 3), model_modules=rng.choice([(), ("mymodels",)]),
         handlers=rng.choice([None, frozenset(), frozenset({"square"})]),
-        available_memory_mb=rng.choice([None, 100.0, 4000.0]), window=rng.choice([0, 0, 1, 4]))
+        available_memory_mb=rng.choice([None, 100.0, 4000.0]), window=rng.choice([0, 0, 1, 4]),
+        accept_bundles=rng.random() < 0.7, task_network=rng.choice([None, "none", "loopback", "host"]))
 
 
 def _check(index: PlacementIndex, views: dict[str, WorkerView]) -> None:
@@ -109,7 +112,7 @@ def test_a_worker_offering_too_little_memory_returns_after_a_heartbeat_offers_mo
     index = PlacementIndex()
     v = WorkerView("w", frozenset(), frozenset(), 1, 1, available_memory_mb=100.0)
     index.add(v)
-    key: ReqKey = ((), (), 0.0, 500, "", "", False)
+    key: ReqKey = ((), (), 0.0, 500, "", "", False, "")
     assert index.pick_worker(key) is None
     v.available_memory_mb = 800.0
     index.touch("w")
