@@ -56,7 +56,7 @@ class CoordinatorConfig:
     auth_fail_window_s: float = 60.0
     # per-key quotas (coordinator/core/quota.py, docs/security.md "Quotas"); 0: off
     max_queued_per_key: int = 10000  # tasks queued or running per key
-    max_payload_mb_per_key: int = 64  # MiB of task specs (as JSON) queued or running per key
+    max_payload_mb_per_key: int = 64  # MiB of task specs (as weighed in memory) queued or running per key
     metrics: str = "key"  # GET /metrics on the main port: "key" (a credential with metrics:read) or "off"
     metrics_port: int | None = None  # also serve /metrics, open, on this port of ``host`` (0: any free one)
     dashboard: bool = False  # also serve the dashboard under /dashboard (distributed_testing/dashboard)
@@ -70,6 +70,7 @@ class CoordinatorConfig:
     max_bundle_mb: float = 1024.0
     max_bundle_file_mb: float = 100.0
     bundle_retention_s: float = 7 * 86400.0
+    max_blob_mb_per_key: int = 2048  # MiB of bundle blobs one key may hold (coordinator/bundle_access.py); 0: off
 
     def __post_init__(self) -> None:
         """The rules between settings; each setting's own type and bounds are checked once, where

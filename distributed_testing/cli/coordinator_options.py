@@ -179,11 +179,20 @@ COORDINATOR_SETTINGS: tuple[Setting, ...] = (
             doc="tasks one key may have queued or running; past it 429 with `Retry-After`, or 413 for one submission over it by itself; 0: off; see "
                 "[security.md](security.md#quotas)", shown_default="10000"),
     Setting("--max-payload-mb-per-key", type=int, lo=0, metavar="MIB", env="DT_MAX_PAYLOAD_MB_PER_KEY", default=64,
-            help="MiB of task specs (as JSON) one API key may have queued or running at once; a submission "
-                 "past it gets 429 with Retry-After (413 if it is over the cap by itself); 0 turns this off "
-                 "(default 64)",
-            doc="MiB of task specs, as JSON, one key may have queued or running; past it 429, or 413 for one submission over it by itself; 0: off",
+            help="MiB of task specs one API key may have queued or running at once, each weighed as its JSON "
+                 "plus 192 bytes per value it holds (what it costs in memory); a submission past it gets 429 "
+                 "with Retry-After (413 if it is over the cap by itself); 0 turns this off (default 64)",
+            doc="MiB of task specs one key may have queued or running, each weighed as its JSON plus 192 bytes per "
+                "value (what it costs in memory); past it 429, or 413 for one submission over it by itself; 0: off; "
+                "see [security.md](security.md#quotas)",
             shown_default="64"),
+    Setting("--max-blob-mb-per-key", type=int, lo=0, metavar="MIB", env="DT_MAX_BLOB_MB_PER_KEY", default=2048,
+            help="MiB of bundle files (blobs and manifests) one API key may keep stored, each file counted once; "
+                 "an upload past it gets 413 (files no upload or task used within --bundle-retention are "
+                 "deleted); 0 turns this off (default 2048)",
+            doc="MiB of bundle files (blobs and manifests) one key may keep stored, each counted once; past it 413; "
+                "0: off; see [security.md](security.md#quotas)",
+            shown_default="2048"),
     Setting("--metrics", choices=METRICS_MODES, env="DT_METRICS", default="key", shown="--metrics key\\|off",
             help="GET /metrics (Prometheus) on the main port: key = needs a credential with metrics:read "
                  "(admin, submitter, viewer), off = not served there (default key)",

@@ -1,13 +1,19 @@
 """REST handlers for bundles: blobs by digest and manifests (see ``distributed_testing.bundles``).
 
 The route table (``api.ROUTES``) declares each route's permission; ``bundles:upload`` also needs a
-key created with ``--allow-code`` (``api.authorize``). Every blob's digest is checked on arrival
-(400 on a mismatch; ``POST /blobs`` stores several small blobs in one body, all or none); a blob over ``--max-bundle-file-mb`` is refused with 413 before more than
-the cap is read; a manifest is accepted only when every blob it lists is stored (400 naming the
-missing ones) and its files fit ``--max-bundle-mb`` and the per-file cap (413 naming the largest).
-A task that names a bundle is checked at submit (``check_bundles``): the key may ship code, the
-manifest is stored and holds what the task's config names (a test file, a handler's module); its blobs are then marked used, so ``--bundle-retention`` counts from the
-youngest task that refers to them. ``sweep`` deletes blobs no upload or task used within it.
+key created with ``--allow-code`` (``api.authorize``), and what a key may read or name in a task
+is the ownership rule of ``bundle_access.py`` on top of ``bundles:read`` (404 otherwise). Every
+blob's digest is checked on arrival (400 on a mismatch; ``POST /blobs`` stores several small
+blobs in one body of at most ``BATCH_CAP``, all or none; ``PUT /blobs/{d}`` streams to disk); a
+blob over ``--max-bundle-file-mb`` is refused with 413 before more than the cap is read, and one
+past the key's ``--max-blob-mb-per-key`` with 413. A manifest is accepted only when the key holds
+every blob it lists (400 naming the missing ones), each file's declared size is its blob's (400
+naming the file), and its files fit ``--max-bundle-mb`` and the per-file cap (413 naming the
+largest). A task that names a bundle is checked at submit (``check_bundles``): the key may ship
+code, the manifest was accepted by the manifest route for this key (an admin: for any) and holds
+what the task's config names (a test file, a handler's module); its blobs are then marked used,
+so ``--bundle-retention`` counts from the youngest task that refers to them. ``sweep`` deletes
+blobs no upload or task used within it.
 """
 
 from __future__ import annotations
@@ -24,14 +30,20 @@ from ..bundles import manifest as mf
 from ..errors import NotFound, PermissionDenied, TooLarge, ValidationError
 from ..process.httpstream import unreadable
 from ..security import auth as sa
+from ..security.roles import Role
 from ..tasks import kinds
 from ..tasks.spec import TaskSpec
-from .rest import read_body
+from . import bundle_access as access
+from .rest import PRINCIPAL, read_body
 from .runtime import RUNTIME, Runtime
+from .store.blobs import OverQuota
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 MAX_MISSING_QUERY = 20_000
+# The largest ``POST /blobs`` body: twice what the uploader sends in one (bundles/upload.py,
+# BATCH_BYTES), which falls back to one PUT per blob on a 413; it is read into memory, a PUT is not.
+BATCH_CAP = 8 * MIB
 ALLOW_CODE_HINT = "create one with: dt keys create --role submitter --allow-code"
 
 
@@ -92,19 +104,23 @@ async def missing_blobs(request: web.Request) -> web.Response:
     if not isinstance(digests, list) or len(digests) > MAX_MISSING_QUERY or not all(map(dg.is_digest, digests)):
         raise ValidationError([{"field": "digests", "error": f"must be a list of at most {MAX_MISSING_QUERY} "
                                 "SHA-256 digests (64 lower-case hex characters)"}])
-    rt = request.app[RUNTIME]
-    return web.json_response({"missing": await rt.blobs.missing(dict.fromkeys(digests))})
+    rt = request.app[RUNTIME]  # what this key does not hold: another key's upload is not used, nor told of
+    return web.json_response({"missing": await rt.blobs.missing(dict.fromkeys(digests), request[PRINCIPAL].key_id)})
 
 
 async def put_blob(request: web.Request) -> web.Response:
-    """Store one blob; 201 when new, 200 when it was already there."""
+    """Store one blob, streamed to disk, held by the caller's key; 201 when new, 200 when it was
+    already there."""
     d = _digest_param(request)
-    rt = request.app[RUNTIME]
-    data = await read_capped(request, body_cap(rt), f"blob {d}")
-    if dg.of_bytes(data) != d:
-        raise ValidationError([{"field": "digest", "error": f"the body's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
-    created = await rt.blobs.put(d, data, rt.clock())
-    return web.json_response({"digest": d, "size": len(data), "created": created}, status=201 if created else 200)
+    rt, principal = request.app[RUNTIME], request[PRINCIPAL]
+    check_length(request, body_cap(rt), f"blob {d}")
+    await access.check_room(rt, principal, d, request.content_length)
+    path, size = await access.receive(request, rt, d, body_cap(rt), f"blob {d}")
+    try:
+        created = await rt.blobs.put_file(d, path, rt.clock(), principal.key_id, limit=access.blob_limit(rt))
+    except OverQuota as exc:
+        raise access.over_quota(exc, principal) from None
+    return web.json_response({"digest": d, "size": size, "created": created}, status=201 if created else 200)
 
 
 def split_batch(body: bytes) -> list[tuple[str, bytes]]:
@@ -136,17 +152,23 @@ def split_batch(body: bytes) -> list[tuple[str, bytes]]:
 
 async def put_blobs(request: web.Request) -> web.Response:
     """Store several blobs sent in one body; all or none (every digest is checked first)."""
-    rt = request.app[RUNTIME]
-    blobs = split_batch(await read_capped(request, body_cap(rt), "batch"))
-    created = await rt.blobs.put_many(blobs, rt.clock())
+    rt, principal = request.app[RUNTIME], request[PRINCIPAL]
+    blobs = split_batch(await read_capped(request, min(body_cap(rt), BATCH_CAP), "batch"))
+    try:
+        created = await rt.blobs.put_many(blobs, rt.clock(), principal.key_id, limit=access.blob_limit(rt))
+    except OverQuota as exc:
+        raise access.over_quota(exc, principal) from None
     return web.json_response({"stored": len(blobs), "created": created})
 
 
 async def get_blob(request: web.Request) -> web.Response:
+    """A blob the caller may read (``bundle_access.may_read``); 404 otherwise, as for none."""
     d = _digest_param(request)
-    data = await request.app[RUNTIME].blobs.get(d)
+    rt = request.app[RUNTIME]
+    data = await rt.blobs.get(d) if await access.may_read(rt, request[PRINCIPAL], d, bundle=False) else None
     if data is None:
-        raise NotFound(f"no blob {d}")
+        raise NotFound(f"no blob {d} this key may read (its uploader's, an admin's, or a worker's that runs a task "
+                       "naming it)")
     return _octets(data)
 
 
@@ -163,29 +185,41 @@ def check_caps(m: mf.Manifest, max_bundle: int, max_file: int) -> None:
 
 
 async def put_manifest(request: web.Request) -> web.Response:
-    """Store a manifest whose blobs are all stored; marks them used."""
+    """Store a manifest whose blobs the key all holds, each of the size it declares, as a bundle
+    of the key; marks them used."""
     d = _digest_param(request)
-    rt = request.app[RUNTIME]
+    rt, principal = request.app[RUNTIME], request[PRINCIPAL]
     data = await read_capped(request, body_cap(rt), "manifest")
     if dg.of_bytes(data) != d:
         raise ValidationError([{"field": "digest", "error": f"the manifest's SHA-256 is {dg.of_bytes(data)}, not {d}"}])
     m = mf.decode(data)
     check_caps(m, int(rt.config.max_bundle_mb * MIB), int(rt.config.max_bundle_file_mb * MIB))
-    absent = await rt.blobs.missing(sorted(m.digests()))
+    stored = await rt.blobs.sizes(sorted(m.digests()), principal.key_id)
+    absent = sorted(m.digests() - stored.keys())
     if absent:
         where = {f.digest: f.path for f in m.files}
         raise ValidationError([{"field": f"blob {a}", "error": f"not uploaded (file {where[a]})"} for a in absent[:50]])
+    lying = [f for f in m.files if f.size != stored[f.digest]]
+    if lying:  # the caps above were checked against the declared sizes
+        raise ValidationError([{"field": f"manifest.files[{f.path}].size", "error": f"declares {f.size} bytes; its blob "
+                                f"{f.digest} has {stored[f.digest]}"} for f in lying[:50]])
     now = rt.clock()
     await rt.blobs.touch(m.digests(), now)
-    created = await rt.blobs.put(d, data, now)
+    try:
+        created = await rt.blobs.put(d, data, now, principal.key_id, limit=access.blob_limit(rt), bundle=True)
+    except OverQuota as exc:
+        raise access.over_quota(exc, principal) from None
     return web.json_response({"bundle": d, "files": len(m.files), "size": m.total_size}, status=201 if created else 200)
 
 
 async def get_manifest(request: web.Request) -> web.Response:
+    """A bundle the caller may read (``bundle_access.may_read``); 404 otherwise, as for none."""
     d = _digest_param(request)
-    data = await request.app[RUNTIME].blobs.get(d)
+    rt = request.app[RUNTIME]
+    data = await rt.blobs.get(d) if await access.may_read(rt, request[PRINCIPAL], d, bundle=True) else None
     if data is None:
-        raise NotFound(f"no bundle {d}")
+        raise NotFound(f"no bundle {d} this key may read (its uploader's, an admin's, or a worker's that runs a task "
+                       "naming it)")
     return web.Response(body=data, content_type="application/json")
 
 
@@ -198,10 +232,10 @@ async def check_bundles(rt: Runtime, principal: sa.Principal, tasks: Sequence[Ta
     if not wanted:
         return
     require_allow_code(principal)
-    absent = await rt.blobs.missing(wanted)
+    absent = [d for d in wanted if not await _accepted(rt, principal, d)]
     if absent:
-        raise ValidationError([{"field": "bundle", "error": f"bundle {a} was not uploaded (upload it first: "
-                                "dt submit --bundle DIR)"} for a in absent])
+        raise ValidationError([{"field": "bundle", "error": f"bundle {a} was not uploaded by this key through "
+                                "PUT /api/v1/bundles (upload it first: dt submit --bundle DIR)"} for a in absent])
     manifests = {d: mf.decode(data) for d in wanted if (data := await rt.blobs.get(d)) is not None}
     files = {d: frozenset(f.path for f in m.files) for d, m in manifests.items()}
     registry, errors = kinds.active(), []
@@ -215,6 +249,12 @@ async def check_bundles(rt: Runtime, principal: sa.Principal, tasks: Sequence[Ta
     now = rt.clock()
     for d, m in manifests.items():
         await rt.blobs.touch({d, *m.digests()}, now)
+
+
+async def _accepted(rt: Runtime, principal: sa.Principal, digest: str) -> bool:
+    """Whether the manifest route accepted bundle ``digest`` for this key (an admin's: for any)."""
+    holders = await rt.blobs.holders(digest)
+    return holders.get(principal.key_id, False) or principal.role == Role.ADMIN and any(holders.values())
 
 
 async def sweep(rt: Runtime, active_bundles: Iterable[str]) -> int:

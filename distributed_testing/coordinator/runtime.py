@@ -57,8 +57,8 @@ from .core.state import CoordinatorState
 from .events import EventHub
 from .group import Group, LeadershipLost, NotLeader, default_advertise_url
 from .metrics import Metrics
+from .store import blobs_for
 from .store.base import TERMINAL, Store
-from .store.blobs import blobs_for
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)

@@ -9,13 +9,15 @@ asyncpg.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...errors import StoreError
 from .base import SCHEMA_VERSION, ResultQuery, Store
+from .blobs import BlobStore, DirBlobs, MemoryBlobs
 from .memory import MemoryStore
 
-__all__ = ["SCHEMA_VERSION", "MemoryStore", "ResultQuery", "Store", "open_store"]
+__all__ = ["SCHEMA_VERSION", "MemoryStore", "ResultQuery", "Store", "blobs_for", "open_store"]
 
 
 def open_store(url_or_path: str | Path) -> Store:
@@ -64,3 +66,16 @@ def _duckdb_store(path: Path) -> Store:
     from .duckdb import DuckDBStore
 
     return DuckDBStore(path)
+
+
+def blobs_for(store: Any) -> BlobStore:
+    """The home of bundle blobs that goes with ``store`` (``blobs.py``): a directory beside a
+    DuckDB file, PostgreSQL's tables, or memory."""
+    kind = type(store).__name__
+    if kind == "PostgresStore":
+        from .pgblobs import PgBlobs
+
+        return PgBlobs(store)
+    if kind == "DuckDBStore":
+        return DirBlobs(store.path.with_name(store.path.name + ".blobs"))
+    return MemoryBlobs()

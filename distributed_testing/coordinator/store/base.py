@@ -25,7 +25,7 @@ from ...tasks.states import TERMINAL as TERMINAL
 from ...tasks.states import TaskState
 from ..core.rows import Record, ResultRow, Snapshot, TaskRow
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class ResultQuery(msgspec.Struct, frozen=True):

@@ -35,8 +35,14 @@ def _keys_allow_code(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("UPDATE api_keys SET allow_code = 'false'")
 
 
+def _blob_holds(con: duckdb.DuckDBPyConnection) -> None:
+    """3 -> 4: which keys hold which bundle blobs; a DuckDB store keeps that in files beside its
+    blobs (store/blobs.py, DirBlobs), so its tables do not change."""
+
+
 # Upgrades from schema version N to N + 1, run in one transaction with the version bump.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code,
+                                                                      3: _blob_holds}
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:

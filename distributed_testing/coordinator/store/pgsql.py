@@ -27,8 +27,8 @@ import msgspec
 
 from ..core.rows import FORGOTTEN, KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
 from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
-from .blobs import BLOBS_DDL
 from .filters import Dialect, Params, describe, render
+from .pgblobs import BLOB_REFS_DDL, BLOB_REFS_INDEX, BLOBS_DDL
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -149,6 +149,8 @@ def schema_ddl() -> list[str]:
         *INDEXES,
         LEASE_DDL,
         BLOBS_DDL,
+        BLOB_REFS_DDL,
+        BLOB_REFS_INDEX,
     ]
 
 

@@ -58,7 +58,7 @@ from ...retry import Backoff, retry_async
 from ..core.rows import KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
 from . import postgres_reads as reads
 from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
-from .blobs import BLOBS_DDL
+from .pgblobs import BLOB_REFS_DDL, BLOB_REFS_INDEX, BLOBS_DDL
 from .pgsql import (
     ACTIVE_SQL,
     KEYS_CHANNEL,
@@ -95,9 +95,16 @@ async def _keys_allow_code_and_blobs(con: asyncpg.Connection) -> None:
     await con.execute(BLOBS_DDL)
 
 
+async def _blob_holds(con: asyncpg.Connection) -> None:
+    """3 -> 4: ``dt_blob_refs``, which keys hold which blobs (existing blobs are held by none: a
+    key that wants one uploads it again, store/pgblobs.py)."""
+    await con.execute(BLOB_REFS_DDL)
+    await con.execute(BLOB_REFS_INDEX)
+
+
 # Upgrades from schema version N to N + 1 (coroutine functions), run with the version bump in the
 # schema transaction. Version 2 is the first this backend has.
-MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs}
+MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs, 3: _blob_holds}
 
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}

@@ -50,11 +50,10 @@ async def test_only_missing_blobs_are_uploaded_and_stored_once(tmp_path: Path) -
         one = await upload(c, key, tree)
         assert (one.blobs_sent, one.bytes_sent) == (1, len("X = 'changed'\n"))
         assert one.digest != cold.digest
-        worker_key = await c.create_key("worker")
-        status, data = await raw(c, "GET", f"/api/v1/bundles/{one.digest}", worker_key)
+        status, data = await raw(c, "GET", f"/api/v1/bundles/{one.digest}", key)  # its uploader reads it back
         assert status == 200 and {f.path for f in mf.decode(data).files} >= {"pkg/m3.py", "same2.txt"}
         d = hashlib.sha256(b"X = 'changed'\n").hexdigest()
-        assert await raw(c, "GET", f"/api/v1/blobs/{d}", worker_key) == (200, b"X = 'changed'\n")
+        assert await raw(c, "GET", f"/api/v1/blobs/{d}", key) == (200, b"X = 'changed'\n")
 
 
 async def test_blobs_live_beside_a_duckdb_store_once_each_even_when_uploaded_at_once(tmp_path: Path) -> None:
@@ -64,8 +63,9 @@ async def test_blobs_live_beside_a_duckdb_store_once_each_even_when_uploaded_at_
         d = hashlib.sha256(data).hexdigest()
         answers = await asyncio.gather(*(raw(c, "PUT", f"/api/v1/blobs/{d}", key, data) for _ in range(8)))
         assert sorted(s for s, _ in answers)[-1] in (200, 201) and {s for s, _ in answers} <= {200, 201}
-        stored = [p for p in (tmp_path / "coord.duckdb.blobs").rglob("*") if p.is_file()]
+        stored = [p for p in (tmp_path / "coord.duckdb.blobs").glob("??/*") if p.is_file()]
         assert [p.name for p in stored] == [d] and stored[0].read_bytes() == data
+        assert await c.runtime.blobs.usage(key.split("_")[1]) == len(data)  # held once, counted once
 
 
 def records(*blobs: tuple[str, bytes]) -> bytes:
@@ -208,7 +208,7 @@ async def test_retention_deletes_unused_blobs_and_keeps_those_of_unfinished_task
 
 async def test_on_postgresql_the_blobs_live_in_the_database(pg_url: str) -> None:
     """Every HA member reads the same table; concurrent stores of one digest keep one row."""
-    from distributed_testing.coordinator.store.blobs import PgBlobs
+    from distributed_testing.coordinator.store.pgblobs import PgBlobs
     from distributed_testing.coordinator.store.postgres import PostgresStore
 
     store = PostgresStore(pg_url)
@@ -228,7 +228,7 @@ async def test_on_postgresql_the_blobs_live_in_the_database(pg_url: str) -> None
 
 
 async def test_on_postgresql_a_batch_is_one_upsert(pg_url: str) -> None:
-    from distributed_testing.coordinator.store.blobs import PgBlobs
+    from distributed_testing.coordinator.store.pgblobs import PgBlobs
     from distributed_testing.coordinator.store.postgres import PostgresStore
 
     store = PostgresStore(pg_url)

@@ -125,7 +125,7 @@ async def test_a_schema_2_database_gets_the_blob_table_and_keys_that_may_not_shi
         store: PostgresStore, admin: asyncpg.Connection, pg_url: str) -> None:
     await store.close()
     await admin.execute("ALTER TABLE api_keys DROP COLUMN allow_code")
-    await admin.execute("DROP TABLE dt_blobs")
+    await admin.execute("DROP TABLE dt_blob_refs, dt_blobs")
     await admin.execute("INSERT INTO api_keys VALUES ('k1', 'ci', 'submitter', 'h', 1.0, NULL, NULL)")
     await admin.execute("UPDATE schema_version SET version = 2")
     again = PostgresStore(pg_url)
@@ -133,6 +133,7 @@ async def test_a_schema_2_database_gets_the_blob_table_and_keys_that_may_not_shi
     await again.close()
     assert [(k.key_id, k.allow_code) for k in snap.keys] == [("k1", False)]
     assert await admin.fetchval("SELECT to_regclass('dt_blobs') IS NOT NULL")
+    assert await admin.fetchval("SELECT to_regclass('dt_blob_refs') IS NOT NULL")  # 3 -> 4: which keys hold which
 
 
 @pytest.mark.asyncio
