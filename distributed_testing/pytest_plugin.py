@@ -22,6 +22,11 @@ and paths select as usual):
   their sandbox. That needs a submitter key created with ``--allow-code``. ``--dt-shared-tree``
   sends no files instead: each worker runs the tests from its own ``--test-root``, which must
   hold the same tree (a shared or synchronised checkout).
+* **So is the Python environment.** With a shipped tree, every task carries the distributions
+  installed where this pytest runs (``name==version``; a local install inside the tree as
+  ``./dir``; :mod:`.bundles.environment`) as its ``requirements.python``, and the workers run the
+  tests in an environment of that set alone, built once per worker host. A ``requirements.txt``
+  at the tree's root replaces the set (the worker reads it); ``--dt-no-env`` sends none.
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
   the worker (the form pytest-xdist uses) and are replayed here under the local node id: outcome,
   the remote traceback with its crash line in the short summary, captured stdout/stderr/log
@@ -51,12 +56,14 @@ from typing import Any, Literal
 
 import pytest
 
+from .bundles.environment import LocalInstallError, capture
 from .bundles.upload import UploadError, upload_with_stats
 from .cli.common import seconds
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError
 from .security import tls
+from .tasks import pyreqs
 from .tasks.pytest_marker import DT_MARKER
 
 POLL_S = 0.5
@@ -76,6 +83,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dt-shared-tree", action="store_true",
                     help="ship no files: the workers' --test-root holds the same tree as --dt-test-root "
                          "(default: upload the tree as a bundle; needs an --allow-code key and --accept-bundles workers)")
+    group.addoption("--dt-no-env", action="store_true",
+                    help="send no Python environment with a shipped tree (default: the distributions installed "
+                         "here travel, name==version, and the workers run the tests in that set; a "
+                         "requirements.txt at the tree's root replaces it)")
     group.addoption("--dt-timeout", type=seconds, default=3600.0, metavar="S",
                     help="give up waiting for the fleet after S seconds and cancel what is left (default 3600)")
     group.addoption("--dt-unschedulable-timeout", type=seconds, default=30.0, metavar="S",
@@ -201,6 +212,15 @@ def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0) -> dict[str, A
     return doc
 
 
+def with_fields(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the fields of ``extra``; ``requirements`` merged (a chunk's ``dt`` marker and
+    the environment's ``python``)."""
+    out = {**doc, **extra}
+    if "requirements" in doc and "requirements" in extra:
+        out["requirements"] = {**doc["requirements"], **extra["requirements"]}
+    return out
+
+
 def _client(config: pytest.Config) -> ApiClient:
     env = environ()
     try:
@@ -283,10 +303,12 @@ class FleetRunner:
 
     def ship_tree(self, fleet: Fleet) -> dict[str, Any]:
         """Task fields that make the workers run this tree; merged into every task document:
-        ``{"bundle": digest}`` after uploading what the coordinator lacks, or nothing with
-        ``--dt-shared-tree`` (the workers' ``--test-root`` mirrors ``self.root``)."""
+        ``{"bundle": digest}`` after uploading what the coordinator lacks, with the environment
+        (:meth:`environment`) as ``requirements.python``, or nothing with ``--dt-shared-tree``
+        (the workers' ``--test-root`` mirrors ``self.root``)."""
         if self.config.getoption("--dt-shared-tree"):
             return {}
+        python = self.environment()  # refused before anything is sent
         try:
             stats = upload_with_stats(fleet.api.base_url, fleet.api.credential, self.root,
                                       ssl_context=fleet.api.ssl_context)
@@ -299,7 +321,23 @@ class FleetRunner:
         if reporter is not None:
             reporter.write_line(f"distributed_testing: bundle {stats.digest} ({stats.files} files; uploaded "
                                 f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
-        return {"bundle": stats.digest}
+        return {"bundle": stats.digest, **({"requirements": {"python": python}} if python else {})}
+
+    def environment(self) -> list[str]:
+        """The distributions the shipped tasks run in (:mod:`.bundles.environment`); none with
+        ``--dt-no-env`` or where the tree's own ``requirements.txt`` chooses (the worker reads it)."""
+        if self.config.getoption("--dt-no-env") or (self.root / "requirements.txt").is_file():
+            return []
+        try:
+            python = capture(self.root)
+        except LocalInstallError as exc:
+            raise pytest.UsageError(f"distributed_testing: the Python environment cannot travel: {exc} "
+                                    "(--dt-no-env sends none)") from exc
+        if len(python) > pyreqs.MAX_ENTRIES:
+            raise pytest.UsageError(f"distributed_testing: {len(python)} distributions are installed here, more than "
+                                    f"a task may carry ({pyreqs.MAX_ENTRIES}): list what the tests need in a "
+                                    "requirements.txt at the tree's root, or pass --dt-no-env")
+        return python
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -324,7 +362,7 @@ class FleetRunner:
         run_id = f"{int(time.time() * 1000):x}"
         extra = self.ship_tree(fleet)
         maxfail = int(self.config.getoption("maxfail") or 0)
-        docs = [{**task_doc(c, i, run_id, maxfail), **extra} for i, c in enumerate(chunks)]
+        docs = [with_fields(task_doc(c, i, run_id, maxfail), extra) for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
             fleet.submit(docs)

@@ -5,6 +5,12 @@ submission whose answer was lost in a failover is re-sent as the same tasks (ide
 one URL, which may be a load balancer's in front of a group (``client.ApiClient`` retries it for
 the failover bound), and the wait goes on against whichever member leads.
 
+With ``--bundle DIR`` every ``test`` task that names no ``requirements.python`` of its own
+carries the Python environment ``dt`` runs in (:mod:`..bundles.environment`: the installed
+distributions, ``name==version``), so the workers run its tests in that set; a
+``requirements.txt`` at DIR's root replaces it and ``--no-env`` sends none. Other kinds run this
+package's own runner in the child, beside the worker's packages: they take an explicit list.
+
 The wait polls ``GET /api/v1/tasks/{id}`` for each unfinished task every ``POLL_S`` seconds (at
 most ``MAX_POLLS_PER_ROUND`` requests a round, taking the unfinished tasks in turn), feeds a
 :mod:`.progress` display, and ends when every task is final, when ``--timeout`` passes, or, with
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..bundles.environment import LocalInstallError, capture
 from ..bundles.upload import UploadError, upload_with_stats
 from ..errors import ConfigError, ValidationError
 from . import compare
@@ -48,6 +55,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp.add_argument("--bundle", type=Path, metavar="DIR",
                     help="upload DIR as a bundle (only the files the coordinator lacks; .gitignore and .dtignore "
                          "honoured) and run every task on that tree; needs a key created with --allow-code")
+    sp.add_argument("--no-env", action="store_true",
+                    help="with --bundle: send no Python environment (default: each test task without its own "
+                         "requirements.python carries the distributions installed where dt runs; a requirements.txt "
+                         "at the bundle's root replaces them)")
     sp.add_argument("--wait", action="store_true", help="wait for every task to finish, showing progress on stderr")
     sp.add_argument("--timeout", type=seconds, metavar="S",
                     help="stop waiting after S seconds, exit 4 (default 3600); the tasks stay queued "
@@ -99,6 +110,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         compare.policy_from_args(ns)
         compare.check_baseline(api, ns.baseline)
     if ns.bundle is not None:
+        doc = with_environment(doc, bundle_environment(ns.bundle, ns.no_env))  # refused before anything is sent
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
     # ids make a re-send after a lost answer harmless (the same tasks), with one URL too: it may be
     # a load balancer's in front of a group
@@ -153,6 +165,31 @@ def with_bundle(doc: Any, digest: str) -> Any:
     if isinstance(doc, list):
         return [with_bundle(t, digest) if isinstance(t, dict) else t for t in doc]
     return doc
+
+
+def bundle_environment(root: Path, no_env: bool) -> list[str]:
+    """The distributions a bundle's test tasks run in (:mod:`..bundles.environment`); none with
+    ``--no-env`` or where the bundle's own ``requirements.txt`` chooses (the worker reads it)."""
+    if no_env or (root / "requirements.txt").is_file():
+        return []
+    try:
+        return capture(root)
+    except LocalInstallError as exc:
+        raise ConfigError(f"--bundle {root}: the Python environment cannot travel: {exc} (--no-env sends none)") from exc
+
+
+def with_environment(doc: Any, python: list[str]) -> Any:
+    """``doc`` with ``requirements.python`` set to ``python`` on every ``test`` task object that
+    has none of its own (its own list is the submitter's choice); anything else is left for the
+    coordinator to judge."""
+    def one(t: Any) -> Any:
+        if not python or not isinstance(t, dict) or t.get("type") != "test":
+            return t
+        req = t.get("requirements", {})
+        if not isinstance(req, dict) or req.get("python"):
+            return t
+        return {**t, "requirements": {**req, "python": python}}
+    return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
 
 
 def with_task_ids(doc: Any) -> Any:

@@ -26,7 +26,7 @@ import re
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-MAX_ENTRIES = 100
+MAX_ENTRIES = 500  # a captured environment (bundles/environment.py) lists every installed distribution
 MAX_LENGTH = 200
 _LOCAL = re.compile(r"^\./[A-Za-z0-9._/-]*$")
 

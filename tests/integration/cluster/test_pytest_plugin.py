@@ -46,11 +46,13 @@ def _suite(root: Path) -> None:
 
 
 async def _pytest(root: Path, url: str, key: str, *args: str, shared_tree: bool = True) -> tuple[int, str]:
+    """The plugin over ``root``; a shipped tree without the environment of this interpreter (its
+    torch and the rest: tests/integration/cluster/test_pytest_plugin_env.py ships one)."""
     plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
         else ["-p", "distributed_testing.pytest_plugin"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(root),
-        "--dt-coordinator", url, *(["--dt-shared-tree"] if shared_tree else []), *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
+        "--dt-coordinator", url, *(["--dt-shared-tree"] if shared_tree else ["--dt-no-env"]), *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
     return proc.returncode or 0, out.decode()
