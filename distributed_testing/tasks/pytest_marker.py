@@ -5,6 +5,8 @@ Test tasks run with this project's pytest plugin disabled (``-p no:distributed_t
 ``@pytest.mark.dt(...)`` (the plugin groups tests by it), which must stay a registered marker
 there, or ``--strict-markers`` would fail them. The worker loads this module instead
 (``-p distributed_testing.tasks.pytest_marker``); it adds no option and no hook but this one.
+Standalone: it imports nothing of this package, so a shipped run loads a copy of this file in an
+environment without the package (``worker/executors/test.py``, ``STANDALONE_PLUGINS``).
 """
 
 from __future__ import annotations
