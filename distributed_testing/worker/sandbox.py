@@ -224,13 +224,13 @@ class Sandbox:
         etc_files = [Path(f) for f in _etc_dirs() if os.path.exists(f)]
         readable = [*_code_dirs(), *(Path(p) for p in ro)]
         writable = [Path(p) for p in rw]
-        for d in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable]):
-            cmd += ["--perms", "0755", "--dir", str(d)]  # bwrap would make them 0700: the task could not pass
-        for f in etc_files:
-            cmd += ["--ro-bind", str(f), str(f)]
+        for parent in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable]):
+            cmd += ["--perms", "0755", "--dir", str(parent)]  # bwrap would make them 0700: the task could not pass
+        for path in etc_files:
+            cmd += ["--ro-bind", str(path), str(path)]
         etc = generated_etc()
-        for f in GENERATED_ETC:
-            cmd += ["--ro-bind", str(etc / Path(f).name), f]
+        for name in GENERATED_ETC:
+            cmd += ["--ro-bind", str(etc / Path(name).name), name]
         for p in readable:
             cmd += ["--ro-bind", str(p), str(p)]
         give(writable)
