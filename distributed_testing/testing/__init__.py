@@ -223,7 +223,7 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 
 @contextlib.asynccontextmanager
 async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
-                     tags: Sequence[str] = (), max_concurrent: int = 1,
+                     tags: Sequence[str] = (), max_concurrent: int = 1, accept_bundles: bool = False,
                      ) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
     """A hand-driven worker: real handshake and signed ``register``, then no application message
     and no ping at all, so the coordinator declares it dead after its TTL (``registered`` says
@@ -244,7 +244,8 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
         assert session_ids and session_ids[0], "no session id header at the handshake"
         ch = Channel(derive_session_key(credential, session_ids[0]))
         reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
-                         capabilities=["cpu"], tags=list(tags), max_concurrent=max_concurrent)
+                         capabilities=["cpu"], tags=list(tags), max_concurrent=max_concurrent,
+                         accept_bundles=accept_bundles)
         await ws.send_bytes(ch.seal(reg, time.time()))
         msg = await ws.receive(timeout=10)
         assert msg.type == aiohttp.WSMsgType.BINARY, msg

@@ -92,7 +92,7 @@ def test_the_defaults_take_a_big_ci_submission_and_weigh_tiny_objects_by_their_m
     assert status == 413 and "by itself" in str(body) and "--max-payload-mb-per-key" in str(body)
 
 
-@pytest.mark.parametrize("flag", ["--max-queued-per-key", "--max-payload-mb-per-key"])
+@pytest.mark.parametrize("flag", ["--max-queued-per-key", "--max-payload-mb-per-key", "--max-blob-mb-per-key"])
 def test_a_negative_quota_is_refused_at_start(flag: str, tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "run_coordinator.py"), "--db-path", "memory://", flag, "-1"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
