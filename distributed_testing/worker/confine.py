@@ -14,8 +14,9 @@ nothing but the system and Python) would break it. Its children get the reverse
   journal, blob cache, the cache directory), the directories of its key and token files, the
   cache directory and the scratch root of every other task are covered by an empty read-only
   ``tmpfs``, so they are absent, not merely unreadable, which holds for a worker running as root;
-  the task's own scratch directory is bound back in, writable, and the test root, the Python
-  installation and this package read-only where they lie inside one of them. Directories, each
+  the task's own scratch directory is bound back in, writable, and the test root, the
+  directories on the children's ``PYTHONPATH``, the Python installation and this package
+  read-only where they lie inside one of them. Directories, each
   made at start, because a mount covers only what exists when the child starts: DuckDB's WAL, the
   journal's segments and the first training run's cache directory appear later, and a new key
   renamed over the old one (``mv key.new key``) or reached through a swapped symlink (a Kubernetes
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..process.childenv import child_environ
 from .sandbox import PACKAGE_PARENT, available
 
 log = logging.getLogger(__name__)
@@ -177,10 +179,18 @@ def _shared() -> list[Path]:
     return [Path.home(), Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
 
 
-def _needed(config: Any) -> list[Path]:
+def _needed(config: Any, env: Mapping[str, str] | None = None) -> list[Path]:
     """What the operator's tasks read that may lie in a directory of the worker's: the test root,
-    the Python installation and this package."""
-    return [Path(config.test_root), Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT]
+    the Python installation, this package, and the directories on the ``PYTHONPATH`` the children
+    inherit (``env``, default: ``process.childenv``'s): the operator's own modules, such as an
+    allowed ``mymodels:build``, kept beside ``--db-path``."""
+    return [Path(config.test_root), Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT, *pythonpath(env)]
+
+
+def pythonpath(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The directories on the ``PYTHONPATH`` of ``env`` (default: what task children inherit), absolute."""
+    value = (child_environ() if env is None else env).get("PYTHONPATH", "")
+    return [Path(p).absolute() for p in value.split(os.pathsep) if p]
 
 
 def unhideable(directory: Path, needed: Sequence[Path]) -> str | None:
@@ -195,14 +205,14 @@ def unhideable(directory: Path, needed: Sequence[Path]) -> str | None:
             return f"it holds {s}"
     for n in needed:
         if n.resolve() == d:
-            return "tasks need it (the test root, the Python installation or this package)"
+            return "tasks need it (the test root, a PYTHONPATH entry, the Python installation or this package)"
     for code in (Path(sys.prefix), Path(sys.base_prefix), PACKAGE_PARENT):
         if d.is_relative_to(code.resolve()):
             return "it lies in the Python installation or this package"
     return None
 
 
-def plan(config: Any, cache_dir: Path) -> tuple[Confinement, list[str]]:
+def plan(config: Any, cache_dir: Path, env: Mapping[str, str] | None = None) -> tuple[Confinement, list[str]]:
     """What a confined child must not see (the worker's files), and a warning for each of them
     hidden by name only.
 
@@ -216,7 +226,7 @@ def plan(config: Any, cache_dir: Path) -> tuple[Confinement, list[str]]:
     at start (:func:`for_worker`), before the worker or a task writes into it."""
     base = state_base(config)
     scratch_root = base / f"scratch-{config.worker_id}"
-    needed = _needed(config)
+    needed = _needed(config, env)
     hide = [cache_dir, base / f"bundles-{config.worker_id}", scratch_root]
     by_name: list[Path] = []
     watch: list[Path] = []
