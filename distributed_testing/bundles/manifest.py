@@ -2,7 +2,8 @@
 
 See the package docstring for the contract. ``validate`` is what the coordinator and the worker
 apply to a manifest they did not make: paths are relative POSIX paths without ``.``, ``..`` or
-empty parts, unique, and no file sits where another path needs a directory.
+empty parts, within the ``MAX_NAME_BYTES`` / ``MAX_PATH_BYTES`` / ``MAX_DEPTH`` a worker can lay
+out, unique, and no file sits where another path needs a directory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from .ignore import Rules
 
 MANIFEST_VERSION = 1
 MAX_FILES = 200_000
-MAX_PATH = 4096
+# What a worker can lay out under its own directory: a name of at most 255 bytes (NAME_MAX of
+# Linux file systems), a path of at most 1,024 bytes (macOS's PATH_MAX, which leaves Linux's
+# 4,096 room for the worker's tree root) and 100 levels (tools that walk a tree recursively,
+# pathlib's mkdir among them, stop near Python's 1,000 frames).
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 1024
+MAX_DEPTH = 100
 
 
 class FileEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,18 +94,31 @@ def validate(m: Manifest) -> None:
 
 
 def _bad_path(path: str) -> str | None:
-    if not path or len(path) > MAX_PATH or "\x00" in path or "\\" in path:
-        return "path must be 1..4096 characters without NUL or backslash"
-    if path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+    if not path or "\x00" in path or "\\" in path:
+        return "path must be 1 or more characters without NUL or backslash"
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
         return "path must be relative, without '.', '..' or empty parts"
+    try:
+        size = len(path.encode())
+    except UnicodeEncodeError:
+        return "path is not valid UTF-8 (a name the file system gave in another encoding)"
+    if size > MAX_PATH_BYTES:
+        return f"path is {size:,} bytes; at most {MAX_PATH_BYTES:,} (UTF-8)"
+    if len(parts) > MAX_DEPTH:
+        return f"path is {len(parts):,} levels deep; at most {MAX_DEPTH}"
+    long = next((p for p in parts if len(p.encode()) > MAX_NAME_BYTES), None)
+    if long is not None:
+        return (f"the name {long[:40]!r}... is {len(long.encode()):,} bytes; a file or directory name is at most "
+                f"{MAX_NAME_BYTES} bytes (UTF-8)")
     return None
 
 
 def scan(root: Path) -> tuple[Manifest, dict[str, Path]]:
     """The manifest of the tree at ``root`` and where each digest's bytes are on disk.
 
-    ValidationError names a symlink that leaves ``root``, a symlinked directory, or a path the
-    manifest could not hold."""
+    ValidationError names a symlink that leaves ``root``, a symlinked directory, a symlink loop,
+    or a path the manifest could not hold."""
     root = Path(root).resolve(strict=True)
     if not root.is_dir():
         raise ValidationError([{"field": "bundle", "error": f"{root} is not a directory"}])
@@ -111,6 +131,9 @@ def scan(root: Path) -> tuple[Manifest, dict[str, Path]]:
 
 
 def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], sources: dict[str, Path]) -> None:
+    if rel_dir.count("/") + 1 >= MAX_DEPTH:  # a file below would be refused anyway; and the walk recurses
+        raise ValidationError([{"field": f"bundle: {rel_dir[:200]}", "error": f"directories nested more than "
+                                f"{MAX_DEPTH} levels deep; a bundle's paths are at most {MAX_DEPTH} levels"}])
     with os.scandir(root / rel_dir) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -125,7 +148,13 @@ def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], source
 
 
 def _symlink(root: Path, rel: str, path: Path, rules: Rules, files: list[FileEntry], sources: dict[str, Path]) -> None:
-    target = path.resolve()
+    try:
+        target = path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 says RuntimeError for a loop, 3.13 OSError (ELOOP)
+        if rules.ignored(rel, False):
+            return
+        raise ValidationError([{"field": f"bundle: {rel}", "error": f"the symlink cannot be followed: {exc}; remove it "
+                                "or ignore it in .dtignore"}]) from exc
     if rules.ignored(rel, target.is_dir()):
         return
     if not target.is_relative_to(root):
