@@ -29,7 +29,7 @@ async def test_a_bundle_tree_is_built_once_and_reused_without_the_coordinator(tm
     monkeypatch.setattr(wb, "MAX_TREES", 1)
     async with run_cluster(tmp_path / "c", workers=0) as c:
         code = await c.create_key("submitter", allow_code=True)
-        worker = await c.create_key("worker")
+        worker = code  # the uploader reads it back; a worker key only a bundle its tasks name (test_bundle_access.py)
         a = (await asyncio.to_thread(upload_with_stats, c.base_url, code, tree(tmp_path / "a", {"pkg/m.py": "A = 1\n"}))).digest
         b = (await asyncio.to_thread(upload_with_stats, c.base_url, code, tree(tmp_path / "b", {"n.py": "B = 2\n"}))).digest
         p = wb.BundleProvider(tmp_path / "w" / "cache", 1 << 30)
