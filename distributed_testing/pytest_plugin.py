@@ -61,7 +61,7 @@ from .bundles.upload import UploadError, upload_with_stats
 from .cli.common import seconds
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
-from .errors import ConfigError
+from .errors import ConfigError, ValidationError
 from .security import tls
 from .tasks import pyreqs
 from .tasks.pytest_marker import DT_MARKER
@@ -315,7 +315,7 @@ class FleetRunner:
         except UploadError as exc:
             raise pytest.UsageError(f"distributed_testing: uploading {self.root} as a bundle: {exc} "
                                     "(--dt-shared-tree runs the workers' own --test-root instead)") from exc
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, ValidationError) as exc:  # a symlink loop or leaving the tree, a path too long
             raise pytest.UsageError(f"distributed_testing: {self.root} cannot be shipped: {exc}") from exc
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
