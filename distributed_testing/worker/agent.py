@@ -50,6 +50,7 @@ from .session import (
     SessionRejected,
     keepalive,
     next_frame,
+    sealed,
 )
 
 log = logging.getLogger(__name__)
@@ -468,7 +469,8 @@ class WorkerAgent:
         q = self._sendq
         while True:
             msg = await q.get()
-            await ws.send_bytes(self._channel.seal(msg, self.clock()))
+            for frame in sealed(self._channel, msg, self.clock()):
+                await ws.send_bytes(frame)
             q.task_done()
 
     async def _keepalive(self, ws: aiohttp.ClientWebSocketResponse) -> None:

@@ -24,6 +24,7 @@ from ..protocol import messages as m
 from .auth import Credentials
 from .bundles import ShippedCode
 from .coordinators import Candidates
+from .core.output import MAX_ERROR_CHARS, MAX_PROGRESS_CHARS, bound, cut, large
 from .core.state import (
     ArmHold,
     DisarmHold,
@@ -147,9 +148,20 @@ class Runs:
         self.tasks[ins.run] = task
         task.add_done_callback(functools.partial(self._run_ended, ins.run))
 
-    def _run_ended(self, run: int, _task: asyncio.Task[None]) -> None:
+    def _run_ended(self, run: int, task: asyncio.Task[None]) -> None:
+        """A run's task is over: its slot goes to the next queued run. One that ended with an
+        exception (a fault of ours, past the guards of ``_run_executor``) is logged, and its
+        attempts that are still held report an error, so no slot or attempt stays taken."""
         self.tasks.pop(run, None)
-        self.apply(self.state.run_ended(run))  # its slot goes to the next queued run
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s failed: %r", task.get_name(), exc, exc_info=exc)
+            now = self.clock()
+            for tid, r in list(self.state.running.items()):
+                if r.run == run:
+                    self.apply(self.state.finished(m.TaskResult(
+                        task_id=tid, attempt=r.assignment.attempt, status="error", started_at=now, finished_at=now,
+                        output={"retryable": False}, error=_failed(exc), worker_id=self.config.worker_id)))
+        self.apply(self.state.run_ended(run))
 
     def _do_kill(self, ins: Instruction) -> None:
         assert isinstance(ins, Kill)
@@ -230,6 +242,9 @@ class Runs:
             if not cancelled:
                 raise
             outcomes = [self._batch_cancel_outcome(a, cancelled) for a in batch]
+        except Exception as exc:  # as in _run_executor: the batch's tasks end in error, the worker goes on
+            log.exception("batch %s failed on this worker", batch[0].task_id)
+            outcomes = [ExecOutcome("error", output={"retryable": False}, error=_failed(exc)) for _ in batch]
         for a, outcome in zip(batch, outcomes, strict=True):
             await self._report(a, outcome)
 
@@ -242,10 +257,17 @@ class Runs:
 
     async def _report(self, a: m.TaskAssignment, outcome: ExecOutcome) -> None:
         """Sent at once. Written to the result store too (no fsync of its own: see result_store_duckdb), so an
-        unacked result is re-sent after a reconnect; the coordinator acks only after its fsync."""
-        result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=outcome.status,
+        unacked result is re-sent after a reconnect; the coordinator acks only after its fsync.
+
+        The outcome is checked here, where the task's output enters the worker (``core.output.bound``):
+        one a frame cannot carry, or too large for one, is reported as the task's error instead."""
+        args = (outcome.status, outcome.output, outcome.error)
+        status, output, error = (await asyncio.to_thread(bound, *args) if large(outcome.output) else bound(*args))
+        if output is not outcome.output:
+            log.warning("task %s (attempt %d): %s", a.task_id, a.attempt, (error or "")[:500])
+        result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=status,
                               started_at=outcome.started_at, finished_at=outcome.finished_at,
-                              output=outcome.output, error=outcome.error, worker_id=self.config.worker_id)
+                              output=output, error=error, worker_id=self.config.worker_id)
         await self.apply_all(self.state.finished(result))
 
     def _context(self, a: m.TaskAssignment) -> TaskContext:
@@ -259,7 +281,7 @@ class Runs:
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
         """An executor's progress report (called on the loop) as a ``progress`` message."""
         if self.state.attempt(ref.task_id, ref.attempt) is not None and self.registered.is_set():
-            self.send(m.TaskProgress(ref, fraction, message))
+            self.send(m.TaskProgress(ref, fraction, cut(message, MAX_PROGRESS_CHARS)))
 
     def _announce_started(self, ref: m.TaskRef) -> None:
         self.apply(self.state.announce(ref))
@@ -287,6 +309,10 @@ class Runs:
             if r is None or r.cancel_reason is None:
                 raise
             return ExecOutcome("cancelled", error=r.cancel_reason, started_at=started, finished_at=self.clock())
+        except Exception as exc:  # preparing the task (its bundle's tree, say) or running it broke: its error
+            log.exception("task %s (attempt %d) failed on this worker", a.task_id, a.attempt)
+            return ExecOutcome("error", output={"retryable": False}, error=_failed(exc), started_at=started,
+                               finished_at=self.clock())
 
     # ---------------------------------------------------------------- recovery
 
@@ -308,6 +334,11 @@ class Runs:
                 output={"retryable": True}, error="interrupted by a worker crash", worker_id=self.config.worker_id))
         log.warning("recovery: %d unacknowledged result(s) to re-send; %d task(s) interrupted by a worker crash%s",
                     len(unacked), len(interrupted), f" (reported as errors): {names}" if interrupted else "")
+
+
+def _failed(exc: BaseException) -> str:
+    """The error of a task this worker failed to prepare or run: what broke, in one line."""
+    return cut(f"the worker failed to prepare or run the task: {type(exc).__name__}: {exc}", MAX_ERROR_CHARS)
 
 
 _INSTRUCTIONS: dict[type[Any], Callable[[Runs, Instruction], asyncio.Future[None] | None]] = {

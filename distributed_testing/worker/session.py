@@ -1,6 +1,7 @@
 """The worker's connection to a coordinator, apart from what it carries: the handshake and how
-it is refused (``Dialer``), the timeouts and reconnect pacing, reading frames (``next_frame``) and
-how a dead coordinator is noticed (``keepalive``, ``ping_period``, ``bound_unacknowledged``)."""
+it is refused (``Dialer``), the timeouts and reconnect pacing, reading frames (``next_frame``),
+making them (``sealed``: never one the coordinator must refuse) and how a dead coordinator is
+noticed (``keepalive``, ``ping_period``, ``bound_unacknowledged``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ import time
 from typing import Any
 
 import aiohttp
+import msgspec
 from multidict import CIMultiDictProxy
 
 from ..client import canonical
 from ..config import ws_url
 from ..errors import ProtocolError
-from ..protocol.signing import SESSION_HEADER
+from ..protocol import messages as m
+from ..protocol.signing import DEFAULT_MAX_FRAME, SESSION_HEADER, Channel
 from ..security import tls
 from .coordinators import Candidates
+from .core.output import unsendable
 
 log = logging.getLogger(__name__)
 OPEN_TIMEOUT_S = 10.0  # proxy, TCP connect and WebSocket handshake together
@@ -38,6 +42,35 @@ HA_FIRST_PAUSE_S = 0.1
 FIRST_RECONNECT_SPREAD_S = 1.0
 CLUSTER_TIMEOUT_S = 5.0  # GET /api/v1/cluster after a registration (--high-availability)
 RETRY_ON = (OSError, aiohttp.ClientError, asyncio.TimeoutError, ProtocolError)
+
+
+def sealed(channel: Channel, msg: m.Message, now: float, limit: int = DEFAULT_MAX_FRAME) -> list[bytes]:
+    """``msg`` as signed frames of at most ``limit`` bytes (the coordinator's frame limit; a larger
+    frame ends the session, and the re-send after the reconnect would end the next one).
+
+    A ``results`` message too large for one frame is split across several; a single result that
+    cannot be encoded or is too large by itself (stored before ``core.output`` checked outputs)
+    is sent as an ``error`` result of its attempt instead (``unsendable``), so the coordinator's
+    acknowledgement ends its re-sends. Any other message that cannot be sealed is a fault of ours:
+    ValueError."""
+    why = ""
+    try:
+        frame = channel.seal(msg, now)
+        if len(frame) <= limit:
+            return [frame]
+        why = f"its frame is {len(frame):,} bytes, over the {limit:,} bytes a frame may hold"
+    except (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+        why = f"it cannot be encoded: {exc}"
+    if not isinstance(msg, m.Results) or not msg.results:
+        raise ValueError(f"cannot send {type(msg).__name__}: {why}")
+    results = msg.results
+    if len(results) > 1:
+        half = len(results) // 2
+        return [*sealed(channel, m.Results(results[:half]), now, limit),
+                *sealed(channel, m.Results(results[half:]), now, limit)]
+    log.error("the stored result of task %s (attempt %d) cannot be sent (%s); sending an error result in its place",
+              results[0].task_id, results[0].attempt, why)
+    return [channel.seal(m.Results([unsendable(results[0], why)]), now)]
 
 
 def ping_period(ttl_s: float, high_availability: bool) -> float:
