@@ -14,7 +14,10 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
   ``.dtignore`` read after the ``.gitignore`` beside it so it can re-include with ``!``), a symlink
   whose target leaves ``root`` raises :class:`~distributed_testing.errors.ValidationError` naming
   it, a symlink to a file inside ``root`` is shipped as that file's content, and a symlinked
-  directory is refused. Returns ``(manifest, {digest: local path})``.
+  directory or a symlink loop is refused. Returns ``(manifest, {digest: local path})``.
+  :func:`manifest.validate` (the coordinator's manifest route, the worker, ``scan``) refuses paths
+  a worker could not lay out: a name over ``MAX_NAME_BYTES`` (255), a path over
+  ``MAX_PATH_BYTES`` (1,024) or ``MAX_DEPTH`` (100) levels.
 * :func:`upload.upload(base_url, api_key, root)` -> manifest digest (a ``str``): scans ``root``,
   asks the coordinator which digests it lacks, uploads only those (small ones several to a request,
   ``POST /blobs``; one durable write per batch instead of per file), then the manifest. An
