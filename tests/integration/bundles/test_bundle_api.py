@@ -208,6 +208,7 @@ async def test_retention_deletes_unused_blobs_and_keeps_those_of_unfinished_task
 
 async def test_on_postgresql_the_blobs_live_in_the_database(pg_url: str) -> None:
     """Every HA member reads the same table; concurrent stores of one digest keep one row."""
+    from distributed_testing.coordinator.store.blobs import OverQuota
     from distributed_testing.coordinator.store.pgblobs import PgBlobs
     from distributed_testing.coordinator.store.postgres import PostgresStore
 
@@ -220,9 +221,14 @@ async def test_on_postgresql_the_blobs_live_in_the_database(pg_url: str) -> None
         created = await asyncio.gather(*(b.put(d, data, 100.0) for b in (blobs, other) for _ in range(4)))
         assert created.count(True) == 1
         assert await other.get(d) == data and await other.missing([d, "0" * 64]) == ["0" * 64]
+        assert await blobs.put(d, data, 100.0, "k1", limit=10, bundle=True) is False  # held by k1 now, as a bundle
+        with pytest.raises(OverQuota):  # 6 bytes held, 6 more would pass 10
+            await other.put_many([(hashlib.sha256(b"B = 2\n").hexdigest(), b"B = 2\n")], 100.0, "k1", limit=10)
+        assert (await other.usage("k1"), await other.holders(d), await other.missing([d], "k2")) == (6, {"k1": True}, [d])
+        assert await other.sizes([d, "0" * 64], "k1") == {d: 6}
         await blobs.touch([d], 200.0)
         assert await other.sweep(150.0) == 0 and await other.sweep(250.0) == 1
-        assert await blobs.get(d) is None
+        assert await blobs.get(d) is None and await blobs.holders(d) == {} and await blobs.usage("k1") == 0
     finally:
         await store.close()
 
