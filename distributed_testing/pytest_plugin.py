@@ -46,13 +46,11 @@ Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt
 
 from __future__ import annotations
 
-import importlib
 import time
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -62,6 +60,8 @@ from .cli.common import seconds
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError, ValidationError
+from .plugin.invocation import Invocation, invocation
+from .plugin.replay import Downed, print_downed, report_task
 from .security import tls
 from .tasks import pyreqs
 from .tasks.pytest_marker import DT_MARKER
@@ -200,13 +200,18 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
     return list(dict.fromkeys(args))
 
 
-def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0) -> dict[str, Any]:
+def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None) -> dict[str, Any]:
     """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
-    come back without running the rest of it."""
+    come back without running the rest of it; ``inv``: the local invocation's options and
+    directory (:mod:`.plugin.invocation`)."""
     # collected here: a module failing to import there must not cost the whole chunk
     flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
-    doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test",
-                           "config": {"test_file": c.args[0], "test_args": [*flags, *c.args[1:]]}}
+    inv = inv or Invocation()
+    # the paths before the local options: each of those holds its value, so no path reads as one
+    config: dict[str, Any] = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
+    if inv.cwd is not None:
+        config["cwd"] = inv.cwd
+    doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test", "config": config}
     if c.requirements:
         doc["requirements"] = c.requirements
     return doc
@@ -292,6 +297,9 @@ class FleetRunner:
         self.root = Path(root) if root else Path(config.rootpath)
         self.partial: set[str] = set()
         self.durations: dict[str, float] = {}
+        self.downed: list[Downed] = []
+        shipped = not config.getoption("--dt-shared-tree")
+        self.invocation = invocation(config, self.root, environ(), shipped=shipped)  # refusals before anything is sent
 
     @pytest.hookimpl
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -362,7 +370,7 @@ class FleetRunner:
         run_id = f"{int(time.time() * 1000):x}"
         extra = self.ship_tree(fleet)
         maxfail = int(self.config.getoption("maxfail") or 0)
-        docs = [with_fields(task_doc(c, i, run_id, maxfail), extra) for i, c in enumerate(chunks)]
+        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation), extra) for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
             fleet.submit(docs)
@@ -400,21 +408,17 @@ class FleetRunner:
                     return
 
     def _report(self, session: pytest.Session, c: Chunk, task: dict[str, Any]) -> None:
-        result = task.get("result") or {}
-        output = result.get("output") or {}
-        worker = result.get("worker_id") or "-"
-        by_id = {t.get("nodeid"): t for t in output.get("tests") or [] if isinstance(t, dict)}
-        outcome = task.get("outcome") or {}
-        missing = (f"{outcome.get('error') or result.get('error') or 'no result'} (not reported by task "
-                   f"{task['task_id']}, {task.get('state')})")  # the reason first: the short summary shows one line
-        for item, rid in zip(c.items, c.remote_ids, strict=True):
-            entry = by_id.get(rid)
-            if entry is not None:
-                self.durations[rid] = float(entry.get("duration_s") or 0.0)
-            module = by_id.get(rid.partition("::")[0])  # the module failed to collect there
-            report_item(item, entry, worker, f"{missing}\n{module.get('longrepr')}" if module else missing)
-            if session.shouldfail or session.shouldstop:
-                return
+        # the workers report the local node ids when they have the local rootdir, else ids from the tree
+        ids = [it.nodeid for it in c.items] if self.invocation.local_ids else c.remote_ids
+        durations: dict[str, float] = {}
+        self.downed += report_task(list(zip(c.items, ids, strict=True)), task, self.root, durations,
+                                   lambda: bool(session.shouldfail or session.shouldstop))
+        by_id = dict(zip(ids, c.remote_ids, strict=True))
+        self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        print_downed(terminalreporter, self.downed)
 
     def _save_history(self) -> None:
         cache = getattr(self.config, "cache", None)
@@ -422,58 +426,3 @@ class FleetRunner:
             return
         cache.set(HISTORY_KEY, {**cache.get(HISTORY_KEY, {}), **self.durations})
 
-
-def report_item(item: pytest.Item, entry: dict[str, Any] | None, worker: str, missing: str) -> None:
-    """Emit the test's reports as pytest's runner would: the worker's own, replayed under the
-    local node id, or (none came back) a synthesized error naming ``missing``."""
-    hook = item.ihook
-    hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    reports = _replayed(item, entry, worker) if entry and entry.get("reports") else _synthesized(item, entry, worker, missing)
-    for r in reports:
-        hook.pytest_runtest_logreport(report=r)
-    for w in (entry or {}).get("warnings") or []:
-        _replay_warning(item, w)
-    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-
-
-def _replayed(item: pytest.Item, entry: dict[str, Any], worker: str) -> list[pytest.TestReport]:
-    out = []
-    for data in entry["reports"]:
-        if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), a list after JSON
-            data = {**data, "longrepr": tuple(data["longrepr"])}
-        rep = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
-        if not isinstance(rep, pytest.TestReport):
-            continue
-        rep.nodeid, rep.location = item.nodeid, item.location
-        rep.user_properties = [*rep.user_properties, ("dt_worker", worker)]
-        out.append(rep)
-    return out
-
-
-def _replay_warning(item: pytest.Item, w: dict[str, Any]) -> None:
-    module, _, name = str(w.get("category") or "").rpartition(".")
-    try:
-        category = getattr(importlib.import_module(module), name) if module else UserWarning
-    except (ImportError, AttributeError):
-        category = UserWarning
-    if not (isinstance(category, type) and issubclass(category, Warning)):
-        category = UserWarning
-    message = warnings.WarningMessage(str(w.get("message")), category, str(w.get("filename")), int(w.get("lineno") or 0))
-    item.config.hook.pytest_warning_recorded.call_historic(
-        kwargs={"warning_message": message, "when": w.get("when") or "runtest", "nodeid": item.nodeid, "location": None})
-
-
-def _synthesized(item: pytest.Item, entry: dict[str, Any] | None, worker: str, missing: str) -> list[pytest.TestReport]:
-    props = [("dt_worker", worker)]
-    outcome = entry.get("outcome") if entry else "error"
-    text = (entry or {}).get("longrepr") or (entry or {}).get("message") or missing
-
-    def rep(when: Literal["setup", "call", "teardown"], result: Literal["passed", "failed", "skipped"],
-            longrepr: Any = None) -> pytest.TestReport:
-        return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, result, longrepr, when,
-                                 user_properties=props)
-
-    said = f"[dt worker {worker}] {text}"  # the reason on the first line: pytest's short summary shows only that
-    if outcome == "error":
-        return [rep("setup", "failed", said), rep("teardown", "passed")]
-    return [rep("setup", "passed"), rep("call", "failed", said), rep("teardown", "passed")]

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("bench", "training", "dashboard"),  # the runners, used by worker executors; the web app the coordinator mounts
     ("coordinator", "worker"),
     ("cli",),
+    ("plugin",),  # the pytest plugin's parts: the invocation it passes on, the reports it replays
     ("testing", "pytest_plugin"),
 ]
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}

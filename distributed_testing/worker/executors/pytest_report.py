@@ -8,7 +8,8 @@ Lines (``"kind"`` tags them):
   ``pytest_report_to_serializable`` makes it, the form pytest-xdist ships between processes, so
   the submitter's pytest rebuilds the same ``TestReport`` (node id, outcome, longrepr with its
   crash line, captured stdout/stderr/log sections, ``wasxfail``, duration).
-* ``collect``: a collection report that failed (an import error in a module).
+* ``collect``: a collection report that failed (an import error in a module) or skipped (a
+  module-level ``pytest.importorskip``), the skip with its ``(path, line, reason)``.
 * ``warning``: a warning pytest recorded (message, category, file, line, when, node id).
 
 Each captured section and each longrepr text is cut to its last :data:`MAX_SECTION_CHARS`
@@ -61,6 +62,10 @@ class _Writer:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._write({"kind": "collect", "nodeid": report.nodeid, "longrepr": _cut(str(report.longrepr))})
+        elif report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            path, line, reason = report.longrepr
+            self._write({"kind": "collect", "nodeid": report.nodeid, "outcome": "skipped",
+                         "skip": [str(path), line, _cut(str(reason))]})
 
     def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
         category = warning_message.category
@@ -94,7 +99,8 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per test node id, in the order they ran: ``nodeid`` (exactly as pytest wrote it),
     ``outcome`` (passed, failed, skipped, xfailed, error), ``duration_s``, ``message`` (the crash
     line), ``longrepr`` for a test that did not pass, ``reports`` (the serialized reports) and
-    ``warnings``. A module that failed to collect is one ``error`` entry under its node id."""
+    ``warnings``. A module that failed to collect is one ``error`` entry under its node id, one
+    skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``."""
     entries: dict[str, dict[str, Any]] = {}
     for line in lines:
         kind = line.get("kind")
@@ -106,10 +112,14 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             _fold(e, data)
         elif kind == "warning":
             _entry(entries, str(line.get("nodeid") or "")).setdefault("warnings", []).append(line)
+        elif kind == "collect" and line.get("outcome") == "skipped":
+            skip = list(line.get("skip") or [None, None, "Skipped"])
+            reason = str(skip[2]).removeprefix("Skipped: ")
+            _entry(entries, str(line.get("nodeid"))).update(outcome="skipped", skip=skip, message=reason, longrepr=reason)
         elif kind == "collect":
             e = _entry(entries, str(line.get("nodeid")))
             e.update(outcome="error", longrepr=line.get("longrepr"), message="collection failed")
-    return [e for e in entries.values() if e["reports"] or e["outcome"] == "error"]
+    return [e for e in entries.values() if e["reports"] or e["outcome"] == "error" or "skip" in e]
 
 
 def _entry(entries: dict[str, dict[str, Any]], nodeid: str) -> dict[str, Any]:
@@ -123,7 +133,7 @@ _RANK = {"passed": 0, "xfailed": 1, "skipped": 2, "failed": 3, "error": 4}
 def _fold(entry: dict[str, Any], data: dict[str, Any]) -> None:
     """The test's outcome so far, folded with one report (the worst wins)."""
     when, outcome = data.get("when"), data.get("outcome")
-    if outcome == "passed":
+    if outcome not in ("failed", "skipped"):  # passed, or a plugin's own (pytest-rerunfailures' rerun)
         return
     if outcome == "skipped":
         now = "xfailed" if data.get("wasxfail") is not None else "skipped"

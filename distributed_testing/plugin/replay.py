@@ -1,0 +1,219 @@
+"""The workers' reports, replayed as local pytest's.
+
+* Each test's reports come back as pytest serialized them on the worker (the form pytest-xdist
+  uses) and are replayed under the local node id; with ``-v`` the terminal line names the worker
+  (``[w1] [ 50%] PASSED t.py::test_a``, as xdist's ``[gw0]``), and ``--junitxml`` gets a
+  ``dt_worker`` property.
+* **Local paths.** The worker's path of the tree (the task output's ``tree``) is replaced by the
+  local root everywhere in the reports and warnings (tracebacks, skip locations, warnings'
+  files) and in a task's error.
+* **A failure of a whole task** (pip, an internal or usage error, a timeout, no worker) or of a
+  module's collection is a :class:`Downed`: printed once, with its cause and the tests it took
+  down (:func:`print_downed`); each of those tests gets a one-line error naming it.
+* **A module skipped there** (``pytest.importorskip`` at module level, a missing import the
+  suite skips) skips each of its tests with that reason and location.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+MAX_LISTED = 20
+ONE_LINE = 200
+
+
+@dataclass
+class Downed:
+    """A task or a module that failed as a whole: what, its cause, and the tests it took down."""
+
+    what: str
+    cause: str
+    tests: list[str] = field(default_factory=list)
+
+
+class LocalPaths:
+    """Maps the worker's tree path (``tree``, from the task output) to ``local`` in report data."""
+
+    def __init__(self, tree: object, local: Path) -> None:
+        usable = isinstance(tree, str) and tree.startswith("/") and tree.rstrip("/") != ""
+        self._find = re.compile(re.escape(str(tree).rstrip("/")) + r"(?![\w.-])") if usable else None
+        self._local = str(local)
+
+    def __call__(self, data: Any) -> Any:
+        if self._find is None:
+            return data
+        if isinstance(data, str):
+            return self._find.sub(lambda _: self._local, data)
+        if isinstance(data, list):
+            return [self(x) for x in data]
+        if isinstance(data, dict):
+            return {k: self(v) for k, v in data.items()}
+        return data
+
+
+def report_task(pairs: Sequence[tuple[pytest.Item, str]], task: dict[str, Any], local_root: Path,
+                durations: dict[str, float], stop: Callable[[], bool]) -> list[Downed]:
+    """Report each ``(item, id)`` of one finished task (``id``: the node id the worker reports it
+    under; its duration goes into ``durations``) and return what failed as a whole. Stops early
+    when ``stop()`` says so (``-x``)."""
+    result = task.get("result") or {}
+    output = result.get("output") or {}
+    worker = str(result.get("worker_id") or "-")
+    local = LocalPaths(output.get("tree"), local_root)
+    by_id = {t.get("nodeid"): t for t in output.get("tests") or [] if isinstance(t, dict)}
+    outcome = task.get("outcome") or {}
+    cause = local(str(outcome.get("error") or result.get("error") or "no result"))
+    whole = Downed(f"task {task['task_id']} ({task.get('state')}) on worker {worker}", cause)
+    modules: dict[str, Downed] = {}
+    for item, key in pairs:
+        entry = by_id.get(key)
+        module_id, module = _collector(by_id, key)
+        if entry is not None:
+            durations[key] = float(entry.get("duration_s") or 0.0)
+        if entry and entry.get("reports"):
+            reports = _replayed(item, local(entry["reports"]), worker)
+        elif entry is not None:
+            reports = _synthesized(item, entry.get("outcome"), worker, local(entry.get("longrepr") or entry.get("message")))
+        elif module is not None and module.get("outcome") == "skipped" and module.get("skip"):
+            reports = _skipped(item, local(module["skip"]), worker)
+        elif module is not None:
+            down = modules.setdefault(module_id, Downed(f"{module_id} failed to collect on worker {worker}",
+                                                        local(str(module.get("longrepr") or module.get("message")))))
+            down.tests.append(item.nodeid)
+            reports = _synthesized(item, "error", worker, f"not run: {module_id} failed to collect there: "
+                                                           f"{_gist(down.cause, last=True)}")
+        else:
+            whole.tests.append(item.nodeid)
+            reports = _synthesized(item, "error", worker, f"{_gist(cause)} (not run: task {task['task_id']})")
+        _emit(item, reports, [local(w) for w in (entry or {}).get("warnings") or []])
+        if stop():
+            break
+    return [d for d in (*modules.values(), whole) if d.tests]
+
+
+def _collector(by_id: dict[Any, dict[str, Any]], key: str) -> tuple[str, dict[str, Any] | None]:
+    """The entry of the module or folder of test ``key`` that failed to collect or was skipped
+    there as a whole, with its node id (the module's when there is none)."""
+    module = key.partition("::")[0]
+    place = module
+    while place and place != key:
+        if place in by_id:
+            return place, by_id[place]
+        place = place.rpartition("/")[0]
+    return module, None
+
+
+def print_downed(reporter: Any, downed: Sequence[Downed]) -> None:
+    """Each failure of a whole task or module, once: its cause and the tests it took down."""
+    if not downed:
+        return
+    reporter.write_sep("=", "distributed_testing: failed as a whole", red=True)
+    for d in downed:
+        reporter.write_sep("_", f"{d.what}: {len(d.tests)} test(s) not run")
+        reporter.write_line(d.cause.rstrip())
+        listed = ", ".join(d.tests[:MAX_LISTED])
+        more = f" and {len(d.tests) - MAX_LISTED} more" if len(d.tests) > MAX_LISTED else ""
+        reporter.write_line(f"tests it took down: {listed}{more}")
+
+
+def _gist(text: str, *, last: bool = False) -> str:
+    """One line of ``text`` for a test's error: its first (a task's error leads with its reason),
+    or with ``last`` its last (a collection error ends with the exception), cut to :data:`ONE_LINE`.
+    A first line that only heads what follows (``pytest exit code 4 (usage error):``) gets the
+    exception the output ends with (its last ``E`` line)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or ["no reason given"]
+    raised = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
+    if last:
+        line = raised[-1] if raised else lines[-1]
+    else:
+        line = f"{lines[0]} {raised[-1]}" if lines[0].endswith(":") and raised else lines[0]
+    return line if len(line) <= ONE_LINE else line[:ONE_LINE - 3] + "..."
+
+
+def _emit(item: pytest.Item, reports: list[pytest.TestReport], warned: list[dict[str, Any]]) -> None:
+    """The test's reports and warnings, as pytest's runner emits them."""
+    hook = item.ihook
+    hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for r in reports:
+        hook.pytest_runtest_logreport(report=r)
+    for w in warned:
+        _replay_warning(item, w)
+    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+class _Node:
+    """What pytest reads from an xdist report's ``node``: ``gateway.id`` names the worker on a
+    test's ``-v`` line, ``_workerinfocache`` heads its traceback in the failures section; one per
+    worker, so junitxml keys a test's reports alike."""
+
+    def __init__(self, worker: str) -> None:
+        self.gateway = self
+        self.id = worker
+        self._workerinfocache = f"[{worker}] ran on distributed_testing worker {worker}"
+
+
+_NODES: dict[str, _Node] = {}
+
+
+def _mark(rep: pytest.TestReport, worker: str) -> pytest.TestReport:
+    rep.user_properties = [*rep.user_properties, ("dt_worker", worker)]
+    if worker != "-":
+        rep.node = _NODES.setdefault(worker, _Node(worker))  # type: ignore[attr-defined]
+    return rep
+
+
+def _replayed(item: pytest.Item, serialized: list[dict[str, Any]], worker: str) -> list[pytest.TestReport]:
+    out = []
+    for data in serialized:
+        if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), a list after JSON
+            data = {**data, "longrepr": tuple(data["longrepr"])}
+        rep = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
+        if not isinstance(rep, pytest.TestReport):
+            continue
+        rep.nodeid, rep.location = item.nodeid, item.location
+        out.append(_mark(rep, worker))
+    return out
+
+
+def _replay_warning(item: pytest.Item, w: dict[str, Any]) -> None:
+    module, _, name = str(w.get("category") or "").rpartition(".")
+    try:
+        category = getattr(importlib.import_module(module), name) if module else UserWarning
+    except (ImportError, AttributeError):
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        category = UserWarning
+    message = warnings.WarningMessage(str(w.get("message")), category, str(w.get("filename")), int(w.get("lineno") or 0))
+    item.config.hook.pytest_warning_recorded.call_historic(
+        kwargs={"warning_message": message, "when": w.get("when") or "runtest", "nodeid": item.nodeid, "location": None})
+
+
+def _report(item: pytest.Item, worker: str, when: Literal["setup", "call", "teardown"],
+            result: Literal["passed", "failed", "skipped"], longrepr: Any = None) -> pytest.TestReport:
+    return _mark(pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, result, longrepr,
+                                   when), worker)
+
+
+def _skipped(item: pytest.Item, skip: list[Any], worker: str) -> list[pytest.TestReport]:
+    """The test skipped at setup with its module's skip (path, line, reason)."""
+    path, line, reason = (list(skip) + [None, None, None])[:3]
+    return [_report(item, worker, "setup", "skipped", (str(path), int(line or 0), str(reason))),
+            _report(item, worker, "teardown", "passed")]
+
+
+def _synthesized(item: pytest.Item, outcome: Any, worker: str, text: Any) -> list[pytest.TestReport]:
+    """An error at setup (or, for a test the worker said failed, a failure) whose first line
+    names the worker and the reason: pytest's short summary shows only that line."""
+    said = f"[dt worker {worker}] {text or 'no reason given'}"
+    if outcome == "error":
+        return [_report(item, worker, "setup", "failed", said), _report(item, worker, "teardown", "passed")]
+    return [_report(item, worker, "setup", "passed"), _report(item, worker, "call", "failed", said),
+            _report(item, worker, "teardown", "passed")]

@@ -1,0 +1,78 @@
+"""Which options of the local pytest invocation each task carries (plugin/invocation.py), read
+from real pytest configs: what changes the run is sent (conftest options too), what acts here is
+not, and what cannot travel is a usage error before anything is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _pytest.config import _prepareconfig
+
+from distributed_testing.plugin.invocation import invocation
+
+CONFTEST = ("def pytest_addoption(parser):\n"
+            "    parser.addoption('--runslow', action='store_true')\n"
+            "    parser.addoption('--data-dir')\n")
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A tree with its ini and conftest at the root; pytest runs from its ``tests`` folder."""
+    root = tmp_path / "tree"
+    (root / "tests").mkdir(parents=True)
+    (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs one\n")
+    (root / "conftest.py").write_text(CONFTEST)
+    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    monkeypatch.chdir(root / "tests")
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        monkeypatch.delenv(name, raising=False)
+    yield root
+
+
+def _config(*args: str) -> pytest.Config:
+    config = _prepareconfig(list(args))
+    config._ensure_unconfigure()  # nothing configured: only the parsed options are read
+    return config
+
+
+def test_what_changes_the_run_travels_and_what_acts_here_stays(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--tb=short -p no:cacheprovider")
+    config = _config("-p", "no:asyncio", "-o", "xfail_strict=true", "-W", "error::DeprecationWarning",
+                     "-k", "a and not b", "-mnot gpu", "--import-mode=importlib", "--strict-markers", "-vv", "-rA",
+                     "--junitxml", str(tree.parent / "x.xml"), "-x", "--runslow", "--data-dir", str(tree / "data"),
+                     "--confcutdir", str(tree), "--basetemp=/tmp/bt", "--lf", "--deselect", "tests/test_a.py::x",
+                     "-c", "../pytest.ini", "--rootdir", "..", "test_a.py")
+    env = {"PYTEST_ADDOPTS": "--tb=short -p no:cacheprovider", "PYTEST_PLUGINS": "myplugin"}
+    inv = invocation(config, tree, env, shipped=True)
+    assert inv.args == ("--config-file=pytest.ini", "--rootdir=.", "--tb=short", "-p", "no:asyncio",
+                        "--override-ini=xfail_strict=true", "--pythonwarnings=error::DeprecationWarning",
+                        "-ka and not b", "-mnot gpu", "--import-mode=importlib", "--strict-markers", "--runslow",
+                        "--data-dir=../data",  # a path in the tree, from where the task's pytest runs
+                        "--confcutdir=.", "-p", "myplugin", "--verbosity=2")
+    assert inv.cwd == "tests" and inv.local_ids
+    shared = invocation(config, tree, env, shipped=False)  # the workers' own tree: their rootdir and ini
+    assert "--config-file=pytest.ini" in shared.args and not shared.local_ids
+    assert not any(a.startswith("--rootdir") for a in shared.args)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--pdb"], "--pdb needs the terminal of the process that runs the test"),
+    (["--trace"], "--trace needs the terminal"),
+    (["--confcutdir", "/"], "--confcutdir / lies outside the tree the workers run"),
+    (["--data-dir", "/srv/data"], "--data-dir /srv/data: a path outside the tree"),
+])
+def test_what_cannot_travel_is_a_usage_error(tree: Path, args: list[str], needle: str) -> None:
+    with pytest.raises(pytest.UsageError, match="distributed_testing: ") as info:
+        invocation(_config(*args), tree, {}, shipped=True)
+    assert needle in str(info.value)
+
+
+def test_a_shipped_tree_must_hold_the_ini_pytest_read(tree: Path) -> None:
+    with pytest.raises(pytest.UsageError, match=r"not in the shipped tree .* --dt-test-root"):
+        invocation(_config(), tree / "tests", {}, shipped=True)
+    (tree / ".dtignore").write_text("*.ini\n")
+    with pytest.raises(pytest.UsageError, match=r"leaves out of the bundle; re-include it with '!pytest.ini'"):
+        invocation(_config(), tree, {}, shipped=True)
+    assert invocation(_config(), tree / "tests", {}, shipped=False).args == ()  # the workers' tree: theirs to hold
