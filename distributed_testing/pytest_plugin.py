@@ -27,13 +27,18 @@ and paths select as usual):
   ``./dir``; :mod:`.bundles.environment`) as its ``requirements.python``, and the workers run the
   tests in an environment of that set alone, built once per worker host. A ``requirements.txt``
   at the tree's root replaces the set (the worker reads it); ``--dt-no-env`` sends none.
+* **So is the invocation.** The local options that change what runs or how (``-p``, ``-o``,
+  ``-W``, ``-k``, ``-m``, conftest options, ``PYTEST_ADDOPTS``, ...) go with every task, a
+  shipped tree's tasks get the local rootdir and ini file, and the tests run from the local
+  invocation directory's place in the tree (:mod:`.plugin.invocation`, which also says what stays
+  here and what is refused).
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
-  the worker (the form pytest-xdist uses) and are replayed here under the local node id: outcome,
-  the remote traceback with its crash line in the short summary, captured stdout/stderr/log
-  sections, subtests, xfail reasons and durations; warnings reach the warnings summary.
-  ``--junitxml`` gives each test case a ``dt_worker`` property naming the worker that ran it.
-  A test a task did not report (the task failed before running it, or timed out) is reported as
-  an error with the task's error.
+  the worker (the form pytest-xdist uses) and are replayed here under the local node id, with the
+  local paths: outcome, the remote traceback with its crash line in the short summary, captured
+  stdout/stderr/log sections, subtests, xfail reasons and durations; warnings reach the warnings
+  summary; ``-v`` names the worker on each test's line and ``--junitxml`` in a ``dt_worker``
+  property. A task or module that failed as a whole is printed once with the tests it took down,
+  each of which is an error of one line (:mod:`.plugin.replay`).
 * **Run control.** On Ctrl-C, ``-x`` / ``--maxfail``, ``--dt-timeout S`` (default 3600: the
   whole wait) or any error, every task this run queued and that has not finished is cancelled.
   A task that no connected worker can run (the coordinator says ``unschedulable``) for
