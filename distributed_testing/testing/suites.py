@@ -1,0 +1,164 @@
+"""Third-party test suites taken from the registry, run locally and through the pytest plugin.
+
+What the e2e test of a faithful shipped run (tests/e2e/test_registry_suites.py) and the suites
+benchmark (``python -m benchmarks suites``) share:
+
+* :func:`fetch` downloads a project's sdist (``pip download --no-binary :all:``) and unpacks it:
+  the tree a user would have checked out.
+* :func:`submitter_env` makes the virtual environment a user would run pytest in: the suite's own
+  test dependencies installed in it (so they travel with the run), and this package's code and
+  its dependencies importable from a directory of links that holds no distribution metadata, so
+  that neither they nor the plugins of this checkout's environment are taken for the user's
+  (they are not installed there, and pytest's plugin autoload does not see them). The plugin is
+  loaded by name (``-p distributed_testing.pytest_plugin``).
+* :func:`run_pytest` runs pytest there with ``--junitxml`` and returns the wall time and the
+  per-test outcomes read from the report, keyed by test id, for local and remote runs alike.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PLUGIN = "distributed_testing.pytest_plugin"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A project's test suite: its sdist's requirement, what its tests need beyond pytest, and
+    the pytest arguments a user runs it with."""
+
+    name: str
+    sdist: str
+    requirements: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    note: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+SUITES = {
+    # pytest-asyncio sits beside pytest here and breaks toolz's collection: the user turns it off
+    "toolz": Suite("toolz", "toolz==1.2.0", ("pytest-asyncio",), ("-p", "no:asyncio"), "its user passes -p no:asyncio"),
+    # the modules whose tests write files into the tree (diagram HTML) and two plain ones
+    "pyparsing": Suite("pyparsing", "pyparsing==3.2.3", ("railroad-diagrams", "jinja2"),
+                       ("tests/test_diagram.py", "tests/test_simple_unit.py", "tests/test_util.py"),
+                       "three modules; test_diagram writes HTML beside itself"),
+    "more-itertools": Suite("more-itertools", "more-itertools==11.2.1", (), ("tests",)),
+    "networkx": Suite("networkx", "networkx==3.6.1", ("numpy", "scipy"), ("networkx",), "numpy and scipy"),
+}
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+    done = subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:6])} ... exit {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def fetch(suite: Suite, dest: Path) -> Path:
+    """The unpacked sdist of ``suite`` under ``dest`` (downloaded once)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    have = [p for p in dest.glob("*.tar.gz")
+            if re.sub(r"[-_.]+", "-", p.name).lower().startswith(re.sub(r"[-_.=]+", "-", suite.sdist).lower())]
+    if not have:
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check",
+              "-d", str(dest), suite.sdist], dest)
+        have = sorted(dest.glob("*.tar.gz"), key=lambda p: p.stat().st_mtime)[-1:]
+    archive = have[0]
+    root = dest / archive.name.removesuffix(".tar.gz")
+    if not root.exists():
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    return root
+
+
+def _closure(name: str, seen: set[str]) -> set[str]:
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        return seen
+    seen.add(key)
+    for req in md.requires(name) or []:
+        spec, _, marker = req.partition(";")
+        if "extra" in marker:
+            continue
+        dep = re.split(r"[\s<>=!~\[(]", spec.strip(), maxsplit=1)[0]
+        try:
+            md.distribution(dep)
+        except md.PackageNotFoundError:
+            continue
+        _closure(dep, seen)
+    return seen
+
+
+def _links(dest: Path, exclude: set[str]) -> Path:
+    """A directory of links to this package and the modules of its dependencies (without their
+    metadata), less the distributions ``exclude`` names."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted = _closure("distributed_testing", set()) - exclude
+    owners = md.packages_distributions()
+    here = Path(str(md.distribution("aiohttp").locate_file("")))  # this interpreter's site directory
+    for module, dists in owners.items():
+        if not {re.sub(r"[-_.]+", "-", d).lower() for d in dists} & wanted:
+            continue
+        for entry in here.glob(f"{module}*"):
+            stem = entry.name.split(".")[0]
+            if stem == module and not entry.name.endswith((".dist-info", ".egg-info", ".pth")) \
+                    and not (dest / entry.name).exists():
+                (dest / entry.name).symlink_to(entry)
+    package = Path(__file__).resolve().parents[1]
+    if not (dest / package.name).exists():
+        (dest / package.name).symlink_to(package)
+    return dest
+
+
+def submitter_env(where: Path, requirements: list[str]) -> Path:
+    """A virtual environment at ``where`` with pytest and ``requirements`` installed, and this
+    package importable from links (module docstring); its interpreter."""
+    python = where / "bin" / "python"
+    if not python.exists():
+        _run([sys.executable, "-m", "venv", "--without-pip", str(where)], where.parent)
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-input",
+              "--disable-pip-version-check", "pytest", *requirements], where.parent)
+        purelib = next((where / "lib").glob("python*/site-packages"))
+        mine = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in md.distributions(path=[str(purelib)])}
+        links = _links(where / "dt-links", mine | {"pytest", "pluggy", "iniconfig", "pygments", "packaging"})
+        (purelib / "zz_dt_links.pth").write_text(f"{links}\n")  # after its own packages: a path, not an install
+    return python
+
+
+@dataclass
+class Run:
+    seconds: float
+    outcomes: dict[str, str]
+    output: str
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """Each test case's outcome in a JUnit report (passed, failed, error, skipped), by class and name."""
+    out: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        outcome = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
+        out[f"{case.get('classname')}::{case.get('name')}"] = {"failure": "failed"}.get(outcome, outcome)
+    return out
+
+
+def run_pytest(python: Path, tree: Path, args: list[str], junit: Path, env: dict[str, str] | None = None) -> Run:
+    """pytest in ``tree`` with ``args`` and this package's plugin loadable; its wall time and outcomes."""
+    argv = [str(python), "-m", "pytest", "-p", PLUGIN, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=1800, check=False)
+    took = time.monotonic() - started
+    if not junit.exists():
+        raise RuntimeError(f"pytest wrote no report (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    return Run(took, outcomes(junit), done.stdout + done.stderr)

@@ -1,0 +1,46 @@
+"""Suites nobody here wrote, taken from the registry as sdists, run through two bundle workers give
+the per-test outcomes of local pytest with the same options, with no file written by hand.
+
+* toolz 1.2.0 with ``-p no:asyncio``: pytest-asyncio is installed beside the submitter's pytest
+  and breaks toolz's collection unless turned off; the option has to reach the workers, and the
+  workers' own plugins must not load (193 errors before).
+* pyparsing 3.2.3: ``test_diagram`` writes HTML files into the tree (read-only before: 5 failures),
+  and its tests need railroad-diagrams and jinja2, which the workers' Python lacks: they travel
+  with the run as the submitter's environment.
+
+The submitter's environment is a virtual environment with the suite's test dependencies installed
+(distributed_testing/testing/suites.py); the workers run from this interpreter, in bwrap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from distributed_testing.testing import run_cluster
+from distributed_testing.testing.suites import SUITES, fetch, run_pytest, submitter_env
+from distributed_testing.worker.sandbox import available
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
+              pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
+
+
+@pytest.mark.parametrize("name", ["toolz", "pyparsing"])
+async def test_a_registry_suite_through_two_bundle_workers_matches_local_pytest(tmp_path: Path, name: str) -> None:
+    suite = SUITES[name]
+    tree = await asyncio.to_thread(fetch, suite, tmp_path / "sdist")
+    python = await asyncio.to_thread(submitter_env, tmp_path / "venv", list(suite.requirements))
+    local = await asyncio.to_thread(run_pytest, python, tree, list(suite.args), tmp_path / "local.xml")
+    assert local.outcomes and "passed" in local.outcomes.values(), local.output[-3000:]
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        for w in ("w1", "w2"):
+            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
+                               db_path=tmp_path / "state" / f"{w}.duckdb")
+        key = await c.create_key("submitter", allow_code=True)
+        remote = await asyncio.to_thread(run_pytest, python, tree, [*suite.args, "--dt-coordinator", c.base_url],
+                                         tmp_path / "remote.xml", {"DT_API_KEY": key})
+    differ = {t: (o, remote.outcomes.get(t)) for t, o in local.outcomes.items() if remote.outcomes.get(t) != o}
+    assert not differ and remote.outcomes.keys() == local.outcomes.keys(), (sorted(differ.items())[:20],
+                                                                            remote.output[-4000:])
