@@ -97,18 +97,52 @@ def signal_name(signum: int) -> str | None:
 
 
 def process_tree_rss(pid: int) -> int:
-    """Resident set size in bytes of ``pid`` plus all its living descendants.
+    """Memory in bytes held by ``pid`` and all its living descendants: their resident set sizes
+    plus what the tree keeps in memory file systems of its own (:func:`private_tmpfs_bytes`).
 
     Raises :class:`psutil.NoSuchProcess` if ``pid`` itself is gone; descendants that exit while
     being measured are skipped (they no longer hold memory).
     """
     root = psutil.Process(pid)
     total = int(root.memory_info().rss)
+    pids = [pid]
     for child in root.children(recursive=True):
         try:
             total += int(child.memory_info().rss)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
+        pids.append(child.pid)
+    return total + private_tmpfs_bytes(pids)
+
+
+_TMPFS_PATHS = ("dev/shm", "tmp")
+
+
+def private_tmpfs_bytes(pids: list[int]) -> int:
+    """Bytes used in the ``/dev/shm`` and ``/tmp`` that these processes see and this one does not:
+    a sandboxed child's own tmpfs mounts (worker/sandbox.py, worker/confine.py). A file written
+    there is memory no RSS shows (400 MB were written under a 100 MB limit); each mount counts
+    once, and the worker's own ``/dev/shm`` and ``/tmp`` not at all. A process whose root cannot be
+    read (gone, or not ours to inspect) is skipped."""
+    seen = set()
+    for path in _TMPFS_PATHS:
+        try:
+            seen.add(os.stat(f"/{path}").st_dev)
+        except OSError:
+            continue
+    total = 0
+    for p in pids:
+        for path in _TMPFS_PATHS:
+            where = f"/proc/{p}/root/{path}"
+            try:
+                dev = os.stat(where).st_dev
+                if dev in seen:
+                    continue
+                fs = os.statvfs(where)
+            except OSError:
+                continue
+            seen.add(dev)
+            total += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
     return total
 
 

@@ -28,7 +28,8 @@ _MB = 1024 * 1024
 
 
 class MemoryWatch:
-    """Polls the RSS of a process tree and reports when it exceeds ``limit_mb``.
+    """Polls the memory of a process tree (RSS plus its own tmpfs: :func:`.proc.process_tree_rss`)
+    and reports when it exceeds ``limit_mb``.
 
     ``peak_bytes`` holds the largest tree RSS seen so far and stays readable after the watch ends.
     Sampling runs in a thread (psutil reads /proc), so the event loop is never blocked.
@@ -47,7 +48,8 @@ class MemoryWatch:
         return round(self.peak_bytes / _MB, 1)
 
     def describe_exceeded(self) -> str:
-        return f"memory limit of {self.limit_mb} MB exceeded: peak RSS {self.peak_mb} MB"
+        return (f"memory limit of {self.limit_mb} MB exceeded: peak RSS {self.peak_mb} MB (with the files in its own "
+                "/dev/shm and /tmp)")
 
     async def wait_exceeded(self) -> bool:
         """Return True as soon as the tree's RSS exceeds the limit, False once ``pid`` is gone."""

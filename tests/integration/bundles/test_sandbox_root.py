@@ -136,6 +136,22 @@ def test_tmp_and_dev_shm_are_bounded_by_the_memory_limit(scratch: Path) -> None:
     assert done.stdout.split() == ["/dev/shm/fill", "28", "/tmp/fill", "28"], done  # 28: ENOSPC
 
 
+def test_what_a_child_keeps_in_its_own_dev_shm_counts_as_its_memory(scratch: Path) -> None:
+    """A file in a sandbox's /dev/shm is memory no RSS shows: the memory watch counts it."""
+    from distributed_testing.worker.executors.proc import process_tree_rss
+
+    code = "import time\nopen('/dev/shm/x', 'wb').write(b'x' * (48 << 20))\nprint('written', flush=True)\ntime.sleep(60)"
+    argv = sb.Sandbox().wrap([sys.executable, "-c", code], ro=[], rw=[scratch], cwd=scratch,
+                             env=sb.task_environ({}, scratch), shm_mb=64)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "written"
+        assert process_tree_rss(proc.pid) >= 48 << 20
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 WRITER = """import os, pathlib
 
 def test_writes_beside_itself():
