@@ -109,7 +109,7 @@ ROOT_TABLE = (
     ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
     ("the scratch directory (HOME, TMPDIR)", "read-write", "removed after the task"),
     ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "
-     f"{DEFAULT_SHM_MB} MiB)"),
+     f"{DEFAULT_SHM_MB} MiB) and counted in it"),
     ("/dev", "read-only", "null, zero, full, random, urandom, tty, pts; the GPU nodes of a GPU task"),
     ("/proc", "read-only", "its own PID namespace: none of the worker's processes"),
 )
