@@ -150,6 +150,10 @@ class Cluster:
         # the environment probe imports torch in a child (seconds of CPU): on when a test asks
         probe = EnvironmentProbe() if overrides.pop("probe_environment", False) else None
         config = replace(config, **overrides)
+        if config.accept_bundles and config.db_path is None:
+            # a worker without --db-path keeps its bundles under the host's temporary folder by its
+            # id (bundles-w0): tests running at once would share, and clear, each other's trees
+            config = replace(config, db_path=self.tmp / f"state-{config.worker_id}" / "outbox.duckdb")
         if config.api_key:
             self.worker_keys.setdefault(config.worker_id, config.api_key)
         cache_dir = self.tmp / f"cache{idx}"

@@ -1,0 +1,93 @@
+"""Registry suites shipped as bundles: local pytest, ``pytest -n 2`` and the plugin through a
+coordinator with two ``--accept-bundles`` worker processes (one slot each, bwrap), the cluster run
+twice (the first builds the submitter's environment on the workers, the second finds it cached).
+
+Each suite (``distributed_testing/testing/suites.py``: toolz, pyparsing, more-itertools,
+networkx) is fetched from the registry as an sdist and run from its unpacked tree in a virtual
+environment holding its test dependencies and pytest-xdist; the outcomes of each run are read from
+its JUnit report and compared with the local run's, test by test.
+
+Usage::
+
+    python -m benchmarks shipped_suites [--suites toolz,pyparsing,more-itertools,networkx] [--work DIR]
+
+Prints one line per run and a table: wall time of each mode, the outcome counts, and whether every
+test's outcome equals the local one; the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
+from distributed_testing.testing.suites import SUITES, Run, fetch, run_pytest, submitter_env  # noqa: E402
+
+
+def start_cluster(procs: Procs, tmp: Path) -> tuple[str, str]:
+    _, port = start_coordinator_process(procs, tmp / "state" / "coordinator.duckdb")
+    url = f"http://127.0.0.1:{port}"
+    admin = Rest(url, (tmp / "state" / "admin.key").read_text().strip())
+    for i in range(2):
+        key_file = tmp / f"worker{i}.key"
+        key_file.write_text(admin.create_key("worker", f"bench-{i}"))
+        key_file.chmod(0o600)
+        procs.start(["-m", "distributed_testing.cli.worker", "--coordinator", url, "--api-key-file", str(key_file),
+                     "--worker-id", f"bench-{i}", "--accept-bundles", "--max-concurrent-tasks", "1",
+                     "--db-path", str(tmp / "workers" / f"worker{i}.duckdb")], tmp / f"worker{i}.log")
+    wait_until(lambda: sum(w["state"] != "disconnected" for w in admin.workers().values()) == 2, 120, "workers")
+    return url, str(admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": "bench",
+                                                            "allow_code": True})["key"])
+
+
+def summary(run: Run, local: Run) -> str:
+    counts = collections.Counter(run.outcomes.values())
+    same = run.outcomes == local.outcomes
+    return f"{run.seconds:7.1f} s  {dict(sorted(counts.items()))}  {'same as local' if same else 'DIFFERS'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", default=",".join(SUITES), help="comma-separated names (default: all)")
+    parser.add_argument("--work", type=Path, default=None, help="where sdists and environments are kept")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="dt-shipped-suites-"))
+    print(f"load average before: {os.getloadavg()}")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = Procs(Path(tmp), cwd=REPO)
+        try:
+            url, key = start_cluster(procs, Path(tmp))
+            for name in args.suites.split(","):
+                suite = SUITES[name]
+                tree = fetch(suite, work / "sdists")
+                python = submitter_env(work / f"venv-{name}", [*suite.requirements, "pytest-xdist"])
+                runs = {"local": run_pytest(python, tree, list(suite.args), work / f"{name}-local.xml")}
+                runs["-n 2"] = run_pytest(python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml")
+                for label in ("cluster, 1st", "cluster, 2nd"):
+                    runs[label] = run_pytest(python, tree, [*suite.args, "--dt-coordinator", url],
+                                             work / f"{name}-{label[-3:]}.xml", {"DT_API_KEY": key})
+                for label, run in runs.items():
+                    print(f"{name:15} {label:13} {summary(run, runs['local'])}", flush=True)
+                rows.append((name, runs))
+        finally:
+            procs.close()
+    print(f"load average after: {os.getloadavg()}")
+    print("\n| suite | local | -n 2 | cluster, 1st (env built) | cluster, 2nd (cached) | outcomes equal local |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in rows:
+        equal = all(r.outcomes == runs["local"].outcomes for r in runs.values())
+        cells = " | ".join(f"{r.seconds:.1f} s" for r in runs.values())
+        total = collections.Counter(runs["local"].outcomes.values())
+        print(f"| {name} ({', '.join(f'{n} {k}' for k, n in sorted(total.items()))}) | {cells} | {'yes' if equal else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
