@@ -22,7 +22,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff: ``min(max_s, base_s * factor**n)``, then ±``jitter`` fraction."""
+    """Exponential backoff: ``base_s * factor**n`` with ±``jitter`` fraction, never above ``max_s``:
+    at the cap the delay is drawn from ``max_s * (1 - jitter)`` to ``max_s``, so the fleet's
+    retries stay spread without any waiting longer than the cap it was told."""
 
     base_s: float = 0.5
     factor: float = 2.0
@@ -34,7 +36,8 @@ class Backoff:
         raw = min(self.max_s, self.base_s * (self.factor ** max(0, attempt)))
         if self.jitter <= 0:
             return raw
-        return max(0.0, raw * (1 + self.rng.uniform(-self.jitter, self.jitter)))
+        low = max(0.0, raw * (1 - self.jitter))
+        return self.rng.uniform(low, min(self.max_s, raw * (1 + self.jitter)))
 
 
 class RetriesExhausted(Exception):
