@@ -7,11 +7,13 @@ private CA, else the system's CAs). Exit codes:
 0 success (every waited-for task succeeded), 1 a task failed, errored, timed out or was
 cancelled, 2 invalid input, bad credentials, an unreachable coordinator or a refused request, 3 ``submit
 --fail-if-unschedulable`` stopped the wait (a task no connected worker can run), 4 ``submit
---timeout`` ran out before every task finished (``dt compare`` and ``--baseline`` exit 1 when a
-benchmark got slower, 2 when a task id has no result or none is a benchmark result; ``dt cancel``
-of a task that had already finished exits 0 and says on stderr that nothing was cancelled; a
-reader that closes stdout early, as ``| head`` does, ends the command quietly with 0); errors go to
-stderr, once. Only the requested
+--timeout`` ran out before every task finished, 130 interrupted (Ctrl-C; during ``submit --wait``
+one line says that the tasks keep running and the ``dt cancel`` command that stops them) (``dt
+compare`` and ``--baseline`` exit 1 when a benchmark got slower, 2 when a task id has no result or
+none is a benchmark result; ``dt cancel`` of a task that had already finished exits 0 and says on
+stderr that nothing was cancelled, of an unknown id 2 after trying the other ids; a reader that
+closes stdout early, as ``| head`` does, ends the command quietly with 0); errors go to stderr,
+once. Only the requested
 data goes to stdout. Each subcommand is added by a ``register(sub)`` function in ``REGISTRARS``
 that sets the ``run`` default to its handler ``(ApiClient, Namespace) -> exit code``.
 """
@@ -31,14 +33,15 @@ from ..config import DEFAULT_COORDINATOR_URL, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
 from ..tasks.states import WORKER_STATES
-from . import compare, submit
+from . import compare, status, submit
 from .common import positive_seconds
 from .http import FAILOVER_S, ApiClient, ApiError
 from .options import SWITCH, Setting, add_settings, resolve
 from .report import print_results, print_table, with_iso_times
-from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
+from .submit import EXIT_FAILED, EXIT_GAVE_UP, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNSCHEDULABLE, EXIT_USAGE
 
-__all__ = ["EXIT_FAILED", "EXIT_GAVE_UP", "EXIT_OK", "EXIT_UNSCHEDULABLE", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_GAVE_UP", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNSCHEDULABLE", "EXIT_USAGE",
+           "build_parser", "main"]
 
 EPILOG = """exit codes:
   0  success (with --wait: every task succeeded)
@@ -46,9 +49,11 @@ EPILOG = """exit codes:
   2  invalid input, bad credentials, an unreachable coordinator or a request it refused (4xx)
   3  submit --fail-if-unschedulable: a task had no connected worker able to run it for S seconds
   4  submit --timeout ran out before every task finished (the tasks stay queued)
+  130  interrupted (Ctrl-C); submit --wait then prints the dt cancel command for the tasks that
+       keep running
   (dt compare, and submit --baseline: 1 when a benchmark got slower, 2 when a task id has no
    result or none is a benchmark result; dt cancel of a finished task: 0, and stderr says that
-   nothing was cancelled)
+   nothing was cancelled; of an unknown id: 2, after the other ids were tried)
 """
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -104,12 +109,20 @@ def register_token(sub: SubParsers) -> None:
 
 
 def register_tasks(sub: SubParsers) -> None:
-    st = sub.add_parser("status", help="show one task as JSON (times in ISO 8601)")
+    text = ("show one task: on a terminal its state, worker, duration, result, error and failed tests (each with "
+            "its crash message and file:line); elsewhere (a pipe, a file) the whole task as JSON")
+    st = sub.add_parser("status", help=text, description=text)
     st.add_argument("task_id", help="the task's id")
+    shape = st.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_const", const="json", dest="shape",
+                       help="the whole task as JSON (times in ISO 8601), also on a terminal")
+    shape.add_argument("--text", action="store_const", const="text", dest="shape",
+                       help="the human format, also when stdout is no terminal")
     st.set_defaults(run=cmd_status)
-    cn = sub.add_parser("cancel", help="cancel a pending or running task (a finished one stays as it is: "
-                                           "stderr says nothing was cancelled, exit 0)")
-    cn.add_argument("task_id", help="the task's id")
+    text = ("cancel pending or running tasks, each reported on its own line (a finished one stays as it is: stderr "
+            "says nothing was cancelled, exit 0; an unknown id exits 2 after the others were tried)")
+    cn = sub.add_parser("cancel", help=text, description=text)
+    cn.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="the tasks' ids")
     cn.set_defaults(run=cmd_cancel)
 
 
@@ -184,21 +197,44 @@ def cmd_token(api: ApiClient, ns: argparse.Namespace) -> int:
 
 
 def cmd_status(api: ApiClient, ns: argparse.Namespace) -> int:
+    """The human format (:mod:`.status`) on a terminal or with ``--text``; else, and with
+    ``--json``, the whole task as JSON, as scripts read it."""
     task = api.get(f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}")
-    print(json.dumps(with_iso_times(task, ns.local_time), indent=2))
+    if ns.shape == "text" or (ns.shape is None and sys.stdout.isatty()):
+        print("\n".join(status.render(task, ns.local_time)))
+    else:
+        print(json.dumps(with_iso_times(task, ns.local_time), indent=2))
     return EXIT_OK
 
 
 def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
-    """Exit 0 either way: a task that had already finished is not running, as asked; stderr says
-    that nothing was cancelled."""
-    path = f"/api/v1/tasks/{urllib.parse.quote(ns.task_id, safe='')}"
-    before = api.get(path)["state"]
-    t = api.post(f"{path}/cancel", None, repeatable=True)  # a second cancel changes nothing: safe to re-send
-    print(f"{t['task_id']}: {t['state']}")
-    if t["state"] == before and t["state"] not in ("pending", "assigned", "running"):
-        print(f"dt: nothing cancelled: task {t['task_id']} had already finished ({t['state']})", file=sys.stderr)
-    return EXIT_OK
+    """Cancel each task in turn, one ``ID: STATE`` line each on stdout. A task that had already
+    finished is not running, as asked: stderr says that nothing was cancelled, and it counts as
+    done (0). A refused id (unknown: 404; not the caller's: 403) is said on stderr and the rest are
+    still tried; the exit status is then that of the refusal (2). An unreachable coordinator
+    stops at once: every other id would wait out the same failover bound."""
+    code = EXIT_OK
+    for task_id in dict.fromkeys(ns.task_ids):
+        path = f"/api/v1/tasks/{urllib.parse.quote(task_id, safe='')}"
+        try:
+            before = api.get(path)["state"]
+            t = api.post(f"{path}/cancel", None, repeatable=True)  # a second cancel changes nothing: safe to re-send
+        except ApiError as exc:
+            if exc.status == 0:
+                raise
+            print(f"dt: {task_id}: {exc}", file=sys.stderr)
+            code = max(code, api_error_code(exc))
+            continue
+        print(f"{t['task_id']}: {t['state']}", flush=True)
+        if t["state"] == before and t["state"] not in ("pending", "assigned", "running"):
+            print(f"dt: nothing cancelled: task {t['task_id']} had already finished ({t['state']})", file=sys.stderr)
+    return code
+
+
+def api_error_code(exc: ApiError) -> int:
+    """A refused request (4xx) or an unreachable coordinator is input to fix (2); a coordinator's
+    own failure (5xx) is 1."""
+    return EXIT_USAGE if exc.status == 0 or 400 <= exc.status < 500 else EXIT_FAILED
 
 
 def cmd_workers(api: ApiClient, ns: argparse.Namespace) -> int:
@@ -264,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except ApiError as exc:
         print(f"dt: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.status == 0 or 400 <= exc.status < 500 else EXIT_FAILED  # refused: not a task's failure
+        return api_error_code(exc)  # refused: not a task's failure
+    except KeyboardInterrupt:  # Ctrl-C outside a wait (submit --wait says what keeps running itself)
+        print("dt: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

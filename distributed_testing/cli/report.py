@@ -5,13 +5,17 @@ the local zone with its offset). Table cells hold one line: a multi-line text sh
 line, and a cell longer than its column's limit is cut with ``…``, so a long error never breaks a
 row. The JUnit file follows pytest's ``--junitxml``: one ``<testsuite>`` per task carrying
 ``tests``, ``failures``, ``errors``, ``skipped`` and ``time``; a test task's cases have the dotted
-module and class as ``classname`` and the test function as ``name``.
+module and class as ``classname`` and the test function as ``name``, and a failed one carries its
+traceback with the crash's file and line. The wait's summary and ``dt results`` say what each
+result holds in one line (:func:`result_summary`) and what went wrong (:func:`error_summary`:
+the cause, and the failing tests by node id).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -117,16 +121,72 @@ def _flat(r: dict[str, Any], local: bool) -> dict[str, Any]:
     training = training_fields(out)
     if training is not None:
         row.update(training, task_type="training")  # coordinators before issue 29 stored "benchmark"
-        speed = training["global_samples_per_s"]
-        row["summary"] = (f"{training['model'] or '?'} training, {training['nodes']} node(s)"
-                          + (f": {speed:.1f} samples/s" if isinstance(speed, (int, float)) else ""))
-    elif "passed" in out:
-        row["summary"] = f"{out.get('passed', 0)} passed, {out.get('failed', 0)} failed, {out.get('skipped', 0)} skipped"
-    elif "model" in out:
-        row["summary"] = benchmark_summary(out)
-    else:
-        row["summary"] = ""
+    row["summary"] = result_summary(out, r.get("task_type"), r.get("status")) or ""
     return row
+
+
+def result_summary(output: dict[str, Any], kind: str | None, status: str | None) -> str | None:
+    """One line for a result's ``output``, whatever the kind (``dt results``' SUMMARY, the wait's
+    RESULT): a training run's model, nodes and global samples/s; a test run's counts as pytest
+    words them (``5 passed, 0 failed, 1 skipped``, then any xfailed and errors); a benchmark's
+    :func:`benchmark_summary`; a custom handler's own fields (:func:`custom_summary`). None when
+    the output says nothing (a failed task without output)."""
+    training = training_fields(output)
+    if training is not None:
+        speed = training["global_samples_per_s"]
+        return (f"{training['model'] or '?'} training, {training['nodes']} node(s)"
+                + (f": {speed:.1f} samples/s" if isinstance(speed, int | float) else ""))
+    if kind is None:  # a result row from before task_type was stored: what its output looks like
+        kind = ("test" if "passed" in output else
+                "benchmark" if "model" in output or isinstance(output.get("batch_results"), list) else "custom")
+    if kind == "test":
+        return test_counts(output)
+    if kind == "benchmark":
+        return benchmark_summary(output) if output else None
+    return custom_summary(output, succeeded=status == "succeeded")
+
+
+def test_counts(output: dict[str, Any]) -> str | None:
+    """``P passed, F failed, S skipped`` (and ``, N xfailed``, ``, N error(s)`` when there are
+    any) from a test run's counts, or from its per-test entries when the counts are absent."""
+    tests = [t for t in output.get("tests") or [] if isinstance(t, dict)]
+    if "passed" not in output and not tests:
+        return None
+
+    def n(key: str, outcome: str) -> int:
+        value = output.get(key)
+        return int(value) if isinstance(value, int) else sum(1 for t in tests if t.get("outcome") == outcome)
+
+    text = f"{n('passed', 'passed')} passed, {n('failed', 'failed')} failed, {n('skipped', 'skipped')} skipped"
+    xfailed, errors = n("xfailed", "xfailed"), n("errors", "error")
+    if xfailed:
+        text += f", {xfailed} xfailed"
+    if errors:
+        text += f", {errors} error" + ("s" if errors != 1 else "")
+    return text
+
+
+MAX_CUSTOM_CHARS = 80  # of a custom handler's fields in one summary line
+_NOT_RESULTS = ("environment",)  # what every result carries beside the handler's own fields
+
+
+def custom_summary(output: dict[str, Any], *, succeeded: bool) -> str | None:
+    """A custom handler's output in short: ``key=value`` pairs (numbers to 4 significant digits,
+    nested values as compact JSON), cut at ``MAX_CUSTOM_CHARS``; ``ok`` for a succeeded task
+    whose handler returned nothing, None for a failed one."""
+    fields = {k: v for k, v in output.items() if k not in _NOT_RESULTS}
+    if not fields:
+        return "ok" if succeeded else None
+    text = ", ".join(f"{k}={_short(v)}" for k, v in fields.items())
+    return text if len(text) <= MAX_CUSTOM_CHARS else text[: MAX_CUSTOM_CHARS - 1] + "…"
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, str):
+        return " ".join(v.split())
+    return json.dumps(v, separators=(",", ":"), default=str) if isinstance(v, dict | list) else str(v)
 
 
 def _batch_text(b: dict[str, Any]) -> str:
@@ -184,14 +244,61 @@ def task_duration(t: dict[str, Any]) -> float | None:
 
 
 def summary_row(t: dict[str, Any]) -> dict[str, Any]:
-    """One ``SUMMARY_COLUMNS`` row of a task as the wait left it: a benchmark's
-    :func:`benchmark_summary` as ``result`` (None for other tasks), the first line of its error
-    (for a task the wait gave up on: why, with the coordinator's ``pending_reason``)."""
+    """One ``SUMMARY_COLUMNS`` row of a task as the wait left it: :func:`result_summary` of its
+    result as ``result`` (None without one), :func:`error_summary` of its error (for a task the
+    wait gave up on: why, with the coordinator's ``pending_reason``)."""
     outcome = t.get("outcome") or {}
-    output = (t.get("result") or {}).get("output") or {}
-    result = benchmark_summary(output) if isinstance(output.get("batch_results"), list) else None
+    result = t.get("result") or {}
+    output: dict[str, Any] = result["output"] if isinstance(result.get("output"), dict) else {}
+    summary = result_summary(output, t.get("type"), result.get("status")) if result else None
     return {"task": t["task_id"], "state": t["state"], "worker": outcome.get("worker_id") or t.get("worker_id"),
-            "duration_s": task_duration(t), "result": result, "error": first_line(outcome.get("error"))}
+            "duration_s": task_duration(t), "result": summary, "error": error_summary(outcome.get("error"), output)}
+
+
+MAX_NAMED_TESTS = 3  # failing tests an error line names before it counts the rest
+# pip's own error lines ("ERROR: No matching distribution found for x"), which say why it failed
+_PIP_ERROR = re.compile(r"^ERROR: ")
+
+
+def error_summary(error: Any, output: dict[str, Any] | None = None) -> str | None:
+    """The line of ``error`` that says what went wrong: its first line, followed by the cause when
+    that line only introduces it (ends with ``:``, as a failed pip install does: then pip's first
+    ``ERROR:`` line, else the next line), and by the node ids of the failing tests in ``output``
+    (a test run's per-test entries; at most ``MAX_NAMED_TESTS``) when it names none of them."""
+    line = first_line(error)
+    if line is None:
+        return None
+    if line.endswith(":"):
+        rest = [x.strip() for x in str(error).splitlines() if x.strip()][1:]
+        cause = next((x for x in rest if _PIP_ERROR.match(x)), rest[0] if rest else None)
+        if cause:
+            line = f"{line} {cause}"
+    failing = failing_tests(output or {})
+    if failing and not any(f["nodeid"] in line for f in failing):
+        names = [str(f["nodeid"]) for f in failing[:MAX_NAMED_TESTS]]
+        more = len(failing) - len(names)
+        line = f"{line}: {', '.join(names)}" + (f" and {more} more" if more else "")
+    return line
+
+
+def failing_tests(output: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-test entries of a test run that failed or errored, in the order they ran."""
+    return [t for t in output.get("tests") or [] if isinstance(t, dict) and t.get("outcome") in ("failed", "error")]
+
+
+def crash_location(entry: dict[str, Any]) -> str | None:
+    """Where a failed test's entry crashed, ``path:line`` as pytest prints it under the traceback
+    (the last traceback entry's file location, else the crash's own), None when its reports have
+    no structured traceback (a collection error, a report from an older worker)."""
+    for data in reversed(entry.get("reports") or []):
+        longrepr = data.get("longrepr") if isinstance(data, dict) else None
+        if not isinstance(longrepr, dict):
+            continue
+        entries = (longrepr.get("reprtraceback") or {}).get("reprentries") or []
+        loc = ((entries[-1].get("data") or {}).get("reprfileloc") if entries else None) or longrepr.get("reprcrash")
+        if isinstance(loc, dict) and loc.get("path") is not None:
+            return f"{loc['path']}:{loc.get('lineno')}"
+    return None
 
 
 def print_summary(tasks: list[dict[str, Any]], out: TextIO) -> None:
@@ -221,7 +328,7 @@ def _task_cases(t: dict[str, Any]) -> list[dict[str, Any]]:
     for c in output.get("tests") or []:
         classname, name = split_nodeid(str(c.get("nodeid") or ""))
         cases.append({"classname": classname, "name": name, "outcome": str(c.get("outcome")),
-                      "time": float(c.get("duration_s") or 0), "message": c.get("message")})
+                      "time": float(c.get("duration_s") or 0), "message": c.get("message"), "text": _case_text(c)})
     if cases and t["state"] in ("succeeded", "failed"):
         return cases
     if t["state"] == "succeeded" and isinstance(output.get("batch_results"), list) and output["batch_results"]:
@@ -251,7 +358,8 @@ def write_junit(path: Path, tasks: list[dict[str, Any]]) -> None:
     """One ``<testsuite>`` per task (``name``: the task id, ``hostname``: its worker); a test task's
     per-test outcomes are its ``<testcase>`` elements, any other task is one case of classname
     ``dt.<type>``. A failed case has ``<failure>``, an errored one ``<error>`` (message: the first
-    line; text: the whole message), a skipped or xfailed one ``<skipped>``. A succeeded benchmark
+    line of the crash message; text: the test's traceback ending with the crash's ``file:line``,
+    or for a task without per-test entries its whole error), a skipped or xfailed one ``<skipped>``. A succeeded benchmark
     is one case per batch size (``<task>[bs=N]``) whose ``<system-out>`` carries the median and the
     measurement's verdict; a ``disturbed`` one is ``<skipped>`` with the reason."""
     suites = ET.Element("testsuites", name="dt")
@@ -293,10 +401,24 @@ def _add_case(suite: ET.Element, c: dict[str, Any]) -> None:
     if kind:
         message = str(c.get("message") or "")
         el = ET.SubElement(tc, kind, message=first_line(message) or kind)
-        if message:
-            el.text = message
+        text = c.get("text") or message
+        if text:
+            el.text = text
     if c.get("system_out"):
         ET.SubElement(tc, "system-out").text = c["system_out"]
+
+
+def _case_text(entry: dict[str, Any]) -> str | None:
+    """A failed or errored test's JUnit text, as pytest's ``--junitxml`` writes it: the traceback
+    (the entry's ``longrepr``) ending with the crash's file and line; the crash message where the
+    entry has no traceback. None for the other outcomes (their message says it all)."""
+    if entry.get("outcome") not in ("failed", "error"):
+        return None
+    text = str(entry.get("longrepr") or entry.get("message") or "")
+    where = crash_location(entry)
+    if where and where not in text:
+        text = f"{text}\n{where}" if text else where
+    return text or None
 
 
 def _count(cases: list[dict[str, Any]], *outcomes: str) -> int:

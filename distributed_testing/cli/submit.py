@@ -15,7 +15,9 @@ The wait polls ``GET /api/v1/tasks/{id}`` for each unfinished task every ``POLL_
 most ``MAX_POLLS_PER_ROUND`` requests a round, taking the unfinished tasks in turn), feeds a
 :mod:`.progress` display, and ends when every task is final, when ``--timeout`` passes, or, with
 ``--fail-if-unschedulable S``, when a task has been unschedulable (no connected worker meets its
-requirements) for S seconds. Tasks it stops waiting for stay queued on the coordinator.
+requirements) for S seconds. Tasks it stops waiting for stay queued on the coordinator; Ctrl-C
+(SIGINT) ends the wait with one line naming the tasks that keep running and the ``dt cancel``
+command for them (exit 130, no traceback).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 import urllib.parse
@@ -42,6 +45,7 @@ from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
 from .report import print_summary, summary_row, write_json, write_junit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNSCHEDULABLE, EXIT_GAVE_UP = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 POLL_S = 0.5
 MAX_POLLS_PER_ROUND = 100
 DEFAULT_TIMEOUT_S = 3600.0  # how long --wait waits without --timeout
@@ -128,8 +132,14 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     try:
         waited = wait_tasks(api, [a["task_id"] for a in accepted], ns.timeout if ns.timeout is not None else DEFAULT_TIMEOUT_S,
                             ns.unschedulable_s, progress)
-    finally:
+    except Interrupted as stop:
+        progress.close()  # the live table stays above the line, not drawn over it
+        print(interrupted_line(stop.unfinished), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException:
         progress.close()
+        raise
+    progress.close()
     print_summary(waited.tasks, sys.stderr)
     if ns.junit:
         write_junit(ns.junit, waited.tasks)
@@ -233,12 +243,40 @@ class Waited:
         return {None: EXIT_OK, UNSCHEDULABLE: EXIT_UNSCHEDULABLE}.get(self.stopped, EXIT_GAVE_UP)
 
 
+class Interrupted(Exception):
+    """Ctrl-C ended the wait; ``unfinished``: the ids of the tasks not seen final, which keep
+    running (or waiting) on the coordinator."""
+
+    def __init__(self, unfinished: list[str]) -> None:
+        super().__init__(f"interrupted with {len(unfinished)} task(s) unfinished")
+        self.unfinished = unfinished
+
+
+def interrupted_line(unfinished: list[str]) -> str:
+    """What ``dt submit --wait`` says when Ctrl-C ends its wait: one line naming what goes on
+    without it and the command that cancels it."""
+    if not unfinished:
+        return "dt: interrupted; every task had already finished"
+    return (f"dt: interrupted; {len(unfinished)} task(s) keep running (or waiting) on the coordinator; cancel them "
+            f"with: dt cancel {' '.join(shlex.quote(i) for i in unfinished)}")
+
+
 def wait_tasks(api: ApiClient, task_ids: list[str], timeout_s: float, unschedulable_s: float | None,
                progress: Progress, *, clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> Waited:
-    """Poll ``task_ids`` until each is final or the wait stops (see the module docstring)."""
+    """Poll ``task_ids`` until each is final or the wait stops (see the module docstring).
+    :class:`Interrupted` when Ctrl-C (KeyboardInterrupt) ends it."""
     ids = list(dict.fromkeys(task_ids))
-    tracker, unfinished = Tracker(), list(ids)
+    tracker = Tracker()
+    try:
+        return _wait(api, ids, tracker, timeout_s, unschedulable_s, progress, clock, sleep)
+    except KeyboardInterrupt:
+        raise Interrupted([i for i in ids if (tracker.views.get(i) or {}).get("outcome") is None]) from None
+
+
+def _wait(api: ApiClient, ids: list[str], tracker: Tracker, timeout_s: float, unschedulable_s: float | None,
+          progress: Progress, clock: Callable[[], float], sleep: Callable[[float], None]) -> Waited:
+    unfinished = list(ids)
     blocked_since: dict[str, float] = {}
     deadline = clock() + timeout_s
     stopped: str | None = None

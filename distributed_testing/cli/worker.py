@@ -45,9 +45,21 @@ log = logging.getLogger(__name__)
 EXIT_GRACE_S = 60.0
 
 
+EPILOG = f"""{aio.HELP}
+
+exit status:
+  0  stopped cleanly: a signal (SIGTERM, SIGINT) or a drain from the coordinator
+  1  gave up connecting: --reconnect-attempts consecutive connects failed (one line on stderr
+     says whether no coordinator was ever reached, with the last error); a stop that ran past
+     its deadline; --recover --reset-state that could not report everything
+  2  could not start: a bad flag or variable, refused credentials (a wrong key or role), a
+     registration the coordinator refused, a --db-path another worker holds
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dt-worker", description="Run a distributed_testing worker.",
-                                epilog=aio.HELP)
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_settings(p, WORKER_SETTINGS, GROUPS)
     add_log_flag(p)
     return p
@@ -120,8 +132,11 @@ async def run_worker(config: WorkerConfig, exit_deadline: ExitDeadline | None = 
         if config.recover:  # report first, reset once the coordinator holds every report
             try:
                 await recover_then_reset(config)
-            except (RecoveryIncomplete, RetriesExhausted) as exc:
+            except RecoveryIncomplete as exc:
                 log.error("%s", exc)
+                return 1
+            except RetriesExhausted as exc:
+                print(gave_up_line(config, exc, reached=False), file=sys.stderr)
                 return 1
             config = dataclasses.replace(config, recover=False)  # the fresh state has nothing to recover
         else:
@@ -165,9 +180,23 @@ async def _run_agent(agent: WorkerAgent, exit_deadline: ExitDeadline | None) -> 
     try:
         await runner
     except RetriesExhausted as exc:
-        log.error("%s", exc)
+        print(gave_up_line(agent.config, exc, reached=agent.sessions > 0), file=sys.stderr)
         return 1
     return 0
+
+
+def gave_up_line(config: WorkerConfig, exc: RetriesExhausted, *, reached: bool) -> str:
+    """The one line ``dt-worker`` ends with when its connects ran out: whether it ever reached a
+    coordinator (never: the URL, the network or the coordinator's process is what to check),
+    where it tried, and the last attempt's error."""
+    cause = exc.__cause__ or exc
+    where = ", ".join(config.urls)
+    attempts = config.reconnect_attempts
+    head = f"dt-worker: gave up after {attempts} attempts (--reconnect-attempts): "
+    if not reached:
+        return (f"{head}no coordinator was ever reached at {where} (last error: {cause}); check --coordinator "
+                "(DT_COORDINATOR_URL) and that the coordinator runs")
+    return f"{head}lost the coordinator at {where} and could not reconnect (last error: {cause})"
 
 
 async def _obey(agent: WorkerAgent, signals: _Signals, deadline: ExitDeadline) -> None:

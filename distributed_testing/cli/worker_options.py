@@ -136,14 +136,17 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
                 "60 s; exit 2). Default: the coordinator's `--heartbeat-interval` (1 s). See "
                 "[docs/operations.md](docs/operations.md#liveness)"),
     Setting("--reconnect-attempts", type=int, lo=1, default=10, metavar="N",
-            help="consecutive failed connects before giving up (default 10; not with --high-availability)",
-            doc="consecutive failed connects before exiting 1 (default 10; not with `--high-availability`)"),
+            help="consecutive failed connects before giving up, exit 1 with one line saying whether any "
+                 "coordinator was ever reached (default 10; not with --high-availability)",
+            doc="consecutive failed connects before exiting 1, with one line on stderr saying whether any coordinator "
+                "was ever reached and the last error (default 10; not with `--high-availability`)"),
     Setting("--reconnect-interval", type=float, lo=0, lo_open=True, default=1.0, metavar="S",
             field="reconnect_interval_s",
-            help="delay before retrying a failed connect in seconds; doubles with jitter (default 1); the first "
-                 "reconnect after a lost session waits a random 0..min(1, this) s",
-            doc="delay before retrying a failed connect; doubles with jitter (default 1); the first reconnect "
-                "after a lost session waits a random 0..min(1, S) s"),
+            help="delay before retrying a failed connect in seconds; doubles with jitter up to 30 s (or this "
+                 "delay when it is longer), jitter included (default 1); the first reconnect after a lost session "
+                 "waits a random 0..min(1, this) s",
+            doc="delay before retrying a failed connect; doubles with jitter up to 30 s (or S when longer), jitter "
+                "included (default 1); the first reconnect after a lost session waits a random 0..min(1, S) s"),
     Setting("--profile", choices=PROFILES, metavar="{" + ",".join(PROFILES) + "}",
             shown="--profile " + "\\|".join(PROFILES),
             help="preset of concurrency, task timeout and limits (see README); explicit flags win",

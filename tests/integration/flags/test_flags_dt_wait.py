@@ -93,7 +93,8 @@ def test_junit_of_a_real_pytest_task_groups_by_module_and_class(with_worker: DT,
     doc = json.loads(report.read_text())
     [row] = doc["summary"]
     assert (row["task"], row["state"], row["worker"]) == ("more-1", "failed", "w0")
-    assert row["error"] == doc["tasks"][0]["outcome"]["error"].splitlines()[0]
+    # the error's first line, naming the failing test
+    assert row["error"] == doc["tasks"][0]["outcome"]["error"].splitlines()[0] + ": test_more.py::ChunkedTests::test_bad"
 
 
 def test_token_prints_a_jwt_that_works_and_json_gives_the_whole_answer(run_dt: DT) -> None:

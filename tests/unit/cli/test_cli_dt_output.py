@@ -128,8 +128,10 @@ def test_junit_follows_pytest_conventions(tmp_path: Path) -> None:
 
 
 def test_summary_rows_carry_task_state_worker_duration_and_the_first_error_line() -> None:
-    assert report.summary_row(TEST_TASK) == {"task": "suite-1", "state": "failed", "worker": "w1", "duration_s": 2.5,
-                                             "result": None, "error": "1 of 4 tests failed"}
+    assert report.summary_row(TEST_TASK) == {
+        "task": "suite-1", "state": "failed", "worker": "w1", "duration_s": 2.5,
+        "result": "1 passed, 1 failed, 1 skipped, 1 error",  # counted from the per-test entries
+        "error": "1 of 4 tests failed: tests/test_more.py::ChunkedTests::test_bad, tests/test_more.py::test_boom"}
     multi = {**BENCH_TASK, "outcome": {**BENCH_TASK["outcome"], "error": "\n  first\nsecond"}}
     assert report.summary_row(multi)["error"] == "first"
     assert report.summary_row(GAVE_UP)["worker"] is None
