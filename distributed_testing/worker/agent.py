@@ -186,7 +186,7 @@ class WorkerAgent:
 
     async def _backoff_sleep(self, delay: float) -> None:
         """The reconnect backoff's wait; ``stop()`` ends it at once (a worker told to stop while
-        the coordinator is unreachable used to sit out a backoff of up to 36 s first)."""
+        the coordinator is unreachable would otherwise sit out a whole backoff, up to 30 s, first)."""
         await aio.wait_event(self._stop, delay)
 
     def stop(self) -> None:
