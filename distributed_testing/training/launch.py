@@ -47,6 +47,7 @@ from typing import Any
 import distributed_testing
 from distributed_testing.process.childenv import child_environ
 from distributed_testing.process.netif import interface_address
+from distributed_testing.process.taskfile import read_task_file
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
     LaunchCancelled,
@@ -68,6 +69,11 @@ STOP_GRACE_S = 8.0
 AGENT_SHUTDOWN_S = 5
 MAX_RENDEZVOUS_S = 120
 LOG_TAIL_LINES = 40
+# What is read of the files in the run directory, which a bundle's ranks own (sandbox.give): each
+# through read_task_file, so a link or FIFO a rank put there is refused, not followed or waited on.
+LOG_TAIL_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+MAX_PROGRESS_BYTES = 64 * 1024
 Progress = Callable[[float, str], None]
 
 
@@ -307,9 +313,13 @@ class _ProgressReader:
         self._last_step = -1
 
     def poll(self) -> None:
-        if self.path is None or self.callback is None or not self.path.exists():
+        if self.path is None or self.callback is None:
             return
-        state = json.loads(self.path.read_text())
+        try:
+            text = read_task_file(self.path, under=self.path.parent, limit=MAX_PROGRESS_BYTES)
+        except OSError:  # absent so far, or not a file the rank may hand us
+            return
+        state = json.loads(text)
         step, total = int(state["step"]), int(state["total"])
         if step != self._last_step:
             self._last_step = step
@@ -318,18 +328,23 @@ class _ProgressReader:
 
 def _read_result(files: _LaunchFiles) -> dict[str, Any]:
     try:
-        document: dict[str, Any] = json.loads(files.result.read_text())
+        text = read_task_file(files.result, under=files.result.parent, limit=MAX_RESULT_BYTES)
     except FileNotFoundError as exc:
         raise RankFailure(
             f"ranks exited cleanly but rank 0 wrote no result at {files.result}", _log_tail(files.log)
         ) from exc
+    except OSError as exc:
+        raise RankFailure(f"rank 0's result cannot be read: {exc}", _log_tail(files.log)) from exc
+    document: dict[str, Any] = json.loads(text)
     return document
 
 
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        text = path.read_text(errors="replace")
+        text = read_task_file(path, under=path.parent, limit=LOG_TAIL_BYTES, tail=True).decode(errors="replace")
     except FileNotFoundError:
         return ""
+    except OSError as exc:
+        return f"(the launcher log cannot be read: {exc})"
     return "\n".join(text.splitlines()[-lines:])
 

@@ -44,6 +44,7 @@ a sandbox here (None) or why not. Tasks without a bundle get a deny-list sandbox
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -157,7 +158,10 @@ def give(paths: Iterable[Path]) -> None:
     directory under them, and each file with one link. A file with more (a tree's hard link into
     the blob cache) stays the worker's, read-only to the task: chowning it would let the task
     ``chmod`` it and write the blob that other tasks' trees are built from. Directories also get
-    ``o+x``: bwrap enters the working directory as root without capabilities, before the switch."""
+    ``o+x``: bwrap enters the working directory as root without capabilities, before the switch.
+    Nothing is done through a link: the paths may hold what the submitter's code left there (a
+    ``./dir`` package's build runs in the scratch directory before the task), and a link to a host
+    directory, followed, made that directory 0777."""
     uid = task_uid()
     if uid is None:
         return
@@ -165,8 +169,8 @@ def give(paths: Iterable[Path]) -> None:
         if not top.exists():
             continue
         _give_dir(top, uid)
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames:
+        for dirpath, dirnames, filenames in os.walk(top):  # never into a link
+            for name in dirnames:  # a link to a directory is listed here too: _give_dir passes it by
                 _give_dir(os.path.join(dirpath, name), uid)
             for name in filenames:
                 p = os.path.join(dirpath, name)
@@ -175,8 +179,18 @@ def give(paths: Iterable[Path]) -> None:
 
 
 def _give_dir(path: str | Path, uid: int) -> None:
-    os.lchown(path, uid, uid)
-    os.chmod(path, os.lstat(path).st_mode & 0o7777 | 0o011)
+    """Chown and ``o+x`` the directory ``path`` through a descriptor opened without following a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link: its target is not the task's
+            return
+        raise
+    try:
+        os.fchown(fd, uid, uid)
+        os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 | 0o011)
+    finally:
+        os.close(fd)
 
 
 def gpu_devices() -> list[str]:

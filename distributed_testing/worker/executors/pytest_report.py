@@ -84,8 +84,13 @@ def _cut(text: str) -> str:
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The lines of a report file; a last line cut short by a killed pytest is dropped."""
+    return parse_lines(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """The lines of a report's text (:func:`read_lines`)."""
     out = []
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for raw in text.splitlines():
         try:
             line = json.loads(raw)
         except json.JSONDecodeError:

@@ -40,6 +40,7 @@ import msgspec
 
 from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
+from distributed_testing.process.taskfile import read_task_file
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import (
     OWN_PLUGIN,
@@ -78,6 +79,9 @@ _PYTEST_EXIT = {
     4: "usage error",
 }
 _ERROR_TAIL_CHARS = 2000
+# A report read beyond this is refused: its output could not be sent anyway (worker/core/output.py)
+# and the worker would hold all of it in memory.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 _DRAIN_GRACE_S = 2.0
 
 
@@ -187,7 +191,8 @@ class TestExecutor:
                     env = self._confine.environ(env, own)
                     argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests
                 verdict, code, tail, watch = await self._run_pytest(argv, cwd, timeout, ctx.max_memory_mb, env)
-                summary = _read_summary(report_path) if report_path.exists() else TestSummary([])
+                # the child owned tmp: read its report as a task's file (no link, no FIFO, bounded)
+                summary = await asyncio.to_thread(_read_summary, report_path, Path(tmp).parent)
         finally:
             if own is not None:
                 await asyncio.to_thread(confine.remove, own)
@@ -289,11 +294,16 @@ class TestSummary:
                 "duration_s": round(sum(t["duration_s"] for t in self.tests), 6), "tests": self.tests}
 
 
-def _read_summary(path: Path) -> TestSummary:
+def _read_summary(path: Path, under: Path) -> TestSummary:
+    """The summary of the report at ``path`` (none where pytest wrote none), read as a file the
+    task could have replaced (:func:`~distributed_testing.process.taskfile.read_task_file`)."""
     try:
-        return TestSummary(pytest_report.summarise(pytest_report.read_lines(path)))
+        data = read_task_file(path, under=under, limit=MAX_REPORT_BYTES)
+    except FileNotFoundError:
+        return TestSummary([])
     except OSError as exc:
         raise ExecutionError(f"cannot read pytest's report {path}: {exc}") from exc
+    return TestSummary(pytest_report.summarise(pytest_report.parse_lines(data.decode("utf-8", errors="replace"))))
 
 
 def _outcome(

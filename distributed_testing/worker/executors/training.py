@@ -72,6 +72,7 @@ from typing import Any
 
 from distributed_testing.bundles.tree import top_level_modules
 from distributed_testing.errors import ExecutionError
+from distributed_testing.process.taskfile import read_task_file
 from distributed_testing.protocol.messages import GangAssignment
 from distributed_testing.training.errors import (
     InvalidTrainingConfig,
@@ -376,11 +377,9 @@ def _outcome(status: OutcomeStatus, exc: ExecutionError, started: float, assignm
 
 def _log_text(path: Path) -> str:
     """The end of this node's launcher log (more than the error's tail) for classification."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - LOG_SCAN_BYTES))
-            return f.read().decode(errors="replace")
-    except FileNotFoundError:
+    try:  # the ranks own the run directory: read as their file (no link, no FIFO)
+        return read_task_file(path, under=path.parent, limit=LOG_SCAN_BYTES, tail=True).decode(errors="replace")
+    except OSError:
         return ""
 
 
