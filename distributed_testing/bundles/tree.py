@@ -22,10 +22,7 @@ from .manifest import Manifest
 
 def build_tree(cache: BlobCache, m: Manifest, dest: Path, *, copy: bool = False) -> None:
     dest = Path(dest)
-    dest.mkdir(parents=True)
-    dirs = sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p})
-    for d in dirs:
-        os.makedirs(dest / d, exist_ok=True)
+    dirs = _make_dirs(m, dest)
     link = os.link
     for f in m.files:
         src = cache.executable(f.digest) if f.mode == 0o755 else cache.path(f.digest)
@@ -49,17 +46,29 @@ def writable_view(src: Path, m: Manifest, dest: Path, *, copy: bool) -> None:
     ``src``'s, or with ``copy`` a writable copy. Links are sound only where the task cannot change
     the linked file: a child running as another user than the files' owner (a root worker's
     sandbox, worker/sandbox.py) gets EACCES writing one in place and EPERM on ``chmod``; where the
-    child would own them (a worker not running as root), ``copy`` them."""
+    child would own them (a worker not running as root), ``copy`` them. A file that cannot take
+    another link (EMLINK, EXDEV) is copied too: no other bundle can make this one's views fail."""
     dest = Path(dest)
-    dest.mkdir(parents=True)
-    for d in sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p}):
-        os.makedirs(dest / d, exist_ok=True)
+    _make_dirs(m, dest)
     for f in m.files:
-        if copy:
-            shutil.copyfile(src / f.path, dest / f.path)
-            os.chmod(dest / f.path, f.mode | 0o200)
-        else:
-            os.link(src / f.path, dest / f.path)
+        if not copy:
+            try:
+                os.link(src / f.path, dest / f.path)
+                continue
+            except OSError as exc:  # a file linked to its limit (EMLINK: another bundle's 65,000 empty files)
+                if exc.errno not in (errno.EMLINK, errno.EXDEV):
+                    raise
+        shutil.copyfile(src / f.path, dest / f.path)  # the task's own: it may change it
+        os.chmod(dest / f.path, f.mode | 0o200)
+
+
+def _make_dirs(m: Manifest, dest: Path) -> list[str]:
+    """``dest`` and every directory of ``m`` under it; the latter, relative and sorted."""
+    dest.mkdir(parents=True)
+    dirs = sorted({p.rsplit("/", 1)[0] for p in (f.path for f in m.files) if "/" in p})
+    for d in dirs:
+        os.makedirs(dest / d, exist_ok=True)
+    return dirs
 
 
 def _copy(src: Path, dest: Path, mode: int) -> None:
