@@ -72,7 +72,7 @@ from ..bundles import manifest as mf
 from ..errors import ExecutionError
 from ..tasks import pyreqs
 from .pipconf import PipAccess
-from .sandbox import Sandbox, task_environ
+from .sandbox import Sandbox, take_back, task_environ
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,7 @@ class PythonEnvs:
             await asyncio.shield(asyncio.to_thread(shutil.rmtree, path, True))
             raise
         took = time.monotonic() - started
+        await asyncio.to_thread(take_back, path)  # pip ran as the task's user: the shared result is the worker's
         (path / COMPLETE).write_text(json.dumps({"requirements": normal, "build_s": took, "isolated": isolated}))
         log.info("python environment %s built in %.1f s (%d requirements%s)", path.name[:12], took, len(normal),
                  ", isolated" if isolated else "")

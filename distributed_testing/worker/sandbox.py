@@ -178,6 +178,20 @@ def give(paths: Iterable[Path]) -> None:
                     os.lchown(p, uid, uid)
 
 
+def take_back(path: Path) -> None:
+    """Make what :func:`give` handed to the task's user the worker's again (nothing for a worker
+    that is not root): a Python environment built by a sandboxed pip and then shared read-only by
+    later tasks must not stay writable by uid 65534, which other processes on the host may run as.
+    Call it once nothing of the task runs any more; links are changed, not followed."""
+    if task_uid() is None or not path.exists():
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    os.lchown(path, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
 def _give_dir(path: str | Path, uid: int) -> None:
     """Chown and ``o+x`` the directory ``path`` through a descriptor opened without following a link."""
     try:

@@ -7,6 +7,7 @@ named; bad requirement strings are refused at submit with 400 naming the field."
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,9 @@ async def test_a_bundle_package_is_installed_once_and_reused(tmp_path: Path, san
     assert env1["requirements"] == ["./mypkg", "msgspec", "pytest", "setuptools"] and env1["isolated"] is True
     envs = list((tmp_path / "state").glob("pyenvs/*/.dt-complete"))
     assert len(envs) == 1, envs
+    # built by pip as the task's user, shared read-only afterwards: nothing in it stays that user's
+    owners = {p.lstat().st_uid for p in envs[0].parent.rglob("*")} | {envs[0].parent.lstat().st_uid}
+    assert owners == {os.geteuid()}, owners
 
 
 async def test_a_changed_package_builds_a_new_environment(tmp_path: Path) -> None:
