@@ -48,7 +48,9 @@ def counts(out: str) -> dict[str, int]:
     return found
 
 
-def start_cluster(procs: Procs, tmp: Path, root: Path) -> tuple[str, str]:
+def start_cluster(procs: Procs, tmp: Path, worker_args: list[str], allow_code: bool = False) -> tuple[str, str]:
+    """A coordinator and two one-slot worker processes started with ``worker_args``; its URL and a
+    submitter key (``allow_code``: one that may ship bundles)."""
     _, port = start_coordinator_process(procs, tmp / "state" / "coordinator.duckdb")
     url = f"http://127.0.0.1:{port}"
     admin = Rest(url, (tmp / "state" / "admin.key").read_text().strip())
@@ -57,7 +59,7 @@ def start_cluster(procs: Procs, tmp: Path, root: Path) -> tuple[str, str]:
         key_file.write_text(admin.create_key("worker", f"bench-{i}"))
         key_file.chmod(0o600)
         procs.start(["-m", "distributed_testing.cli.worker", "--coordinator", url, "--api-key-file", str(key_file),
-                     "--worker-id", f"bench-{i}", "--test-root", str(root), "--max-concurrent-tasks", "1",
+                     "--worker-id", f"bench-{i}", *worker_args, "--max-concurrent-tasks", "1",
                      "--db-path", str(tmp / f"worker{i}.duckdb")], tmp / f"worker{i}.log")
     try:
         wait_until(lambda: sum(w["state"] != "disconnected" for w in admin.workers().values()) == 2, 120, "workers")
@@ -65,7 +67,8 @@ def start_cluster(procs: Procs, tmp: Path, root: Path) -> tuple[str, str]:
         for i in range(2):
             print((tmp / f"worker{i}.log").read_text()[-2000:])
         raise
-    return url, admin.create_key("submitter", "bench")
+    return url, str(admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": "bench",
+                                                            "allow_code": allow_code})["key"])
 
 
 def run_mode(mode: str, root: Path, target: str, url: str, key: str, cache: Path) -> tuple[float, str]:
@@ -91,7 +94,7 @@ def bench_suite(name: str, spec: str, rounds: int) -> list[str]:
         tmp = Path(t)
         procs = Procs(tmp, cwd=REPO)
         try:
-            url, key = start_cluster(procs, tmp, root)
+            url, key = start_cluster(procs, tmp, ["--test-root", str(root)])
             for r in range(rounds):
                 for mode in MODES:
                     wall, out = run_mode(mode, root, target or ".", url, key, tmp / "cache")

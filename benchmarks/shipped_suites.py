@@ -27,24 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from distributed_testing.testing import Procs, Rest, start_coordinator_process, wait_until  # noqa: E402
+from plugin_suites import start_cluster  # noqa: E402  (benchmarks/ is on sys.path: python -m benchmarks)
+
+from distributed_testing.testing import Procs  # noqa: E402
 from distributed_testing.testing.suites import SUITES, Run, fetch, run_pytest, submitter_env  # noqa: E402
-
-
-def start_cluster(procs: Procs, tmp: Path) -> tuple[str, str]:
-    _, port = start_coordinator_process(procs, tmp / "state" / "coordinator.duckdb")
-    url = f"http://127.0.0.1:{port}"
-    admin = Rest(url, (tmp / "state" / "admin.key").read_text().strip())
-    for i in range(2):
-        key_file = tmp / f"worker{i}.key"
-        key_file.write_text(admin.create_key("worker", f"bench-{i}"))
-        key_file.chmod(0o600)
-        procs.start(["-m", "distributed_testing.cli.worker", "--coordinator", url, "--api-key-file", str(key_file),
-                     "--worker-id", f"bench-{i}", "--accept-bundles", "--max-concurrent-tasks", "1",
-                     "--db-path", str(tmp / "workers" / f"worker{i}.duckdb")], tmp / f"worker{i}.log")
-    wait_until(lambda: sum(w["state"] != "disconnected" for w in admin.workers().values()) == 2, 120, "workers")
-    return url, str(admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": "bench",
-                                                            "allow_code": True})["key"])
 
 
 def summary(run: Run, local: Run) -> str:
@@ -64,7 +50,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         procs = Procs(Path(tmp), cwd=REPO)
         try:
-            url, key = start_cluster(procs, Path(tmp))
+            url, key = start_cluster(procs, Path(tmp), ["--accept-bundles"], allow_code=True)
             for name in args.suites.split(","):
                 suite = SUITES[name]
                 tree = fetch(suite, work / "sdists")
