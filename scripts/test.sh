@@ -9,8 +9,24 @@
 #                                 (benchmarks/RESULTS.md, "Test suite time", fifth session)
 #   bash scripts/test.sh --fast   the fast tier, to run before every commit: unit tests and the
 #                                 in-process integration tests, no `slow` test (tests/conftest.py)
+#   bash scripts/test.sh --containers  the container tier (root, podman): installs podman and
+#                                 podman-compose, builds the base, the image and a PostgreSQL
+#                                 stand-in (scripts/containers.sh), brings the HA group of
+#                                 deploy/compose.yaml up and runs scripts/containers_tier.py on it
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--containers" ]; then
+  shift
+  start=$SECONDS
+  bash scripts/setup.sh
+  bash scripts/containers.sh setup
+  bash scripts/containers.sh image --local-base
+  bash scripts/containers.sh postgres
+  status=0
+  .venv/bin/python scripts/containers_tier.py "$@" || status=$?
+  echo "container tier: $((SECONDS - start)) s, exit $status" >&2
+  exit "$status"
+fi
 FAST=0
 if [ "${1:-}" = "--fast" ]; then FAST=1; shift; fi
 bash scripts/setup.sh
