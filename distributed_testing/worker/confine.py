@@ -264,13 +264,67 @@ def plan(config: Any, cache_dir: Path, env: Mapping[str, str] | None = None) -> 
                        watch=tuple(watch)), notes
 
 
+def container() -> str | None:
+    """The container engine this process runs under (``podman``, ``docker``, ``a container``), or None.
+
+    Podman's marker file says so alone; Docker's (``/.dockerenv``) also lies in virtual machines
+    made from a Docker image, so it counts only with a root filesystem that is no block device's
+    (overlay, as Docker gives its containers)."""
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    try:
+        root = next((line.split(" - ", 1)[1].split() for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                     if line.split()[4] == "/"), ["", ""])
+        cgroup = Path("/proc/1/cgroup").read_text()
+    except (OSError, IndexError):
+        return None
+    if os.path.exists("/.dockerenv") and not root[1].startswith("/dev/"):
+        return "docker"
+    return "a container" if any(w in cgroup for w in ("docker", "libpod", "kubepods", "containerd")) else None
+
+
+# What lets bwrap make its namespaces in a container whose worker is not root (docs/operations.md,
+# "Containers"): a /proc it may mount afresh, and (docker) the namespace and mount calls.
+CONTAINER_OPTIONS = {
+    "podman": "run it with --security-opt unmask=/proc/* (deploy/compose.podman.yaml)",
+    "docker": "run it with --security-opt systempaths=unconfined and --security-opt seccomp=PROFILE (Docker's "
+              "default with bwrap's calls allowed: deploy/seccomp_for_bwrap.py), and apparmor=unconfined on an "
+              "AppArmor host (deploy/compose.docker.yaml)",
+}
+
+
+def describe(reason: str | None, sandbox: str = "bwrap") -> str:
+    """One line for the start-up log: which confinement task children get here and why.
+
+    ``reason`` is :func:`.sandbox.available`'s (None: bwrap works). It names the user the children
+    run as (a root worker switches them to uid 65534; another keeps its own uid, in user namespaces
+    it may make unprivileged), the container the worker runs in, and where bwrap fails in one, the
+    engine's options that let it work."""
+    where = container()
+    inside = f" in {where if where == 'a container' else f'a {where} container'}" if where else ""
+    if sandbox == "none":
+        return f"confinement: none, the operator's --sandbox none{inside}"
+    if reason is not None:
+        hint = ""
+        if where is not None:
+            hint = "; " + (CONTAINER_OPTIONS.get(where) or "; or ".join(CONTAINER_OPTIONS.values()))
+        return f"confinement: none{inside}: {reason}{hint}"
+    uid = os.geteuid()
+    who = (f"as root{inside}: task children switch to uid 65534 (setpriv), without capabilities" if uid == 0 else
+           f"as uid {uid}{inside}: task children keep that uid, without capabilities, in user namespaces it makes "
+           "unprivileged")
+    return f"confinement: bubblewrap {who}"
+
+
 def for_worker(config: Any, cache_dir: Path) -> Confinement | None:
     """The confinement of this worker's operator tasks, or None (unconfined), logged at start."""
     if config.sandbox == "none":
+        log.warning("%s", describe(None, "none"))
         log.warning("--sandbox none: the children of every task run unconfined, with this worker's key file, state "
                     "directory and /proc/<pid>/environ in reach (the operator's explicit choice)")
         return None
     reason = available()
+    log.log(logging.INFO if reason is None else logging.WARNING, "%s", describe(reason))
     if reason is not None:
         log.warning("no sandbox can be made here (%s): tasks without a bundle run unconfined as this worker's user "
                     "(the key file, state directory and /proc/<pid>/environ in their reach); shipped code is "
