@@ -53,6 +53,7 @@ setup() {
 }
 
 base() {
+  local t=$SECONDS
   log "mmdebstrap: Debian bookworm, minbase, python3"
   rm -f "$BUILD/base.tar"
   # documentation and translations are of no use in an image
@@ -63,7 +64,7 @@ base() {
     bookworm "$BUILD/base.tar"
   podman import --quiet --change 'CMD ["python3"]' --change 'ENV LANG=C.UTF-8' "$BUILD/base.tar" "$LOCAL_BASE" >/dev/null
   rm -f "$BUILD/base.tar"
-  log "base: $LOCAL_BASE"
+  log "base: $LOCAL_BASE in $((SECONDS - t)) s"
 }
 
 build_opts() {
@@ -77,16 +78,21 @@ image() {
     podman image exists "$LOCAL_BASE" || base
     base=$LOCAL_BASE
   fi
-  local args=(--format docker --network host -f deploy/Containerfile -t "$IMAGE")
+  local args=(--format docker --network host -f deploy/Containerfile --ignorefile deploy/Containerfile.dockerignore
+              -t "$IMAGE")
   [ -n "$base" ] && args+=(--build-arg "BASE=$base")
   mapfile -t mounts < <(build_opts)
   log "building $IMAGE${base:+ on $base}"
+  local t=$SECONDS
   podman build "${args[@]}" "${mounts[@]}" .
+  log "built $IMAGE in $((SECONDS - t)) s: $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.0f MB", $1/1e6}')"
 }
 
 postgres() {
   podman image exists "$LOCAL_BASE" || base
+  local t=$SECONDS
   podman build --network host -f deploy/postgres/Containerfile --build-arg "BASE=$LOCAL_BASE" -t "$STANDIN_PG" .
+  log "built $STANDIN_PG in $((SECONDS - t)) s"
 }
 
 compose() {
