@@ -81,7 +81,10 @@ def fetch(suite: Suite, dest: Path) -> Path:
     return root
 
 
-def _closure(name: str, seen: set[str]) -> set[str]:
+def dependency_closure(name: str, seen: set[str] | None = None) -> set[str]:
+    """The normalised names of distribution ``name`` and of everything it requires, recursively,
+    extras left out (those installed here: a requirement for another platform is not)."""
+    seen = set() if seen is None else seen
     key = re.sub(r"[-_.]+", "-", name).lower()
     if key in seen:
         return seen
@@ -95,7 +98,7 @@ def _closure(name: str, seen: set[str]) -> set[str]:
             md.distribution(dep)
         except md.PackageNotFoundError:
             continue
-        _closure(dep, seen)
+        dependency_closure(dep, seen)
     return seen
 
 
@@ -103,7 +106,7 @@ def _links(dest: Path, exclude: set[str]) -> Path:
     """A directory of links to this package and the modules of its dependencies (without their
     metadata), less the distributions ``exclude`` names."""
     dest.mkdir(parents=True, exist_ok=True)
-    wanted = _closure("distributed_testing", set()) - exclude
+    wanted = dependency_closure("distributed_testing") - exclude
     owners = md.packages_distributions()
     here = Path(str(md.distribution("aiohttp").locate_file("")))  # this interpreter's site directory
     for module, dists in owners.items():

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from distributed_testing.testing.suites import dependency_closure
+
 START = '''
 import importlib, json, pkgutil, sys
 import distributed_testing.worker.executors as ex
@@ -30,29 +32,11 @@ print(json.dumps(sorted({n.split(".")[0] for n in sys.modules})))
 NOT_OURS = {"setuptools", "distributed_testing", "cryptography", "cffi", "pycparser"}
 
 
-def _closure(name: str, seen: set[str]) -> set[str]:
-    key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:
-        return seen
-    seen.add(key)
-    for req in metadata.requires(name) or []:
-        spec, _, marker = req.partition(";")
-        if "extra" in marker:
-            continue
-        dep = re.split(r"[\s<>=!~\[(]", spec.strip(), maxsplit=1)[0]
-        try:
-            metadata.distribution(dep)
-        except metadata.PackageNotFoundError:
-            continue  # a marker for another platform
-        _closure(dep, seen)
-    return seen
-
-
 def test_every_module_the_programs_import_at_start_comes_with_the_package() -> None:
     done = subprocess.run([sys.executable, "-c", START], capture_output=True, text=True, timeout=120, check=True)
     modules = json.loads(done.stdout)
     owners = metadata.packages_distributions()
     imported = {re.sub(r"[-_.]+", "-", d).lower() for m in modules for d in owners.get(m, [])}
-    installed = _closure("distributed_testing", set())
+    installed = dependency_closure("distributed_testing")
     missing = imported - installed - NOT_OURS
     assert not missing, f"imported at start but not a dependency of the package: {sorted(missing)}"

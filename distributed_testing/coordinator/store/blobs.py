@@ -132,6 +132,15 @@ class _Holds:
         return list(keys)
 
 
+async def take_file(path: Path) -> bytes:
+    """The bytes of an upload staged at ``path``, which is removed: what a store that keeps blobs
+    in memory or in a database (not as files) does with one."""
+    try:
+        return await asyncio.to_thread(Path(path).read_bytes)
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
 class MemoryBlobs:
     def __init__(self) -> None:
         self.blobs: dict[str, tuple[bytes, float]] = {}
@@ -163,11 +172,7 @@ class MemoryBlobs:
 
     async def put_file(self, digest: str, path: Path, now: float, owner: str | None = None, *,
                        limit: int = 0) -> bool:
-        try:
-            data = await asyncio.to_thread(Path(path).read_bytes)
-        finally:
-            Path(path).unlink(missing_ok=True)
-        return await self.put(digest, data, now, owner, limit=limit)
+        return await self.put(digest, await take_file(path), now, owner, limit=limit)
 
     async def get(self, digest: str) -> bytes | None:
         found = self.blobs.get(digest)

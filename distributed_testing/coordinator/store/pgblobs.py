@@ -8,12 +8,11 @@ its quota check and its insert are one step across the group.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .blobs import OverQuota, _check_owner
+from .blobs import OverQuota, _check_owner, take_file
 
 BLOBS_DDL = ("CREATE TABLE IF NOT EXISTS dt_blobs (digest text PRIMARY KEY, data bytea NOT NULL, "
              "used_at double precision NOT NULL)")
@@ -84,11 +83,7 @@ class PgBlobs:
                        limit: int = 0) -> bool:
         """Reads the file into memory: a PostgreSQL store holds one blob of up to
         ``--max-bundle-file-mb`` in memory per upload in progress."""
-        try:
-            data = await asyncio.to_thread(Path(path).read_bytes)
-        finally:
-            Path(path).unlink(missing_ok=True)
-        return await self.put(digest, data, now, owner, limit=limit)
+        return await self.put(digest, await take_file(path), now, owner, limit=limit)
 
     async def get(self, digest: str) -> bytes | None:
         async with self._store.pool.acquire() as con:
