@@ -13,18 +13,26 @@ from the tasks' histories, the time from each disruption to each worker's next a
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from chaos_support import ChaosCluster
 
 from distributed_testing.client import ApiClient, ApiError
-from distributed_testing.testing import Rest, RoundRobinProxy, free_port, start_coordinator_process, wait_until
+from distributed_testing.testing import (
+    Rest,
+    RoundRobinProxy,
+    free_port,
+    pg_database_sync,
+    start_coordinator_process,
+    wait_until,
+)
 from distributed_testing.testing.netns import NetNs
 
 
@@ -205,3 +213,23 @@ class HaCluster(ChaosCluster):
 
     def registrations(self) -> Any:
         raise NotImplementedError("a group has one log per member")
+
+
+@contextlib.contextmanager
+def group_behind_proxy(tmp_path: Path, prefix: str,
+                       namespaces: Sequence[NetNs] = ()) -> Iterator[tuple[HaCluster, RoundRobinProxy]]:
+    """Three members on a database of their own with worker ``w1`` (4 slots) registered, behind a
+    round-robin TCP proxy (one address, as a load balancer gives it); all closed afterwards."""
+    with pg_database_sync(prefix=prefix) as db_url:
+        cluster = HaCluster(tmp_path, db_url, members=3, namespaces=namespaces)
+        try:
+            cluster.start_group()
+            cluster.add_ha_worker("w1", slots=4)
+            cluster.wait_registered(["w1"])
+            proxy = RoundRobinProxy([(u.hostname or "", u.port or 0) for u in map(urllib.parse.urlsplit, cluster.urls)])
+            try:
+                yield cluster, proxy
+            finally:
+                proxy.close()
+        finally:
+            cluster.close()

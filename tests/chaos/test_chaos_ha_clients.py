@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_group import HaCluster
+from chaos_group import HaCluster, group_behind_proxy
 
-from distributed_testing.testing import RoundRobinProxy, pg_database_sync, wait_until
+from distributed_testing.testing import wait_until
 from distributed_testing.testing.netns import NetNs
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
@@ -113,38 +113,27 @@ def _state(cluster: HaCluster, task_id: str) -> str | None:
 def test_curl_and_urllib_through_a_load_balancer_ride_through_a_kill_a_pause_and_a_cut(
         tmp_path: Path, namespaces: list[NetNs]) -> None:
     kinds = ("kill", "pause", "cut") if namespaces else ("kill", "pause")
-    with pg_database_sync(prefix="dt_chaos_lb") as db_url:
-        cluster = HaCluster(tmp_path, db_url, members=3, namespaces=namespaces)
-        try:
-            cluster.start_group()
-            cluster.add_ha_worker("w1", slots=4)
-            cluster.wait_registered(["w1"])
-            proxy = RoundRobinProxy([(u.hostname or "", u.port or 0) for u in map(urllib.parse.urlsplit, cluster.urls)])
-            try:
-                users = [User("curl", curl, proxy.url, cluster.api.key), User("urllib", plain, proxy.url, cluster.api.key)]
-                outcomes = _rounds(cluster, users, kinds)
-            finally:
-                proxy.close()
-            ids = [f"{u.name}-{k}-{w}" for u in users for k in kinds for w in ("before", "after")]
-            assert sorted(outcomes) == sorted(ids)
-            for task_id, seen in outcomes.items():
-                assert seen["state"] == "succeeded" and len(seen["results"]) == 1, (task_id, seen)
-            for task_id in ids:
-                history = cluster.api.ok("GET", f"/api/v1/tasks/{task_id}", params={"result": "0"})["history"]
-                assert sum(h["to"] == "succeeded" for h in history) == 1, history  # one outcome
-                assigned = [h["attempt"] for h in history if h["to"] == "assigned"]
-                assert len(set(assigned)) == len(assigned), history  # no attempt assigned twice
-            for u in users:  # what the scripts met on the way: "not now", never a lost credential
-                # 502/504 answer_lost: a standby sent the request on and lost the leader's answer (the
-                # script repeats it: a submission with the same task_id is a no-op)
-                assert all(status in (0, 503) or (status in (502, 504) and isinstance(answer, dict)
-                                                  and answer.get("error") == "answer_lost")
-                           for status, answer in u.failures), u.failures
-                print(f"\n{u.name}: {len(u.failures)} retried failures: {sorted({str(s) for s, _ in u.failures})}")
-            if not namespaces:
-                print(f"no cut: {NetNs.unavailable()}")
-        finally:
-            cluster.close()
+    with group_behind_proxy(tmp_path, "dt_chaos_lb", namespaces) as (cluster, proxy):
+        users = [User("curl", curl, proxy.url, cluster.api.key), User("urllib", plain, proxy.url, cluster.api.key)]
+        outcomes = _rounds(cluster, users, kinds)
+        ids = [f"{u.name}-{k}-{w}" for u in users for k in kinds for w in ("before", "after")]
+        assert sorted(outcomes) == sorted(ids)
+        for task_id, seen in outcomes.items():
+            assert seen["state"] == "succeeded" and len(seen["results"]) == 1, (task_id, seen)
+        for task_id in ids:
+            history = cluster.api.ok("GET", f"/api/v1/tasks/{task_id}", params={"result": "0"})["history"]
+            assert sum(h["to"] == "succeeded" for h in history) == 1, history  # one outcome
+            assigned = [h["attempt"] for h in history if h["to"] == "assigned"]
+            assert len(set(assigned)) == len(assigned), history  # no attempt assigned twice
+        for u in users:  # what the scripts met on the way: "not now", never a lost credential
+            # 502/504 answer_lost: a standby sent the request on and lost the leader's answer (the
+            # script repeats it: a submission with the same task_id is a no-op)
+            assert all(status in (0, 503) or (status in (502, 504) and isinstance(answer, dict)
+                                              and answer.get("error") == "answer_lost")
+                       for status, answer in u.failures), u.failures
+            print(f"\n{u.name}: {len(u.failures)} retried failures: {sorted({str(s) for s, _ in u.failures})}")
+        if not namespaces:
+            print(f"no cut: {NetNs.unavailable()}")
 
 
 def _rounds(cluster: HaCluster, users: list[User], kinds: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -16,17 +16,16 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_group import HaCluster
+from chaos_group import HaCluster, group_behind_proxy
 from chaos_support import ROOT, TERMINAL
 
 from distributed_testing.client import ApiClient
 from distributed_testing.pytest_plugin import Fleet
-from distributed_testing.testing import RoundRobinProxy, pg_database_sync, wait_until
+from distributed_testing.testing import wait_until
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -55,19 +54,8 @@ def plugin_run(fleet: Fleet, errors: list[BaseException], ends: dict[str, str]) 
 
 
 def test_dt_and_the_plugin_ride_out_a_paused_leader_through_one_address(tmp_path: Path) -> None:
-    with pg_database_sync(prefix="dt_chaos_lb_pause") as db_url:
-        cluster = HaCluster(tmp_path, db_url, members=3)
-        try:
-            cluster.start_group()
-            cluster.add_ha_worker("w1", slots=4)
-            cluster.wait_registered(["w1"])
-            proxy = RoundRobinProxy([(u.hostname or "", u.port or 0) for u in map(urllib.parse.urlsplit, cluster.urls)])
-            try:
-                _run(cluster, proxy.url, tmp_path)
-            finally:
-                proxy.close()
-        finally:
-            cluster.close()
+    with group_behind_proxy(tmp_path, "dt_chaos_lb_pause") as (cluster, proxy):
+        _run(cluster, proxy.url, tmp_path)
 
 
 def _run(cluster: HaCluster, proxy_url: str, tmp_path: Path) -> None:
