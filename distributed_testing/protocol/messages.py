@@ -13,18 +13,20 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSION = 10  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
+PROTOCOL_VERSION = 11  # 2: provisional assignments, confirm, register.abandoned; 3: results before the confirm;
 # 4: result_ack.confirm_upto; 5: register.model_modules; 6: register.handlers (a custom task waits for a
 # worker that has its handler instead of failing on one that does not); 7: register.heartbeat_interval_s,
 # registered.worker_ttl_s, heartbeat.swap_percent (the coordinator owns the liveness contract);
 # 8: register.pipeline_depth, take_back / taken_back (a worker holds short tasks ahead of its slots);
 # 9: register.accept_bundles, task assignment bundle (shipped code); 10: task assignment python (its
 # requirements.python, installed by the worker in a virtual environment); register.task_network came
-# within 10 as an optional field (a worker that omits it is placed as before)
+# within 10 as an optional field (a worker that omits it is placed as before); 11: output (a running task's
+# stdout/stderr streamed while it runs)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
 Attempt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Offset = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 WorkerState = Literal["ready", "constrained", "draining"]
 TaskNetwork = Literal["none", "loopback", "host"]  # the network a task with shipped code gets (--task-network)
 MAX_PIPELINE_DEPTH = 256
@@ -179,6 +181,24 @@ class TaskProgress(_Msg, frozen=True, tag="progress"):
     message: str = ""
 
 
+class OutputChunk(msgspec.Struct, frozen=True, array_like=True):
+    """Bytes of one attempt's output, at byte ``offset`` of everything it wrote. An offset past
+    what the coordinator holds means the bytes between were left out (the worker keeps only a
+    bounded head and tail, and sends at a bounded rate: ``tasks/log.py``)."""
+
+    task: TaskRef
+    offset: Offset
+    data: bytes
+
+
+class TaskOutput(_Msg, frozen=True, tag="output"):
+    """W→C: new output of running attempts, one chunk per attempt, sent a few times a second at
+    most. Only the worker an attempt is assigned to may send output for it, and only for the
+    task's current attempt (``refused_output`` otherwise)."""
+
+    chunks: list[OutputChunk]
+
+
 class TaskResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     task_id: str
     attempt: Attempt
@@ -257,7 +277,7 @@ class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
 
 
 Message = (Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck
-           | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew)
+           | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew | TaskOutput)
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls
