@@ -43,6 +43,7 @@ from aiohttp import web
 from ..errors import DTError, PermissionDenied, http_body, http_headers, http_status
 from ..process.httpstream import ClientGone, chunks_while_connected, end_after_broken_body, unreadable
 from ..security.throttle import AuthThrottle, address_key
+from . import data
 from .client import CoordinatorClient
 from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
 
@@ -109,6 +110,7 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
     r.add_get("/data/tasks", _proxy("/api/v1/tasks"))
     r.add_get("/data/tasks/{task_id}", _proxy("/api/v1/tasks/{task_id}"))
     r.add_get("/data/results", _proxy("/api/v1/results"))
+    r.add_get("/data/benchmark-models", data_benchmark_models)
     r.add_get("/events", events)
     r.add_post("/actions/tasks/{task_id}/cancel", _action("/api/v1/tasks/{task_id}/cancel"))
     r.add_post("/actions/workers/{worker_id}/drain", _action("/api/v1/workers/{worker_id}/drain"))
@@ -329,11 +331,19 @@ def _quote(v: str) -> str:
 
 
 async def data_overview(request: web.Request) -> web.Response:
-    """The coordinator's overview plus every coordinator URL's health."""
-    client = request.app[CLIENT]
-    status, body = await client.request("GET", "/api/v1/overview", request[SESSION].credential, client=request.remote)
+    """The coordinator's overview plus ``coordinators``: every group member and configured URL
+    with its health (``data.coordinators``)."""
+    client, credential = request.app[CLIENT], request[SESSION].credential
+    status, body = await client.request("GET", "/api/v1/overview", credential, client=request.remote)
     if status == 200:
-        body["coordinators"] = await client.health()
+        body["coordinators"] = await data.coordinators(client, credential, request.remote,
+                                                       mounted=not request.app[CONFIG].coordinator_urls)
+    return _json(body, status)
+
+
+async def data_benchmark_models(request: web.Request) -> web.Response:
+    """The models that have benchmark results (``data.benchmark_models``), newest first."""
+    status, body = await data.benchmark_models(request.app[CLIENT], request[SESSION].credential, request.remote)
     return _json(body, status)
 
 

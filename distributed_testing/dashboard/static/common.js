@@ -86,13 +86,75 @@ export const when = t => t ? new Date(t * 1000).toLocaleString() : "—";
 export const ago = t => t ? `${Math.max(0, Math.round(Date.now() / 1000 - t))} s ago` : "—";
 export const num = (v, d = 2) => v == null ? "—" : Number(v).toLocaleString(undefined, { maximumFractionDigits: d });
 export const canCancel = app.dataset.canCancel === "1";
+export const canRerun = app.dataset.canRerun === "1";
+export const taskLink = id => el("a", { href: `tasks/${encodeURIComponent(id)}` }, id);
+export const seconds = s => s == null ? "—" : s < 60 ? `${num(s, 1)} s` : s < 3600 ? `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`
+  : `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+
+// The line of an error a person reads first: its first non-empty line. A Python traceback
+// ("Traceback (most recent call last):" ...) is named by its last unindented line, the exception;
+// a first line that ends in ":" (pytest's "exit code 2 (...):" before its output) gets the cause
+// after it: pytest's first "E   ..." line, else the last line naming an exception. The whole text
+// stays on the task page.
+const EXC = /^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*/;
+export function errorLine(text) {
+  const lines = String(text ?? "").split("\n").map(l => l.trimEnd()).filter(l => l.trim());
+  if (!lines.length) return "";
+  const [first, ...rest] = lines;
+  if (first.startsWith("Traceback (most recent call last)")) {
+    const last = rest.filter(l => !/^\s/.test(l)).pop();
+    return last ?? first;
+  }
+  if (first.endsWith(":") && rest.length) {
+    const cause = rest.find(l => /^E\s+\S/.test(l))?.replace(/^E\s+/, "") ?? rest.filter(l => EXC.test(l)).pop();
+    if (cause) return `${first} ${cause}`;
+  }
+  return first;
+}
+
+// A table cell for an error: its first line (errorLine), and when there is more, a link to the
+// task page that shows all of it.
+export function errorCell(text, taskId) {
+  const line = errorLine(text);
+  if (!line) return "";
+  const more = String(text).trim() !== line && taskId != null;
+  return el("span", { class: "err-line" }, line, more ? " " : null,
+    more ? el("a", { class: "more", href: `tasks/${encodeURIComponent(taskId)}` }, "(full error)") : null);
+}
+
+// Pytest's words for a test's outcome, coloured as the task states are.
+export const outcome = o => el("span", { class: `outcome-${o}` }, o);
+
+// A linear time axis (x in ms since the epoch) that spans the data, padded: a minute either side of
+// a single time, 5 % of the span otherwise; ticks as times of day (with seconds within an hour),
+// dates beyond a day.
+export function timeAxis(times) {
+  const xs = times.filter(Number.isFinite);
+  if (!xs.length) return { type: "linear" };
+  const lo = Math.min(...xs), hi = Math.max(...xs), pad = hi > lo ? (hi - lo) * 0.05 : 60_000;
+  const span = hi - lo + 2 * pad, hm = { hour: "2-digit", minute: "2-digit" };
+  const label = span <= 3_600_000 ? v => new Date(v).toLocaleTimeString([], { ...hm, second: "2-digit" })
+    : span <= 86_400_000 ? v => new Date(v).toLocaleTimeString([], hm)
+      : v => new Date(v).toLocaleString([], { month: "short", day: "numeric", ...hm });
+  return { type: "linear", min: lo - pad, max: hi + pad, ticks: { maxTicksLimit: 8, callback: label } };
+}
+
+// A count or rate axis: starts at 0 and, with nothing to show, still spans 0..1 (not -1..1).
+export const countAxis = (title, integer = false) => ({ min: 0, suggestedMax: 1, title: { display: !!title, text: title },
+  ticks: integer ? { precision: 0 } : {} });
 export const canDrain = app.dataset.canDrain === "1";
 
 // One Chart.js chart in a box with id; updated in place (no flicker) on later calls.
 const charts = new Map();
 export function chart(id, title, config, parent = app) {
   let c = charts.get(id);
-  if (c) { c.data = config.data; c.update("none"); return c; }
+  if (c) {  // the data, the title and the axes (a time axis follows its data) change; the chart stays
+    c.data = config.data;
+    c.options.plugins.title.text = title;
+    if (config.options?.scales) c.options.scales = config.options.scales;
+    c.update("none");
+    return c;
+  }
   const box = el("div", { class: "chart", id: `${id}-box` }, el("canvas", { id, "aria-label": title, role: "img" }));
   parent.append(box);
   config.options = { animation: false, maintainAspectRatio: false, responsive: true,

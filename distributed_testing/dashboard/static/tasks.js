@@ -1,6 +1,7 @@
 // Tasks: filters (state, type, tag, submitter, time) and pages cut by the coordinator, pending
-// tasks with why they wait, cancel for roles that may. The filter and page live in the URL.
-import { app, getJSON, act, live, el, table, place, state, when, canCancel, showError } from "./common.js";
+// tasks with why they wait, the first line of a failed task's error (the rest on its page), cancel
+// for roles that may. The filter and page live in the URL.
+import { app, getJSON, act, live, el, table, place, state, when, canCancel, showError, errorCell, taskLink } from "./common.js";
 
 const PAGE = 50;
 const params = new URLSearchParams(location.search);
@@ -28,10 +29,10 @@ async function refresh() {
   const q = { state: params.get("state"), type: params.get("type"), tag: params.get("tag"), submitted_by: params.get("submitted_by"),
     since: epoch(params.get("since")), until: epoch(params.get("until")), limit: PAGE, offset };
   const { tasks, total } = await getJSON("data/tasks", q);
-  const cols = [["task", t => el("a", { href: `tasks/${encodeURIComponent(t.task_id)}` }, t.task_id)], ["type", t => t.type],
+  const cols = [["task", t => taskLink(t.task_id)], ["type", t => t.type],
     ["state", t => state(t.state)], ["attempt", t => t.attempt, "num"], ["worker", t => t.worker_id ?? "—"],
     ["submitted", t => when(t.submitted_at)], ["by", t => t.submitted_by ?? "—"],
-    ["why waiting / outcome", t => t.pending_reason ?? t.outcome?.error ?? ""]];
+    ["why waiting / error", t => t.pending_reason ?? errorCell(t.outcome?.error, t.task_id), "err"]];
   if (canCancel) cols.push(["", t => ["pending", "assigned", "running"].includes(t.state)
     ? el("button", { class: "act cancel", type: "button", onclick: () => cancel(t) }, "Cancel") : ""]);
   table("tasks", cols, tasks, "no task matches");

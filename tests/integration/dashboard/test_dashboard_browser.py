@@ -193,3 +193,46 @@ async def test_a_benchmark_task_page_draws_its_charts(env: Env, tmp_path: Path) 
         assert painted > 1000, painted  # axes, labels and the line are drawn
         assert "fingerprint_hash" in await page.inner_text("#env")
         assert await page.locator("#bench-table tbody tr").count() == 2
+
+
+async def test_failures_show_the_first_line_of_their_error_and_link_to_the_task(env: Env, tmp_path: Path) -> None:
+    (env.cluster.tmp / "test_broken_import.py").write_text("import no_such_module_here\n\n\ndef test_x():\n    pass\n")
+    (tid,) = await env.cluster.submit({"type": "test", "config": {"test_file": "test_broken_import.py"}})
+    task = await env.cluster.wait(tid, 60)
+    error = task["outcome"]["error"]
+    assert task["state"] == "failed" and error.count("\n") > 5, error  # pytest's whole tail: what used to fill the page
+    first = error.splitlines()[0]
+    async with signed_in(env, "viewer", tmp_path) as page:
+        cell = f'#failures tr[data-id="{tid}"] td:nth-child(6)'
+        await page.wait_for_selector(cell)
+        line = await page.inner_text(f"{cell} .err-line")  # the head, the cause pytest printed, the link
+        assert line == f"{first} ModuleNotFoundError: No module named 'no_such_module_here' (full error)", line
+        assert await page.get_attribute(f"{cell} a.more", "href") == f"tasks/{tid}"
+        box = await page.locator(f'#failures tr[data-id="{tid}"]').bounding_box()
+        assert box is not None and box["height"] < 120, box
+        # an idle queue's axis starts at 0, not -1
+        await page.wait_for_function("() => window.dtCharts?.['queue-chart']?.scales?.y")
+        y = await page.evaluate("() => { const s = window.dtCharts['queue-chart'].scales.y; return [s.min, s.max]; }")
+        assert y[0] == 0 and y[1] >= 1, y
+        assert await page.inner_text('#coordinators tbody tr td:nth-child(3)') == "healthy"
+        await page.goto(env.url + "tasks?state=failed")
+        await page.wait_for_selector(f'#tasks tr[data-id="{tid}"] a.more')
+        assert await page.inner_text(f'#tasks tr[data-id="{tid}"] .err-line') == line
+
+
+async def test_the_benchmarks_page_opens_on_a_model_that_has_results(env: Env, tmp_path: Path) -> None:
+    task = await env.cluster.wait(env.bench_id, 60)
+    assert task["state"] == "succeeded"
+    async with signed_in(env, "viewer", tmp_path, "benchmarks") as page:
+        await page.wait_for_selector("#bench tbody tr td a")  # something shows without typing a name
+        assert await page.input_value("select#model") == "mlp"
+        assert "mlp" in await page.eval_on_selector_all("select#model option", "os => os.map(o => o.value)")
+        heads = await page.eval_on_selector_all("#bench th", "ths => ths.map(t => t.textContent)")
+        assert "cv (std/mean)" in heads and "IQR/median" in heads, heads
+        cv, iqr = await page.eval_on_selector(
+            "#bench tbody tr", "tr => [tr.cells[5].textContent, tr.cells[6].textContent]")
+        assert cv.endswith(" %") and iqr.endswith(" %"), (cv, iqr)
+        # one run: the time axis spans minutes around it, not years
+        await page.wait_for_function("() => window.dtCharts?.['time-chart']?.scales?.x")
+        lo, hi = await page.evaluate("() => { const s = window.dtCharts['time-chart'].scales.x; return [s.min, s.max]; }")
+        assert hi - lo <= 3 * 3600 * 1000 and lo <= task["updated_at"] * 1000 <= hi, (lo, hi, task["updated_at"])
