@@ -26,7 +26,10 @@ Requests (one JSON object per line)::
 (default the child's ``--threads``) would report, without
 building a model; a device that is absent or unusable answers an error naming the reason.
 
-A run answers ``{"id": ..., "results": [result | error entry, ...]}`` (see runner.py); the
+A run answers ``{"id": ..., "results": [result | error entry, ...]}`` (see runner.py). Before it,
+each measured batch size sends ``{"id": ..., "progress": {"index": i, "done": k, "total": n,
+"line": "cnn b8 fp32: 1.23 ms (3 of 6)"}}`` (config ``i``'s ``k``-th batch size of ``n``), and
+prints that line to the child's output, where the worker's log (and a task's output) shows it. The
 model cache lives as long as the process, so later requests reuse loaded models. A request
 that cannot be parsed answers ``{"id": <id or null>, "error": {"type", "message"}}``. Any
 exception inside a task, out-of-memory included, becomes an error entry; only a hard crash
@@ -39,10 +42,12 @@ output printed by libraries (progress bars, C++ messages) cannot corrupt the str
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 import torch
@@ -135,7 +140,12 @@ def _fingerprint(request: dict[str, Any], defaults: RunnerDefaults) -> dict[str,
     return {"id": request_id, "environment": environment, "fingerprint_hash": environment["fingerprint_hash"]}
 
 
-def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache) -> dict[str, Any]:
+Progress = Callable[[Any, int, int, int, str], None]
+"""Told (request id, config index, done, total, line) as each batch size of a run finishes."""
+
+
+def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """One decoded request -> its response (never raises for a bad request)."""
     if not isinstance(request, dict):
         return _error(None, "BadRequest", "a request must be a JSON object")
@@ -154,24 +164,38 @@ def handle_request(request: Any, defaults: RunnerDefaults, cache: ModelCache) ->
     configs = request.get("configs")
     if not isinstance(configs, list):
         return _error(request_id, "BadRequest", "'configs' must be a list of benchmark configs")
-    return {"id": request_id, "results": run_benchmark_batch(configs, defaults=defaults, model_cache=cache)}
+    each = None if progress is None else functools.partial(progress, request_id)
+    return {"id": request_id, "results": run_benchmark_batch(configs, defaults=defaults, model_cache=cache,
+                                                             progress=each)}
 
 
-def handle_line(line: str, defaults: RunnerDefaults, cache: ModelCache) -> dict[str, Any]:
+def handle_line(line: str, defaults: RunnerDefaults, cache: ModelCache,
+                progress: Progress | None = None) -> dict[str, Any]:
     try:
         request = json.loads(line)
     except json.JSONDecodeError as exc:
         return _error(None, "BadRequest", f"invalid JSON: {exc}")
-    return handle_request(request, defaults, cache)
+    return handle_request(request, defaults, cache, progress)
+
+
+def _reporter(out: IO[str]) -> Progress:
+    """Writes each progress report to the protocol stream and its line to the child's output."""
+    def report(request_id: Any, index: int, done: int, total: int, line: str) -> None:
+        print(line, flush=True)  # fd 1 is stderr here (_protocol_stdout): the worker's log, the task's output
+        progress = {"index": index, "done": done, "total": total, "line": line}
+        out.write(json.dumps({"id": request_id, "progress": progress}) + "\n")
+        out.flush()
+    return report
 
 
 def serve(stdin: IO[str], out: IO[str], defaults: RunnerDefaults) -> None:
     """Answer requests until end of input, keeping one model cache."""
     cache: ModelCache = {}
+    report = _reporter(out)
     for line in stdin:
         if not line.strip():
             continue
-        response = handle_line(line, defaults, cache)
+        response = handle_line(line, defaults, cache, report)
         end_request()  # this request's output before its reply, never in the next one's (worker's stderr_tail)
         out.write(json.dumps(response) + "\n")
         out.flush()

@@ -34,12 +34,14 @@ and the others still run; an out-of-memory error has type ``OutOfMemory``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import logging
 import math
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -137,10 +139,23 @@ def _compile_time(
     return None
 
 
+Progress = Callable[[int, int, str], None]
+"""Called after each measured batch size with (done, total, line), the line as
+:func:`progress_line` words it."""
+
+
+def progress_line(model: str, batch_size: int, precision: str, median_ms: float, done: int, total: int) -> str:
+    """One finished configuration for a person: ``cnn b8 fp32: 1.23 ms (3 of 6)`` (the median)."""
+    figure = f"{median_ms:.2f}" if median_ms >= 1 else f"{median_ms:.3f}"
+    return f"{model} b{batch_size} {precision}: {figure} ms ({done} of {total})"
+
+
 def run_benchmark(
-    config: dict[str, Any], *, defaults: RunnerDefaults | None = None, model_cache: ModelCache | None = None
+    config: dict[str, Any], *, defaults: RunnerDefaults | None = None, model_cache: ModelCache | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run one benchmark task; raises ExecutionError for bad config or unsupported setups."""
+    """Run one benchmark task; raises ExecutionError for bad config or unsupported setups.
+    ``progress`` hears of each batch size as it finishes."""
     defaults = defaults or RunnerDefaults()
     cfg = parse_config(config, defaults)
     canonical = canonical_name(cfg.model)
@@ -160,6 +175,10 @@ def run_benchmark(
             result["throughput_items_s"] or 0.0,
         )
         batch_results.append(result)
+        if progress is not None:
+            done, total = len(batch_results), len(cfg.batch_sizes)
+            progress(done, total, progress_line(canonical, batch_size, cfg.precision,
+                                                result["latency_ms"]["median"], done, total))
     result = _result(cfg, canonical, prepared, cached, batch_results)
     result["config_hash"] = config_hash({**dataclasses.asdict(cfg), "model": canonical})
     result["model_load_count"] = _LOADS[_cache_key(cfg, defaults)]
@@ -236,16 +255,19 @@ def _release_memory() -> None:
 
 
 def run_benchmark_batch(
-    configs: list[dict[str, Any]], *, defaults: RunnerDefaults | None = None, model_cache: ModelCache | None = None
+    configs: list[dict[str, Any]], *, defaults: RunnerDefaults | None = None, model_cache: ModelCache | None = None,
+    progress: Callable[[int, int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every config in order, sharing loaded models; one failure does not stop the rest."""
+    """Run every config in order, sharing loaded models; one failure does not stop the rest.
+    ``progress`` hears (config index, done, total, line) as each batch size finishes."""
     if not isinstance(configs, list):
         raise ExecutionError(f"configs must be a list, got {type(configs).__name__}")
     cache: ModelCache = {} if model_cache is None else model_cache
     results: list[dict[str, Any]] = []
     for index, config in enumerate(configs):
         try:
-            results.append(run_benchmark(config, defaults=defaults, model_cache=cache))
+            each = None if progress is None else functools.partial(progress, index)
+            results.append(run_benchmark(config, defaults=defaults, model_cache=cache, progress=each))
         except DTError as exc:
             logger.warning("benchmark task %d rejected: %s", index, exc)
             results.append(error_entry(index, config, exc))

@@ -1,10 +1,11 @@
 """What ``dt submit --wait`` shows while it waits.
 
 :class:`Tracker` is pure: it takes each poll's task views and says what changed (a task's state,
-or a pending task becoming unschedulable or schedulable again). Two displays read it:
+a pending task becoming unschedulable or schedulable again, or a running task's progress report,
+such as a benchmark's ``cnn b8 fp32: 1.23 ms (3 of 6)``). Two displays read it:
 :class:`PlainProgress` writes one timestamped line per change and never redraws (CI logs);
 :class:`LiveProgress` redraws a `rich` table on a terminal: counts by state, each running task's
-worker and elapsed time, each pending task's reason.
+worker, elapsed time and latest progress, each pending task's reason.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ STATE_ORDER = ("pending", "assigned", "running", "succeeded", "failed", "timed_o
 @dataclass(frozen=True)
 class Change:
     """Task ``task_id`` went from ``before`` (None: first seen) to ``after`` (a state, with
-    ``unschedulable`` for a pending task that no connected worker can run)."""
+    ``unschedulable`` for a pending task that no connected worker can run), or reported
+    ``progress`` (its latest message, when new) in the same state."""
 
     task_id: str
     before: str | None
@@ -37,6 +39,7 @@ class Change:
     worker_id: str | None
     reason: str | None
     unschedulable: bool
+    progress: str | None = None
 
 
 @dataclass
@@ -47,14 +50,16 @@ class Tracker:
 
     def update(self, view: dict[str, Any]) -> Change | None:
         """Record ``view`` (a task as ``GET /api/v1/tasks/{id}`` shows it); the change since the
-        last view of that task, or None when its state (and schedulability) stayed the same."""
+        last view of that task, or None when its state, schedulability and progress message stayed
+        the same."""
         old = self.views.get(view["task_id"])
         self.views[view["task_id"]] = view
         key, old_key = _key(view), (_key(old) if old is not None else None)
-        if key == old_key:
+        message = _progress_message(view)
+        if key == old_key and (message is None or message == _progress_message(old)):
             return None
         return Change(view["task_id"], old_key[0] if old_key else None, view["state"], view.get("worker_id"),
-                      view.get("pending_reason"), bool(view.get("unschedulable")))
+                      view.get("pending_reason"), bool(view.get("unschedulable")), message)
 
     def counts(self) -> dict[str, int]:
         by_state = Counter(v["state"] for v in self.views.values())
@@ -65,8 +70,21 @@ def _key(view: dict[str, Any]) -> tuple[str, bool]:
     return view["state"], bool(view.get("unschedulable"))
 
 
+def _progress_message(view: dict[str, Any] | None) -> str | None:
+    progress = (view or {}).get("progress")
+    message = progress.get("message") if isinstance(progress, dict) else None
+    return message if isinstance(message, str) and message else None
+
+
 def describe(change: Change) -> str:
     """``change`` as the text of one log line (without the time)."""
+    if change.progress is not None and change.before == change.after:
+        return f"{change.task_id}: {change.progress}"
+    line = _describe_state(change)
+    return line if change.progress is None else f"{line}; {change.progress}"
+
+
+def _describe_state(change: Change) -> str:
     arrow = f"{change.before} -> {change.after}" if change.before else change.after
     if change.after == "pending" and change.unschedulable:
         return f"{change.task_id}: {arrow}, no connected worker can run it ({change.reason})"
@@ -150,5 +168,5 @@ class LiveProgress:
         if v["state"] == "pending" and v.get("unschedulable"):
             reason: str | Text = Text(f"cannot run on any connected worker: {v.get('pending_reason')}", style="red")
         else:
-            reason = v.get("pending_reason") or ""
+            reason = v.get("pending_reason") or _progress_message(v) or ""
         return v["task_id"], v["state"], v.get("worker_id") or "", elapsed, reason

@@ -53,7 +53,11 @@ _TASK_COMMON = {"task_id": {"type": "string"}, "type": {"type": "string"}, "stat
                 "attempt": {"type": "integer"}, "worker_id": NULLABLE_STR, "priority": {"type": "integer"},
                 "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}, "pending_reason": NULLABLE_STR,
                 "outcome": {"type": ["object", "null"]}, "retries_used": {"type": "integer"},
-                "submitted_by": NULLABLE_STR, "gang": {"type": ["object", "null"]}}
+                "submitted_by": NULLABLE_STR, "gang": {"type": ["object", "null"]},
+                "progress": {"type": ["object", "null"],
+                             "description": "the running attempt's latest progress report: fraction (0 to 1), "
+                                            "message (a benchmark's 'cnn b8 fp32: 1.23 ms (3 of 6)'), at; "
+                                            "null when none or not running"}}
 TASK_SUMMARY = {"type": "object", "required": sorted(_TASK_COMMON), "properties": _TASK_COMMON}
 TASK_VIEW = {"type": "object", "required": [*sorted(_TASK_COMMON), "spec", "history"],
              "properties": {**_TASK_COMMON, "spec": {"type": "object"}, "history": {"type": "array"},

@@ -70,7 +70,7 @@ def task_view(state: CoordinatorState, t: Task) -> dict[str, Any]:
             "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
             "pending_reason": state.why_pending(t), "unschedulable": state.unschedulable(t), "outcome": t.outcome,
             "retries_used": t.retries_used, "submitted_by": t.submitted_by, "spec": t.spec_dict,
-            "history": t.history, "gang": state.gang_view(t)}
+            "history": t.history, "gang": state.gang_view(t), "progress": t.progress_view()}
 
 
 async def task_page(state: CoordinatorState, store: Store, q: TaskQuery) -> tuple[list[dict[str, Any]], int]:

@@ -101,6 +101,7 @@ class Task:
     sent_ahead: bool = False  # this attempt went to a worker with no free slot (it waits behind others there)
     spared: bool = False  # already requeued once without a retry after its worker was lost while it waited ahead
     payload_bytes: int = 0  # its spec's size as JSON while it counts against its key's quota (quota.py)
+    progress: dict[str, Any] | None = None  # the running attempt's latest report (memory only): note_progress
 
     def __post_init__(self) -> None:
         kind = specs.kind_of(self.spec)
@@ -117,6 +118,18 @@ class Task:
         if nodes:
             self.gang = Gang(nodes)
         self.batch_key = None if shipped else kind.batch_key(cfg)
+
+    def note_progress(self, attempt: int, fraction: float, message: str, now: float) -> None:
+        """Keep ``attempt``'s latest progress report while it is this task's running attempt."""
+        if attempt == self.attempt and self.state == "running":
+            self.progress = {"attempt": attempt, "fraction": fraction, "message": message, "at": now}
+
+    def progress_view(self) -> dict[str, Any] | None:
+        """The running attempt's latest progress (``fraction``, ``message``, ``at``), else None."""
+        p = self.progress
+        if p is None or self.state != "running" or p["attempt"] != self.attempt:
+            return None
+        return {"fraction": p["fraction"], "message": p["message"], "at": p["at"]}
 
     def ref(self) -> m.TaskRef:
         return m.TaskRef(self.task_id, self.attempt)

@@ -352,8 +352,10 @@ class CoordinatorState:
         return cmds
 
     def progress(self, worker_id: str, msg: m.TaskProgress, now: float) -> list[Command]:
-        """Progress is only logged; a report on an attempt the worker was never given is refused."""
-        why = self._refusal(self.tasks.get(msg.task.task_id), worker_id, msg.task.attempt)
+        """Keeps a running attempt's latest report (``Task.note_progress``); refuses one on an attempt never given."""
+        why = self._refusal(t := self.tasks.get(msg.task.task_id), worker_id, msg.task.attempt)
+        if why is None and t is not None:
+            t.note_progress(msg.task.attempt, msg.fraction, msg.message, now)
         return [] if why is None else [Refused(worker_id, "progress", msg.task, why)]
 
     def results(self, worker_id: str, msg: m.Results, now: float) -> list[Command]:

@@ -72,7 +72,7 @@ def _child(configs: list[dict[str, Any]], cwd: Path) -> list[dict[str, Any]]:
                           input=json.dumps({"id": 1, "configs": configs}) + "\n", capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results: list[dict[str, Any]] = json.loads(proc.stdout)["results"]
+    results: list[dict[str, Any]] = json.loads(proc.stdout.splitlines()[-1])["results"]  # after the progress lines
     for result in results:
         assert "error" not in result, result
     return results

@@ -52,8 +52,17 @@ def test_two_requests_reuse_the_loaded_model(tmp_path: Path) -> None:
         {"id": 6, "configs": "not a list"},
         {"id": 7, "configs": [user]},
     ]
-    responses, stderr = _run_child(requests, tmp_path, "--threads", "1", "--allow-model-modules", "bench_chatty_model")
+    lines, stderr = _run_child(requests, tmp_path, "--threads", "1", "--allow-model-modules", "bench_chatty_model")
+    responses = [r for r in lines if "progress" not in r]
     assert [r["id"] for r in responses] == [1, None, "two", 3, 4, 5, 6, 7]
+    # each measured batch size is reported before its request's reply, and printed to the child's output
+    reports = [(r["id"], r["progress"]["index"], r["progress"]["done"], r["progress"]["total"]) for r in lines
+               if "progress" in r]
+    assert reports == [(1, 0, 1, 1), ("two", 0, 1, 2), ("two", 0, 2, 2), (7, 0, 1, 1)]
+    assert lines.index(next(r for r in lines if r.get("progress", {}).get("done") == 2)) < lines.index(responses[2])
+    second_line = next(r for r in lines if r.get("id") == "two" and "progress" in r)["progress"]["line"]
+    assert second_line.startswith("bench_chatty_model:make b2 fp32: ") and second_line.endswith(" ms (1 of 2)")
+    assert second_line in stderr
     first, second = responses[0]["results"], responses[2]["results"]
     assert first[0]["cached"] is False and first[0]["model_load_count"] == 1
     assert first[1]["error"]["type"] == "ExecutionError" and "unknown model 'nope'" in first[1]["error"]["message"]
@@ -76,7 +85,7 @@ def test_threads_from_environment_and_mixed_precision_flag(tmp_path: Path) -> No
     responses, _ = _run_child(
         [request], tmp_path, "--mixed-precision", env={"DT_BENCH_THREADS": "1", "DT_BENCH_INTEROP_THREADS": "1"}
     )
-    (result,) = responses[0]["results"]
+    (result,) = responses[-1]["results"]  # after the batch size's progress line
     assert result["environment"]["torch_threads"] == 1
     assert result["environment"]["torch_interop_threads"] == 1
     assert (result["autocast"], result["autocast_source"]) == (True, "runner_default")

@@ -158,6 +158,18 @@ def test_the_tracker_reports_state_changes_and_becoming_unschedulable() -> None:
     assert t.counts() == {"running": 1, "succeeded": 1}
 
 
+def test_the_tracker_reports_each_new_progress_message_of_a_running_task() -> None:
+    t = progress.Tracker()
+    step = {"fraction": 1 / 6, "message": "cnn b1 fp32: 0.85 ms (1 of 6)", "at": 101.0}
+    started = t.update(view("b", "running", worker_id="w1", progress=step))
+    assert started is not None and progress.describe(started) == "b: running on w1; cnn b1 fp32: 0.85 ms (1 of 6)"
+    assert t.update(view("b", "running", worker_id="w1", progress={**step, "at": 102.0})) is None  # same message
+    third = t.update(view("b", "running", worker_id="w1", progress={**step, "message": "cnn b8 fp32: 1.23 ms (3 of 6)"}))
+    assert third is not None and progress.describe(third) == "b: cnn b8 fp32: 1.23 ms (3 of 6)"
+    done = t.update(view("b", "succeeded", progress=None))
+    assert done is not None and progress.describe(done) == "b: running -> succeeded"
+
+
 def test_plain_progress_writes_one_stamped_line_per_change_and_nothing_else() -> None:
     out = io.StringIO()
     plain = progress.PlainProgress(out, clock=lambda: 0.0)
@@ -173,7 +185,8 @@ def test_live_progress_draws_counts_workers_elapsed_and_reasons() -> None:
     out = io.StringIO()
     live = progress.LiveProgress(out, clock=lambda: 142.0, force_terminal=True)
     t = progress.Tracker()
-    t.update(view("run-1", "running", worker_id="w1"))
+    t.update(view("run-1", "running", worker_id="w1", progress={"fraction": 0.5, "message": "mlp b8 int8: 0.31 ms "
+                                                                                  "(1 of 2)", "at": 141.0}))
     t.update(view("wait-1", "pending", pending_reason="no connected worker satisfies the requirements (w1 lacks "
                   "tag gpu)", unschedulable=True))
     t.update(view("done-1", "succeeded"))
@@ -186,7 +199,7 @@ def test_live_progress_draws_counts_workers_elapsed_and_reasons() -> None:
         plain.print(live.render(t))
     drawn = cap.get()
     assert "pending 1  running 1  succeeded 1" in drawn
-    assert "run-1" in drawn and "w1" in drawn and "42s" in drawn
+    assert "run-1" in drawn and "w1" in drawn and "42s" in drawn and "mlp b8 int8: 0.31 ms (1 of 2)" in drawn
     assert "cannot run on any connected worker: no connected worker satisfies" in drawn
     assert "done-1" not in drawn  # finished tasks are counted, not listed
 

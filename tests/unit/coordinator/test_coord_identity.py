@@ -188,6 +188,21 @@ def test_started_and_progress_from_a_non_holder_are_refused(sim: Sim) -> None:
     assert refused(sim.started("w1", "t1", 1)) == [] and sim.task("t1").state == "running"
 
 
+def test_the_running_attempts_latest_progress_is_kept_until_it_ends(sim: Sim) -> None:
+    sim.submit(spec("t1"))
+    sim.register(register("w1"))
+    early = sim.state.progress("w1", m.TaskProgress(m.TaskRef("t1", 1), 0.1, "before started"), T0)
+    assert early == [] and sim.task("t1").progress_view() is None  # assigned, not yet running
+    sim.started("w1", "t1", 1)
+    for done in (1, 2):
+        sim.state.progress("w1", m.TaskProgress(m.TaskRef("t1", 1), done / 3, f"mlp b{done} fp32: 0.12 ms ({done} of 3)"),
+                           T0 + done)
+    assert sim.task("t1").progress_view() == {"fraction": 2 / 3, "message": "mlp b2 fp32: 0.12 ms (2 of 3)",
+                                              "at": T0 + 2}
+    sim.results("w1", result("t1", 1))
+    assert sim.task("t1").state == "succeeded" and sim.task("t1").progress_view() is None
+
+
 def test_a_gang_result_from_a_non_member_is_refused(sim: Sim) -> None:
     for wid in ("w1", "w22", "w333"):
         sim.register(register(wid))
