@@ -38,7 +38,9 @@ async def coordinators(client: CoordinatorClient, credential: str, browser: str 
         if mounted and m.get("member_id") == view.get("self"):  # None == None for a lone coordinator
             row["in_use"] = True
         if not m.get("healthy"):
-            row["error"] = row.get("error") or f"the group has not seen it for {m.get('last_seen_age_s')} s"
+            age = m.get("last_seen_age_s")
+            seen = f"for {age:.0f} s" if isinstance(age, (int, float)) else "lately"
+            row["error"] = row.get("error") or f"the group has not seen it {seen}"
     return list(rows.values())
 
 

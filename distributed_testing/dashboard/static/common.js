@@ -22,8 +22,9 @@ export async function act(path, body) {
 
 // Calls refresh() once now and again (at most every 300 ms) after each event whose kind is in
 // `kinds`; a "reset" (the feed could not be resumed) always refreshes. EventSource reconnects by
-// itself and sends Last-Event-ID, so a dropped connection loses nothing.
-export function live(kinds, refresh) {
+// itself and sends Last-Event-ID, so a dropped connection loses nothing. With `everyMs`, also
+// that often (what changes without an event: a group member's health).
+export function live(kinds, refresh, everyMs) {
   let timer = null, running = false, again = false;
   const run = async () => {
     if (running) { again = true; return; }
@@ -38,6 +39,7 @@ export function live(kinds, refresh) {
   feed.onerror = () => dot?.classList.remove("on");
   for (const k of [...kinds, "reset"]) feed.addEventListener(k, schedule);
   window.dtFeed = feed;
+  if (everyMs) setInterval(schedule, everyMs);
   run();
   return feed;
 }

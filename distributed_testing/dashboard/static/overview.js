@@ -1,6 +1,6 @@
 // Overview: coordinators (every group member with its health, a dead one too), workers and tasks
 // by state, queue depth and tasks/s over the last hour, recent failures (the first line of each
-// error, the rest on the task page). Redrawn on every task, worker and load event.
+// error, the rest on the task page). Redrawn on every task, worker and load event, and every 5 s.
 import { getJSON, live, el, table, place, section, state, when, chart, errorCell, taskLink, countAxis } from "./common.js";
 
 const cards = (id, title, counts) => place(id, el("section", {}, el("h2", {}, title), el("div", { class: "cards" },
@@ -36,4 +36,4 @@ async function refresh() {
   document.getElementById("failures-box").append(document.getElementById("failures"));
 }
 
-live(["task", "worker", "result", "load"], refresh);
+live(["task", "worker", "result", "load"], refresh, 5000);  // and every 5 s: members die without an event
