@@ -40,7 +40,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, throttle
 from ..tasks import spec as specs
-from . import admission, bundles_api, events, forward, keys_api, openapi, views
+from . import admission, bundles_api, events, forward, keys_api, logs_api, openapi, views
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -541,6 +541,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("POST", "/api/v1/tasks", submit_tasks, "tasks:submit"),
     ("GET", "/api/v1/tasks", list_tasks, "tasks:read"),
     ("GET", "/api/v1/tasks/{task_id}", get_task, "tasks:read"),
+    *logs_api.ROUTES,
     ("GET", "/api/v1/overview", overview, "tasks:read"),
     ("GET", "/api/v1/events", stream_events, "tasks:read"),
     ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),

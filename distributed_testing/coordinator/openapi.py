@@ -241,6 +241,28 @@ SPECS.update({
     ("GET", "/api/v1/bundles/{digest}"): RouteSpec(_ok({"$ref": REF + "Manifest"}, what="the manifest's bytes"),
                                                    errors=(400, 404)),
 })
+LOG_VIEW = _obj(task_id={"type": "string"}, attempt={"type": "integer", "description": "the attempt shown"},
+                state={"type": "string"},
+                source={"enum": ["live", "result", "none"],
+                        "description": "live: streamed by the running attempt's worker; result: kept with its result"},
+                offset={"type": "integer", "description": "the byte offset the text starts at"},
+                next_offset={"type": "integer", "description": "ask again from here for what follows"},
+                bytes={"type": "integer", "description": "bytes the attempt wrote, kept or not"},
+                text={"type": "string", "description": "the output from offset; bytes no longer kept read as one "
+                                                       "'[... N bytes left out ...]' line"},
+                complete={"type": "boolean", "description": "the task ended: nothing more will come"},
+                started_at=NULLABLE_NUM, finished_at=NULLABLE_NUM,
+                elapsed_s={**NULLABLE_NUM, "description": "seconds since the attempt began (to its end once ended)"})
+SPECS[("GET", "/api/v1/tasks/{task_id}/logs")] = RouteSpec(
+    _ok(LOG_VIEW, what="the task's output (stdout, stderr, pytest's report), bounded: its first 32 KiB and last "
+                       "224 KiB"),
+    query=(_q("offset", {"type": "integer", "minimum": 0, "maximum": INT64}, "byte offset to read from (default 0)"),
+           _q("follow", {"enum": ["0", "1"]}, "1: wait until there is output past offset or the task ends"),
+           _q("wait", {"type": "number", "minimum": 0, "maximum": 60}, "with follow: seconds to wait at most "
+                                                                       "(default 20)"),
+           _q("attempt", {"type": "integer", "minimum": 0, "maximum": INT64}, "the attempt read before: when the task shows another, "
+                                                            "the answer starts at offset 0")),
+    errors=(400, 404))
 MANIFEST = {"type": "object", "required": ["files"], "description": "a bundle's manifest (docs/tasks.md, \"Bundles\")",
             "properties": {"version": {"const": 1}, "files": {"type": "array", "items": {
                 "type": "object", "required": ["path", "digest", "size"],

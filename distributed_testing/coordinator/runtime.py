@@ -60,6 +60,7 @@ from .metrics import Metrics
 from .store import blobs_for
 from .store.base import TERMINAL, Store
 from .supervisor import Supervisor
+from .tasklogs import TaskLogs
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class Runtime:
         self.metrics = Metrics()
         self.metrics.bind(self)
         self.events = EventHub()
+        self.logs = TaskLogs()  # running attempts' output (tasklogs.py)
         self.activity = views.Activity()  # the overview's last hour (seeded from the store at start)
         self._loads_sent: dict[str, tuple[Any, ...]] = {}
         self._loads_at = 0.0
@@ -313,6 +315,7 @@ class Runtime:
             self._run(rest)
             if ended:  # durable now: they may leave memory (the waiters woken above look them up first)
                 self.state.retire(ended)
+                self.logs.end(ended)  # their results hold their output now
 
         durable.add_done_callback(after)
         return finished

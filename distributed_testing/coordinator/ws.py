@@ -9,7 +9,8 @@ connection. Nothing a peer sends can crash the coordinator or touch another work
 A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker id bound to another
 key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
 owner's session stays open; a result, ``started`` or ``progress`` about an attempt the worker was
-never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``).
+never given is refused by the state machine (``refused_result`` / ``_started`` / ``_progress``), and
+``output`` for any but the task's current attempt on its own worker by ``tasklogs`` (``refused_output``).
 A report on a task that finished and left memory is answered as if it had not: its row is read
 back from the store first (``Runtime.load_tasks``), the one await a frame may take.
 
@@ -64,6 +65,11 @@ def _progress(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Comma
     return rt.state.progress(s.worker_id, msg, now)
 
 
+def _output(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.TaskOutput)
+    return rt.logs.receive(rt.state.tasks, s.worker_id, msg)
+
+
 def _results(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
     assert isinstance(msg, m.Results)
     rt.stats["results"] += len(msg.results)
@@ -110,6 +116,7 @@ HANDLERS: dict[type[m.Message], Handler] = {
     m.Heartbeat: _heartbeat,
     m.TaskStarted: _started,
     m.TaskProgress: _progress,
+    m.TaskOutput: _output,
     m.Results: _results,
     m.TakenBack: _taken_back,
     m.Goodbye: _goodbye,

@@ -21,6 +21,7 @@ from typing import Any
 from ..config import WorkerConfig
 from ..errors import ExecutionError
 from ..protocol import messages as m
+from ..tasks.log import LOG_KEY
 from .auth import Credentials
 from .bundles import ShippedCode
 from .coordinators import Candidates
@@ -43,6 +44,7 @@ from .core.state import (
 )
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .result_store import ResultStore
+from .tasklogs import OutputStreams
 
 log = logging.getLogger(__name__)
 # A task still running after this long is announced with ``started``; shorter ones are announced
@@ -85,6 +87,9 @@ class Runs:
         self.interface: str | None = config.interface
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by run id (state.Start)
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
+        # what running attempts write, streamed as ``output`` messages and kept for their results
+        self.outputs = OutputStreams(send, registered.is_set,
+                                     lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None)
 
     # --------------------------------------------------------------- executing
 
@@ -261,6 +266,8 @@ class Runs:
 
         The outcome is checked here, where the task's output enters the worker (``core.output.bound``):
         one a frame cannot carry, or too large for one, is reported as the task's error instead."""
+        if (kept := self.outputs.finish(m.TaskRef(a.task_id, a.attempt))) is not None:
+            outcome.output = {**outcome.output, LOG_KEY: kept}  # what it wrote, bounded (tasks/log.py)
         args = (outcome.status, outcome.output, outcome.error)
         status, output, error = (await asyncio.to_thread(bound, *args) if large(outcome.output) else bound(*args))
         if output is not outcome.output:
@@ -276,7 +283,8 @@ class Runs:
                            test_root=self.config.test_root, cache=a.cache, gang=a.gang, interface=self.interface,
                            allow_model_modules=self.config.allow_model_modules,
                            allow_test_options=self.config.allow_test_options,
-                           progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)))
+                           progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)),
+                           output=self.outputs.sink(m.TaskRef(a.task_id, a.attempt)))
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
         """An executor's progress report (called on the loop) as a ``progress`` message."""

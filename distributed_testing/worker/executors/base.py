@@ -42,6 +42,9 @@ class TaskContext:
     test_root: Path = field(default_factory=Path.cwd)
     work_dir: Path | None = None
     progress: Callable[[float, str], None] | None = None
+    # where the task's children's stdout/stderr goes, chunk by chunk, on the event loop: streamed
+    # while it runs and kept, bounded, with its result (worker/tasklogs.py)
+    output: Callable[[bytes], None] | None = None
     cache: bool = False
     gang: GangAssignment | None = None  # this node's part of a multi-node training task
     interface: str | None = None  # the NIC this worker reported: training ranks bind it

@@ -157,7 +157,8 @@ class CustomExecutor:
             work_dir=None if ctx.work_dir is None else str(ctx.work_dir),
             timeout_s=ctx.timeout_s,
         )
-        result = await self.pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb)
+        result = await self.pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb,
+                                      output=ctx.output)
         outcome = _outcome(name, result, ctx)
         outcome.started_at = started
         outcome.finished_at = time.time()
@@ -183,7 +184,8 @@ class CustomExecutor:
             await pool.start()
             request = Request(seq=0, name=name, parameters=parameters, task_id=ctx.task_id, attempt=ctx.attempt,
                               work_dir=str(scratch), timeout_s=ctx.timeout_s)
-            result = await pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb)
+            result = await pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb,
+                                     output=ctx.output)
         finally:
             await pool.close()
         outcome = _outcome(name, result, ctx)

@@ -18,7 +18,7 @@ import itertools
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,6 +28,7 @@ import msgspec
 import distributed_testing
 from distributed_testing.errors import ExecutionError
 from distributed_testing.process.childenv import child_environ
+from distributed_testing.process.childout import unread
 from distributed_testing.worker import confine
 from distributed_testing.worker.confine import Confinement
 from distributed_testing.worker.executors.pool_child import (
@@ -54,6 +55,8 @@ _PACKAGE_PARENT = str(Path(distributed_testing.__file__).resolve().parent.parent
 _ENCODER = msgspec.msgpack.Encoder()
 _REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
 _HELLO_DECODER = msgspec.msgpack.Decoder(Hello)
+# after a reply, how long the worker waits at most for the child's output before it to be read
+_SETTLE_POLLS, _SETTLE_POLL_S = 40, 0.005
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,17 @@ class _Child:
         except msgspec.DecodeError as exc:
             raise ExecutionError(f"pool child {self.pid} sent a malformed reply: {exc}") from exc
 
+    async def settle(self) -> None:
+        """After a reply: wait (briefly) until the worker has read what the child wrote before it,
+        so the request's output ends in its own stream, not the next one's (process/childout.py).
+        A request that wrote nothing more costs one ``ioctl``."""
+        fd, polls = _stderr_fd(self.proc), 0
+        while fd >= 0 and unread(fd) > 0 and polls < _SETTLE_POLLS:
+            await asyncio.sleep(_SETTLE_POLL_S)
+            polls += 1
+        if polls or len(getattr(self.proc.stderr, "_buffer", b"")):
+            await asyncio.sleep(0)  # the stderr reader takes what the loop has read
+
     async def reap(self) -> int:
         """Kill the child's process group, wait for it and its stderr pipe; return its exit code."""
         kill_process_group(self.pid)
@@ -104,6 +118,14 @@ class _Child:
         # in a thread: a task may have left a large tree there, and the loop carries the heartbeats
         await asyncio.to_thread(confine.remove, self.scratch)
         return code
+
+
+def _stderr_fd(proc: asyncio.subprocess.Process) -> int:
+    """The worker's end of ``proc``'s stderr pipe; -1 when it cannot be told."""
+    try:
+        return int(proc._transport.get_pipe_transport(2).get_extra_info("pipe").fileno())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return -1
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -253,8 +275,10 @@ class HandlerPool:
         logger.debug("pool child %d started with handlers %s", child.pid, child.handlers)
         return child
 
-    async def call(self, request: Request, *, timeout_s: float | None, max_memory_mb: int | None) -> PoolResult:
-        """Run ``request`` on a free child under the given limits.
+    async def call(self, request: Request, *, timeout_s: float | None, max_memory_mb: int | None,
+                   output: Callable[[bytes], None] | None = None) -> PoolResult:
+        """Run ``request`` on a free child under the given limits; what the child writes meanwhile
+        also goes to ``output`` (the task's output stream).
 
         Waits for a free child when all ``size`` are busy. On timeout, memory overrun, cancellation
         or child death the child's process group is killed and a replacement is started.
@@ -270,10 +294,15 @@ class HandlerPool:
                 request = msgspec.structs.replace(request, seq=seq)
             payload = frame(_ENCODER.encode(request))
             try:
+                child.stderr_tail.sink = output
                 result = await self._call_on(child, payload, seq, timeout_s, max_memory_mb)
+                if output is not None and result.kind == "reply":
+                    await child.settle()
             except BaseException:
                 self._discard(child)
                 raise
+            finally:
+                child.stderr_tail.sink = None
             if result.kind == "reply":
                 self._release(child)
             else:

@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
+    with contextlib.suppress(AttributeError, ValueError):  # a line printed is streamed at once (worker/tasklogs.py)
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     serve(proto_in, proto_out, registry)
     return 0
 

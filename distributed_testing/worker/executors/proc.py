@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 from collections import deque
+from collections.abc import Callable
 
 import psutil
 
@@ -155,9 +156,12 @@ def pid_alive(pid: int) -> bool:
 
 
 class OutputTail:
-    """Keeps the last ``limit`` bytes of a stream, for error messages and result output."""
+    """Keeps the last ``limit`` bytes of a stream, for error messages and result output. While
+    ``sink`` is set, every byte fed is also passed to it (``REQUEST_END`` markers left out): the
+    running task's output stream (``TaskContext.output``)."""
 
-    def __init__(self, limit: int = DEFAULT_TAIL_BYTES) -> None:
+    def __init__(self, limit: int = DEFAULT_TAIL_BYTES, sink: Callable[[bytes], None] | None = None) -> None:
+        self.sink = sink
         self._limit = limit
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -177,6 +181,8 @@ class OutputTail:
         if end >= 0:
             self.ended_at = self.total_bytes - len(window) + end + len(REQUEST_END)
         self._carry = window[-(len(REQUEST_END) - 1):]
+        if self.sink is not None:
+            self.sink(data.replace(REQUEST_END, b""))
 
     def text(self, since: int = 0) -> str:
         """The kept tail decoded as UTF-8 (invalid bytes replaced), at most ``limit`` bytes; with

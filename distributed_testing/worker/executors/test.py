@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,8 @@ class TestExecutor:
                 elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
                     env = self._confine.environ(env, own)
                     argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests
-                verdict, code, tail, watch = await self._run_pytest(argv, cwd, timeout, ctx.max_memory_mb, env)
+                verdict, code, tail, watch = await self._run_pytest(argv, cwd, timeout, ctx.max_memory_mb, env,
+                                                                    ctx.output)
                 # the child owned tmp: read its report as a task's file (no link, no FIFO, bounded)
                 summary = await asyncio.to_thread(_read_summary, report_path, Path(tmp).parent)
         finally:
@@ -207,9 +208,11 @@ class TestExecutor:
         return outcome
 
     async def _run_pytest(
-        self, argv: list[str], cwd: Path, timeout: float | None, max_memory_mb: int | None, env: Mapping[str, str]
+        self, argv: list[str], cwd: Path, timeout: float | None, max_memory_mb: int | None, env: Mapping[str, str],
+        output: Callable[[bytes], None] | None = None,
     ) -> tuple[str, int | None, OutputTail, MemoryWatch | None]:
-        """Start pytest, enforce limits, and always kill its group and reap it before returning."""
+        """Start pytest, enforce limits, and always kill its group and reap it before returning;
+        what it writes (its terminal report, the tests' stdout and stderr) also goes to ``output``."""
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
@@ -221,7 +224,7 @@ class TestExecutor:
         )
         assert proc.stdout is not None
         self._running.add(proc.pid)
-        tail = OutputTail(self._tail_bytes)
+        tail = OutputTail(self._tail_bytes, sink=output)
         drain = asyncio.create_task(tail.drain(proc.stdout))
         watch = MemoryWatch(proc.pid, max_memory_mb, self._poll_s) if max_memory_mb else None
         try:
