@@ -10,7 +10,9 @@ of ``events`` (the coordinator's change feed, proxied). Charts are Chart.js, shi
 Routes (relative to where the app is mounted) and who may use them: ``login`` (anyone), every page
 and ``data/*`` and ``events`` (a signed-in session of a role with read access: viewer, submitter,
 admin), ``actions/*`` and ``logout`` (a session whose ``X-CSRF-Token`` matches; the coordinator
-then applies its own permission check, so a viewer's cancel or drain gets its 403).
+then applies its own permission check, so a viewer's cancel or drain gets its 403, and a run's
+cancel or re-run is for the key that created the run or an admin). Pages: the overview, ``runs``
+and ``runs/{id}``, ``workers``, ``tasks`` and ``tasks/{id}``, ``benchmarks``, ``training``.
 
 Sign-in (``POST login``): refused (403) when the browser says the form came from another site
 (``Sec-Fetch-Site``, else ``Origin``: login CSRF). Wrong keys count per browser address (IPv6:
@@ -49,8 +51,9 @@ from .sessions import COOKIE, CSRF_HEADER, READ_ROLES, Session, SessionStore
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-PAGES = {"": ("overview", "Overview"), "workers": ("workers", "Workers"), "tasks": ("tasks", "Tasks"),
-         "benchmarks": ("benchmarks", "Benchmarks"), "training": ("training", "Training")}
+PAGES = {"": ("overview", "Overview"), "runs": ("runs", "Runs"), "workers": ("workers", "Workers"),
+         "tasks": ("tasks", "Tasks"), "benchmarks": ("benchmarks", "Benchmarks"), "training": ("training", "Training")}
+DETAIL_PAGES = {"task": ("task_id", "Task"), "run": ("run_id", "Run")}  # page: (its id in the path, title)
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,21 @@ def create_dashboard_app(config: DashboardConfig, client: CoordinatorClient | No
     for path, (page, _) in PAGES.items():
         r.add_get(f"/{path}", _page_handler(page))
     r.add_get("/tasks/{task_id}", _page_handler("task"))
+    r.add_get("/runs/{run_id}", _page_handler("run"))
     r.add_get("/data/overview", data_overview)
     r.add_get("/data/workers", _proxy("/api/v1/workers"))
     r.add_get("/data/tasks", _proxy("/api/v1/tasks"))
     r.add_get("/data/tasks/{task_id}", _proxy("/api/v1/tasks/{task_id}"))
+    r.add_get("/data/tasks/{task_id}/logs", _proxy("/api/v1/tasks/{task_id}/logs"))  # task.js follows it (wait < 5 s)
     r.add_get("/data/results", _proxy("/api/v1/results"))
     r.add_get("/data/benchmark-models", data_benchmark_models)
+    r.add_get("/data/runs", _proxy("/api/v1/runs"))
+    r.add_get("/data/runs/{run_id}", _proxy("/api/v1/runs/{run_id}"))
     r.add_get("/events", events)
     r.add_post("/actions/tasks/{task_id}/cancel", _action("/api/v1/tasks/{task_id}/cancel"))
     r.add_post("/actions/workers/{worker_id}/drain", _action("/api/v1/workers/{worker_id}/drain"))
+    r.add_post("/actions/runs/{run_id}/cancel", _action("/api/v1/runs/{run_id}/cancel"))
+    r.add_post("/actions/runs/{run_id}/rerun", _action("/api/v1/runs/{run_id}/rerun"))
     r.add_static("/static/", STATIC, append_version=True)
     return app
 
@@ -267,10 +276,11 @@ def _checked(request: web.Request) -> Session:
 
 def _page_handler(page: str) -> Handler:
     async def handler(request: web.Request) -> web.Response:
-        extra = ""
-        if page == "task":
-            extra = f' data-task-id="{html.escape(request.match_info["task_id"])}"'
-        title = next((label for name, label in PAGES.values() if name == page), "Task")
+        extra, title = "", next((label for name, label in PAGES.values() if name == page), "")
+        if page in DETAIL_PAGES:
+            field, title = DETAIL_PAGES[page]
+            extra = f' data-{field.replace("_", "-")}="{html.escape(request.match_info[field])}"'
+
         return _html(request, page, title, extra, session=request[SESSION])
     return handler
 
@@ -278,7 +288,7 @@ def _page_handler(page: str) -> Handler:
 def _html(request: web.Request, page: str, title: str, extra: str, session: Session | None) -> web.Response:
     """The page shell: navigation, the main element the page's script fills, its script."""
     base = html.escape(request.app[CONFIG].prefix + "/")
-    nav = "".join(f'<a href="{p}"{" class=on" if name == page else ""}>{label}</a>'
+    nav = "".join(f'<a href="{p}"{" class=on" if name in (page, page + "s") else ""}>{label}</a>'
                   for p, (name, label) in PAGES.items()) if session else ""
     user = (f'<span class="who">{html.escape(session.role)} · key {html.escape(session.key_id)}</span>'
             '<button id="signout" type="button">Sign out</button>') if session else ""
@@ -294,7 +304,8 @@ def _html(request: web.Request, page: str, title: str, extra: str, session: Sess
         scripts = (f'<script src="static/vendor/chart.umd.min.js"></script>'
                    f'<script type="module" src="static/{page}.js"></script>')
     csrf = f'<meta name="csrf-token" content="{html.escape(session.csrf)}">' if session else ""
-    can = (f' data-role="{html.escape(session.role)}" data-can-cancel="{int(session.can_cancel)}"'
+    can = (f' data-role="{html.escape(session.role)}" data-key-id="{html.escape(session.key_id)}"'
+           f' data-can-cancel="{int(session.can_cancel)}" data-can-rerun="{int(session.can_rerun)}"'
            f' data-can-drain="{int(session.can_drain)}"') if session else ""
     doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><base href="{base}">'
            f'<meta name="viewport" content="width=device-width, initial-scale=1">{csrf}'

@@ -42,6 +42,11 @@ class Session:
         return self.role in ("admin", "submitter")
 
     @property
+    def can_rerun(self) -> bool:
+        """Submit a run's tasks again (``tasks:submit``); the coordinator also wants the run's own key or an admin."""
+        return self.role in ("admin", "submitter")
+
+    @property
     def can_drain(self) -> bool:
         return self.role == "admin"
 

@@ -64,7 +64,7 @@ export function el(tag, attrs = {}, ...children) {
 export function table(id, cols, rows, empty = "nothing here") {
   const t = el("table", { id },
     el("thead", {}, el("tr", {}, cols.map(([h, , cls]) => el("th", { class: cls }, h)))),
-    el("tbody", {}, rows.length ? rows.map(r => el("tr", { "data-id": r.task_id ?? r.worker_id ?? null },
+    el("tbody", {}, rows.length ? rows.map(r => el("tr", { "data-id": r.task_id ?? r.worker_id ?? r.run_id ?? null },
       cols.map(([, f, cls]) => el("td", { class: cls }, f(r))))) : el("tr", {}, el("td", { colspan: cols.length, class: "muted" }, empty))));
   place(id, t);
   return t;
@@ -123,6 +123,11 @@ export function errorCell(text, taskId) {
   return el("span", { class: "err-line" }, line, more ? " " : null,
     more ? el("a", { class: "more", href: `tasks/${encodeURIComponent(taskId)}` }, "(full error)") : null);
 }
+
+// A run's counts by task state ({succeeded: 3, failed: 1}) as "3 succeeded 1 failed", coloured;
+// how long a run has taken (so far, while it runs).
+export const counts = c => el("span", { class: "counts" }, Object.entries(c ?? {}).map(([k, n]) => el("span", { class: "count" }, `${n} `, state(k))));
+export const took = r => r.started_at == null ? null : (r.ended_at ?? Date.now() / 1000) - r.started_at;
 
 // Pytest's words for a test's outcome, coloured as the task states are.
 export const outcome = o => el("span", { class: `outcome-${o}` }, o);

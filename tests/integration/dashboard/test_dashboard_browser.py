@@ -236,3 +236,55 @@ async def test_the_benchmarks_page_opens_on_a_model_that_has_results(env: Env, t
         await page.wait_for_function("() => window.dtCharts?.['time-chart']?.scales?.x")
         lo, hi = await page.evaluate("() => { const s = window.dtCharts['time-chart'].scales.x; return [s.min, s.max]; }")
         assert hi - lo <= 3 * 3600 * 1000 and lo <= task["updated_at"] * 1000 <= hi, (lo, hi, task["updated_at"])
+
+
+async def test_a_run_s_page_lists_failures_first_and_cancel_and_rerun_work_for_its_submitter(env: Env, tmp_path: Path) -> None:
+    c, sub = env.cluster, env.keys["submitter"]
+    (c.tmp / "test_run_red.py").write_text("def test_ok():\n    pass\n\n\ndef test_bad():\n    assert 1 == 2\n")
+    (c.tmp / "test_run_green.py").write_text("def test_ok():\n    pass\n")
+    status, run = await c.request("POST", "/api/v1/runs", key=sub, json={"name": "ci #7 main"})
+    assert status == 201, run
+    rid = run["run_id"]
+    green, red, stuck = await c.submit([
+        {"type": "test", "config": {"test_file": "test_run_green.py"}, "run_id": rid},
+        {"type": "test", "config": {"test_file": "test_run_red.py"}, "run_id": rid},
+        {"type": "custom", "config": {"name": "noop"}, "requirements": {"tags": ["nowhere"]}, "run_id": rid}], key=sub)
+    assert [(await c.wait(t, 60))["state"] for t in (green, red)] == ["succeeded", "failed"]
+    async with signed_in(env, "viewer", tmp_path, "runs") as page:
+        await page.wait_for_selector(f'#runs tr[data-id="{rid}"]')
+        row = await page.eval_on_selector(f'#runs tr[data-id="{rid}"]', "r => [...r.cells].map(c => c.textContent)")
+        assert row[0] == "ci #7 main" and row[3] == "running", row  # one task still waits
+        assert "1 failed" in row[4] and "1 pending" in row[4] and "1 succeeded" in row[4], row
+        await page.click(f'#runs tr[data-id="{rid}"] a')
+        await page.wait_for_selector(f'#run-tasks tr[data-id="{red}"]')
+        ids = await page.eval_on_selector_all("#run-tasks tbody tr", "rs => rs.map(r => r.dataset.id)")
+        assert ids[0] == red and set(ids) == {red, green, stuck}, ids  # the failure first
+        cells = await page.eval_on_selector(f'#run-tasks tr[data-id="{red}"]', "r => [...r.cells].map(c => c.textContent)")
+        assert cells[2:4] == ["failed", "w0"] and cells[6] == "1 passed, 1 failed", cells  # pytest's words
+        assert cells[7].startswith("1 of 2 tests failed") and "test_run_red.py::test_bad" in cells[7], cells
+        assert await page.get_attribute(f'#run-tasks tr[data-id="{red}"] a', "href") == f"tasks/{red}"
+        assert await page.locator("button.act").count() == 0  # a viewer is offered neither
+        statuses = await page.evaluate("""async ([rid]) => {
+            const csrf = document.querySelector('meta[name=csrf-token]').content;
+            const post = p => fetch(p, {method: 'POST', headers: {'X-CSRF-Token': csrf, 'Content-Type': 'application/json'},
+                                        body: '{"failed": true}'}).then(r => r.status);
+            return [await post(`actions/runs/${rid}/cancel`), await post(`actions/runs/${rid}/rerun`)]; }""", [rid])
+        assert statuses == [403, 403]
+    async with signed_in(env, "submitter", tmp_path, f"runs/{rid}") as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        await page.click("button.cancel")
+        await page.wait_for_function(
+            f"""() => document.querySelector('#run-tasks tr[data-id="{stuck}"] td:nth-child(3)')?.textContent === 'cancelled'""",
+            timeout=5000)
+        assert await page.locator("button.cancel").count() == 0  # the run has ended
+        await page.screenshot(path=str(tmp_path / "run.png"), full_page=True)  # docs/dashboard-run.png
+        await page.click("button.rerun >> text=Re-run failed (2)")
+        await page.wait_for_url(lambda url: "/runs/run-" in url and rid not in url)
+        new = page.url.rsplit("/", 1)[1]
+        await page.wait_for_selector("#run-tasks tbody tr[data-id]")
+        ids = await page.eval_on_selector_all("#run-tasks tbody tr", "rs => rs.map(r => r.dataset.id)")
+        short = new.removeprefix("run-")
+        assert sorted(ids) == sorted([f"{red}@{short}", f"{stuck}@{short}"]), ids  # the failed and the cancelled one
+        assert await page.inner_text("h1") == "Run ci #7 main (re-run failed)"
+    status, body = await c.request("POST", f"/api/v1/runs/{new}/cancel", key=sub)  # leaves nothing waiting
+    assert status == 200, body
