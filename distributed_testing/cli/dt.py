@@ -33,7 +33,7 @@ from ..config import DEFAULT_COORDINATOR_URL, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
 from ..tasks.states import WORKER_STATES
-from . import compare, status, submit
+from . import compare, logs, status, submit
 from .common import positive_seconds
 from .http import FAILOVER_S, ApiClient, ApiError
 from .options import SWITCH, Setting, add_settings, resolve
@@ -274,7 +274,7 @@ Registrar = Callable[[SubParsers], None]
 # one entry per subcommand family; a new subcommand adds its module's register function here
 REGISTRARS: list[Registrar] = [register_keys, register_token, submit.register, register_tasks, register_workers,
                                register_results,
-                               compare.register]
+                               compare.register, logs.register]
 
 
 def _silence_stdout() -> None:

@@ -1,6 +1,8 @@
 // Task detail: spec, every attempt with its worker and timings, per-test results, benchmark
 // results as a table and as charts (latency and throughput against batch size, per precision and
-// backend), the environment fingerprint, the output tail. Redrawn when this task changes.
+// backend), the environment fingerprint, and the task's output, streamed while it runs (the
+// coordinator's long poll, data/tasks/ID/logs?follow=1), with a running attempt's elapsed time.
+// Redrawn when this task changes.
 import { app, getJSON, act, live, el, table, place, section, state, when, num, chart, canCancel, showError } from "./common.js";
 
 const id = app.dataset.taskId;
@@ -38,6 +40,49 @@ function benchmark(out, box) {
     data: { datasets: [{ label, data: pts(r => r.throughput_items_s), borderColor: "#1a7f37" }] } }, grid);
 }
 
+// The output as streamed so far: the attempt it belongs to, the offset to ask from next, and the
+// timing of the attempt (its start and the coordinator's clock, for the elapsed time).
+const log = { attempt: null, offset: 0, text: "", complete: false, following: false, startedAt: null, skew: 0, endedS: null };
+
+function elapsed() {
+  if (log.startedAt == null) return "—";
+  const s = log.endedS ?? (Date.now() / 1000 - log.skew - log.startedAt);
+  return s < 60 ? `${num(s, 1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+}
+
+function showLog() {
+  const pre = document.getElementById("output-log");
+  if (!pre) return;
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = log.text || (log.complete ? "(no output recorded)" : "(no output yet)");
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+}
+
+async function follow() {
+  if (log.following) return;
+  log.following = true;
+  try {
+    for (;;) {
+      const page = await getJSON(`data/tasks/${encodeURIComponent(id)}/logs`,
+        { offset: log.offset, follow: 1, wait: 3, attempt: log.attempt ?? "" });
+      if (log.attempt !== null && page.attempt !== log.attempt) log.text = "";  // a new attempt: its own output
+      log.attempt = page.attempt; log.offset = page.next_offset; log.text += page.text; log.complete = page.complete;
+      log.startedAt = page.started_at;
+      log.endedS = page.complete ? page.elapsed_s : null;
+      if (page.started_at != null && page.elapsed_s != null) log.skew = Date.now() / 1000 - (page.started_at + page.elapsed_s);
+      showLog();
+      const e = document.getElementById("elapsed");
+      if (e) e.textContent = elapsed();
+      if (page.complete) return;
+    }
+  } catch (e) { showError(e); } finally { log.following = false; }
+}
+
+setInterval(() => {
+  const e = document.getElementById("elapsed");
+  if (e && !log.complete) e.textContent = elapsed();
+}, 1000);
+
 async function refresh() {
   const [task, res] = await Promise.all([getJSON(`data/tasks/${encodeURIComponent(id)}`, { result: "0" }),
     getJSON("data/results", { task_id: id, limit: 100 })]);
@@ -45,6 +90,7 @@ async function refresh() {
   place("summary", el("div", { class: "cards" },
     el("div", { class: "card" }, el("b", {}, state(task.state)), "state"), el("div", { class: "card" }, el("b", {}, task.type), "type"),
     el("div", { class: "card" }, el("b", {}, task.attempt), "attempts"), el("div", { class: "card" }, el("b", {}, task.worker_id ?? "—"), "worker"),
+    el("div", { class: "card" }, el("b", { id: "elapsed" }, elapsed()), ["assigned", "running"].includes(task.state) ? "running for" : "ran"),
     task.pending_reason ? el("div", { class: "card" }, el("b", {}, "waiting"), task.pending_reason) : null,
     canCancel && ["pending", "assigned", "running"].includes(task.state) ? el("button", { class: "act cancel", type: "button",
       onclick: () => act(`actions/tasks/${encodeURIComponent(id)}/cancel`).catch(showError) }, "Cancel") : null));
@@ -74,9 +120,12 @@ async function refresh() {
     s.append(el("p", {}, el("a", { href: `training?task=${encodeURIComponent(id)}` }, "open in the Training page")));
   }
   if (out.environment) { const s = section("env-box", "Environment fingerprint"); place("env", kv(out.environment)); s.append(document.getElementById("env")); }
-  const tail = [out.stdout_tail, out.stderr_tail, out.traceback, latest?.error].filter(Boolean).join("\n");
-  const s2 = section("output-box", "Output tail");
-  place("output", el("pre", {}, tail || "(no output recorded)")); s2.append(document.getElementById("output"));
+  const s2 = section("output-box", "Output");
+  if (!document.getElementById("output-log")) s2.append(el("pre", { id: "output-log", style: "max-height: 40em; overflow: auto" }));
+  const failure = [out.traceback, latest?.error].filter(Boolean).join("\n");
+  place("output-error", el("pre", { hidden: !failure }, failure)); s2.append(document.getElementById("output-error"));
+  showLog();
+  if (!log.complete) follow();
   const s3 = section("spec-box", "Spec");
   place("spec", el("pre", {}, JSON.stringify(task.spec, null, 2))); s3.append(document.getElementById("spec"));
 }
