@@ -89,9 +89,11 @@ async def _snapshot(rt: Runtime, task_id: str) -> tuple[Task, int, TaskLog | Non
 
 
 async def get_logs(request: web.Request) -> web.Response:
-    """A task's output from byte ``offset`` (module docstring). ``attempt``: the attempt the
-    client read before; when the task shows another one now, the answer starts at offset 0 (and
-    says which attempt it shows)."""
+    """A task's output (stdout, stderr, pytest's report) from byte offset, while it runs and after.
+
+    With ``follow=1`` the answer waits up to ``wait`` seconds for output past ``offset`` or the
+    task's end. ``attempt``: the attempt the client read before; when the task shows another one
+    now, the answer starts at offset 0 (and says which attempt it shows)."""
     rt: Runtime = request.app[RUNTIME]
     offset, follow, wait, seen = _params(request.query)
     task_id = request.match_info["task_id"]
