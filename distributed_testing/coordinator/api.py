@@ -40,7 +40,7 @@ from ..security import auth as sa
 from ..security import keys as sk
 from ..security import roles, throttle
 from ..tasks import spec as specs
-from . import admission, bundles_api, events, forward, keys_api, logs_api, openapi, views
+from . import admission, bundles_api, events, forward, keys_api, logs_api, openapi, runs_api, views
 from .core.rows import ResultRow
 from .group import NotLeader
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -48,15 +48,10 @@ from .rest import AUTHENTICATED, PRINCIPAL, json_body, json_response, positive_s
 from .runtime import RUNTIME, Runtime
 from .store.base import ResultQuery
 from .store.filters import parse_query
+from .submission import MAX_WAIT_S, submit
 
 log = logging.getLogger(__name__)
-MAX_WAIT_S = 300.0
 EVENTS_KEEPALIVE_S = 15.0
-# A ``?wait`` submission is answered only with its outcome, so its records need not be durable
-# before the outcome's: they wait up to this long to share one fsync with the result of a task
-# that finishes that fast (a task that takes longer costs nothing more). Measured with
-# benchmarks/dispatch.py: see docs/architecture.md, "Measured".
-WAIT_SUBMIT_LINGER_S = 0.002
 INT64_MAX = 2**63 - 1
 DEFAULT_DRAIN_DEADLINE_S = 30.0  # as the worker's own --drain-timeout
 MAX_DRAIN_DEADLINE_S = 86400.0
@@ -309,33 +304,6 @@ async def submit_tasks(request: web.Request) -> web.Response:
     return json_response(body, status=status)
 
 
-async def submit(rt: Runtime, principal: sa.Principal, raw: bytes, wait: float) -> tuple[int, dict[str, Any]]:
-    """``POST /api/v1/tasks`` after authorization, whichever HTTP layer took it (``fast_http``
-    or aiohttp): accept the tasks in ``raw``, wait up to ``wait`` s for them; (status, body)."""
-    parsed, warnings = specs.parse_task_json_with_warnings(raw)
-    await bundles_api.check_bundles(rt, principal, parsed, specs.is_list(raw))
-    for warning in warnings:
-        log.warning("submission by key %s: %s", principal.key_id, warning)
-    # a resubmitted id may belong to a task that finished and left memory: read it back first, so
-    # the answer is the same (created false, or a conflict) as while it was in memory
-    if rt.state.missing(s.task_id for s in parsed if s.task_id is not None):
-        await views.load_missing(rt.state, rt.store, [s.task_id for s in parsed if s.task_id is not None])
-    now = rt.clock()
-    accepted, cmds = rt.state.submit(parsed, now, submitted_by=principal.key_id)
-    created = sum(1 for a in accepted if a["created"])
-    rt.metrics.submitted.inc(created)
-    rt.activity.submitted(now, created)
-    await rt.execute(cmds, linger_s=WAIT_SUBMIT_LINGER_S if wait > 0 else 0.0)
-    status = 201 if created else 200
-    if wait > 0:
-        ids = [a["task_id"] for a in accepted]
-        await rt.wait_finished(ids, wait)
-        for a, t in zip(accepted, await rt.settled(ids, MAX_WAIT_S), strict=True):
-            a["state"], a["outcome"] = t.state, t.outcome
-    return status, ({"tasks": accepted, "warnings": warnings} if warnings else {"tasks": accepted})
-
-
-
 async def get_task(request: web.Request) -> web.Response:
     """One task, from memory or else from the store.
 
@@ -545,6 +513,7 @@ ROUTES: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamRespons
     ("GET", "/api/v1/overview", overview, "tasks:read"),
     ("GET", "/api/v1/events", stream_events, "tasks:read"),
     ("POST", "/api/v1/tasks/{task_id}/cancel", cancel_task, "tasks:cancel"),
+    *runs_api.ROUTES,
     ("GET", "/api/v1/workers", list_workers, "workers:read"),
     ("POST", "/api/v1/workers/{worker_id}/drain", drain_worker, "workers:manage"),
     ("POST", "/api/v1/workers/{worker_id}/release", release_worker, "workers:manage"),

@@ -54,6 +54,7 @@ _TASK_COMMON = {"task_id": {"type": "string"}, "type": {"type": "string"}, "stat
                 "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}, "pending_reason": NULLABLE_STR,
                 "outcome": {"type": ["object", "null"]}, "retries_used": {"type": "integer"},
                 "submitted_by": NULLABLE_STR, "gang": {"type": ["object", "null"]},
+                "run_id": {**NULLABLE_STR, "description": "the run the task joined (POST /api/v1/runs)"},
                 "progress": {"type": ["object", "null"],
                              "description": "the running attempt's latest progress report: fraction (0 to 1), "
                                             "message (a benchmark's 'cnn b8 fp32: 1.23 ms (3 of 6)'), at; "
@@ -263,6 +264,59 @@ SPECS[("GET", "/api/v1/tasks/{task_id}/logs")] = RouteSpec(
            _q("attempt", {"type": "integer", "minimum": 0, "maximum": INT64}, "the attempt read before: when the task shows another, "
                                                             "the answer starts at offset 0")),
     errors=(400, 404))
+_RUN_FIELDS = {"run_id": {"type": "string", "pattern": specs.RUN_ID_PATTERN}, "name": {"type": "string"},
+               "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+               "submitted_by": NULLABLE_STR, "created_at": {"type": "number"}}
+RUN = {"type": "object", "required": sorted(_RUN_FIELDS), "properties": _RUN_FIELDS}
+_RUN_SUMMARY_FIELDS = {
+    **_RUN_FIELDS, "state": {"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "tasks by state"},
+    "total": {"type": "integer"}, "started_at": {**NULLABLE_NUM, "description": "the first task's start"},
+    "ended_at": {**NULLABLE_NUM, "description": "the last task's end, once every task has finished"}}
+RUN_SUMMARY = {"type": "object", "required": sorted(_RUN_SUMMARY_FIELDS), "properties": _RUN_SUMMARY_FIELDS}
+_RUN_TASK = _obj(task_id={"type": "string"}, type={"type": "string"}, state={"enum": list(TASK_STATES)},
+                 worker_id=NULLABLE_STR, started_at=NULLABLE_NUM, finished_at=NULLABLE_NUM, duration_s=NULLABLE_NUM,
+                 error_line={**NULLABLE_STR, "description": "the first line of the task's error"},
+                 tests={"type": ["object", "null"], "description": "test tasks: passed, failed, skipped, xfailed, "
+                                                                   "errors and the failing tests' node ids"})
+_PRINTABLE = "^[^\\x00-\\x1f\\x7f]*$"
+_RUN_NAME = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _PRINTABLE}
+SPECS.update({
+    ("POST", "/api/v1/runs"): RouteSpec(
+        _ok({"$ref": REF + "Run"}, 201, "the new run"),
+        body={"type": "object", "additionalProperties": False, "properties": {
+            "name": {**_RUN_NAME, "description": "the CI job, commit or branch; default: the key's name and the time"},
+            "labels": {"type": "object", "maxProperties": 32,
+                       "propertyNames": {"minLength": 1, "maxLength": 64, "pattern": _PRINTABLE},
+                       "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 256,
+                                                "pattern": _PRINTABLE}}}},
+        body_required=False, errors=(400,)),
+    ("GET", "/api/v1/runs"): RouteSpec(
+        _ok(_obj(runs={"type": "array", "items": {"$ref": REF + "RunSummary"}})),
+        query=(_q("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "most runs listed (default 20)"),
+               _q("offset", {"type": "integer", "minimum": 0, "maximum": 10_000_000}, "runs skipped, newest first"),
+               _q("submitted_by", {"type": "string"}, "runs created with this key id"),
+               _q("state", {"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+                  "only the runs of the page in this state")),
+        errors=(400,)),
+    ("GET", "/api/v1/runs/{run_id}"): RouteSpec(
+        _ok({"allOf": [{"$ref": REF + "RunSummary"}, _obj(tasks={"type": "array", "items": _RUN_TASK})]}),
+        errors=(404,)),
+    ("POST", "/api/v1/runs/{run_id}/cancel"): RouteSpec(
+        _ok(_obj(run_id={"type": "string"}, cancelled={"type": "array", "items": {"type": "string"}},
+                 finished={"type": "integer", "description": "tasks that had already finished"})),
+        errors=(404,)),
+    ("POST", "/api/v1/runs/{run_id}/rerun"): RouteSpec(
+        _ok({"allOf": [{"$ref": REF + "RunSummary"}, _obj(
+            source={"type": "string"},
+            task_ids={"type": "object", "additionalProperties": {"type": "string"},
+                      "description": "each task run again: its old id -> its new id"})]}, 201, "the new run"),
+        body={"type": "object", "additionalProperties": False, "properties": {
+            "failed": {"type": "boolean", "description": "only the tasks that failed, timed out, errored or "
+                                                         "were cancelled"},
+            "name": {**_RUN_NAME, "description": "default: the old run's name with (re-run)"}}},
+        body_required=False, errors=(400, 404)),
+})
 MANIFEST = {"type": "object", "required": ["files"], "description": "a bundle's manifest (docs/tasks.md, \"Bundles\")",
             "properties": {"version": {"const": 1}, "files": {"type": "array", "items": {
                 "type": "object", "required": ["path", "digest", "size"],
@@ -340,5 +394,5 @@ def _schemas() -> dict[str, Any]:
     schemas["TaskSubmission"] = {"description": "one task or a list of tasks (docs/tasks.md)",
                                  "oneOf": moved["oneOf"]}
     schemas.update(Error=ERROR, KeyView=KEY_VIEW, TaskSummary=TASK_SUMMARY, TaskView=TASK_VIEW, Worker=WORKER_VIEW,
-                   Result=RESULT_VIEW, Manifest=MANIFEST)
+                   Result=RESULT_VIEW, Manifest=MANIFEST, Run=RUN, RunSummary=RUN_SUMMARY)
     return schemas

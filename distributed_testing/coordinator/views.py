@@ -69,7 +69,8 @@ def task_view(state: CoordinatorState, t: Task) -> dict[str, Any]:
     return {"task_id": t.task_id, "type": t.type, "state": t.state, "attempt": t.attempt, "worker_id": t.worker_id,
             "priority": t.spec.priority, "submitted_at": t.submitted_at, "updated_at": t.updated_at,
             "pending_reason": state.why_pending(t), "unschedulable": state.unschedulable(t), "outcome": t.outcome,
-            "retries_used": t.retries_used, "submitted_by": t.submitted_by, "spec": t.spec_dict,
+            "retries_used": t.retries_used, "submitted_by": t.submitted_by, "run_id": t.spec.run_id,
+            "spec": t.spec_dict,
             "history": t.history, "gang": state.gang_view(t), "progress": t.progress_view()}
 
 

@@ -31,6 +31,8 @@ from . import kinds, pyreqs
 
 HardwareName = Literal["cpu", "cuda", "rocm", "mps", "openvino"]
 TaskId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$(?!\n)")]
+RUN_ID_PATTERN = r"^run-[0-9a-f]{12}$(?!\n)"  # POST /api/v1/runs makes them (coordinator/runs_api.py)
+RunId = Annotated[str, msgspec.Meta(pattern=RUN_ID_PATTERN, description="the run this task joins (POST /api/v1/runs)")]
 INT64_MAX = 2**63 - 1
 PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
 # A config may nest at most this deep, and its integers must fit 64 bits: the journal, DuckDB
@@ -62,6 +64,8 @@ class _TaskFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     cache: bool = False
     # shipped code: the manifest digest of an uploaded bundle (docs/tasks.md, "Bundles")
     bundle: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
+    # the run it belongs to; not part of the body a resubmission is compared by (``spec_digest``)
+    run_id: RunId | None = None
 
 
 class TaskSpec(_TaskFields, frozen=True, kw_only=True):
@@ -419,8 +423,11 @@ def config_dict(spec: TaskSpec) -> dict[str, Any]:
 
 
 def spec_digest(spec: TaskSpec) -> str:
-    """Stable hash of the whole spec: same id + same digest is an idempotent resubmission."""
-    return hashlib.sha256(msgspec.json.encode(spec, order="sorted")).hexdigest()
+    """Stable hash of the whole spec but its ``run_id``: same id + same digest is an idempotent
+    resubmission (the task stays in the run it joined first), a different digest a conflict."""
+    body: dict[str, Any] = msgspec.to_builtins(spec, order="sorted")
+    del body["run_id"]
+    return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
 
 
 def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:

@@ -153,10 +153,11 @@ class Task:
     def row(self) -> TaskRow:
         # Positional, in TaskRow's field order (a third of the cost of keywords; made at every
         # transition): task_id, type, state, attempt, priority, submitted_at, updated_at, digest,
-        # spec, worker_id, reason, retries_used, not_before, history, outcome, seq, submitted_by.
+        # spec, worker_id, reason, retries_used, not_before, history, outcome, seq, submitted_by, run_id.
         return TaskRow(self.task_id, self.type, self.state, self.attempt, self.spec.priority, self.submitted_at,
                        self.updated_at, self.digest, self.spec_dict, self.worker_id, None, self.retries_used,
-                       self.not_before, list(self.history), self.outcome, self.seq, self.submitted_by)
+                       self.not_before, list(self.history), self.outcome, self.seq, self.submitted_by,
+                       self.spec.run_id)
 
 
 @dataclass(slots=True)

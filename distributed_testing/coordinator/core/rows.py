@@ -2,7 +2,7 @@
 
 The scheduling core (:mod:`.state`) makes these from its tasks and workers and the store
 (``coordinator/store``) writes and reads them; they live here so the core needs no store.
-Records are idempotent upserts (tasks, workers, keys, meta) or inserts keyed by
+Records are idempotent upserts (tasks, workers, keys, meta, runs) or inserts keyed by
 (task_id, attempt) (results), so replaying them twice is harmless.
 """
 
@@ -35,6 +35,7 @@ class TaskRow(_Rec, frozen=True, tag="task"):
     outcome: dict[str, Any] | None = None
     seq: int = 0
     submitted_by: str | None = None
+    run_id: str | None = None  # the run it joined (spec["run_id"]; schema version 5)
 
 
 class ResultRow(_Rec, frozen=True, tag="result"):
@@ -79,6 +80,17 @@ class KeyRow(_Rec, frozen=True, tag="key"):
     allow_code: bool = False  # may upload bundles and submit tasks that run them (--allow-code)
 
 
+class RunRow(_Rec, frozen=True, tag="run"):
+    """A run: the tasks of one submission (``coordinator/runs_api.py``). What it holds is fixed at
+    its creation; its counts, state, start and end are derived from its tasks."""
+
+    run_id: str
+    name: str
+    created_at: float
+    labels: dict[str, str] = {}
+    submitted_by: str | None = None
+
+
 class MetaRow(_Rec, frozen=True, tag="meta"):
     """A key/value setting of the store; a row with an empty ``value`` deletes ``key``."""
 
@@ -86,7 +98,7 @@ class MetaRow(_Rec, frozen=True, tag="meta"):
     value: str
 
 
-Record = TaskRow | ResultRow | WorkerRow | KeyRow | MetaRow
+Record = TaskRow | ResultRow | WorkerRow | KeyRow | MetaRow | RunRow
 
 
 class Snapshot(msgspec.Struct):

@@ -23,9 +23,9 @@ from ...errors import StoreError
 from ...protocol.messages import ResultStatus
 from ...tasks.states import TERMINAL as TERMINAL
 from ...tasks.states import TaskState
-from ..core.rows import Record, ResultRow, Snapshot, TaskRow
+from ..core.rows import Record, ResultRow, RunRow, Snapshot, TaskRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class ResultQuery(msgspec.Struct, frozen=True):
@@ -63,7 +63,7 @@ class ResultQuery(msgspec.Struct, frozen=True):
 class TaskQuery(msgspec.Struct, frozen=True):
     """A page of tasks (``GET /api/v1/tasks``): every given filter must hold (``filters.TASK_FIELDS``).
 
-    - ``state``, ``type``, ``worker_id``, ``submitted_by``: equal to the task's field.
+    - ``state``, ``type``, ``worker_id``, ``submitted_by``, ``run_id``: equal to the task's field.
     - ``tag``: a string in the list ``spec["requirements"]["tags"]`` (not a list: no tags).
     - ``since`` <= ``submitted_at`` < ``until``.
 
@@ -77,6 +77,7 @@ class TaskQuery(msgspec.Struct, frozen=True):
     submitted_by: str | None = None
     since: float | None = None
     until: float | None = None
+    run_id: str | None = None
     limit: int = 100
     offset: int = 0
 
@@ -178,6 +179,13 @@ class Store(Protocol):
 
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
         """Per-bucket submitted/finished counts and the latest failures (see ``TaskStats``)."""
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The stored runs of these ids (ids not stored are absent). Sees every completed append."""
+
+    async def query_runs(self, limit: int, offset: int = 0, submitted_by: str | None = None) -> list[RunRow]:
+        """Runs (of ``submitted_by`` when given), newest first by ``created_at``, ties by ``run_id``
+        descending; then ``offset`` and ``limit``. Sees every completed append."""
 
     async def watch(self) -> None:
         """Run while the store is open; raise ``StoreError`` if its background work (a writer, a

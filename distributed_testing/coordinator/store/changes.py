@@ -8,7 +8,8 @@ outcome) and the history entries added since the last record of that task, start
 :func:`combine` apply and merge changes exactly as a replay needs them. Pure: no I/O.
 
 Which fields a change may carry: everything of a ``TaskRow`` but the ones fixed at submission
-(``type``, ``priority``, ``submitted_at``, ``digest``, ``spec``, ``seq``, ``submitted_by``). The
+(``type``, ``priority``, ``submitted_at``, ``digest``, ``spec``, ``seq``, ``submitted_by``,
+``run_id``). The
 core only ever appends to a task's history (and sets the ``gang`` of the entry it just added
 before saving it), so the entries past what was journaled are the whole difference. A task
 reloaded after a restart (where ``seq`` may be renumbered) gets a full row first: the map

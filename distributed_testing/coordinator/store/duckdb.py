@@ -42,17 +42,18 @@ from ...durable.duckfile import lock_holder
 from ...durable.journal import Journal
 from ...errors import StoreError
 from ...security import files
-from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from ..core.rows import FORGOTTEN, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
 from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .changes import Changes, JournalRecord, TaskChange, coalesce
 from .duckdbsql import (
-    ACTIVE_SQL,
     FAILED_SQL,
     MIGRATIONS,
     NOT_PENDING_SQL,
     TABLES,
     TERMINAL_SQL,
+    column_mismatch,
     create_schema,
+    load_snapshot,
     migrate_step,
     missing_tasks,
     pending_task_ids,
@@ -62,8 +63,10 @@ from .duckdbsql import (
     upsert,
     where_sql,
 )
+from .duckdbsql import get_runs as get_runs_sync
+from .duckdbsql import query_runs as query_runs_sync
 from .filters import describe, holds
-from .memory import result_order_key, stats_of, validate_query
+from .memory import page_of_runs, result_order_key, stats_of, validate_query
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,7 @@ class DuckDBStore:
         # Likewise the last row appended per task (the record itself: it is what the checkpoint
         # writes to DuckDB, so the merge shows exactly what DuckDB will hold).
         self._pending_tasks: dict[str, tuple[int, TaskRow]] = {}
+        self._pending_runs: dict[str, tuple[int, RunRow]] = {}  # likewise runs
         self._applied_segment = 0  # last journal segment in DuckDB (DB thread only)
         self._unapplied: list[JournalRecord] = []  # appended since the last checkpoint's rotation
         self._memory_in_sync = False  # _unapplied is exactly the unapplied segments' content
@@ -226,22 +230,8 @@ class DuckDBStore:
         self._check_columns_sync(con)
 
     def _check_columns_sync(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Refuse a file whose tables differ from the record types at the same schema version
-        (a record type changed without a SCHEMA_VERSION bump and a migration)."""
-        for table in TABLES.values():
-            found = [
-                r[0]
-                for r in con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                    [table.name],
-                ).fetchall()
-            ]
-            expected = [c.name for c in table.columns]
-            if found != expected:
-                raise StoreError(
-                    f"{self.path}: table {table.name} has columns {found}, schema version "
-                    f"{SCHEMA_VERSION} expects {expected}; bump SCHEMA_VERSION and add a migration"
-                )
+        if (mismatch := column_mismatch(con)) is not None:
+            raise StoreError(f"{self.path}: {mismatch}")
 
     def _in_transaction(
         self, con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection], None],
@@ -267,30 +257,7 @@ class DuckDBStore:
             raise
 
     def _load_snapshot_sync(self) -> Snapshot:
-        con = self._conn()
-
-        def rows(row_type: type[Any], order: str) -> list[Any]:
-            table = TABLES[row_type]
-            fetched = con.execute(f"SELECT {table.column_list} FROM {table.name} ORDER BY {order}").fetchall()
-            return [table.from_tuple(values) for values in fetched]
-
-        try:
-            meta = {m.key: m.value for m in rows(MetaRow, "key")}
-            table = TABLES[TaskRow]
-            active = con.execute(
-                f"SELECT {table.column_list} FROM tasks WHERE {ACTIVE_SQL} ORDER BY seq, submitted_at, task_id"
-            ).fetchall()
-            counts = con.execute("SELECT state, count(*), max(seq) FROM tasks GROUP BY state").fetchall()
-            return Snapshot(
-                tasks=[table.from_tuple(values) for values in active],
-                workers=rows(WorkerRow, "worker_id"),
-                keys=rows(KeyRow, "key_id"),
-                meta=meta,
-                task_counts={state: int(n) for state, n, _ in counts},
-                max_seq=max((int(m) for _, _, m in counts), default=0),
-            )
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot load the snapshot from {self.path}: {exc}") from exc
+        return self._read_sync("loading the snapshot", load_snapshot)
 
     # ------------------------------------------------------------------ writing
 
@@ -311,6 +278,8 @@ class DuckDBStore:
                 self._pending_tasks[rec.task_id] = (self._appended, rec)
             elif isinstance(rec, ResultRow) and (rec.task_id, rec.attempt) not in self._pending_results:
                 self._pending_results[(rec.task_id, rec.attempt)] = (self._appended, rec)
+            elif isinstance(rec, RunRow):
+                self._pending_runs[rec.run_id] = (self._appended, rec)
         if self._appended - self._applied >= self.checkpoint_max_records:
             self._ckpt_wake.set()
         return fut
@@ -333,6 +302,7 @@ class DuckDBStore:
             self._applied = max(self._applied, covered)
             self._pending_results = {k: v for k, v in self._pending_results.items() if v[0] > covered}
             self._pending_tasks = {k: v for k, v in self._pending_tasks.items() if v[0] > covered}
+            self._pending_runs = {k: v for k, v in self._pending_runs.items() if v[0] > covered}
 
     def _apply_sync(self, upto: int, records: list[JournalRecord] | None = None) -> None:
         """Apply the closed segments not yet applied, up to ``upto``, in one transaction; then
@@ -559,6 +529,27 @@ class DuckDBStore:
             raise StoreError(f"task statistics on {self.path} failed: {exc}") from exc
         return TaskStats(submitted=submitted, finished=finished,
                          recent_failures=[table.from_tuple(v) for v in failed])
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        """The stored runs of these ids, the ones appended since the last checkpoint included."""
+        found = {i: self._pending_runs[i][1] for i in run_ids if i in self._pending_runs}
+        rest = [i for i in dict.fromkeys(run_ids) if i not in found]
+        rows = await self._db(self._read_sync, "run lookup", get_runs_sync, rest) if rest else []
+        return found | {r.run_id: r for r in rows}
+
+    async def query_runs(self, limit: int, offset: int = 0, submitted_by: str | None = None) -> list[RunRow]:
+        """``Store.query_runs``: DuckDB's first runs merged with those not checkpointed yet."""
+        page_of_runs([], limit, offset, None)  # the refusal of a negative page, as every store's
+        pending = [r for _, r in self._pending_runs.values()]
+        stored = await self._db(self._read_sync, "run query", query_runs_sync, limit, offset, submitted_by)
+        merged = {r.run_id: r for r in stored} | {r.run_id: r for r in pending}
+        return page_of_runs(merged.values(), limit, offset, submitted_by)
+
+    def _read_sync(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(self._conn(), *args)
+        except duckdb.Error as exc:
+            raise StoreError(f"{what} on {self.path} failed: {exc}") from exc
 
     # ------------------------------------------------------------------ closing
 

@@ -16,7 +16,7 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from ..core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from ..core.rows import KeyRow, MetaRow, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
 from .base import SCHEMA_VERSION, TERMINAL, RecordTable, ResultQuery, TaskQuery
 from .changes import TaskChange
 from .filters import DUCKDB, Params, describe, render
@@ -40,9 +40,15 @@ def _blob_holds(con: duckdb.DuckDBPyConnection) -> None:
     blobs (store/blobs.py, DirBlobs), so its tables do not change."""
 
 
+def _runs(con: duckdb.DuckDBPyConnection) -> None:
+    """4 -> 5: runs (``runs``, ``tasks.run_id``; existing tasks belong to none)."""
+    con.execute("ALTER TABLE tasks ADD COLUMN IF NOT EXISTS run_id VARCHAR")
+    con.execute(TABLES[RunRow].ddl().replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+
+
 # Upgrades from schema version N to N + 1, run in one transaction with the version bump.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _bind_workers_to_keys, 2: _keys_allow_code,
-                                                                      3: _blob_holds}
+                                                                      3: _blob_holds, 4: _runs}
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -121,7 +127,37 @@ TABLES: dict[type[Any], Table] = {
     WorkerRow: Table.of("workers", WorkerRow, ("worker_id",)),
     KeyRow: Table.of("api_keys", KeyRow, ("key_id",)),
     MetaRow: Table.of("meta", MetaRow, ("key",)),
+    RunRow: Table.of("runs", RunRow, ("run_id",)),
 }
+
+
+def column_mismatch(con: duckdb.DuckDBPyConnection) -> str | None:
+    """What differs between the file's tables and the record types at this schema version (a
+    record type changed without a SCHEMA_VERSION bump and a migration), or None."""
+    for table in TABLES.values():
+        found = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                                           "ORDER BY ordinal_position", [table.name]).fetchall()]
+        expected = [c.name for c in table.columns]
+        if found != expected:
+            return (f"table {table.name} has columns {found}, schema version {SCHEMA_VERSION} expects {expected}; "
+                    "bump SCHEMA_VERSION and add a migration")
+    return None
+
+
+def get_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[RunRow]:
+    table = TABLES[RunRow]
+    sql = f"SELECT {table.column_list} FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
+    return [table.from_tuple(v) for v in con.execute(sql, [run_ids]).fetchall()]
+
+
+def query_runs(con: duckdb.DuckDBPyConnection, limit: int, offset: int, submitted_by: str | None) -> list[RunRow]:
+    """The first ``offset + limit`` runs in ``Store.query_runs``'s order (the caller cuts the page
+    after merging the runs not yet checkpointed)."""
+    table = TABLES[RunRow]
+    where = "submitted_by = ?" if submitted_by is not None else "TRUE"
+    sql = f"SELECT {table.column_list} FROM runs WHERE {where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
+    params = [submitted_by, offset + limit] if submitted_by is not None else [offset + limit]
+    return [table.from_tuple(v) for v in con.execute(sql, params).fetchall()]
 
 
 # A TaskChange (``changes``) becomes an UPDATE of its task's row: the changed fields are set, and
@@ -264,3 +300,21 @@ ACTIVE_SQL = "state NOT IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + 
 TERMINAL_SQL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL)) + ")"
 FAILED_SQL = "state IN (" + ", ".join(f"'{s}'" for s in sorted(FAILED_STATES)) + ")"
 NOT_PENDING_SQL = "task_id NOT IN (SELECT task_id FROM _pending_tasks)"
+
+
+def load_snapshot(con: duckdb.DuckDBPyConnection) -> Snapshot:
+    """The active tasks, the workers, keys and meta, the task counts per state and the largest seq."""
+
+    def rows(row_type: type[Any], order: str) -> list[Any]:
+        table = TABLES[row_type]
+        fetched = con.execute(f"SELECT {table.column_list} FROM {table.name} ORDER BY {order}").fetchall()
+        return [table.from_tuple(values) for values in fetched]
+
+    meta = {m.key: m.value for m in rows(MetaRow, "key")}
+    table = TABLES[TaskRow]
+    active = con.execute(
+        f"SELECT {table.column_list} FROM tasks WHERE {ACTIVE_SQL} ORDER BY seq, submitted_at, task_id").fetchall()
+    counts = con.execute("SELECT state, count(*), max(seq) FROM tasks GROUP BY state").fetchall()
+    return Snapshot(tasks=[table.from_tuple(values) for values in active], workers=rows(WorkerRow, "worker_id"),
+                    keys=rows(KeyRow, "key_id"), meta=meta, task_counts={state: int(n) for state, n, _ in counts},
+                    max_seq=max((int(m) for _, _, m in counts), default=0))

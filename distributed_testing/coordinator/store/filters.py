@@ -129,6 +129,7 @@ TASK_FIELDS: dict[str, Callable[[Any], Term]] = {
     "tag": lambda v: JsonListHas("spec", ("requirements", "tags"), None, v),
     "since": lambda v: Ge("submitted_at", v),
     "until": lambda v: Lt("submitted_at", v),
+    "run_id": lambda v: Eq("run_id", v),
 }
 PAGING = ("limit", "offset")  # the query fields that are not filters
 

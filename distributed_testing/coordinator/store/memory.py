@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from ...errors import StoreError, ValidationError
-from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
 from .base import TERMINAL, ResultQuery, TaskPage, TaskQuery, TaskStats
 from .filters import describe, holds
 
@@ -85,6 +85,19 @@ def filter_tasks(rows: Iterable[TaskRow], q: TaskQuery) -> TaskPage:
     return TaskPage(tasks=top[q.offset :], total=len(hits))
 
 
+def run_order_key(r: RunRow) -> tuple[float, str]:
+    """Sort key; runs are listed in descending order of it (``Store.query_runs``)."""
+    return (r.created_at, r.run_id)
+
+
+def page_of_runs(rows: Iterable[RunRow], limit: int, offset: int, submitted_by: str | None) -> list[RunRow]:
+    """``Store.query_runs`` in Python."""
+    if limit < 0 or offset < 0:
+        raise ValidationError([{"field": "limit" if limit < 0 else "offset", "error": "must be >= 0"}])
+    hits = [r for r in rows if submitted_by is None or r.submitted_by == submitted_by]
+    return heapq.nlargest(offset + limit, hits, key=run_order_key)[offset:]
+
+
 def bucket_of(at: float, since: float, bucket_s: float, buckets: int) -> int | None:
     """The index of the bucket of ``[since, since + buckets * bucket_s)`` holding ``at``, or None.
 
@@ -136,6 +149,7 @@ class MemoryStore:
         self._keys: dict[str, KeyRow] = {}
         self._meta: dict[str, str] = {}
         self._results: dict[tuple[str, int], ResultRow] = {}
+        self._runs: dict[str, RunRow] = {}
         self._open = False
 
     async def open(self) -> Snapshot:
@@ -183,6 +197,8 @@ class MemoryStore:
                 self._workers[rec.worker_id] = rec
         elif isinstance(rec, KeyRow):
             self._keys[rec.key_id] = rec
+        elif isinstance(rec, RunRow):
+            self._runs[rec.run_id] = rec
         elif isinstance(rec, MetaRow):
             if rec.value:
                 self._meta[rec.key] = rec.value
@@ -207,6 +223,14 @@ class MemoryStore:
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
         self._check_open()
         return stats_of(self._tasks.values(), since, bucket_s, buckets, failures)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        self._check_open()
+        return {i: self._runs[i] for i in run_ids if i in self._runs}
+
+    async def query_runs(self, limit: int, offset: int = 0, submitted_by: str | None = None) -> list[RunRow]:
+        self._check_open()
+        return page_of_runs(self._runs.values(), limit, offset, submitted_by)
 
     def _check_open(self) -> None:
         if not self._open:

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ..core.rows import FORGOTTEN, KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from ..core.rows import FORGOTTEN, KeyRow, MetaRow, ResultRow, RunRow, TaskRow, WorkerRow
 from .base import TERMINAL, RecordTable, ResultQuery, TaskQuery
 from .filters import Dialect, Params, describe, render
 from .pgblobs import BLOB_REFS_DDL, BLOB_REFS_INDEX, BLOBS_DDL
@@ -124,6 +124,7 @@ TABLES: dict[type[Any], Table] = {
     WorkerRow: Table.of("workers", WorkerRow, ("worker_id",)),
     KeyRow: Table.of("api_keys", KeyRow, ("key_id",)),
     MetaRow: Table.of("meta", MetaRow, ("key",)),
+    RunRow: Table.of("runs", RunRow, ("run_id",)),
 }
 
 # What query_tasks, query_results, task_stats and the snapshot look up.
@@ -133,7 +134,10 @@ INDEXES = (
     "CREATE INDEX tasks_updated ON tasks (updated_at)",
     f"CREATE INDEX tasks_failed ON tasks (updated_at) WHERE {FAILED_SQL}",
     "CREATE INDEX results_received ON results (received_at, task_id, attempt)",
+    *(RUN_INDEXES := ("CREATE INDEX IF NOT EXISTS tasks_run ON tasks (run_id) WHERE run_id IS NOT NULL",
+                      "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at, run_id)")),
 )
+RUN_ORDER = "created_at DESC, run_id DESC"  # Store.query_runs
 
 LEASE_DDL = (
     "CREATE TABLE dt_lease (name text PRIMARY KEY, holder text NOT NULL, epoch bigint NOT NULL, "

@@ -1,6 +1,6 @@
 """``PostgresStore``: the store of a coordinator group, on PostgreSQL through asyncpg.
 
-Schema: tables ``tasks``, ``results``, ``workers``, ``api_keys``, ``meta`` mirror the record types
+Schema: tables ``tasks``, ``results``, ``workers``, ``api_keys``, ``meta``, ``runs`` mirror the record types
 (``pgsql.TABLES``), plus ``schema_version`` and ``dt_lease`` (the HA lease, see below). ``open``
 creates or migrates them inside one transaction holding ``pg_advisory_xact_lock(SCHEMA_LOCK)``,
 so several coordinators starting at once on an empty database create it exactly once.
@@ -55,10 +55,10 @@ import msgspec
 from ...errors import Fenced, StoreError
 from ...process.aio import wake_within
 from ...retry import Backoff, retry_async
-from ..core.rows import KeyRow, MetaRow, Record, ResultRow, Snapshot, TaskRow, WorkerRow
+from ..core.rows import KeyRow, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
 from . import postgres_reads as reads
 from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
-from .pgblobs import BLOB_REFS_DDL, BLOB_REFS_INDEX, BLOBS_DDL
+from .pgmigrate import MIGRATIONS
 from .pgsql import (
     ACTIVE_SQL,
     KEYS_CHANNEL,
@@ -87,24 +87,6 @@ RETRYABLE: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006: connected to a standby after a failover
 )
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (asyncpg.PostgresError, *RETRYABLE)
-
-Migration = Callable[[asyncpg.Connection], Any]
-async def _keys_allow_code_and_blobs(con: asyncpg.Connection) -> None:
-    """2 -> 3: ``api_keys.allow_code`` (existing keys may not ship code) and the blob table."""
-    await con.execute("ALTER TABLE api_keys ADD COLUMN allow_code json NOT NULL DEFAULT 'false'")
-    await con.execute(BLOBS_DDL)
-
-
-async def _blob_holds(con: asyncpg.Connection) -> None:
-    """3 -> 4: ``dt_blob_refs``, which keys hold which blobs (existing blobs are held by none: a
-    key that wants one uploads it again, store/pgblobs.py)."""
-    await con.execute(BLOB_REFS_DDL)
-    await con.execute(BLOB_REFS_INDEX)
-
-
-# Upgrades from schema version N to N + 1 (coroutine functions), run with the version bump in the
-# schema transaction. Version 2 is the first this backend has.
-MIGRATIONS: dict[int, Migration] = {2: _keys_allow_code_and_blobs, 3: _blob_holds}
 
 _DECODE = {t: table.decoder() for t, table in TABLES.items()}
 _ENCODE = {t: table.encoder() for t, table in TABLES.items()}
@@ -553,6 +535,12 @@ class PostgresStore:
 
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
         return await reads.task_stats(self._read, since, bucket_s, buckets, failures)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        return await reads.get_runs(self._read, run_ids)
+
+    async def query_runs(self, limit: int, offset: int = 0, submitted_by: str | None = None) -> list[RunRow]:
+        return await reads.query_runs(self._read, limit, offset, submitted_by)
 
     # ------------------------------------------------------------------ closing
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's read side: results, tasks by id, a page of tasks, task statistics.
+"""The PostgreSQL store's read side: results, tasks by id, a page of tasks, task statistics, runs.
 
 Each function builds its statements (``pgsql``) and runs them through ``read``, the store's read
 on a pooled connection (``PostgresStore._read``: retried once a restart broke the connection,
@@ -14,11 +14,11 @@ from typing import Any
 import asyncpg
 
 from ...errors import ValidationError
-from ..core.rows import ResultRow, TaskRow
+from ..core.rows import ResultRow, RunRow, TaskRow
 from .base import ResultQuery, TaskPage, TaskQuery, TaskStats
 from .filters import Params
-from .memory import validate_query
-from .pgsql import FAILED_SQL, RESULT_ORDER, TABLES, TASK_ORDER, TERMINAL_SQL, where_sql
+from .memory import page_of_runs, validate_query
+from .pgsql import FAILED_SQL, RESULT_ORDER, RUN_ORDER, TABLES, TASK_ORDER, TERMINAL_SQL, where_sql
 
 Read = Callable[[str, Callable[[asyncpg.Connection], Any]], Awaitable[Any]]
 DECODE = {t: table.decoder() for t, table in TABLES.items()}
@@ -91,3 +91,20 @@ async def task_stats(read: Read, since: float, bucket_s: float, buckets: int, fa
 
     return TaskStats(submitted=spread(sub), finished=spread(fin),
                      recent_failures=[DECODE[TaskRow](r) for r in failed])
+
+
+async def get_runs(read: Read, run_ids: Sequence[str]) -> dict[str, RunRow]:
+    t = TABLES[RunRow]
+    sql = f"SELECT {t.column_list} FROM runs WHERE run_id = ANY($1::text[])"
+    fetched = await read("run lookup", lambda con: con.fetch(sql, list(run_ids)))
+    return {r.run_id: r for r in (DECODE[RunRow](v) for v in fetched)}
+
+
+async def query_runs(read: Read, limit: int, offset: int, submitted_by: str | None) -> list[RunRow]:
+    page_of_runs([], limit, offset, None)  # the same refusal of a negative page as every store
+    t = TABLES[RunRow]
+    where = "submitted_by = $3" if submitted_by is not None else "TRUE"
+    sql = f"SELECT {t.column_list} FROM runs WHERE {where} ORDER BY {RUN_ORDER} LIMIT $1 OFFSET $2"
+    args = [limit, offset] + ([submitted_by] if submitted_by is not None else [])
+    fetched = await read("run query", lambda con: con.fetch(sql, *args))
+    return [DECODE[RunRow](v) for v in fetched]

@@ -196,6 +196,24 @@ def worker_released(c: Cluster, call: Call) -> bool:
     return c.runtime.state.workers[call.ctx["worker_id"]].key_id == ""
 
 
+async def setup_run(c: Cluster, suffix: str = "", key: str | None = None) -> Call:
+    """A run (made with ``key``, else the admin key) holding one task that stays pending (no workers)."""
+    status, run = await c.request("POST", "/api/v1/runs", json={"name": "matrix"}, key=key)
+    assert status == 201, run
+    tid = f"t-{uuid.uuid4().hex[:8]}"
+    await c.submit({"task_id": tid, "run_id": run["run_id"], "type": "custom", "config": {"name": "noop"}}, key=key)
+    return Call(f"/api/v1/runs/{run['run_id']}{suffix}", json={} if suffix else None,
+                ctx={"task_id": tid, "run_id": run["run_id"]})
+
+
+def run_task_cancelled(c: Cluster, call: Call) -> bool:
+    return c.runtime.state.tasks[call.ctx["task_id"]].state == "cancelled"
+
+
+def run_rerun(c: Cluster, call: Call) -> bool:
+    return any(tid.startswith(call.ctx["task_id"] + "@") for tid in c.runtime.state.tasks)
+
+
 CASES = [
     Route("GET", "/healthz", None, 200, fixed("/healthz"), check_body=check_health),
     Route("GET", "/api/v1/health", None, 200, fixed("/api/v1/health"),
@@ -247,6 +265,15 @@ CASES = [
         took_effect=task_cancelled,
         check_body=check_cancelled,
     ),
+    Route("POST", "/api/v1/runs", SUBMITTERS, 201, lambda c: fixed("/api/v1/runs")(c),
+          check_body=lambda c, call, body: body["run_id"].startswith("run-")),
+    Route("GET", "/api/v1/runs", READERS, 200, fixed("/api/v1/runs")),
+    Route("GET", "/api/v1/runs/{run_id}", READERS, 200, setup_run,
+          check_body=lambda c, call, body: [t["task_id"] for t in body["tasks"]] == [call.ctx["task_id"]]),
+    Route("POST", "/api/v1/runs/{run_id}/cancel", SUBMITTERS, 200, lambda c: setup_run(c, "/cancel"),
+          took_effect=run_task_cancelled),
+    Route("POST", "/api/v1/runs/{run_id}/rerun", SUBMITTERS, 201, lambda c: setup_run(c, "/rerun"),
+          took_effect=run_rerun),
     Route("GET", "/api/v1/overview", READERS, 200, fixed("/api/v1/overview")),
     Route("GET", "/api/v1/events", READERS, 200, fixed("/api/v1/events")),
     Route("GET", "/api/v1/workers", READERS, 200, fixed("/api/v1/workers")),
@@ -316,7 +343,11 @@ async def test_every_route_in_the_table_is_covered() -> None:
 async def test_route_access(cluster: Cluster, route: Route, caller: str) -> None:
     headers = await headers_for(cluster, caller)
     call = await route.setup(cluster)
-    if route.template.endswith("/cancel") and caller == "submitter":
+    if route.template.startswith("/api/v1/runs/{run_id}/") and caller == "submitter":
+        # a submitter may cancel or re-run only its own runs (an admin any): made with the caller's key
+        call = await setup_run(cluster, route.template.removeprefix("/api/v1/runs/{run_id}"),
+                               headers["Authorization"].split()[1])
+    if route.template == "/api/v1/tasks/{task_id}/cancel" and caller == "submitter":
         # a submitter may cancel only its own tasks (an admin any): submit this one as the caller
         tid = f"t-{uuid.uuid4().hex[:8]}"
         await cluster.submit({"task_id": tid, "type": "custom", "config": {"name": "noop"}},
@@ -360,6 +391,9 @@ async def test_route_access(cluster: Cluster, route: Route, caller: str) -> None
         pytest.param("POST", "/api/v1/tasks/no-such-task/cancel"),
         ("POST", "/api/v1/workers/no-such-worker/drain"),
         ("POST", "/api/v1/workers/no-such-worker/release"),
+        ("GET", "/api/v1/runs/run-000000000000"),
+        ("POST", "/api/v1/runs/run-000000000000/cancel"),
+        ("POST", "/api/v1/runs/run-000000000000/rerun"),
     ],
 )
 async def test_unknown_ids_are_404_for_allowed_callers(cluster: Cluster, method: str, path: str) -> None:

@@ -1,0 +1,248 @@
+"""REST handlers for runs: a run groups the tasks of one submission (a task file through ``dt
+submit``, a pytest session, an API call that names one). A task joins a run by naming its
+``run_id`` (``submission.check_runs``); what a run shows is derived from its tasks
+(``core/runs.py``). The route table (``api.ROUTES``) takes ``ROUTES`` from here; each route
+declares its permission, and cancel and re-run are for the key that created the run or an admin.
+
+A run's record is kept by every store (``RunRow``), so it survives a restart and, in PostgreSQL,
+a failover; its tasks are read back through the store's task query (``TaskQuery.run_id``), each
+shown from memory when it is there (fresher), as ``views.task_page`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from ..errors import NotFound, PermissionDenied, ValidationError
+from ..security import auth as sa
+from ..security import roles
+from ..tasks import spec as specs
+from .core import runs as cr
+from .core.commands import Save
+from .core.entities import Task
+from .core.rows import RunRow
+from .rest import PRINCIPAL, json_body, json_response
+from .runtime import RUNTIME, Runtime
+from .store.base import ResultQuery, TaskQuery
+from .submission import accept
+
+log = logging.getLogger(__name__)
+MAX_RUN_TASKS = 10_000  # a run's detail, cancel and re-run read at most this many of its tasks
+MAX_LIST = 200
+DEFAULT_LIST = 20
+MAX_NAME = 200
+MAX_LABELS = 32
+MAX_LABEL_KEY = 64
+MAX_LABEL_VALUE = 256
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+
+
+def new_run_id() -> str:
+    return f"run-{secrets.token_hex(6)}"
+
+
+def _text(value: Any, field: str, limit: int, errors: list[dict[str, str]]) -> str | None:
+    if not isinstance(value, str) or not 0 < len(value) <= limit or not _PRINTABLE.match(value):
+        errors.append({"field": field, "error": f"must be a string of 1 to {limit} printable characters"})
+        return None
+    return value
+
+
+def parse_run_body(body: Any) -> tuple[str | None, dict[str, str]]:
+    """``name`` and ``labels`` of a ``POST /api/v1/runs`` body; ValidationError naming each bad field."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ValidationError([{"field": "(body)", "error": "expected an object with name and labels"}])
+    errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"name", "labels"})]
+    name = None if body.get("name") is None else _text(body["name"], "name", MAX_NAME, errors)
+    labels = body.get("labels") or {}
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        errors.append({"field": "labels", "error": f"must be an object of at most {MAX_LABELS} string values"})
+        labels = {}
+    for k, v in labels.items():
+        _text(k, "labels", MAX_LABEL_KEY, errors)
+        _text(v, f"labels.{k}", MAX_LABEL_VALUE, errors)
+    if errors:
+        raise ValidationError(errors)
+    return name, labels
+
+
+def default_name(principal: sa.Principal, now: float) -> str:
+    return f"{principal.name} {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(now))}"
+
+
+async def create(rt: Runtime, principal: sa.Principal, name: str | None, labels: dict[str, str]) -> RunRow:
+    """A new run of ``principal``'s, on disk before this returns."""
+    now = rt.clock()
+    run = RunRow(run_id=new_run_id(), name=name or default_name(principal, now), created_at=now, labels=labels,
+                 submitted_by=principal.key_id)
+    await rt.execute([Save(run)])
+    log.info("run %s (%s) created by %s", run.run_id, run.name, principal.name)
+    return run
+
+
+async def find_run(rt: Runtime, run_id: str) -> RunRow:
+    run = (await rt.store.get_runs([run_id])).get(run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    return run
+
+
+async def run_tasks(rt: Runtime, run_id: str) -> list[Any]:
+    """The run's tasks (at most ``MAX_RUN_TASKS``), each from memory when it is there."""
+    page = await rt.store.query_tasks(TaskQuery(run_id=run_id, limit=MAX_RUN_TASKS))
+    return [rt.state.tasks.get(row.task_id) or row for row in page.tasks]
+
+
+def _owned(run: RunRow, principal: sa.Principal, what: str) -> None:
+    if principal.role != roles.Role.ADMIN and run.submitted_by not in (None, principal.key_id):
+        raise PermissionDenied(f"run {run.run_id} was created by another key; only it or an admin may {what} it")
+
+
+async def test_outputs(rt: Runtime, tasks: list[Any]) -> dict[str, Mapping[str, Any]]:
+    """The result output of each finished test task's outcome, by task id: one result query over
+    the time the run's results arrived in."""
+    done = [t for t in tasks if t.type == "test" and t.outcome is not None and "attempt" in t.outcome]
+    if not done:
+        return {}
+    since = min(t.submitted_at for t in done)
+    until = max(t.updated_at for t in done) + 1.0
+    rows = await rt.store.query_results(ResultQuery(task_type="test", since=since, until=until, limit=MAX_RUN_TASKS * 4))
+    want = {(t.task_id, t.outcome["attempt"]) for t in done}
+    return {r.task_id: r.output for r in rows if (r.task_id, r.attempt) in want}
+
+
+# ------------------------------------------------------------------- routes
+
+
+async def create_run(request: web.Request) -> web.Response:
+    """Create a run: body ``{"name": TEXT, "labels": {TEXT: TEXT}}`` (both optional). Tasks join it
+    by naming its ``run_id``; only this key (or an admin) may add tasks, cancel or re-run it."""
+    rt: Runtime = request.app[RUNTIME]
+    principal = request[PRINCIPAL]
+    name, labels = parse_run_body(await json_body(request))
+    return json_response(cr.run_view(await create(rt, principal, name, labels)), status=201)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """Runs, newest first, each with its state, counts by task state, start and end.
+
+    ``limit`` (1 to 200, default 20) from ``offset``; ``submitted_by`` lists one key's runs;
+    ``state`` keeps the runs in that state (of those on the page)."""
+    rt: Runtime = request.app[RUNTIME]
+    limit, offset, submitted_by, state = _list_query(request.query)
+    rows = await rt.store.query_runs(limit, offset, submitted_by)
+    tasks = await asyncio.gather(*(run_tasks(rt, r.run_id) for r in rows))
+    out = [cr.summary(r, ts) for r, ts in zip(rows, tasks, strict=True)]
+    return json_response({"runs": [r for r in out if state is None or r["state"] == state]})
+
+
+def _list_query(query: Mapping[str, str]) -> tuple[int, int, str | None, str | None]:
+    errors = [{"field": k, "error": "unknown query parameter"}
+              for k in sorted(set(query) - {"limit", "offset", "submitted_by", "state"})]
+    values = {"limit": DEFAULT_LIST, "offset": 0}
+    for name, hi in (("limit", MAX_LIST), ("offset", 10_000_000)):
+        raw = query.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            values[name] = int(raw)
+        except ValueError:
+            errors.append({"field": name, "error": f"not an integer: {raw!r}"})
+            continue
+        if not (1 if name == "limit" else 0) <= values[name] <= hi:
+            errors.append({"field": name, "error": f"must be between {1 if name == 'limit' else 0} and {hi}"})
+    state = query.get("state") or None
+    if state is not None and state not in cr.RUN_STATES:
+        errors.append({"field": "state", "error": f"must be one of {', '.join(cr.RUN_STATES)}, got {state!r}"})
+    if errors:
+        raise ValidationError(errors)
+    return values["limit"], values["offset"], query.get("submitted_by") or None, state
+
+
+async def get_run(request: web.Request) -> web.Response:
+    """One run: its summary and its tasks, failures first, then running ones, then the rest, each
+    with its worker, start, end, duration, the first line of its error and (test tasks) its tests."""
+    rt: Runtime = request.app[RUNTIME]
+    run = await find_run(rt, request.match_info["run_id"])
+    tasks = await run_tasks(rt, run.run_id)
+    outputs = await test_outputs(rt, tasks)
+    lines = cr.ordered([cr.task_line(t, outputs.get(t.task_id)) for t in tasks])
+    return json_response({**cr.summary(run, tasks), "tasks": lines})
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    """Cancel every unfinished task of the run; ``cancelled`` lists them, ``finished`` counts the
+    tasks that had already finished."""
+    rt: Runtime = request.app[RUNTIME]
+    principal = request[PRINCIPAL]
+    run = await find_run(rt, request.match_info["run_id"])
+    _owned(run, principal, "cancel")
+    tasks = await run_tasks(rt, run.run_id)
+    cancelled: list[str] = []
+    cause = f"run {run.run_id} cancelled by {principal.name}"
+    for t in tasks:
+        live = rt.state.tasks.get(t.task_id)  # every unfinished task is in memory
+        if live is not None and live.outcome is None:
+            await rt.execute(rt.state.cancel(t.task_id, rt.clock(), cause))
+            cancelled.append(t.task_id)
+    log.info("%s: %d tasks", cause, len(cancelled))
+    return json_response({"run_id": run.run_id, "cancelled": cancelled, "finished": len(tasks) - len(cancelled)})
+
+
+async def rerun(request: web.Request) -> web.Response:
+    """Submit the run's tasks again as a new run: body ``{"failed": BOOL, "name": TEXT}`` (both
+    optional). Each new task has the old one's body and a derived id (``<id>@<new run's short
+    id>``); with ``failed`` only the tasks that failed, timed out, errored or were cancelled."""
+    rt: Runtime = request.app[RUNTIME]
+    principal = request[PRINCIPAL]
+    body = await json_body(request)
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ValidationError([{"field": "(body)", "error": "expected an object with failed and name"}])
+    errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"failed", "name"})]
+    failed = body.get("failed", False)
+    if not isinstance(failed, bool):
+        errors.append({"field": "failed", "error": "must be true or false"})
+    name = None if body.get("name") is None else _text(body["name"], "name", MAX_NAME, errors)
+    if errors:
+        raise ValidationError(errors)
+    source = await find_run(rt, request.match_info["run_id"])
+    _owned(source, principal, "re-run")
+    chosen = sorted(cr.to_rerun(await run_tasks(rt, source.run_id), failed), key=lambda t: (t.seq, t.task_id))
+    if not chosen:
+        raise ValidationError([{"field": "failed" if failed else "run_id",
+                                "error": f"run {source.run_id} has no {'failed ' if failed else ''}tasks to run again"}])
+    run = await create(rt, principal, name or f"{source.name} (re-run{' failed' if failed else ''})",
+                       {**source.labels, "rerun_of": source.run_id})
+    new_specs = [_respec(t, source, run.run_id) for t in chosen]
+    await accept(rt, principal, new_specs)
+    tasks = await run_tasks(rt, run.run_id)
+    return json_response({**cr.summary(run, tasks), "source": source.run_id,
+                          "task_ids": {t.task_id: s.task_id for t, s in zip(chosen, new_specs, strict=True)}},
+                         status=201)
+
+
+def _respec(t: Task | Any, source: RunRow, run_id: str) -> specs.TaskSpec:
+    spec = t.spec if isinstance(t, Task) else specs.spec_from_dict(t.spec)
+    return msgspec.structs.replace(spec, task_id=cr.derived_id(t.task_id, source, run_id), run_id=run_id)
+
+
+ROUTES: list[tuple[str, str, Any, str]] = [
+    ("POST", "/api/v1/runs", create_run, "tasks:submit"),
+    ("GET", "/api/v1/runs", list_runs, "tasks:read"),
+    ("GET", "/api/v1/runs/{run_id}", get_run, "tasks:read"),
+    ("POST", "/api/v1/runs/{run_id}/cancel", cancel_run, "tasks:cancel"),
+    ("POST", "/api/v1/runs/{run_id}/rerun", rerun, "tasks:submit"),
+]
