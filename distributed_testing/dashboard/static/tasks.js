@@ -32,6 +32,7 @@ async function refresh() {
   const cols = [["task", t => taskLink(t.task_id)], ["type", t => t.type],
     ["state", t => state(t.state)], ["attempt", t => t.attempt, "num"], ["worker", t => t.worker_id ?? "—"],
     ["submitted", t => when(t.submitted_at)], ["by", t => t.submitted_by ?? "—"],
+    ["run", t => t.run_id ? el("a", { href: `runs/${encodeURIComponent(t.run_id)}` }, t.run_id) : "—"],
     ["why waiting / error", t => t.pending_reason ?? errorCell(t.outcome?.error, t.task_id), "err"]];
   if (canCancel) cols.push(["", t => ["pending", "assigned", "running"].includes(t.state)
     ? el("button", { class: "act cancel", type: "button", onclick: () => cancel(t) }, "Cancel") : ""]);

@@ -256,6 +256,8 @@ CASES = [
     ),
     Route("GET", "/api/v1/tasks", READERS, 200, fixed("/api/v1/tasks")),
     Route("GET", "/api/v1/tasks/{task_id}", READERS, 200, setup_existing_task, check_body=check_task),
+    Route("GET", "/api/v1/tasks/{task_id}/logs", READERS, 200, lambda c: setup_existing_task(c, "/logs"),
+          check_body=lambda c, call, body: body["task_id"] == call.ctx["task_id"] and body["text"] == ""),
     Route(
         "POST",
         "/api/v1/tasks/{task_id}/cancel",

@@ -270,6 +270,8 @@ async def test_a_run_s_page_lists_failures_first_and_cancel_and_rerun_work_for_i
                                         body: '{"failed": true}'}).then(r => r.status);
             return [await post(`actions/runs/${rid}/cancel`), await post(`actions/runs/${rid}/rerun`)]; }""", [rid])
         assert statuses == [403, 403]
+        await page.goto(env.url + "tasks?state=failed")  # the Tasks list links each task's run
+        await page.wait_for_selector(f'#tasks tr[data-id="{red}"] a[href="runs/{rid}"]')
     async with signed_in(env, "submitter", tmp_path, f"runs/{rid}") as page:
         page.on("dialog", lambda dialog: dialog.accept())
         await page.click("button.cancel")
