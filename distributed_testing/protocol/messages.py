@@ -21,7 +21,7 @@ PROTOCOL_VERSION = 11  # 2: provisional assignments, confirm, register.abandoned
 # 9: register.accept_bundles, task assignment bundle (shipped code); 10: task assignment python (its
 # requirements.python, installed by the worker in a virtual environment); register.task_network came
 # within 10 as an optional field (a worker that omits it is placed as before); 11: output (a running task's
-# stdout/stderr streamed while it runs)
+# stdout/stderr streamed while it runs); task assignment submitted_by and run_id came within 11
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -142,6 +142,10 @@ class TaskAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gang: GangAssignment | None = None  # set for multi-node training tasks only
     bundle: str | None = None  # the manifest digest of the task's shipped code (docs/tasks.md, "Bundles")
     python: list[str] = []  # its requirements.python: pip requirements the worker installs for the bundle
+    # within 11: the submitting key's id and the task's run, which key the worker's pytest sessions
+    # (worker/executors/test_session.py): one never serves another key's or run's tests
+    submitted_by: str | None = None
+    run_id: str | None = None
 
 
 class AssignTasks(_Msg, frozen=True, tag="assign"):

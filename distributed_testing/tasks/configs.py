@@ -200,7 +200,11 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     """A pytest run: ``test_file`` under the worker's test root (``path::node`` allowed).
     ``timeout_s`` bounds the pytest run; the task's own ``timeout_s`` applies too (the lower wins).
     ``cwd``: the directory under the test root pytest runs in (default the root; one the root
-    lacks falls back to the root), where the pytest plugin ran locally."""
+    lacks falls back to the root), where the pytest plugin ran locally. ``tests``: more test paths
+    or node ids after ``test_file``. ``session``: in a task with a bundle, the run these tests
+    belong to (the pytest plugin's run id): the worker runs them in a pytest session it keeps for
+    that run, submitter, bundle, environment and options (``worker/executors/test_session.py``)
+    instead of a pytest of their own; without a bundle it changes nothing."""
 
     __test__ = False  # not a pytest test class
 
@@ -208,6 +212,8 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     test_args: list[str] = []
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     cwd: str | None = None
+    tests: list[NonEmpty] = []
+    session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
 
 
 def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
@@ -218,19 +224,31 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
     out += [("test_args", e) for e in refused_test_args(cfg.test_args)]
     if cfg.cwd is not None and (bad := path_error(None, cfg.cwd, "cwd")) is not None:
         out.append(("cwd", bad))
+    for i, test in enumerate(cfg.tests):
+        if (bad := bad_test_file(test) or path_error(None, test, "tests")) is not None:
+            out.append((f"tests[{i}]", bad))
     return out
 
 
 def shipped_test(cfg: TestConfig, files: frozenset[str]) -> Problems:
     """In a task with a bundle listing ``files``: ``test_file`` (``path`` or ``path::node``) must
-    be one of them or a directory holding some (the bundle's tree is the test root)."""
-    part = posixpath.normpath(cfg.test_file.partition("::")[0] or ".")
+    be one of them or a directory holding some (the bundle's tree is the test root); so must each
+    of ``tests``."""
+    for test in cfg.tests:
+        if (bad := _not_in_bundle(test, files)) is not None:
+            return [("tests", bad)]
+    bad = _not_in_bundle(cfg.test_file, files)
+    return [] if bad is None else [("test_file", bad)]
+
+
+def _not_in_bundle(test: str, files: frozenset[str]) -> str | None:
+    part = posixpath.normpath(test.partition("::")[0] or ".")
     if part == "." or part in files or part in _directories(files):
-        return []
+        return None
     tests = sorted(f for f in files if f.endswith(".py") and (posixpath.basename(f).startswith("test_")
                                                                or f.endswith("_test.py")))
-    return [("test_file", f"{part!r} is not in the bundle ({len(files)} file(s); its test files: "
-             f"{', '.join(tests[:10]) + (', ...' if len(tests) > 10 else '') if tests else 'none named test_*.py or *_test.py'})")]
+    return (f"{part!r} is not in the bundle ({len(files)} file(s); its test files: "
+            f"{', '.join(tests[:10]) + (', ...' if len(tests) > 10 else '') if tests else 'none named test_*.py or *_test.py'})")
 
 
 def shipped_custom(cfg: CustomConfig, files: frozenset[str]) -> Problems:

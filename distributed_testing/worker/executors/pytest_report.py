@@ -1,6 +1,7 @@
 """A pytest plugin the ``test`` executor loads into every task's pytest (``-p`` this module,
-``--dt-report PATH``): it writes one JSON line per event to PATH, flushed as it goes, so what ran
-before a crash or a timeout is still known.
+``--dt-report PATH``): it writes one JSON line per event to PATH (``fd:N``: to the descriptor N the
+process was handed, a serving session's replies), flushed as it goes, so what ran before a crash
+or a timeout is still known.
 
 Lines (``"kind"`` tags them):
 
@@ -37,15 +38,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption(REPORT_OPTION)
     if path:
-        config.pluginmanager.register(_Writer(config, Path(path)), "distributed_testing-report")
+        config.pluginmanager.register(_Writer(config, str(path)), WRITER_NAME)
+
+
+WRITER_NAME = "distributed_testing-report"  # the serving plugin (pytest_serve.py) writes its lines through it
 
 
 class _Writer:
-    def __init__(self, config: pytest.Config, path: Path) -> None:
+    def __init__(self, config: pytest.Config, path: str) -> None:
         self.config = config
-        self.out: IO[str] = path.open("a", encoding="utf-8")
+        # fd:N: a pipe the process was handed (a session's replies, pytest_serve.py), else a file
+        self.out: IO[str] = (open(int(path[3:]), "a", encoding="utf-8") if path.startswith("fd:")  # noqa: SIM115
+                             else Path(path).open("a", encoding="utf-8"))
 
-    def _write(self, line: dict[str, Any]) -> None:
+    def write(self, line: dict[str, Any]) -> None:
         self.out.write(json.dumps(line, default=str) + "\n")
         self.out.flush()
 
@@ -57,19 +63,19 @@ class _Writer:
         return data
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._write({"kind": "report", "data": self._serial(report)})
+        self.write({"kind": "report", "data": self._serial(report)})
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self._write({"kind": "collect", "nodeid": report.nodeid, "longrepr": _cut(str(report.longrepr))})
+            self.write({"kind": "collect", "nodeid": report.nodeid, "longrepr": _cut(str(report.longrepr))})
         elif report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             path, line, reason = report.longrepr
-            self._write({"kind": "collect", "nodeid": report.nodeid, "outcome": "skipped",
+            self.write({"kind": "collect", "nodeid": report.nodeid, "outcome": "skipped",
                          "skip": [str(path), line, _cut(str(reason))]})
 
     def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
         category = warning_message.category
-        self._write({"kind": "warning", "message": _cut(str(warning_message.message)),
+        self.write({"kind": "warning", "message": _cut(str(warning_message.message)),
                      "category": f"{category.__module__}.{category.__qualname__}",
                      "filename": str(warning_message.filename), "lineno": warning_message.lineno,
                      "when": when, "nodeid": nodeid})

@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -67,12 +67,19 @@ from distributed_testing.worker.executors.supervise import (
 )
 from distributed_testing.worker.sandbox import gpu_devices, gpu_environ, task_environ
 
+if TYPE_CHECKING:
+    from distributed_testing.protocol.messages import TaskAssignment
+    from distributed_testing.worker.executors.test_session import Prepare, SessionKey, SessionPool
+
 logger = logging.getLogger(__name__)
 
 INHERITED_PYTEST_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 MARKER_PLUGIN = "distributed_testing.tasks.pytest_marker"  # the plugin's `dt` marker, without the plugin
 # a shipped run's names for the marker and the report writer: module name in the child -> ours
-STANDALONE_PLUGINS = {"_dt_pytest_marker": MARKER_PLUGIN, "_dt_pytest_report": pytest_report.__name__}
+STANDALONE_PLUGINS = {"_dt_pytest_marker": MARKER_PLUGIN, "_dt_pytest_report": pytest_report.__name__,
+                      "_dt_pytest_serve": "distributed_testing.worker.executors.pytest_serve"}
+SHIPPED_PLUGINS = ("_dt_pytest_marker", "_dt_pytest_report")  # the marker and the report writer, as pytest_argv takes them
+SERVE_PLUGIN = "_dt_pytest_serve"  # a session's (test_session.py)
 _PYTEST_EXIT = {
     2: "interrupted, e.g. by collection errors",
     3: "internal error",
@@ -104,7 +111,7 @@ def resolve_test_path(root: Path, test_file: str) -> str:
     return (candidate.relative_to(root).as_posix() or ".") + sep + node_part
 
 
-def _effective_timeout(*timeouts: float | None) -> float | None:
+def effective_timeout(*timeouts: float | None) -> float | None:
     given = [t for t in timeouts if t is not None]
     return min(given) if given else None
 
@@ -139,14 +146,32 @@ class TestExecutor:
         self._poll_s = memory_poll_interval_s
         self._tail_bytes = tail_bytes
         self._running: set[int] = set()
+        self.sessions: SessionPool | None = None  # made at the first task a session serves
 
     async def start(self) -> None:
         """Nothing to prepare: each task starts its own pytest process."""
 
     async def close(self) -> None:
-        """Kill the process groups of pytest runs still in flight. Idempotent."""
+        """Kill the process groups of pytest runs still in flight, and every session. Idempotent."""
         for pgid in list(self._running):
             kill_process_group(pgid)
+        if self.sessions is not None:
+            await self.sessions.close()
+
+    def session_key(self, a: TaskAssignment) -> SessionKey | None:
+        """The session that serves task assignment ``a`` (:mod:`.test_session`), None for a pytest of its own."""
+        from distributed_testing.worker.executors.test_session import session_key
+
+        return session_key(a)
+
+    async def serve(self, ctx: TaskContext, key: SessionKey, prepare: Prepare) -> ExecOutcome:
+        """Run the task in a session of ``key``; ``prepare()`` (an async context manager) gives a
+        new session its shipped fields (tree, scratch, sandbox, environment), held while it lives."""
+        if self.sessions is None:
+            from distributed_testing.worker.executors.test_session import SessionPool
+
+            self.sessions = SessionPool(self._env, self._extra, self._poll_s)
+        return await self.sessions.run(ctx, key, prepare)
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
@@ -162,7 +187,7 @@ class TestExecutor:
         if refused:
             raise ExecutionError("; ".join(refused))
         cwd = task_cwd(root, spec.cwd)
-        timeout = _effective_timeout(spec.timeout_s, ctx.timeout_s)
+        timeout = effective_timeout(spec.timeout_s, ctx.timeout_s)
         started = time.time()
         shipped = ctx.sandbox is not None and ctx.scratch_dir is not None
         own = self._confine.scratch(ctx.task_id) if self._confine is not None and not shipped else None
@@ -173,7 +198,7 @@ class TestExecutor:
                 plugins = (await asyncio.to_thread(standalone_plugins, ctx.scratch_dir.parent / "pytest-plugins")
                            if shipped and ctx.scratch_dir is not None else None)  # outside the writable binds
                 argv = pytest_argv(target, root, spec.test_args, report_path, python,
-                                   list(STANDALONE_PLUGINS) if plugins else (MARKER_PLUGIN, pytest_report.__name__),
+                                   SHIPPED_PLUGINS if plugins else (MARKER_PLUGIN, pytest_report.__name__),
                                    cwd=cwd)
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                             ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
@@ -237,7 +262,7 @@ class TestExecutor:
         return limited.verdict, (code if limited.verdict == "done" else None), tail, watch
 
 
-def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path,
+def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path | str,
                 python: str = sys.executable,
                 plugins: Sequence[str] = (MARKER_PLUGIN, pytest_report.__name__), *,
                 cwd: Path | None = None) -> list[str]:
@@ -327,7 +352,7 @@ def _outcome(
     if code == 0:
         return ExecOutcome("succeeded")
     if code == 1:
-        return ExecOutcome("failed", error=_failure_summary(summary))
+        return ExecOutcome("failed", error=failure_summary(summary))
     if code == 5:
         return ExecOutcome("failed", error="no tests collected")
     meaning = _PYTEST_EXIT.get(code)
@@ -350,7 +375,7 @@ def _pytest_errors(text: str, most: int = 5) -> str:
     return "; ".join(dict.fromkeys(lines[:most]))
 
 
-def _failure_summary(summary: TestSummary) -> str:
+def failure_summary(summary: TestSummary) -> str:
     total, failed, errors = len(summary.tests), summary.count("failed"), summary.count("error")
     if failed == 0 and errors == 0:
         return "pytest reported failures (exit code 1) but its report lists none"

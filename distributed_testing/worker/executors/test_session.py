@@ -1,0 +1,453 @@
+"""Pytest sessions that serve a run: the shipped test tasks of one plugin run go to long-lived
+pytest processes instead of one pytest each.
+
+A ``test`` task with a bundle and ``config.session`` (the plugin's run id) is served by a session
+kept under :class:`SessionKey`: the run, the submitting key, the bundle's digest, the digest of
+its Python requirements and of the options the session's pytest started with (``test_args``,
+``cwd``, the memory limit that sizes its ``/dev/shm``). Nothing of one key's sessions is ever
+handed a task of another key, so no test sees another run's, or another submitter's, process.
+
+* **One session per busy slot.** A task takes an idle session of its key, or starts one: the
+  task's tree, scratch directory, environment and sandbox are prepared as for any shipped task
+  (``ShippedCode.task``) but held by the session until it ends, and its pytest runs in that same
+  sandbox with :mod:`.pytest_serve` loaded, collecting nothing until it is handed tests. Each task
+  sends one command (its ``test_file`` and ``tests``) and reads the reports back until the
+  command's end; a module that an earlier task imported is not imported again, conftests and
+  plugins load once. Each task still gets its own result, built from its tests' reports as a
+  task of its own would be (:func:`.test._outcome`'s counts and messages).
+* **A test that ends the process** (``os._exit``, a segfault, the kernel's OOM killer) is that
+  test's failure: its report says the session ended while it ran, how (exit code or signal) and
+  the session's last output; a new session process (same tree and environment) runs the task's
+  tests that had not started, and the task goes on. A session that dies before any test of the
+  task started fails the task with that cause (once restarted when the session was an idle one
+  reused).
+* **The session ends with its run.** On the worker, that is: a task of its key cancelled (``dt
+  cancel``, the run's cancel, the worker stopping) or timed out ends every idle session of the
+  key, and the busy ones when their task ends; a session over the memory limit is killed with
+  its task; a session idle for :data:`IDLE_S` seconds ends (the run is over, or this worker is
+  not given its tasks any more); ``close()`` (the worker stops) kills every session. A session
+  that ended removes its tree and scratch directory and releases its environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from distributed_testing.errors import ExecutionError
+from distributed_testing.protocol.messages import TaskAssignment
+from distributed_testing.tasks.configs import TestConfig
+from distributed_testing.tasks.pytest_args import bad_test_file, rebase_test_paths, refused_test_args
+from distributed_testing.worker.executors import pytest_report, pytest_serve
+from distributed_testing.worker.executors.base import ExecOutcome, TaskContext, task_python
+from distributed_testing.worker.executors.proc import (
+    OutputTail,
+    describe_exit,
+    finish_relay,
+    kill_process_group,
+    signal_name,
+)
+from distributed_testing.worker.executors.supervise import MemoryWatch, run_limited
+from distributed_testing.worker.executors.test import (
+    MAX_REPORT_BYTES,
+    SERVE_PLUGIN,
+    SHIPPED_PLUGINS,
+    TestSummary,
+    effective_timeout,
+    failure_summary,
+    pytest_argv,
+    resolve_test_path,
+    standalone_plugins,
+    task_cwd,
+)
+from distributed_testing.worker.sandbox import gpu_devices, gpu_environ, task_environ
+
+log = logging.getLogger(__name__)
+IDLE_S = 15.0  # a session with no task of its run for this long ends
+_CRASH_TAIL_CHARS = 3000
+_TAIL_BYTES = 65536
+_DRAIN_GRACE_S = 2.0
+_EXIT_WAIT_S = 2.0  # after its replies end, how long a session's process has to exit by itself
+
+Prepare = Callable[[], AbstractAsyncContextManager[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    """What a session serves; sessions are never shared across keys."""
+
+    run: str
+    submitter: str | None
+    bundle: str
+    python: str
+    options: str
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def session_key(a: TaskAssignment) -> SessionKey | None:
+    """The key of a task a session serves (a ``test`` task with a bundle and ``config.session``), else None."""
+    cfg = a.config if isinstance(a.config, dict) else {}
+    run = getattr(a, "run_id", None) or cfg.get("session")
+    if a.type != "test" or a.bundle is None or not isinstance(cfg.get("session"), str) or not run:
+        return None
+    options = {"test_args": cfg.get("test_args") or [], "cwd": cfg.get("cwd"), "max_memory_mb": a.max_memory_mb}
+    return SessionKey(str(run), a.submitted_by, a.bundle, _digest(sorted(a.python)), _digest(options))
+
+
+class _Session:
+    """One pytest process serving tasks of ``key``, with the shipped fields it runs in."""
+
+    def __init__(self, key: SessionKey, fields: dict[str, Any], stack: contextlib.AsyncExitStack, gen: int) -> None:
+        self.key = key
+        self.fields = fields
+        self.stack = stack
+        self.gen = gen
+        self.proc: asyncio.subprocess.Process | None = None
+        self.replies: asyncio.StreamReader | None = None
+        self.commands: asyncio.WriteTransport | None = None
+        self.reader_transport: asyncio.BaseTransport | None = None
+        self.tail = OutputTail(_TAIL_BYTES)
+        self.drain: asyncio.Task[None] | None = None
+        self.served = 0  # commands sent over its life (across restarts)
+        self.starts = 0
+        self.last_used = time.monotonic()
+
+    @property
+    def root(self) -> Path:
+        return Path(self.fields["bundle_root"]).resolve()
+
+    async def start(self, spec: TestConfig, ctx: TaskContext, base_env: Mapping[str, str],
+                    extra: Mapping[str, str]) -> None:
+        """Start (or start again) the pytest process in the task's sandbox."""
+        scratch: Path = self.fields["scratch_dir"]
+        root, cwd = self.root, task_cwd(self.root, spec.cwd)
+        python, env_dirs = task_python(replace(ctx, **self.fields))
+        plugins = await asyncio.to_thread(standalone_plugins, scratch.parent / "pytest-plugins")
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        try:
+            argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd),
+                    "-p", SERVE_PLUGIN, f"{pytest_serve.SERVE_OPTION}={cmd_r}"]
+            env = task_environ({**gpu_environ(base_env), **extra}, scratch)
+            env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
+            argv = self.fields["sandbox"].wrap(argv, ro=[*env_dirs, plugins], rw=[root, scratch], cwd=cwd, env=env,
+                                               devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=env, pass_fds=(cmd_r, rep_w))
+        except BaseException:
+            for fd in (cmd_w, rep_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(cmd_r)
+            os.close(rep_w)
+        loop = asyncio.get_running_loop()
+        replies = self.replies = asyncio.StreamReader(limit=MAX_REPORT_BYTES)
+        self.reader_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(replies), os.fdopen(rep_r, "rb", 0))
+        self.commands, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(cmd_w, "wb", 0))
+        assert self.proc.stdout is not None
+        self.drain = asyncio.create_task(self.tail.drain(self.proc.stdout))
+        self.starts += 1
+        log.info("pytest session %d started for run %s (bundle %s, start %d)", self.proc.pid, self.key.run,
+                 self.key.bundle[:12], self.starts)
+
+    def send(self, cmd: dict[str, Any]) -> None:
+        assert self.commands is not None
+        self.served += 1
+        self.commands.write((json.dumps(cmd) + "\n").encode())
+
+    async def line(self) -> dict[str, Any] | None:
+        """The next reply (None: the process ended); a line cut short by a crash is skipped."""
+        assert self.replies is not None
+        while True:
+            try:
+                raw = await self.replies.readline()
+            except ValueError as exc:  # over the limit
+                raise ExecutionError(f"a reply of the pytest session exceeded {MAX_REPORT_BYTES} bytes") from exc
+            if not raw:
+                return None
+            try:
+                out = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(out, dict):
+                return out
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def stop(self, wait_s: float = 0.0) -> int | None:
+        """Kill the process group (after up to ``wait_s`` for the process to end by itself: its
+        own exit code, not the kill's), reap it; its exit code."""
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await proc.wait()
+        kill_process_group(proc.pid)
+        code = await proc.wait()
+        for t in (self.commands, self.reader_transport):
+            if t is not None:
+                t.close()
+        self.commands = self.reader_transport = None
+        if self.drain is not None:
+            await finish_relay(self.drain, f"pytest session {proc.pid}", _DRAIN_GRACE_S)
+            self.drain = None
+        return code
+
+    async def close(self) -> None:
+        try:
+            await self.stop()
+        finally:
+            await self.stack.aclose()
+
+
+class SessionPool:
+    """The sessions of this worker's ``test`` executor, by key (see the module docstring)."""
+
+    def __init__(self, env: Mapping[str, str], extra: Mapping[str, str], poll_s: float, idle_s: float = IDLE_S) -> None:
+        self._env = env
+        self._extra = extra
+        self._poll_s = poll_s
+        self.idle_s = idle_s
+        self._idle: dict[SessionKey, list[_Session]] = {}
+        self._live: set[_Session] = set()
+        self._gen: dict[SessionKey, int] = {}
+        self._reaper: asyncio.TimerHandle | None = None
+        self.started = 0  # session processes started (first starts and restarts)
+
+    def live(self) -> int:
+        return len(self._live)
+
+    async def run(self, ctx: TaskContext, key: SessionKey, prepare: Prepare) -> ExecOutcome:
+        try:
+            spec = msgspec.convert(ctx.config, TestConfig)
+        except msgspec.ValidationError as exc:
+            raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
+        started = time.time()
+        session, reused = await self._take(key, prepare, spec, ctx)
+        keep = False
+        lines: list[dict[str, Any]] = []
+        errors: list[str] = []
+        timeout = effective_timeout(spec.timeout_s, ctx.timeout_s)
+        try:
+            root = session.root
+            targets = self._targets(spec, ctx, root)
+            assert session.proc is not None
+            watch = MemoryWatch(session.proc.pid, ctx.max_memory_mb, self._poll_s) if ctx.max_memory_mb else None
+            limited = await run_limited(self._serve(session, spec, ctx, targets, reused, lines, errors),
+                                        timeout_s=timeout, watch=watch)
+            keep = limited.verdict == "done" and session.alive()
+            summary = TestSummary(pytest_report.summarise(lines))
+            output: dict[str, Any] = {**summary.as_output(), "exit_code": None, "tree": str(root),
+                                      "stdout_tail": session.tail.text()[-2000:],
+                                      "session": {"reused": reused, "starts": session.starts}}
+            if watch is not None:
+                output["peak_rss_mb"] = watch.peak_mb
+            if "python_env" in session.fields:
+                output["python_env"] = session.fields["python_env"]
+            outcome = self._outcome(limited.verdict, summary, errors, timeout, watch)
+            outcome.output.update(output)
+            outcome.started_at, outcome.finished_at = started, time.time()
+            if limited.verdict == "timed_out":
+                await self.end(key)  # the run's sessions end with a task of it that timed out
+            return outcome
+        except asyncio.CancelledError:
+            await self.end(key)  # cancelled: the run's cancel, the task's, or the worker stopping
+            raise
+        finally:
+            self._live.discard(session)
+            if keep and session.gen == self._gen.get(key, 0):
+                session.last_used = time.monotonic()
+                self._idle.setdefault(key, []).append(session)
+                self._live.add(session)
+                self._arm_reaper()
+            else:
+                await asyncio.shield(session.close())
+
+    def _targets(self, spec: TestConfig, ctx: TaskContext, root: Path) -> list[str]:
+        for test in (spec.test_file, *spec.tests):
+            if (bad := bad_test_file(test)) is not None:
+                raise ExecutionError(bad)
+        refused = refused_test_args(spec.test_args, ctx.allow_test_options, root, bundle=True)
+        if refused:
+            raise ExecutionError("; ".join(refused))
+        targets = [resolve_test_path(root, t) for t in (spec.test_file, *spec.tests)]
+        return rebase_test_paths(targets, root, task_cwd(root, spec.cwd))
+
+    async def _take(self, key: SessionKey, prepare: Prepare, spec: TestConfig,
+                    ctx: TaskContext) -> tuple[_Session, bool]:
+        idle = self._idle.get(key) or []
+        while idle:
+            s = idle.pop()
+            if s.alive():
+                return s, True
+            self._live.discard(s)
+            await s.close()
+        stack = contextlib.AsyncExitStack()
+        try:
+            fields = await stack.enter_async_context(prepare())
+            s = _Session(key, fields, stack, self._gen.get(key, 0))
+            self._live.add(s)
+            await s.start(spec, ctx, self._env, self._extra)
+            self.started += 1
+        except BaseException:
+            await stack.aclose()
+            raise
+        return s, False
+
+    async def _serve(self, s: _Session, spec: TestConfig, ctx: TaskContext, targets: list[str], reused: bool,
+                     lines: list[dict[str, Any]], errors: list[str]) -> None:
+        """Send the task's tests, collect their lines; restart the session after a crash."""
+        maxfail = _maxfail(spec.test_args)
+        begun: list[str] = []  # node ids that started in this task, in order
+        retried = False
+        while True:
+            n = s.served
+            s.send({"task": n, "args": targets, "skip": begun, "maxfail": maxfail})
+            current: dict[str, Any] | None = None
+            collected = False
+            while (line := await s.line()) is not None:
+                kind = line.get("kind")
+                if kind == "done" and line.get("task") == n:
+                    return
+                if kind == "start":
+                    current = {"nodeid": str(line.get("nodeid")), "location": line.get("location"), "setup": False,
+                               "since": s.tail.total_bytes}
+                    begun.append(current["nodeid"])
+                elif kind == "collected":
+                    collected = True
+                elif kind == "error":
+                    errors.append(str(line.get("message")))
+                elif kind in ("report", "collect", "warning"):
+                    lines.append(line)
+                    data = line.get("data") or {}
+                    if current is not None and data.get("nodeid") == current["nodeid"]:
+                        if data.get("when") == "setup" and data.get("outcome") == "passed":
+                            current["setup"] = True
+                        elif data.get("when") == "teardown":
+                            current = None
+            how = _how(await s.stop(wait_s=_EXIT_WAIT_S))
+            if current is None and not collected and reused and not retried:
+                retried = True  # an idle session that died meanwhile: once more, in a new process
+            elif current is None:
+                raise ExecutionError(f"the pytest session ended ({how}) before a test of this task ran; its last "
+                                     f"output:\n{s.tail.text()[-_CRASH_TAIL_CHARS:]}")
+            else:
+                lines += _crash_lines(current, how, _gist(s.tail.text(since=current["since"])))
+                log.warning("task %s: %s ended the pytest session (%s); restarting it for the rest",
+                            ctx.task_id, current["nodeid"], how)
+            s.tail = OutputTail(_TAIL_BYTES)
+            await s.start(spec, ctx, self._env, self._extra)
+            self.started += 1
+
+    @staticmethod
+    def _outcome(verdict: str, summary: TestSummary, errors: list[str], timeout: float | None,
+                 watch: MemoryWatch | None) -> ExecOutcome:
+        if verdict == "timed_out":
+            return ExecOutcome("timed_out", error=f"pytest timed out after {timeout:g} s; its session was killed")
+        if verdict == "memory":
+            assert watch is not None
+            return ExecOutcome("failed", error=f"{watch.describe_exceeded()}; its pytest session was killed")
+        if errors:
+            return ExecOutcome("failed", error="; ".join(errors))
+        if not summary.tests:
+            return ExecOutcome("failed", error="no tests collected")
+        if summary.count("failed") or summary.count("error"):
+            return ExecOutcome("failed", error=failure_summary(summary))
+        return ExecOutcome("succeeded")
+
+    async def end(self, key: SessionKey) -> None:
+        """End the sessions of ``key``: the idle ones now, the busy ones when their task ends."""
+        self._gen[key] = self._gen.get(key, 0) + 1
+        for s in self._idle.pop(key, []):
+            self._live.discard(s)
+            await asyncio.shield(s.close())
+
+    def _arm_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().call_later(self.idle_s, self._reap)
+
+    def _reap(self) -> None:
+        self._reaper = None
+        now = time.monotonic()
+        for key, sessions in list(self._idle.items()):
+            old = [s for s in sessions if now - s.last_used >= self.idle_s]
+            for s in old:
+                sessions.remove(s)
+                self._live.discard(s)
+                asyncio.ensure_future(s.close())
+            if not sessions:
+                self._idle.pop(key, None)
+        if self._idle:
+            self._arm_reaper()
+
+    async def close(self) -> None:
+        """Kill every session (the worker stops). Idempotent."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        sessions, self._live, self._idle = list(self._live), set(), {}
+        for s in sessions:
+            with contextlib.suppress(Exception):
+                await s.close()
+
+
+def _gist(text: str) -> str:
+    """A crash's output for its report: its beginning (faulthandler's 'Fatal Python error' and the
+    test's frames) and its end, :data:`_CRASH_TAIL_CHARS` at most."""
+    if len(text) <= _CRASH_TAIL_CHARS:
+        return text
+    half = _CRASH_TAIL_CHARS // 2
+    return f"{text[:half]}\n...\n{text[-half:]}"
+
+
+def _how(code: int | None) -> str:
+    """How a session's process ended; bwrap passes a child's death by signal N on as 128 + N."""
+    if code is None:
+        return "ended"
+    if code > 128 and (name := signal_name(code - 128)) is not None:
+        return f"{describe_exit(code)} (killed by {name} in its sandbox)"
+    return describe_exit(code)
+
+
+def _maxfail(args: list[str]) -> int:
+    for a in args:
+        if a.startswith("--maxfail="):
+            with contextlib.suppress(ValueError):
+                return int(a.partition("=")[2])
+        if a in ("-x", "--exitfirst"):
+            return 1
+    return 0
+
+
+def _crash_lines(current: dict[str, Any], how: str, tail: str) -> list[dict[str, Any]]:
+    """Reports of the test that ended the session: failed where it was (setup or call)."""
+    head = f"the pytest session running this test ended: {how}"
+    text = f"{head}\n\nthe session's last output:\n{tail}\n{head}" if tail.strip() else head
+    base = {"$report_type": "TestReport", "nodeid": current["nodeid"],
+            "location": current["location"] or [current["nodeid"].partition("::")[0], None, current["nodeid"]],
+            "keywords": {}, "user_properties": [], "sections": [], "duration": 0.0, "start": time.time(),
+            "stop": time.time()}
+    when = "call" if current["setup"] else "setup"
+    return [{"kind": "report", "data": {**base, "when": when, "outcome": "failed", "longrepr": text}},
+            {"kind": "report", "data": {**base, "when": "teardown", "outcome": "passed", "longrepr": None}}]

@@ -1,0 +1,223 @@
+"""Pytest sessions that serve a run (worker/executors/test_session.py), with real pytest processes
+in the bundle sandbox (bwrap where it works here): one session collects once for the tasks of its
+run, never serves another run's, dies with its run (cancel, timeout, the worker stopping, idle),
+and a test that ends the process is that test's failure while the task goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from executor_support import run, wait_until
+
+from distributed_testing.protocol.messages import TaskAssignment
+from distributed_testing.worker import sandbox as sb
+from distributed_testing.worker.executors import TaskContext, TestExecutor
+from distributed_testing.worker.executors.proc import pid_alive
+from distributed_testing.worker.executors.test_session import SessionKey, SessionPool, session_key
+
+pytestmark = pytest.mark.timeout(120)
+FAST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # third-party plugins cost ~1.5 s a start
+
+CONFTEST = """
+    import os, uuid
+
+    # one line per session process that imported this conftest: collection happens once per session;
+    # a token, not the pid (each sandbox has its own PID namespace)
+    os.environ["SESSION_TOKEN"] = uuid.uuid4().hex
+    with open(os.path.join(os.path.dirname(__file__), "sessions.log"), "a") as f:
+        f.write(os.environ["SESSION_TOKEN"] + "\\n")
+"""
+TESTS = """
+    import ctypes, os, time
+
+    def _ran(name):
+        with open(os.path.join(os.path.dirname(__file__), "ran.log"), "a") as f:
+            f.write(f"{name} {os.environ['SESSION_TOKEN']}\\n")
+
+    def test_a():
+        _ran("a")
+
+    def test_b():
+        _ran("b")
+
+    def test_fails():
+        assert 1 == 2, "one is not two"
+
+    def test_exits():
+        os._exit(3)
+
+    def test_segfaults():
+        ctypes.string_at(0)
+
+    def test_sleeps():
+        _ran("sleeps")
+        time.sleep(60)
+"""
+
+
+def _tree(top: Path) -> Path:
+    tree = top / "tree"
+    tree.mkdir(parents=True)
+    (tree / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (tree / "test_s.py").write_text(textwrap.dedent(TESTS))
+    return tree
+
+
+def _box() -> sb.Sandbox:
+    return sb.Sandbox(mode="bwrap" if sb.available() is None else "none")
+
+
+def _prepare(top: Path, tree: Path) -> Any:
+    """What ShippedCode.task gives a session: the tree, a scratch directory, the sandbox."""
+    @contextlib.asynccontextmanager
+    async def prepare() -> AsyncIterator[dict[str, Any]]:
+        scratch = top / f"scratch-{len(list(top.glob('scratch-*')))}"
+        scratch.mkdir()
+        yield {"bundle_root": tree, "scratch_dir": scratch, "sandbox": _box()}
+    return prepare
+
+
+def _key(run_id: str, submitter: str = "k1") -> SessionKey:
+    return SessionKey(run_id, submitter, "b" * 64, "p", "o")
+
+
+def _ctx(task_id: str, *tests: str, timeout_s: float | None = None, **config: Any) -> TaskContext:
+    cfg = {"test_file": tests[0], "tests": list(tests[1:]), "test_args": [], "session": "r", **config}
+    return TaskContext(task_id=task_id, attempt=1, type="test", config=cfg, timeout_s=timeout_s)
+
+
+def _tokens(tree: Path) -> list[str]:
+    return (tree / "sessions.log").read_text().split()
+
+
+def _host_pids(pool: SessionPool) -> list[int]:
+    return [s.proc.pid for s in pool._live if s.proc is not None]
+
+
+def _outcomes(out: Any) -> dict[str, str]:
+    return {t["nodeid"]: t["outcome"] for t in out.output["tests"]}
+
+
+def test_tasks_of_one_run_share_a_session_that_collects_once_and_never_serves_another_run(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    pool = SessionPool({}, FAST_ENV, 0.2)
+    prepare = _prepare(tmp_path, tree)
+    pids: list[int] = []
+
+    async def body() -> None:
+        first = await pool.run(_ctx("t1", "test_s.py::test_a"), _key("run-1"), prepare)
+        second = await pool.run(_ctx("t2", "test_s.py::test_b", "test_s.py::test_fails"), _key("run-1"), prepare)
+        other_run = await pool.run(_ctx("t3", "test_s.py::test_a"), _key("run-2"), prepare)
+        other_key = await pool.run(_ctx("t4", "test_s.py::test_a"), _key("run-1", "k2"), prepare)
+        pids.extend(_host_pids(pool))
+        assert first.status == "succeeded" and _outcomes(first) == {"test_s.py::test_a": "passed"}
+        assert second.status == "failed" and second.error == "1 of 2 tests failed"
+        assert _outcomes(second) == {"test_s.py::test_b": "passed", "test_s.py::test_fails": "failed"}
+        assert [first.output["session"]["reused"], second.output["session"]["reused"]] == [False, True]
+        assert other_run.output["session"]["reused"] is False and other_key.output["session"]["reused"] is False
+        await pool.close()
+
+    run(body())
+    sessions = _tokens(tree)
+    assert len(sessions) == 3  # run-1 (two tasks, one collection), run-2, run-1 of another submitter
+    ran = dict((line.split()[0] + str(n), line.split()[1])
+               for n, line in enumerate((tree / "ran.log").read_text().splitlines()))
+    assert ran["a0"] == ran["b1"] == sessions[0]  # the second task ran in the first task's process
+    assert len({ran["a0"], ran["a2"], ran["a3"]}) == 3  # each run and submitter its own process
+    assert len(pids) == 3 and all(not pid_alive(p) for p in pids)  # close() ended them
+
+
+def test_a_test_that_ends_the_session_is_its_failure_and_the_task_goes_on(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    pool = SessionPool({}, FAST_ENV, 0.2)
+    tests = ["test_s.py::test_a", "test_s.py::test_exits", "test_s.py::test_segfaults", "test_s.py::test_b"]
+
+    async def body() -> Any:
+        out = await pool.run(_ctx("t1", *tests), _key("run-1"), _prepare(tmp_path, tree))
+        after = await pool.run(_ctx("t2", "test_s.py::test_a"), _key("run-1"), _prepare(tmp_path, tree))
+        await pool.close()
+        return out, after
+
+    out, after = run(body())
+    assert _outcomes(out) == {"test_s.py::test_a": "passed", "test_s.py::test_exits": "failed",
+                              "test_s.py::test_segfaults": "failed", "test_s.py::test_b": "passed"}
+    entries = {t["nodeid"]: t for t in out.output["tests"]}
+    assert entries["test_s.py::test_exits"]["message"] == "the pytest session running this test ended: exit code 3"
+    segv = entries["test_s.py::test_segfaults"]
+    assert "SIGSEGV" in segv["message"] and "Fatal Python error" in segv["longrepr"]  # faulthandler's
+    assert out.status == "failed" and out.error == "2 of 4 tests failed"
+    assert after.status == "succeeded" and after.output["session"]["reused"] is True
+    assert pool.started == 3  # the first start, one after each crash; the next task reused the last
+
+
+def test_a_session_dies_with_its_run_on_cancel_timeout_idle_and_worker_stop(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    pool = SessionPool({}, FAST_ENV, 0.2, idle_s=1.0)
+    prepare = _prepare(tmp_path, tree)
+
+    seen: set[int] = set()
+
+    def sleeping() -> bool:
+        seen.update(_host_pids(pool))
+        return (tree / "ran.log").exists() and "sleeps" in (tree / "ran.log").read_text()
+
+    async def body() -> None:
+        # cancel: a run with an idle session and a busy one; cancelling the busy task ends both
+        await pool.run(_ctx("t1", "test_s.py::test_a"), _key("run-1"), prepare)
+        slow = asyncio.create_task(pool.run(_ctx("t2", "test_s.py::test_sleeps"), _key("run-1"), prepare))
+        await wait_until(sleeping, what="the sleeping test to start")
+        idle = asyncio.create_task(pool.run(_ctx("t3", "test_s.py::test_b"), _key("run-1"), prepare))
+        await idle  # a second session of run-1, idle now
+        assert pool.live() == 2
+        both = _host_pids(pool)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        assert pool.live() == 0 and not any(pid_alive(p) for p in both)
+        (tree / "ran.log").unlink()
+
+        # timeout: the task times out and its session is killed
+        timing = asyncio.create_task(pool.run(_ctx("t4", "test_s.py::test_sleeps", timeout_s=5), _key("run-2"), prepare))
+        while not timing.done():
+            seen.update(_host_pids(pool))
+            await asyncio.sleep(0.05)
+        out = timing.result()
+        assert out.status == "timed_out" and out.error == "pytest timed out after 5 s; its session was killed"
+        assert seen and pool.live() == 0 and not any(pid_alive(p) for p in seen)
+
+        # idle: a session with no task of its run for idle_s ends
+        await pool.run(_ctx("t5", "test_s.py::test_a"), _key("run-3"), prepare)
+        idle_pids = _host_pids(pool)
+        assert len(idle_pids) == 1
+        await wait_until(lambda: pool.live() == 0 and not pid_alive(idle_pids[0]), what="the idle session to end")
+
+        # the worker stops: the executor's close() kills every session
+        ex = TestExecutor(extra_env=FAST_ENV)
+        await ex.serve(_ctx("t6", "test_s.py::test_a"), _key("run-4"), prepare)
+        assert ex.sessions is not None and ex.sessions.live() == 1
+        last = _host_pids(ex.sessions)
+        await ex.close()
+        assert ex.sessions.live() == 0 and not pid_alive(last[0])
+
+    run(body())
+
+
+def test_the_key_of_a_session_names_run_submitter_bundle_environment_and_options() -> None:
+    a = TaskAssignment("t1", 1, "test", {"test_file": "t.py", "session": "r1"}, bundle="b" * 64,
+                       python=["x==1"], submitted_by="k1")
+    key = session_key(a)
+    assert key is not None and (key.run, key.submitter, key.bundle) == ("r1", "k1", "b" * 64)
+    others = [msgspec.structs.replace(a, config={**a.config, "session": "r2"}), msgspec.structs.replace(a, submitted_by="k2"),
+              msgspec.structs.replace(a, bundle="c" * 64), msgspec.structs.replace(a, python=["x==2"]),
+              msgspec.structs.replace(a, config={**a.config, "test_args": ["-p", "x"]}),
+              msgspec.structs.replace(a, run_id="run-000000000001")]
+    assert len({key, *(session_key(o) for o in others)}) == len(others) + 1
+    assert session_key(msgspec.structs.replace(a, bundle=None)) is None  # a task of the worker's own tree
+    assert session_key(msgspec.structs.replace(a, config={"test_file": "t.py"})) is None  # one pytest of its own
