@@ -61,6 +61,7 @@ import pytest
 
 from .bundles.environment import LocalInstallError, capture
 from .bundles.upload import UploadError, upload_with_stats
+from .cli import runs
 from .cli.common import seconds
 from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
@@ -92,6 +93,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="send no Python environment with a shipped tree (default: the distributions installed "
                          "here travel, name==version, and the workers run the tests in that set; a "
                          "requirements.txt at the tree's root replaces it)")
+    group.addoption("--dt-run-name", metavar="NAME",
+                    help="name the session's run (default: the CI job's, as dt submit --run-name; else "
+                         "'pytest <rootdir name>'); the run's line (its dashboard page with DT_DASHBOARD_URL) is printed")
     group.addoption("--dt-timeout", type=seconds, default=3600.0, metavar="S",
                     help="give up waiting for the fleet after S seconds and cancel what is left (default 3600)")
     group.addoption("--dt-unschedulable-timeout", type=seconds, default=30.0, metavar="S",
@@ -261,6 +265,10 @@ class Fleet:
         return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers
                           if w.get("state") != "disconnected" and (w.get("accept_bundles") or not bundle)))
 
+    def start_run(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        """A new run for this session's tasks (``cli/runs.py``)."""
+        return runs.create_run(self.api, name, labels)
+
     def submit(self, docs: list[dict[str, Any]]) -> None:
         self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
 
@@ -336,6 +344,16 @@ class FleetRunner:
                                 f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
         return {"bundle": stats.digest, **({"requirements": {"python": python}} if python else {})}
 
+    def start_run(self, fleet: Fleet) -> str:
+        """The session's run (``--dt-run-name``), announced once on the terminal; its id."""
+        env = environ()
+        name = runs.run_name(self.config.getoption("--dt-run-name"), env, f"pytest {self.config.rootpath.name}")
+        run = fleet.start_run(name, runs.ci_labels(env))
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"distributed_testing: {runs.run_line(run, env.get('DT_DASHBOARD_URL'), fleet.api.base_url)}")
+        return str(run["run_id"])
+
     def environment(self) -> list[str]:
         """The distributions the shipped tasks run in (:mod:`.bundles.environment`); none with
         ``--dt-no-env`` or where the tree's own ``requirements.txt`` chooses (the worker reads it)."""
@@ -373,7 +391,7 @@ class FleetRunner:
         shipped = not self.config.getoption("--dt-shared-tree")
         chunks = plan_chunks(session.items, self.root, fleet.slots(bundle=shipped), history, self.partial)
         run_id = f"{int(time.time() * 1000):x}"
-        extra = self.ship_tree(fleet)
+        extra = {**self.ship_tree(fleet), "run_id": self.start_run(fleet)}
         maxfail = int(self.config.getoption("maxfail") or 0)
         docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation), extra) for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns

@@ -33,7 +33,7 @@ from ..config import DEFAULT_COORDINATOR_URL, environ, parse_urls
 from ..errors import ConfigError
 from ..security import tls
 from ..tasks.states import WORKER_STATES
-from . import compare, logs, status, submit
+from . import compare, logs, runs, status, submit
 from .common import positive_seconds
 from .http import FAILOVER_S, ApiClient, ApiError
 from .options import SWITCH, Setting, add_settings, resolve
@@ -69,6 +69,7 @@ DT_SETTINGS: tuple[Setting, ...] = (
     Setting("--api-key", env="DT_API_KEY", help="API key or JWT"),
     Setting("--ca-file", type=Path, env="DT_CA_FILE", field="ssl_context", check=tls.client_context,
             help="PEM CA bundle to verify an https coordinator's certificate with (default: the system's CAs)"),
+    runs.DASHBOARD_SETTING,
     Setting("--local-time", type=SWITCH, read=False,
             help="show times in the local zone with its offset (default: UTC, ISO 8601 with Z)"),
 )
@@ -120,9 +121,11 @@ def register_tasks(sub: SubParsers) -> None:
                        help="the human format, also when stdout is no terminal")
     st.set_defaults(run=cmd_status)
     text = ("cancel pending or running tasks, each reported on its own line (a finished one stays as it is: stderr "
-            "says nothing was cancelled, exit 0; an unknown id exits 2 after the others were tried)")
+            "says nothing was cancelled, exit 0; an unknown id exits 2 after the others were tried); --run RUN "
+            "cancels every unfinished task of a run")
     cn = sub.add_parser("cancel", help=text, description=text)
-    cn.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="the tasks' ids")
+    cn.add_argument("task_ids", nargs="*", metavar="TASK_ID", help="the tasks' ids")
+    cn.add_argument("--run", metavar="RUN", dest="cancel_run", help="cancel every unfinished task of this run")
     cn.set_defaults(run=cmd_cancel)
 
 
@@ -213,7 +216,9 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
     done (0). A refused id (unknown: 404; not the caller's: 403) is said on stderr and the rest are
     still tried; the exit status is then that of the refusal (2). An unreachable coordinator
     stops at once: every other id would wait out the same failover bound."""
-    code = EXIT_OK
+    if not ns.task_ids and not ns.cancel_run:
+        raise ConfigError("dt cancel: name the tasks (TASK_ID ...) or a run (--run RUN)")
+    code = runs.cancel_run(api, ns.cancel_run) if ns.cancel_run else EXIT_OK
     for task_id in dict.fromkeys(ns.task_ids):
         path = f"/api/v1/tasks/{urllib.parse.quote(task_id, safe='')}"
         try:
@@ -274,7 +279,7 @@ Registrar = Callable[[SubParsers], None]
 # one entry per subcommand family; a new subcommand adds its module's register function here
 REGISTRARS: list[Registrar] = [register_keys, register_token, submit.register, register_tasks, register_workers,
                                register_results,
-                               compare.register, logs.register]
+                               compare.register, logs.register, runs.register]
 
 
 def _silence_stdout() -> None:

@@ -37,8 +37,9 @@ from typing import Any
 
 from ..bundles.environment import LocalInstallError, capture
 from ..bundles.upload import UploadError, upload_with_stats
+from ..config import environ
 from ..errors import ConfigError, ValidationError
-from . import compare
+from . import compare, runs
 from .common import output_file, seconds
 from .http import ApiClient, ApiError
 from .progress import LiveProgress, NoProgress, PlainProgress, Progress, Tracker
@@ -76,8 +77,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp.add_argument("--junit", type=output_file, metavar="PATH", help="write a JUnit XML report (implies --wait)")
     sp.add_argument("--json", type=output_file, metavar="PATH", dest="json_out",
                     help="write the tasks, their results and the summary as JSON (implies --wait)")
+    sp.add_argument("--run-name", metavar="NAME",
+                    help="name the run these tasks make (default: the CI job's, from GITHUB_WORKFLOW, CI_JOB_NAME, "
+                         "BUILDKITE_PIPELINE_SLUG or JOB_NAME and their build and commit variables; else the file's name)")
     compare.add_arguments(sp, for_submit=True)
     sp.set_defaults(run=cmd_submit)
+    rr = runs.register_rerun(sub, cmd_rerun)
+    rr.add_argument("--progress", choices=["auto", "live", "plain", "off"], default="auto",
+                    help="with --wait: as dt submit's --progress")
 
 
 def load_doc(path: Path) -> Any:
@@ -116,22 +123,43 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     if ns.bundle is not None:
         doc = with_environment(doc, bundle_environment(ns.bundle, ns.no_env))  # refused before anything is sent
         doc = with_bundle(doc, upload_bundle(api, ns.bundle))
+    env = environ()
+    run = runs.create_run(api, runs.run_name(ns.run_name, env, "stdin" if str(ns.file) == "-" else ns.file.name),
+                          runs.ci_labels(env))
+    runs.announce(api, ns, run)
     # ids make a re-send after a lost answer harmless (the same tasks), with one URL too: it may be
     # a load balancer's in front of a group
-    doc = with_task_ids(doc)
+    doc = with_run(with_task_ids(doc), run["run_id"])
     answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
     for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
         print(f"dt: warning: {warning}", file=sys.stderr)
     accepted = answer["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
+    if kept := [a["task_id"] for a in accepted if not a["created"]]:
+        print(f"dt: {len(kept)} task(s) already existed with the same body and stay in the run they joined first "
+              f"(dt rerun RUN runs a run's tasks again): {' '.join(kept)}", file=sys.stderr)
     if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None
             or ns.timeout is not None):
         return EXIT_OK
+    return wait_and_report(api, ns, [a["task_id"] for a in accepted])
+
+
+def cmd_rerun(api: ApiClient, ns: argparse.Namespace) -> int:
+    """``dt rerun RUN [--failed] [--wait]`` (``runs.rerun``), waiting as ``dt submit --wait``."""
+    ids = runs.rerun(api, ns)
+    return wait_and_report(api, ns, ids) if ns.wait else EXIT_OK
+
+
+def wait_and_report(api: ApiClient, ns: argparse.Namespace, task_ids: list[str]) -> int:
+    """The wait of ``dt submit`` (and ``dt rerun --wait``): progress, the summary, the reports
+    asked for; the exit status."""
+    timeout = getattr(ns, "timeout", None)
+    junit, json_out, baseline = (getattr(ns, k, None) for k in ("junit", "json_out", "baseline"))
     progress = make_progress(ns.progress, ns.local_time)
     try:
-        waited = wait_tasks(api, [a["task_id"] for a in accepted], ns.timeout if ns.timeout is not None else DEFAULT_TIMEOUT_S,
-                            ns.unschedulable_s, progress)
+        waited = wait_tasks(api, task_ids, timeout if timeout is not None else DEFAULT_TIMEOUT_S,
+                            getattr(ns, "unschedulable_s", None), progress)
     except Interrupted as stop:
         progress.close()  # the live table stays above the line, not drawn over it
         print(interrupted_line(stop.unfinished), file=sys.stderr)
@@ -141,12 +169,12 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         raise
     progress.close()
     print_summary(waited.tasks, sys.stderr)
-    if ns.junit:
-        write_junit(ns.junit, waited.tasks)
-    if ns.json_out:
-        write_json(ns.json_out, {"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]})
+    if junit:
+        write_junit(junit, waited.tasks)
+    if json_out:
+        write_json(json_out, {"tasks": waited.tasks, "summary": [summary_row(t) for t in waited.tasks]})
     code = waited.exit_code()
-    if ns.baseline and compare.run(api, [t["task_id"] for t in waited.tasks], ns, junit=ns.junit,
+    if baseline and compare.run(api, [t["task_id"] for t in waited.tasks], ns, junit=ns.junit,
                                    append_junit=True) == EXIT_FAILED:
         code = EXIT_FAILED  # a regression counts as a failed task
     return code
@@ -210,6 +238,13 @@ def with_task_ids(doc: Any) -> Any:
             kind = t.get("type") if isinstance(t.get("type"), str) and t.get("type") else "task"
             return {"task_id": f"{kind}-dt{uuid.uuid4().hex[:20]}", **t}
         return t
+    return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
+
+
+def with_run(doc: Any, run_id: str) -> Any:
+    """``doc`` with ``run_id`` on every task object that names no run of its own."""
+    def one(t: Any) -> Any:
+        return {**t, "run_id": run_id} if isinstance(t, dict) and "run_id" not in t else t
     return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
 
 

@@ -99,9 +99,9 @@ async def find_run(rt: Runtime, run_id: str) -> RunRow:
 
 
 async def run_tasks(rt: Runtime, run_id: str) -> list[Any]:
-    """The run's tasks (at most ``MAX_RUN_TASKS``), each from memory when it is there."""
+    """The run's tasks (at most ``MAX_RUN_TASKS``) in submission order, each from memory when it is there."""
     page = await rt.store.query_tasks(TaskQuery(run_id=run_id, limit=MAX_RUN_TASKS))
-    return [rt.state.tasks.get(row.task_id) or row for row in page.tasks]
+    return [rt.state.tasks.get(row.task_id) or row for row in reversed(page.tasks)]
 
 
 def _owned(run: RunRow, principal: sa.Principal, what: str) -> None:
@@ -220,7 +220,7 @@ async def rerun(request: web.Request) -> web.Response:
         raise ValidationError(errors)
     source = await find_run(rt, request.match_info["run_id"])
     _owned(source, principal, "re-run")
-    chosen = sorted(cr.to_rerun(await run_tasks(rt, source.run_id), failed), key=lambda t: (t.seq, t.task_id))
+    chosen = cr.to_rerun(await run_tasks(rt, source.run_id), failed)
     if not chosen:
         raise ValidationError([{"field": "failed" if failed else "run_id",
                                 "error": f"run {source.run_id} has no {'failed ' if failed else ''}tasks to run again"}])
