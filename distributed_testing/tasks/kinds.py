@@ -143,7 +143,7 @@ BUILTIN = Registry((
     Kind("training", c.TrainingConfig, "distributed_testing.worker.executors.training:build",
          check=c.check_training, hardware=c.training_hardware, gang_size=lambda cfg: cfg.nodes,
          imports_model=True),
-    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test:build", check=c.check_test, pipelined=True,
+    Kind("test", c.TestConfig, "distributed_testing.worker.executors.test_session:build", check=c.check_test, pipelined=True,
          shipped=c.shipped_test),
     Kind("custom", c.CustomConfig, "distributed_testing.worker.executors.custom:build", handler=lambda cfg: cfg.name,
          pipelined=True, shipped=c.shipped_custom),

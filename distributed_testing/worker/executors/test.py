@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -66,10 +66,6 @@ from distributed_testing.worker.executors.supervise import (
     run_limited,
 )
 from distributed_testing.worker.sandbox import gpu_devices, gpu_environ, task_environ
-
-if TYPE_CHECKING:
-    from distributed_testing.protocol.messages import TaskAssignment
-    from distributed_testing.worker.executors.test_session import Prepare, SessionKey, SessionPool
 
 logger = logging.getLogger(__name__)
 
@@ -146,32 +142,14 @@ class TestExecutor:
         self._poll_s = memory_poll_interval_s
         self._tail_bytes = tail_bytes
         self._running: set[int] = set()
-        self.sessions: SessionPool | None = None  # made at the first task a session serves
 
     async def start(self) -> None:
         """Nothing to prepare: each task starts its own pytest process."""
 
     async def close(self) -> None:
-        """Kill the process groups of pytest runs still in flight, and every session. Idempotent."""
+        """Kill the process groups of pytest runs still in flight. Idempotent."""
         for pgid in list(self._running):
             kill_process_group(pgid)
-        if self.sessions is not None:
-            await self.sessions.close()
-
-    def session_key(self, a: TaskAssignment) -> SessionKey | None:
-        """The session that serves task assignment ``a`` (:mod:`.test_session`), None for a pytest of its own."""
-        from distributed_testing.worker.executors.test_session import session_key
-
-        return session_key(a)
-
-    async def serve(self, ctx: TaskContext, key: SessionKey, prepare: Prepare) -> ExecOutcome:
-        """Run the task in a session of ``key``; ``prepare()`` (an async context manager) gives a
-        new session its shipped fields (tree, scratch, sandbox, environment), held while it lives."""
-        if self.sessions is None:
-            from distributed_testing.worker.executors.test_session import SessionPool
-
-            self.sessions = SessionPool(self._env, self._extra, self._poll_s)
-        return await self.sessions.run(ctx, key, prepare)
 
     async def run(self, ctx: TaskContext) -> ExecOutcome:
         """Run the task's pytest; see :mod:`..base` for how outcomes and errors are reported."""
@@ -386,5 +364,5 @@ def failure_summary(summary: TestSummary) -> str:
 
 
 def build(settings: ExecutorSettings) -> TestExecutor:
-    """The ``test`` kind's executor (``tasks.kinds``)."""
+    """A ``test`` executor without sessions (the kind's, ``tasks.kinds``, is :func:`.test_session.build`)."""
     return TestExecutor(extra_env=settings.pytest_env, confinement=settings.confinement)

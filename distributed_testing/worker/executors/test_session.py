@@ -51,7 +51,7 @@ from distributed_testing.protocol.messages import TaskAssignment
 from distributed_testing.tasks.configs import TestConfig
 from distributed_testing.tasks.pytest_args import bad_test_file, rebase_test_paths, refused_test_args
 from distributed_testing.worker.executors import pytest_report, pytest_serve
-from distributed_testing.worker.executors.base import ExecOutcome, TaskContext, task_python
+from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.proc import (
     OutputTail,
     describe_exit,
@@ -64,6 +64,7 @@ from distributed_testing.worker.executors.test import (
     MAX_REPORT_BYTES,
     SERVE_PLUGIN,
     SHIPPED_PLUGINS,
+    TestExecutor,
     TestSummary,
     effective_timeout,
     failure_summary,
@@ -451,3 +452,30 @@ def _crash_lines(current: dict[str, Any], how: str, tail: str) -> list[dict[str,
     when = "call" if current["setup"] else "setup"
     return [{"kind": "report", "data": {**base, "when": when, "outcome": "failed", "longrepr": text}},
             {"kind": "report", "data": {**base, "when": "teardown", "outcome": "passed", "longrepr": None}}]
+
+
+class ServingTestExecutor(TestExecutor):
+    """The ``test`` kind's executor: :class:`.test.TestExecutor`, whose tasks a session serves
+    where :func:`session_key` names one (``Runs`` asks ``session_key`` and calls ``serve``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sessions = SessionPool(self._env, self._extra, self._poll_s)
+
+    async def close(self) -> None:
+        """Kill the pytest runs in flight and every session. Idempotent."""
+        await super().close()
+        await self.sessions.close()
+
+    def session_key(self, a: TaskAssignment) -> SessionKey | None:
+        return session_key(a)
+
+    async def serve(self, ctx: TaskContext, key: SessionKey, prepare: Prepare) -> ExecOutcome:
+        """Run the task in a session of ``key``; ``prepare()`` (an async context manager) gives a
+        new session its shipped fields (tree, scratch, sandbox, environment), held while it lives."""
+        return await self.sessions.run(ctx, key, prepare)
+
+
+def build(settings: ExecutorSettings) -> ServingTestExecutor:
+    """The ``test`` kind's executor (``tasks.kinds``)."""
+    return ServingTestExecutor(extra_env=settings.pytest_env, confinement=settings.confinement)

@@ -18,9 +18,14 @@ from executor_support import run, wait_until
 
 from distributed_testing.protocol.messages import TaskAssignment
 from distributed_testing.worker import sandbox as sb
-from distributed_testing.worker.executors import TaskContext, TestExecutor
+from distributed_testing.worker.executors import TaskContext
 from distributed_testing.worker.executors.proc import pid_alive
-from distributed_testing.worker.executors.test_session import SessionKey, SessionPool, session_key
+from distributed_testing.worker.executors.test_session import (
+    ServingTestExecutor,
+    SessionKey,
+    SessionPool,
+    session_key,
+)
 
 pytestmark = pytest.mark.timeout(120)
 FAST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # third-party plugins cost ~1.5 s a start
@@ -199,9 +204,9 @@ def test_a_session_dies_with_its_run_on_cancel_timeout_idle_and_worker_stop(tmp_
         await wait_until(lambda: pool.live() == 0 and not pid_alive(idle_pids[0]), what="the idle session to end")
 
         # the worker stops: the executor's close() kills every session
-        ex = TestExecutor(extra_env=FAST_ENV)
+        ex = ServingTestExecutor(extra_env=FAST_ENV)
         await ex.serve(_ctx("t6", "test_s.py::test_a"), _key("run-4"), prepare)
-        assert ex.sessions is not None and ex.sessions.live() == 1
+        assert ex.sessions.live() == 1
         last = _host_pids(ex.sessions)
         await ex.close()
         assert ex.sessions.live() == 0 and not pid_alive(last[0])
