@@ -239,9 +239,11 @@ class BenchmarkExecutor:
         return code, tail.text(since)
 
     async def _exchange(self, request: dict[str, Any], timeout: float | None,
-                        progress: Callable[[dict[str, Any]], None] | None = None) -> bytes:
+                        progress: Callable[[dict[str, Any]], None] | None = None,
+                        output: Callable[[bytes], None] | None = None) -> bytes:
         """Send one request to the child (started if needed) and return its reply line; its
-        progress lines before it go to ``progress``. A child that dies first raises _ChildDied
+        progress lines before it go to ``progress``, what it writes to stderr meanwhile to
+        ``output`` (the tasks' output streams). A child that dies first raises _ChildDied
         (reaped); a timeout or cancel kills the child and propagates."""
         if self._child is None or exited(self._child):
             if self._child is not None:  # a cached child that died while idle: its group and stderr relay go too
@@ -254,6 +256,8 @@ class BenchmarkExecutor:
         assert child.stdin is not None and child.stdout is not None
         # a cached child served the tasks before this one: what it wrote for them is not this one's
         mark = self._stderr[child][0].total_bytes if child in self._stderr else 0
+        if child in self._stderr:
+            self._stderr[child][0].sink = output
         child.stdin.write(json.dumps({"id": next(self._ids), **request}).encode() + b"\n")
         try:
             async with asyncio.timeout(timeout):
@@ -269,6 +273,9 @@ class BenchmarkExecutor:
         except (ConnectionError, OSError) as exc:
             line = b""
             log.warning("benchmark child pipe broke: %s", exc)
+        finally:
+            if child in self._stderr:
+                self._stderr[child][0].sink = None
         if not line:
             code, stderr_tail = await self._reap(child, since=mark)
             self._child = None
@@ -280,7 +287,8 @@ class BenchmarkExecutor:
         timeouts = [c.timeout_s for c in ctxs]
         timeout = None if any(t is None for t in timeouts) else sum(t for t in timeouts if t is not None)
         try:
-            line = await self._exchange({"configs": configs}, timeout, functools.partial(_forward_progress, ctxs))
+            line = await self._exchange({"configs": configs}, timeout, functools.partial(_forward_progress, ctxs),
+                                        _fan_out([c.output for c in ctxs if c.output is not None]))
         except TimeoutError:
             return [ExecOutcome("timed_out", error=f"benchmark exceeded its timeout of {timeout:g}s; process group killed",
                                 started_at=started, finished_at=time.time()) for _ in ctxs]
@@ -421,3 +429,13 @@ def build(settings: ExecutorSettings) -> BenchmarkExecutor:
     return BenchmarkExecutor(settings.benchmark, cache=settings.result_cache, exclusive=settings.exclusive,
                              confinement=settings.confinement)
 
+
+def _fan_out(sinks: list[Callable[[bytes], None]]) -> Callable[[bytes], None] | None:
+    """One sink writing to each of ``sinks`` (a batch's tasks share their child's output)."""
+    if len(sinks) <= 1:
+        return sinks[0] if sinks else None
+
+    def write(data: bytes) -> None:
+        for sink in sinks:
+            sink(data)
+    return write

@@ -8,9 +8,11 @@ deliberately leaves. Killing the group is therefore how a task is stopped for go
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import stat
 from collections import deque
 from collections.abc import Callable
 
@@ -219,3 +221,54 @@ class OutputTail:
                 if not line:
                     continue
             log.info("%s %s", prefix, line.decode("utf-8", errors="replace").rstrip("\r\n").translate(_ESCAPED))
+
+
+FOLLOW_INTERVAL_S = 0.5
+FOLLOW_READ_BYTES = 4 * 1024 * 1024
+
+
+class FileFollower:
+    """Feeds ``sink`` (on the event loop) what is appended to ``path``, a file a task's process
+    writes (a training node's launcher log), every ``FOLLOW_INTERVAL_S`` until :meth:`stop`, which
+    reads what is left. The file is the task's: it is read only while it is a regular file, never
+    through a link (nor a FIFO, which would block), at most ``FOLLOW_READ_BYTES`` a time, in a thread."""
+
+    def __init__(self, path: os.PathLike[str] | str, sink: Callable[[bytes], None]) -> None:
+        self.path, self.sink, self.offset = path, sink, 0
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._follow(), name=f"follow {path}")
+
+    async def _follow(self) -> None:
+        while not self._stop.is_set():
+            await self._read()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FOLLOW_INTERVAL_S):
+                    await self._stop.wait()
+        while await self._read() == FOLLOW_READ_BYTES:  # what was written before the end
+            pass
+
+    async def _read(self) -> int:
+        data = await asyncio.to_thread(_read_regular, self.path, self.offset, FOLLOW_READ_BYTES)
+        self.offset += len(data)
+        if data:
+            self.sink(data)
+        return len(data)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task
+
+
+def _read_regular(path: os.PathLike[str] | str, offset: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``path`` from ``offset``; nothing when it is missing, a link or
+    not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, limit, offset) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)

@@ -10,7 +10,8 @@ worker picks; ``nodes > 1`` without a gang is an ``error`` result.
 thread of this executor, never in the event loop. Its ``cancel`` event is set when the awaiting
 asyncio task is cancelled (the agent's ``Cancel`` path, a drain hand-back, shutdown); ``run`` then
 waits until launch has stopped every local rank before ``CancelledError`` propagates. Progress of
-global rank 0 is forwarded through ``ctx.progress`` (at most every ``PROGRESS_EVERY_S``).
+global rank 0 is forwarded through ``ctx.progress`` (at most every ``PROGRESS_EVERY_S``), and the
+launcher log (every local rank's output) through ``ctx.output`` as it grows (``proc.FileFollower``).
 
 **Exclusive with benchmarks.** A training node holds one worker slot like any task, and it shares
 one lock with the benchmark executor: while a node runs, no benchmark measures on this worker
@@ -90,7 +91,7 @@ from distributed_testing.worker.executors.base import (
     OutcomeStatus,
     TaskContext,
 )
-from distributed_testing.worker.executors.proc import signal_name
+from distributed_testing.worker.executors.proc import FileFollower, signal_name
 from distributed_testing.worker.sandbox import GPU_VARIABLES, PACKAGE_PARENT, gpu_devices, task_environ
 
 logger = logging.getLogger(__name__)
@@ -236,9 +237,13 @@ class TrainingExecutor:
         elif self.confinement is not None:  # the operator's training: the deny-list (worker/confine.py)
             scratch = await asyncio.to_thread(self.confinement.scratch, ctx.task_id)
             confine = functools.partial(_confine_operator, self.confinement, scratch, run_path)
+        log = run_path / f"result.json.node{assignment.node_rank}.log"  # launch's name for it
+        follow = FileFollower(log, ctx.output) if ctx.output is not None else None  # the task's output stream
         try:
             return await self._launch(ctx, assignment, all_cuda, started, run_path, allowed, confine)
         finally:
+            if follow is not None:
+                await follow.stop()
             await asyncio.to_thread(remove_scratch, scratch)
 
     async def _launch(self, ctx: TaskContext, assignment: NodeAssignment, all_cuda: bool, started: float,
