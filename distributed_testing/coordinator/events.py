@@ -50,7 +50,7 @@ class Subscriber:
 
 def task_event(r: TaskRow) -> dict[str, Any]:
     return {"task_id": r.task_id, "type": r.type, "state": r.state, "attempt": r.attempt,
-            "worker_id": r.worker_id, "updated_at": r.updated_at, "submitted_by": r.submitted_by}
+            "worker_id": r.worker_id, "updated_at": r.updated_at, "submitted_by": r.submitted_by, "run_id": r.run_id}
 
 
 def worker_event(r: WorkerRow) -> dict[str, Any]:

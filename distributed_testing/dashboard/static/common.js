@@ -23,8 +23,9 @@ export async function act(path, body) {
 // Calls refresh() once now and again (at most every 300 ms) after each event whose kind is in
 // `kinds`; a "reset" (the feed could not be resumed) always refreshes. EventSource reconnects by
 // itself and sends Last-Event-ID, so a dropped connection loses nothing. With `everyMs`, also
-// that often (what changes without an event: a group member's health).
-export function live(kinds, refresh, everyMs) {
+// that often (what changes without an event: a group member's health); with `accept(kind, data)`,
+// only after the events it accepts (a run's page: its own tasks').
+export function live(kinds, refresh, everyMs, accept) {
   let timer = null, running = false, again = false;
   const run = async () => {
     if (running) { again = true; return; }
@@ -37,7 +38,9 @@ export function live(kinds, refresh, everyMs) {
   const dot = document.getElementById("live");
   feed.onopen = () => dot?.classList.add("on");
   feed.onerror = () => dot?.classList.remove("on");
-  for (const k of [...kinds, "reset"]) feed.addEventListener(k, schedule);
+  const wanted = (k, e) => { try { return accept(k, JSON.parse(e.data)); } catch { return true; } };
+  for (const k of kinds) feed.addEventListener(k, e => { if (!accept || wanted(k, e)) schedule(); });
+  feed.addEventListener("reset", schedule);
   window.dtFeed = feed;
   if (everyMs) setInterval(schedule, everyMs);
   run();

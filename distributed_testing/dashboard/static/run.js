@@ -2,7 +2,7 @@
 // its tasks, failures first (as the coordinator orders them), each with its worker, start,
 // duration, test counts in pytest's words, the first line of its error and its failing tests, and
 // a link to its page. Cancel and Re-run (failed) for a key that may: an admin, or the submitter
-// key that created the run (the coordinator checks again). Redrawn on every task event.
+// key that created the run (the coordinator checks again). Redrawn on each event of one of its tasks.
 import { app, getJSON, act, live, el, table, place, section, state, when, num, seconds, counts, took,
   errorCell, taskLink, outcome, canCancel, canRerun, showError } from "./common.js";
 
@@ -56,4 +56,4 @@ async function refresh() {
   box.append(document.getElementById("run-tasks"));
 }
 
-live(["task"], refresh);
+live(["task"], refresh, undefined, (_, t) => t.run_id === undefined || t.run_id === id);  // this run's tasks only

@@ -3,7 +3,7 @@
 // long it has taken. A run's name opens its page. Redrawn on every task event.
 import { app, getJSON, live, el, table, place, state, when, seconds, counts, took } from "./common.js";
 
-const LIMIT = 100;
+const LIMIT = 50;
 const params = new URLSearchParams(location.search);
 const STATES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 const pick = el("select", { name: "state" }, STATES.map(s => el("option", { value: s, selected: s === (params.get("state") ?? "") }, s || "any")));

@@ -44,6 +44,7 @@ def test_nothing_is_published_or_kept_while_nobody_listens_and_keys_never_are() 
                                    finished_at=T0, received_at=T0)])
     got = drain(sub)
     assert [(e.kind, e.data["task_id"]) for e in got] == [("task", "a"), ("result", "a")]
+    assert got[0].data["run_id"] is None  # a task event names its run (the dashboard's run page listens for its own)
     assert got[0].id == f"{hub.epoch}-1" and got[1].id == f"{hub.epoch}-2"
     assert sse_frame(got[0]).startswith(f"id: {hub.epoch}-1\nevent: task\ndata: {{".encode())
     hub.unsubscribe(sub)
