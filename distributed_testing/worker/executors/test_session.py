@@ -246,6 +246,7 @@ class SessionPool:
             raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
         started = time.time()
         session, reused = await self._take(key, prepare, spec, ctx)
+        session.tail.sink = ctx.output  # what the session writes for this task: its output stream
         keep = False
         lines: list[dict[str, Any]] = []
         errors: list[str] = []
@@ -276,6 +277,7 @@ class SessionPool:
             await self.end(key)  # cancelled: the run's cancel, the task's, or the worker stopping
             raise
         finally:
+            session.tail.sink = None
             self._live.discard(session)
             if keep and session.gen == self._gen.get(key, 0):
                 session.last_used = time.monotonic()
@@ -357,7 +359,7 @@ class SessionPool:
                 lines += _crash_lines(current, how, _gist(s.tail.text(since=current["since"])))
                 log.warning("task %s: %s ended the pytest session (%s); restarting it for the rest",
                             ctx.task_id, current["nodeid"], how)
-            s.tail = OutputTail(_TAIL_BYTES)
+            s.tail = OutputTail(_TAIL_BYTES, sink=s.tail.sink)
             await s.start(spec, ctx, self._env, self._extra)
             self.started += 1
 
