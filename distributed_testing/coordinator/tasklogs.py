@@ -2,7 +2,7 @@
 
 Workers send what their running attempts write in ``output`` messages; :meth:`TaskLogs.receive`
 checks each chunk (only the worker the task's current attempt is assigned to may send it; of a
-multi-node task, the node of rank 0) and keeps it in the attempt's bounded
+multi-node task, the node of rank 0; :func:`verdict`) and keeps it in the attempt's bounded
 :class:`~..tasks.log.TaskLog`. Nothing of it is written to the store: when the attempt ends its
 result carries the kept output (``output["log"]``), stored with the result, and
 :meth:`TaskLogs.end` drops the copy here (``Runtime.execute``, once the outcome is durable).
@@ -20,18 +20,23 @@ from ..tasks.log import TaskLog
 from ..tasks.states import ACTIVE
 from .core.commands import Command, Refused
 from .core.entities import Task
+from .core.identity import held
 
 
-def refusal(t: Task | None, worker_id: str, attempt: int) -> str | None:
-    """Why ``worker_id`` may not send output for ``attempt`` of ``t`` (None: it may)."""
-    if t is None or t.state not in ACTIVE:
-        return "the task is not running"
-    if attempt != t.attempt:
-        return f"attempt {attempt} is not the task's current attempt ({t.attempt})"
-    owner = t.gang.members[0] if t.gang is not None and t.gang.members else t.worker_id
-    if worker_id != owner and not (t.gang is not None and worker_id in t.gang.members):
-        return f"attempt {attempt} is assigned to another worker"
-    return None
+def verdict(t: Task | None, worker_id: str, attempt: int) -> str | None:
+    """What becomes of ``worker_id``'s output for ``attempt`` of ``t``: ``"keep"`` (the task's
+    current, running attempt on this worker; of a gang, its node of rank 0), ``None`` (dropped
+    silently: a task no longer in memory, an attempt of this worker's that ended or was superseded,
+    a gang node of another rank: a race, not a fault), or why it is refused (an attempt this
+    worker was never given)."""
+    if t is None:
+        return None
+    if not held(t.history, worker_id, attempt):
+        if attempt == t.attempt and t.state in ACTIVE:
+            return f"attempt {attempt} is assigned to another worker"
+        return f"attempt {attempt} was never assigned to this worker (the task is at attempt {t.attempt})"
+    speaker = t.gang.members[0] if t.gang is not None and t.gang.members else t.worker_id
+    return "keep" if attempt == t.attempt and t.state in ACTIVE and worker_id == speaker else None
 
 
 class TaskLogs:
@@ -45,12 +50,11 @@ class TaskLogs:
         """Keep the chunks ``worker_id`` may send; a ``Refused`` for each other."""
         cmds: list[Command] = []
         for c in msg.chunks:
-            t = tasks.get(c.task.task_id)
-            why = refusal(t, worker_id, c.task.attempt)
-            if why is not None:
-                cmds.append(Refused(worker_id, "output", c.task, why))
-            elif t is not None and (t.gang is None or worker_id == t.gang.members[0]):  # one node speaks for a gang
+            what = verdict(tasks.get(c.task.task_id), worker_id, c.task.attempt)
+            if what == "keep":
                 self.put(c.task.task_id, c.task.attempt, c.offset, c.data)
+            elif what is not None:
+                cmds.append(Refused(worker_id, "output", c.task, what))
         return cmds
 
     def put(self, task_id: str, attempt: int, offset: int, data: bytes) -> None:

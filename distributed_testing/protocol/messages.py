@@ -197,8 +197,9 @@ class OutputChunk(msgspec.Struct, frozen=True, array_like=True):
 
 class TaskOutput(_Msg, frozen=True, tag="output"):
     """W→C: new output of running attempts, one chunk per attempt, sent a few times a second at
-    most. Only the worker an attempt is assigned to may send output for it, and only for the
-    task's current attempt (``refused_output`` otherwise)."""
+    most. Only the output of the task's current attempt from the worker it is assigned to is kept;
+    output for an attempt the worker was never given is refused (``output_refused``), for one of
+    its own that ended or was superseded dropped."""
 
     chunks: list[OutputChunk]
 

@@ -90,7 +90,8 @@ def test_coordinator_keeps_only_the_current_attempt_of_its_own_worker() -> None:
 
     spec = specs.parse_task_json(b'{"task_id": "t", "type": "custom", "config": {"name": "noop"}}')[0]
     t = Task(spec=spec, spec_dict={}, task_id="t", type="custom", digest="", seq=1, submitted_at=0.0,
-             state="running", attempt=2, worker_id="w1")
+             state="running", attempt=2, worker_id="w1",
+             history=[{"to": "assigned", "attempt": a, "worker_id": "w1"} for a in (1, 2)])
     logs = TaskLogs()
     msg = m.TaskOutput([m.OutputChunk(m.TaskRef("t", 2), 0, b"hi")])
     assert logs.receive({"t": t}, "w1", msg) == []
@@ -98,7 +99,9 @@ def test_coordinator_keeps_only_the_current_attempt_of_its_own_worker() -> None:
     refused = logs.receive({"t": t}, "w2", msg)
     assert [r.what for r in refused] == ["output"] and "another worker" in refused[0].reason  # type: ignore[union-attr]
     old = m.TaskOutput([m.OutputChunk(m.TaskRef("t", 1), 0, b"old")])
-    assert "current attempt" in logs.receive({"t": t}, "w1", old)[0].reason  # type: ignore[union-attr]
+    assert logs.receive({"t": t}, "w1", old) == []  # its own superseded attempt: dropped, not refused
+    never = m.TaskOutput([m.OutputChunk(m.TaskRef("t", 3), 0, b"never")])
+    assert "never assigned" in logs.receive({"t": t}, "w1", never)[0].reason  # type: ignore[union-attr]
     held = logs.get("t")
     assert held is not None and held[1].read(0)[0] == b"hi"
     logs.end(["t"])
