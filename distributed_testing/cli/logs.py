@@ -19,7 +19,7 @@ import urllib.parse
 from .http import ApiClient
 from .submit import EXIT_FAILED, EXIT_OK
 
-FOLLOW_WAIT_S = 20  # one long poll's bound (the coordinator's default; at most its 60)
+FOLLOW_WAIT_S = 20  # one long poll's bound (the coordinator allows 60; the client adds it to its first-byte bound)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

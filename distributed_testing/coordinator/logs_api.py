@@ -24,7 +24,9 @@ from .runtime import RUNTIME, Runtime
 from .store.base import ResultQuery
 from .views import find_task
 
-DEFAULT_FOLLOW_WAIT_S = 20.0
+# Without ``wait`` a follow waits less than a client's first-byte bound (client.FIRST_BYTE_S), so a
+# client or an HA standby forwarding it, which add only the ``wait`` they see, does not give up first.
+DEFAULT_FOLLOW_WAIT_S = 4.0
 MAX_FOLLOW_WAIT_S = 60.0
 MAX_OFFSET = 2**63 - 1
 _PARAMS = {"offset", "follow", "wait", "attempt"}

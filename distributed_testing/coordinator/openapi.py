@@ -260,7 +260,7 @@ SPECS[("GET", "/api/v1/tasks/{task_id}/logs")] = RouteSpec(
     query=(_q("offset", {"type": "integer", "minimum": 0, "maximum": INT64}, "byte offset to read from (default 0)"),
            _q("follow", {"enum": ["0", "1"]}, "1: wait until there is output past offset or the task ends"),
            _q("wait", {"type": "number", "minimum": 0, "maximum": 60}, "with follow: seconds to wait at most "
-                                                                       "(default 20)"),
+                                                                       "(default 4)"),
            _q("attempt", {"type": "integer", "minimum": 0, "maximum": INT64}, "the attempt read before: when the task shows another, "
                                                             "the answer starts at offset 0")),
     errors=(400, 404))

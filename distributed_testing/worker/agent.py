@@ -77,7 +77,8 @@ class WorkerAgent:
         self.credentials = credentials
         self.clock = clock
         self.state = WorkerState(batch_types=frozenset(t for t, ex in executors.items() if hasattr(ex, "run_batch")),
-                                 slots=config.max_concurrent_tasks)
+                                 slots=config.max_concurrent_tasks,
+                                 chain_types=frozenset(t for t, ex in executors.items() if hasattr(ex, "run_chain")))
         self.registered = asyncio.Event()
         self.draining = False
         self.sessions = 0  # sessions established (registered) since start

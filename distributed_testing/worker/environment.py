@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import sys
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from .executors.base import ExecOutcome, Executor, TaskContext
@@ -113,6 +114,8 @@ class WithEnvironment:
         self.task_type = inner.task_type
         if hasattr(inner, "run_batch"):  # the agent batches only executors that can
             self.run_batch = self._run_batch
+        if hasattr(inner, "run_chain"):  # and chains (worker/core/state.py) only those that can
+            self.run_chain = self._run_chain
 
     def __getattr__(self, name: str) -> Any:
         """Everything else is the inner executor's (``handler_names`` of the custom executor, ...)."""
@@ -132,6 +135,11 @@ class WithEnvironment:
     async def _run_batch(self, ctxs: list[TaskContext]) -> list[ExecOutcome]:
         outcomes: list[ExecOutcome] = await self.inner.run_batch(ctxs)  # type: ignore[attr-defined]
         return [await self._stamp(o) for o in outcomes]
+
+    async def _run_chain(self, ctxs: list[TaskContext], control: Any) -> AsyncGenerator[tuple[int, ExecOutcome], None]:
+        async with contextlib.aclosing(self.inner.run_chain(ctxs, control)) as outcomes:  # type: ignore[attr-defined]
+            async for i, outcome in outcomes:
+                yield i, await self._stamp(outcome)
 
     async def _stamp(self, outcome: ExecOutcome) -> ExecOutcome:
         if "environment" not in outcome.output:

@@ -44,6 +44,7 @@ from .core.state import (
     WorkerState,
 )
 from .executors.base import ExecOutcome, Executor, TaskContext
+from .executors.pool import ChainControl
 from .result_store import ResultStore
 from .tasklogs import OutputStreams
 
@@ -88,6 +89,7 @@ class Runs:
         self.interface: str | None = config.interface
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by run id (state.Start)
         self._hold: asyncio.TimerHandle | None = None  # ends a result hold (RESULT_HOLD_S)
+        self.chains: dict[int, tuple[ChainControl, dict[str, int]]] = {}  # chain runs: control, index by task id
         # what running attempts write, streamed as ``output`` messages and kept for their results
         self.outputs = OutputStreams(send, registered.is_set,
                                      lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None)
@@ -148,6 +150,8 @@ class Runs:
         first = ins.assignments[0]
         if ins.batched:
             coro, name = self._execute_batch(list(ins.assignments)), f"batch-{first.task_id}"
+        elif ins.chained:
+            coro, name = self._execute_chain(ins.run, list(ins.assignments)), f"chain-{first.task_id}"
         else:
             coro, name = self._execute(first), f"task-{first.task_id}"
         task = asyncio.create_task(coro, name=name)
@@ -171,7 +175,12 @@ class Runs:
 
     def _do_kill(self, ins: Instruction) -> None:
         assert isinstance(ins, Kill)
-        if (task := self.tasks.get(ins.run)) is not None:
+        chain = self.chains.get(ins.run)
+        if ins.task_id is not None and chain is not None:
+            control, order = chain
+            if (index := order.get(ins.task_id)) is not None:
+                control.withdraw(index)
+        elif (task := self.tasks.get(ins.run)) is not None:
             task.cancel()
 
     def _do_keep(self, ins: Instruction) -> asyncio.Future[None]:
@@ -253,6 +262,46 @@ class Runs:
             outcomes = [ExecOutcome("error", output={"retryable": False}, error=_failed(exc)) for _ in batch]
         for a, outcome in zip(batch, outcomes, strict=True):
             await self._report(a, outcome)
+
+    async def _execute_chain(self, run: int, chain: list[m.TaskAssignment]) -> None:
+        """Tasks queued for one slot, handed to one pool child in one exchange (``state.Start.chained``);
+        each is announced once it has run ``STARTED_DELAY_S`` and reported as it ends. Those the chain
+        never began (it stopped at a timeout, a cancel or a crash) go back to the queue; a chain the
+        executor refuses runs task by task."""
+        ex = self.executors[chain[0].type]
+        control = ChainControl()
+        self.chains[run] = (control, {a.task_id: i for i, a in enumerate(chain)})
+        loop = asyncio.get_running_loop()
+        done = 0
+        announce = loop.call_later(STARTED_DELAY_S, self._announce_started, m.TaskRef(chain[0].task_id, chain[0].attempt))
+        try:
+            async with contextlib.aclosing(ex.run_chain([self._context(a) for a in chain], control)) as outcomes:  # type: ignore[attr-defined]
+                async for i, outcome in outcomes:
+                    announce.cancel()
+                    if i + 1 < len(chain):
+                        nxt = chain[i + 1]
+                        announce = loop.call_later(STARTED_DELAY_S, self._announce_started, m.TaskRef(nxt.task_id, nxt.attempt))
+                    done = i + 1
+                    r = self.state.running.get(chain[i].task_id)
+                    if outcome.status != "cancelled" and r is not None and r.cancel_reason:
+                        outcome = ExecOutcome("cancelled", error=r.cancel_reason, started_at=outcome.started_at)
+                    elif outcome.status == "cancelled" and r is not None and r.cancel_reason:
+                        outcome.error = r.cancel_reason
+                    await self._report(chain[i], outcome)
+        except ExecutionError:  # refused before anything ran: one by one
+            for a in chain[done:]:
+                if self.state.attempt(a.task_id, a.attempt) is not None:
+                    await self._report(a, await self._run_executor(a))
+            done = len(chain)
+        except asyncio.CancelledError:  # the whole run was stopped: what was cancelled says so
+            for a in chain[done:]:
+                if (r := self.state.attempt(a.task_id, a.attempt)) is not None and r.cancel_reason:
+                    await self._report(a, ExecOutcome("cancelled", error=r.cancel_reason))
+            raise
+        finally:
+            announce.cancel()
+            self.chains.pop(run, None)
+        self.apply(self.state.unstarted(run, [m.TaskRef(a.task_id, a.attempt) for a in chain[done:]]))
 
     def _batch_cancel_outcome(self, a: m.TaskAssignment, cancelled: list[str]) -> ExecOutcome:
         r = self.state.running.get(a.task_id)

@@ -44,6 +44,11 @@ from dataclasses import dataclass, field, replace
 from ...protocol import messages as m
 
 Key = tuple[str, int]  # (task id, attempt)
+# A chain (``Start.chained``) holds at most this many tasks, and about this many seconds of them by
+# the type's ``pace``: a task queued behind a chain member that runs long waits at most that member
+# out (it counts as started, so a ``take_back`` keeps it), and chains form only of tasks known short.
+CHAIN_MAX = 32
+CHAIN_BUDGET_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +58,24 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Run these assignments as run ``run``: one executor call (a batch when ``batched``)."""
+    """Run these assignments as run ``run``: one executor call (a batch when ``batched``; a chain
+    when ``chained``: queued tasks handed to one pool child in one exchange, run one after another
+    in this one slot, each with its own result and limits)."""
 
     run: int
     assignments: tuple[m.TaskAssignment, ...]
     batched: bool = False
+    chained: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    """Stop run ``run`` (its children with it)."""
+    """Stop run ``run`` (its children with it); with ``task_id``, a chain's one attempt only (not
+    begun: skipped; running: its child is killed, and what had not begun comes back as
+    ``unstarted``)."""
 
     run: int
+    task_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +151,7 @@ class WorkerState:
 
     batch_types: frozenset[str] = frozenset()
     slots: int = 1
+    chain_types: frozenset[str] = frozenset()  # task types whose executor runs a chain (``Start.chained``)
     running: dict[str, Attempt] = field(default_factory=dict)  # every attempt held here, by task id
     queued: dict[int, Start] = field(default_factory=dict)  # runs waiting for a slot, in order (not started)
     active: set[int] = field(default_factory=set)  # runs started and not ended
@@ -156,6 +168,10 @@ class WorkerState:
     holding: bool = False  # a hold is armed (ArmHold given, not yet expired or disarmed)
     flush_due: bool = False  # a FlushSoon was given and its ``flush`` has not come yet
     runs: int = 0  # runs started so far (run ids)
+    chains: set[int] = field(default_factory=set)  # active runs that are chains
+    # per task type: a duration estimate (seconds) that rises at once with a long task and decays
+    # slowly; a chain holds about CHAIN_BUDGET_S of such tasks (none until one has finished)
+    pace: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ queries
 
@@ -199,13 +215,63 @@ class WorkerState:
         self.queued[self.runs] = Start(self.runs, tuple(group), batched)
 
     def _admit(self) -> list[Instruction]:
-        """Start queued runs, oldest first, while a slot is free."""
+        """Start queued runs, oldest first, while a slot is free; a run of one chainable task takes
+        the chainable runs queued right behind it along (``_chain``)."""
         out: list[Instruction] = []
         while self.queued and len(self.active) < self.slots and not self.closed:
             run = next(iter(self.queued))
-            out.append(self.queued.pop(run))
+            start = self.queued.pop(run)
+            if self.chain_types and (longer := self._chain(start)) is not None:
+                start = longer
+                self.chains.add(run)
+            out.append(start)
             self.active.add(run)
         return out
+
+    def _chain(self, start: Start) -> Start | None:
+        """``start`` with the queued runs behind it that can share its pool child, in order: each
+        one task of a chainable type (no bundle, no gang) with the same type and memory limit. How
+        many: what ``pace`` says fits in CHAIN_BUDGET_S (at most CHAIN_MAX), and no more than
+        this slot's share of the queue (the other free slots get theirs). None: no chain."""
+        first = start.assignments[0]
+        if start.batched or len(start.assignments) != 1 or not _chainable(first, self.chain_types):
+            return None
+        estimate = self.pace.get(first.type)
+        if estimate is None:
+            return None
+        free = self.slots - len(self.active)
+        limit = min(CHAIN_MAX, int(CHAIN_BUDGET_S / max(estimate, 1e-6)), -(-(len(self.queued) + 1) // free))
+        group = [first]
+        for nxt in self.queued.values():
+            if len(group) >= limit:
+                break
+            a = nxt.assignments[0]
+            if (nxt.batched or len(nxt.assignments) != 1 or a.type != first.type
+                    or a.max_memory_mb != first.max_memory_mb or not _chainable(a, self.chain_types)):
+                break
+            group.append(a)
+        if len(group) == 1:
+            return None
+        for a in group[1:]:
+            del self.queued[self.running[a.task_id].run]
+            self.running[a.task_id].run = start.run
+        return Start(start.run, tuple(group), chained=True)
+
+    def unstarted(self, run: int, refs: list[m.TaskRef]) -> list[Instruction]:
+        """These attempts of chain ``run`` never began (the chain stopped before them: a timeout,
+        a cancel or a crash of the one before): they wait again at the front of the queue, in
+        order, each its own run (admitted when ``run`` ends)."""
+        front: dict[int, Start] = {}
+        for ref in refs:
+            r = self.attempt(ref.task_id, ref.attempt)
+            if r is None or r.run != run:
+                continue
+            self.runs += 1
+            r.run = self.runs
+            front[self.runs] = Start(self.runs, (r.assignment,))
+        if front:
+            self.queued = {**front, **self.queued}
+        return []
 
     def _drop(self, task_id: str) -> list[Instruction]:
         """Stop holding ``task_id``'s attempt: a queued one leaves its run (never started), a
@@ -219,6 +285,8 @@ class WorkerState:
             else:
                 del self.queued[r.run]
             return []
+        if r.run in self.chains:  # the chain runs on without it
+            return [Kill(r.run, task_id)]
         if any(o.run == r.run for o in self.running.values()):  # a batch runs on
             return []
         return [Kill(r.run)]
@@ -226,6 +294,7 @@ class WorkerState:
     def run_ended(self, run: int) -> list[Instruction]:
         """Run ``run`` is over (finished, killed or failed): its slot goes to the next queued run."""
         self.active.discard(run)
+        self.chains.discard(run)
         return self._admit()
 
     def take_back(self, msg: m.TakeBack) -> list[Instruction]:
@@ -273,7 +342,9 @@ class WorkerState:
         key = (result.task_id, result.attempt)
         if self.attempt(*key) is None:
             return []
-        del self.running[result.task_id]
+        done = self.running.pop(result.task_id)
+        if done.assignment.type in self.chain_types:
+            self._observe(done.assignment.type, result.finished_at - result.started_at)
         self.result_buf.append(result)
         out = self._flush_soon()
         if key in self.unconfirmed:
@@ -282,6 +353,13 @@ class WorkerState:
         ref = m.TaskRef(*key)
         out += [RecordFinished([ref]), Keep(result)]
         return out
+
+    def _observe(self, task_type: str, seconds: float) -> None:
+        """A task of ``task_type`` took ``seconds``: a longer one than the estimate replaces it at
+        once (chains shrink before the next admission), a shorter one moves it a fifth of the way."""
+        seconds = max(0.0, seconds)
+        old = self.pace.get(task_type)
+        self.pace[task_type] = seconds if old is None or seconds > old else old + (seconds - old) * 0.2
 
     def flush(self, now: float) -> list[Instruction]:
         """Send the ``started`` announcements and results gathered since the last flush; results
@@ -359,7 +437,7 @@ class WorkerState:
             return []
         r.cancel_reason = msg.reason
         if r.run not in self.queued:
-            return [Kill(r.run)]
+            return [Kill(r.run, msg.task.task_id) if r.run in self.chains else Kill(r.run)]
         start = self.queued[r.run]
         rest = tuple(a for a in start.assignments if a.task_id != msg.task.task_id)
         if rest:
@@ -418,3 +496,7 @@ class WorkerState:
             return []
         self.holding = False
         return [DisarmHold()]
+
+
+def _chainable(a: m.TaskAssignment, types: frozenset[str]) -> bool:
+    return a.type in types and a.bundle is None and a.gang is None

@@ -24,10 +24,11 @@ the task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from distributed_testing.worker.executors.handlers import (
     HandlerParameterError,
     HandlerRegistry,
 )
-from distributed_testing.worker.executors.pool import HandlerPool, PoolResult
+from distributed_testing.worker.executors.pool import ChainControl, HandlerPool, PoolResult
 from distributed_testing.worker.executors.pool_child import Request
 from distributed_testing.worker.executors.proc import describe_exit
 from distributed_testing.worker.sandbox import PACKAGE_PARENT, gpu_devices, gpu_environ, task_environ
@@ -163,6 +164,34 @@ class CustomExecutor:
         outcome.started_at = started
         outcome.finished_at = time.time()
         return outcome
+
+    async def run_chain(self, ctxs: Sequence[TaskContext], control: ChainControl) -> AsyncGenerator[tuple[int, ExecOutcome], None]:
+        """Several queued tasks of the shared pool on one child in one exchange (``HandlerPool.chain``),
+        yielding ``(index, outcome)`` as each ends, in order, with the outcomes of :meth:`run`
+        (a task skipped or killed through ``control`` ends ``cancelled``). Tasks after the last one
+        yielded never began. ExecutionError before anything ran when one of them cannot run here
+        (a shipped one, an unknown handler, a bad config): the caller runs them one by one.
+        Use it with ``contextlib.aclosing``."""
+        requests: list[Request] = []
+        for ctx in ctxs:
+            name, parameters = parse_custom_config(ctx.config)
+            if ctx.bundle_root is not None or name not in self.registry or not self._started:
+                raise ExecutionError(f"task {ctx.task_id} cannot run in a chain")
+            requests.append(Request(seq=0, name=name, parameters=parameters, task_id=ctx.task_id, attempt=ctx.attempt,
+                                    cache_dir=self._cache_dir, work_dir=None if ctx.work_dir is None else str(ctx.work_dir),
+                                    timeout_s=ctx.timeout_s))
+        started = time.time()
+        async with contextlib.aclosing(self.pool.chain(requests, control, timeouts=[c.timeout_s for c in ctxs],
+                                                       max_memory_mb=ctxs[0].max_memory_mb,
+                                                       outputs=[c.output for c in ctxs])) as replies:
+            async for i, result in replies:
+                if result.kind in ("skipped", "cancelled"):
+                    outcome = ExecOutcome("cancelled", error="cancelled while in a chain")
+                else:
+                    outcome = _outcome(requests[i].name, result, ctxs[i])
+                outcome.started_at, outcome.finished_at = started, time.time()
+                started = outcome.finished_at
+                yield i, outcome
 
     async def _run_shipped(self, ctx: TaskContext, name: str, parameters: dict[str, Any]) -> ExecOutcome:
         """A bundle's ``module:function`` handler in its own sandboxed child (module docstring)."""

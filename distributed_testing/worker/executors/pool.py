@@ -6,7 +6,9 @@ code runs and one ``killpg`` stops it and everything it spawned; nothing of the 
 (event loop, sockets, threads, a CUDA context) is inherited the way ``fork`` would; and the
 stdin/stdout pipes are plain asyncio streams, so waiting for a reply never blocks the loop.
 
-Each child serves one request at a time. A child whose task timed out, broke its memory limit,
+Each child serves one request at a time. A chain (:meth:`HandlerPool.chain`) hands one child several
+requests in one write and reads their replies as they come, one per request, each under its own
+timeout. A child whose task timed out, broke its memory limit,
 was cancelled or died is killed (whole process group) and replaced in the background; the pool
 keeps ``size`` children alive.
 """
@@ -18,7 +20,7 @@ import itertools
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,6 +39,7 @@ from distributed_testing.worker.executors.pool_child import (
     Hello,
     Reply,
     Request,
+    Skip,
     frame,
 )
 from distributed_testing.worker.executors.proc import (
@@ -63,7 +66,7 @@ _SETTLE_POLLS, _SETTLE_POLL_S = 40, 0.005
 class PoolResult:
     """How one request ended. ``reply`` is set only for ``kind == "reply"``."""
 
-    kind: Literal["reply", "timed_out", "memory", "died"]
+    kind: Literal["reply", "timed_out", "memory", "died", "skipped", "cancelled"]
     child_pid: int
     reply: Reply | None = None
     returncode: int | None = None
@@ -110,6 +113,18 @@ class _Child:
         if polls or len(getattr(self.proc.stderr, "_buffer", b"")):
             await asyncio.sleep(0)  # the stderr reader takes what the loop has read
 
+    async def next_reply(self) -> Reply | None:
+        """The next reply, or None if the child closed its stdout (it died)."""
+        assert self.proc.stdout is not None
+        try:
+            data = await _read_frame(self.proc.stdout)
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            return None
+        try:
+            return _REPLY_DECODER.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ExecutionError(f"pool child {self.pid} sent a malformed reply: {exc}") from exc
+
     async def reap(self) -> int:
         """Kill the child's process group, wait for it and its stderr pipe; return its exit code."""
         kill_process_group(self.pid)
@@ -126,6 +141,34 @@ def _stderr_fd(proc: asyncio.subprocess.Process) -> int:
         return int(proc._transport.get_pipe_transport(2).get_extra_info("pipe").fileno())  # type: ignore[attr-defined]
     except (AttributeError, ValueError, OSError):
         return -1
+
+
+class ChainControl:
+    """Stops one request of a running chain (:meth:`HandlerPool.chain`): a task cancelled in it."""
+
+    def __init__(self) -> None:
+        self.current = 0  # the request whose reply is awaited: running, or about to
+        self.killed = False
+        self._child: _Child | None = None
+        self._seqs: list[int] = []
+
+    def bind(self, child: _Child, seqs: list[int]) -> None:
+        self._child, self._seqs = child, seqs
+
+    def unbind(self) -> None:
+        self._child = None
+
+    def withdraw(self, index: int) -> None:
+        """Request ``index`` must not run (on): replied already, nothing to do; awaited now, its
+        child is killed (its result: ``cancelled``); not begun, the child skips it."""
+        child = self._child
+        if child is None or index < self.current:
+            return
+        if index == self.current:
+            self.killed = True
+            kill_process_group(child.pid)
+        elif child.proc.stdin is not None and not child.proc.stdin.is_closing():
+            child.proc.stdin.write(frame(_ENCODER.encode(Skip([self._seqs[index]]))))
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -345,6 +388,74 @@ class HandlerPool:
         if reply.seq != seq:
             raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
         return PoolResult("reply", child.pid, reply=reply)
+
+    async def chain(self, requests: Sequence[Request], control: ChainControl, *,
+                    timeouts: Sequence[float | None], max_memory_mb: int | None,
+                    outputs: Sequence[Callable[[bytes], None] | None] = ()) -> AsyncGenerator[tuple[int, PoolResult], None]:
+        """Run ``requests`` on one free child, handed over in one write; yield ``(index, result)``
+        for each as its reply comes, in order. Request ``i`` runs under ``timeouts[i]`` (counted
+        from the reply before it) and the memory limit. A request that does not end in a reply
+        (timeout, memory, death, or ``control`` killed it: ``cancelled``) is the last yielded: its
+        child is killed and replaced, and the requests after it never began (the caller runs them
+        again). ``control.withdraw(i)`` stops request ``i``: ``skipped`` if it has not begun.
+        What the child writes goes to ``outputs[i]`` from the reply before request ``i`` until the
+        worker has read what came before its reply (``_Child.settle``); the child is already running
+        the next one meanwhile, so what that one writes at once may land in the one before's output.
+        Use it with ``contextlib.aclosing``."""
+        if self._closed:
+            raise ExecutionError("custom handler pool is closed")
+        async with self._sem:
+            child = await self._checkout()
+            seqs = [next(self._seq) for _ in requests]
+            scratch = {} if child.work_dir is None else {"work_dir": child.work_dir, "clean_scratch": True}
+            payload = b"".join(frame(_ENCODER.encode(msgspec.structs.replace(r, seq=seq, **scratch)))
+                               for r, seq in zip(requests, seqs, strict=True))
+            watch = MemoryWatch(child.pid, max_memory_mb) if max_memory_mb else None
+            control.bind(child, seqs)
+            ended = False
+            try:
+                assert child.proc.stdin is not None
+                child.proc.stdin.write(payload)
+                await child.proc.stdin.drain()
+                for i, seq in enumerate(seqs):
+                    control.current = i
+                    output = outputs[i] if outputs else None
+                    child.stderr_tail.sink = output
+                    result = await self._chain_reply(child, seq, timeouts[i], watch, control)
+                    if output is not None and result.kind == "reply":
+                        await child.settle()
+                    ended = result.kind not in ("reply", "skipped")
+                    yield i, result
+                    if ended:
+                        break
+            except BaseException:
+                self._discard(child)
+                raise
+            finally:
+                control.unbind()
+                child.stderr_tail.sink = None
+            if ended:
+                self._discard(child)
+            else:
+                self._release(child)
+
+    async def _chain_reply(self, child: _Child, seq: int, timeout_s: float | None, watch: MemoryWatch | None,
+                           control: ChainControl) -> PoolResult:
+        mark = child.stderr_tail.total_bytes
+        limited = await run_limited(child.next_reply(), timeout_s=timeout_s, watch=watch)
+        if limited.verdict == "timed_out":
+            return PoolResult("timed_out", child.pid)
+        if limited.verdict == "memory":
+            assert watch is not None
+            return PoolResult("memory", child.pid, memory_error=watch.describe_exceeded())
+        reply = limited.value
+        if reply is None:
+            code = await child.reap()
+            kind: Literal["died", "cancelled"] = "cancelled" if control.killed else "died"
+            return PoolResult(kind, child.pid, returncode=code, stderr_tail=child.stderr_tail.text(since=mark))
+        if reply.seq != seq:
+            raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
+        return PoolResult("skipped" if reply.kind == "skipped" else "reply", child.pid, reply=reply)
 
     def _release(self, child: _Child) -> None:
         if self._closed or self._live > self.size:

@@ -2,7 +2,12 @@
 
 Wire format on the child's stdin/stdout: frames of a 4-byte little-endian length followed by a
 msgpack-encoded message. The child first writes a :class:`Hello`, then answers each
-:class:`Request` with exactly one :class:`Reply`, one at a time, until stdin reaches EOF.
+:class:`Request` with exactly one :class:`Reply`, in the order received, one request at a time,
+until stdin reaches EOF. The worker may send several requests in one write (a chain: tasks queued
+for one slot); the child runs them one after another and writes each reply as it is made. A
+:class:`Skip` naming a request not yet begun makes the child answer it ``skipped`` without running
+it (a task cancelled while it waited in the chain); the child reads what is in the pipe before it
+begins each request, so a skip written before that is obeyed.
 
 At start the child moves the protocol off fds 0 and 1 (stdin becomes /dev/null, stdout points at
 stderr), so a handler that prints or reads stdin cannot corrupt the framing. The parent starts the
@@ -17,12 +22,14 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import shutil
 import stat
 import struct
 import sys
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -41,7 +48,7 @@ logger = logging.getLogger(__name__)
 HEADER = struct.Struct("<I")
 MAX_FRAME = 64 * 1024 * 1024
 
-ReplyKind = Literal["ok", "raised", "bad_parameters", "load_error"]
+ReplyKind = Literal["ok", "raised", "bad_parameters", "load_error", "skipped"]
 
 
 class Hello(msgspec.Struct, array_like=True, frozen=True):
@@ -49,7 +56,7 @@ class Hello(msgspec.Struct, array_like=True, frozen=True):
     handlers: list[str]
 
 
-class Request(msgspec.Struct, array_like=True, frozen=True):
+class Request(msgspec.Struct, array_like=True, frozen=True, tag="r"):
     seq: int
     name: str
     parameters: dict[str, Any]
@@ -59,6 +66,12 @@ class Request(msgspec.Struct, array_like=True, frozen=True):
     work_dir: str | None = None
     timeout_s: float | None = None
     clean_scratch: bool = False  # after the reply, empty work_dir's parent (a confined child's scratch) and /dev/shm
+
+
+class Skip(msgspec.Struct, array_like=True, frozen=True, tag="s"):
+    """Do not run these requests (by ``seq``) if they have not begun: answer them ``skipped``."""
+
+    seqs: list[int]
 
 
 class Reply(msgspec.Struct, array_like=True, frozen=True):
@@ -77,19 +90,61 @@ def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def _read_frame(stream: BinaryIO) -> bytes | None:
-    header = stream.read(HEADER.size)
-    if not header:
-        return None
-    if len(header) < HEADER.size:
-        raise ExecutionError("pool child: truncated frame header from parent")
-    (size,) = HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ExecutionError(f"pool child: frame of {size} bytes exceeds {MAX_FRAME}")
-    payload = stream.read(size)
-    if len(payload) < size:
-        raise ExecutionError("pool child: truncated frame from parent")
-    return payload
+class FrameReader:
+    """The parent's frames from ``stream``: :meth:`next` blocks for one; :meth:`ready` takes
+    those already in the pipe without blocking (a chain's next requests and its skips)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._buf = bytearray()
+        self.eof = False
+        try:
+            self._fd: int | None = stream.fileno()
+        except (OSError, AttributeError, ValueError):  # not a pipe (a test's buffer): read what is there
+            self._fd = None
+
+    def _fill(self, block: bool) -> None:
+        if self._fd is None:
+            data = self._stream.read(1 << 16)
+        elif block or select.select([self._fd], [], [], 0)[0]:
+            data = os.read(self._fd, 1 << 16)
+        else:
+            return
+        if data:
+            self._buf += data
+        else:
+            self.eof = True
+
+    def _take(self) -> bytes | None:
+        if len(self._buf) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self._buf)
+        if size > MAX_FRAME:
+            raise ExecutionError(f"pool child: frame of {size} bytes exceeds {MAX_FRAME}")
+        if len(self._buf) < HEADER.size + size:
+            return None
+        payload = bytes(self._buf[HEADER.size:HEADER.size + size])
+        del self._buf[:HEADER.size + size]
+        return payload
+
+    def ready(self) -> list[bytes]:
+        """Every whole frame that has arrived, without blocking."""
+        if not self.eof:
+            self._fill(block=False)
+        frames = []
+        while (f := self._take()) is not None:
+            frames.append(f)
+        return frames
+
+    def next(self) -> bytes | None:
+        """The next frame, blocking; None at EOF."""
+        while (f := self._take()) is None:
+            if self.eof:
+                if self._buf:
+                    raise ExecutionError("pool child: truncated frame from parent")
+                return None
+            self._fill(block=True)
+        return f
 
 
 def run_request(registry: HandlerRegistry, req: Request, json_encoder: msgspec.json.Encoder) -> Reply:
@@ -129,12 +184,27 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
     """Answer requests from ``proto_in`` on ``proto_out`` until EOF."""
     encoder = msgspec.msgpack.Encoder()
     json_encoder = msgspec.json.Encoder()
-    decoder = msgspec.msgpack.Decoder(Request)
+    decoder = msgspec.msgpack.Decoder(Request | Skip)
     proto_out.write(frame(encoder.encode(Hello(os.getpid(), registry.names()))))
     proto_out.flush()
     watch: ScratchWatch | None = None
-    while (payload := _read_frame(proto_in)) is not None:
-        request = decoder.decode(payload)
+    reader = FrameReader(proto_in)
+    pending: deque[Request] = deque()
+    skipped: set[int] = set()
+    while True:
+        for payload in reader.ready():  # a chain's next requests, and skips, before the next begins
+            _receive(decoder.decode(payload), pending, skipped)
+        if not pending:
+            if (first := reader.next()) is None:
+                return
+            _receive(decoder.decode(first), pending, skipped)
+            continue
+        request = pending.popleft()
+        if request.seq in skipped:
+            skipped.discard(request.seq)
+            proto_out.write(frame(encoder.encode(Reply(request.seq, "skipped"))))
+            proto_out.flush()
+            continue
         reply = run_request(registry, request, json_encoder)
         end_request()  # this task's output before its reply, never in the next's
         proto_out.write(frame(encoder.encode(reply)))
@@ -143,6 +213,14 @@ def serve(proto_in: BinaryIO, proto_out: BinaryIO, registry: HandlerRegistry) ->
             if watch is None:  # confined: /dev/shm is the confinement's own (worker/confine.py)
                 watch = ScratchWatch(Path(request.work_dir).parent, shm=SHM)
             watch.clean()
+
+
+def _receive(msg: Request | Skip, pending: deque[Request], skipped: set[int]) -> None:
+    if isinstance(msg, Request):
+        pending.append(msg)
+    else:  # only requests still waiting here can be skipped; a skip of one already run is moot
+        waiting = {r.seq for r in pending}
+        skipped.update(s for s in msg.seqs if s in waiting)
 
 
 SCRATCH_DIRS = ("work", "tmp")  # what a confined child's scratch directory holds between tasks, empty

@@ -1,0 +1,85 @@
+"""Chains in the worker's pure bookkeeping (``worker/core/state.py``): queued tasks of a chainable
+type handed to one slot's pool child together, only once the type is known to be short, each still
+its own result; a cancel inside a chain stops that task alone, and what a chain never began is
+queued again in order."""
+
+from __future__ import annotations
+
+from distributed_testing.protocol import messages as m
+from distributed_testing.worker.core.state import CHAIN_MAX, Instruction, Kill, Start, WorkerState
+
+NOW = 1_000.0
+
+
+def a(task_id: str, **kw: object) -> m.TaskAssignment:
+    return m.TaskAssignment(task_id=task_id, attempt=1, type=str(kw.pop("type", "custom")), config={"name": "noop"},
+                            **kw)  # type: ignore[arg-type]
+
+
+def done(task_id: str, seconds: float = 0.0001) -> m.TaskResult:
+    return m.TaskResult(task_id=task_id, attempt=1, status="succeeded", started_at=NOW, finished_at=NOW + seconds)
+
+
+def starts(out: list[Instruction]) -> list[tuple[tuple[str, ...], bool]]:
+    return [(tuple(x.task_id for x in i.assignments), i.chained) for i in out if isinstance(i, Start)]
+
+
+def warmed(*ids: str) -> WorkerState:
+    """One slot; a first task ran short, so the type is known; ``ids`` queued behind ``w``, running
+    as run 2."""
+    s = WorkerState(chain_types=frozenset({"custom"}))
+    s.assign(m.AssignTasks([a("first")]))
+    s.finished(done("first"))
+    s.run_ended(1)
+    s.assign(m.AssignTasks([a("w")]))
+    s.assign(m.AssignTasks([a(i) for i in ids]))
+    return s
+
+
+def test_no_chain_before_a_task_of_the_type_has_finished() -> None:
+    s = WorkerState(chain_types=frozenset({"custom"}))
+    assert starts(s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))) == [(("x",), False)]
+    s.finished(done("x"))
+    assert starts(s.run_ended(1)) == [(("y", "z"), True)]  # the queue behind, in order, one slot
+    assert {tid: r.run for tid, r in s.running.items()} == {"y": 2, "z": 2}
+
+
+def test_a_chain_takes_only_compatible_tasks_in_queue_order() -> None:
+    s = warmed("b", "c", "d")
+    s.assign(m.AssignTasks([a("big", max_memory_mb=100), a("e")]))
+    s.finished(done("w"))
+    assert starts(s.run_ended(2)) == [(("b", "c", "d"), True)]  # stops at the task with another memory limit
+    for tid in "bcd":
+        s.finished(done(tid))
+    assert starts(s.run_ended(3)) == [(("big",), False)]
+    bundle = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    assert starts(bundle.assign(m.AssignTasks([a("x", bundle="sha256:" + "0" * 64), a("y")]))) == [(("x",), False)]
+
+
+def test_a_long_task_stops_chains_and_several_slots_share_the_queue() -> None:
+    s = warmed("b", "c")
+    s.finished(done("w", seconds=2.0))  # longer than the chain budget: no chain until it decays
+    assert starts(s.run_ended(2)) == [(("b",), False)]
+    many = WorkerState(slots=2, chain_types=frozenset({"custom"}), pace={"custom": 0.00001})
+    out = many.assign(m.AssignTasks([a(f"t{i}") for i in range(2 * CHAIN_MAX + 10)]))
+    assert [len(ids) for ids, _ in starts(out)] == [CHAIN_MAX, CHAIN_MAX]  # each slot a chain of its share
+
+
+def test_a_cancel_inside_a_chain_stops_that_task_only_and_take_back_keeps_the_chain() -> None:
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    out = s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
+    assert starts(out) == [(("x", "y", "z"), True)]
+    assert s.cancel(m.Cancel(m.TaskRef("y", 1), "by the user"), NOW) == [Kill(1, "y")]
+    taken = s.take_back(m.TakeBack([m.TaskRef("z", 1)]))
+    assert taken[0].msg == m.TakenBack(dropped=[], kept=[m.TaskRef("z", 1)])  # type: ignore[union-attr]
+
+
+def test_what_a_chain_never_began_waits_again_at_the_front_in_order() -> None:
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
+    s.assign(m.AssignTasks([a("later", max_memory_mb=5)]))
+    s.finished(m.TaskResult(task_id="x", attempt=1, status="timed_out", started_at=NOW, finished_at=NOW + 1))
+    s.unstarted(1, [m.TaskRef("y", 1), m.TaskRef("z", 1)])
+    assert [st.assignments[0].task_id for st in s.queued.values()] == ["y", "z", "later"]  # before what waited
+    s.pace["custom"] = 0.0001
+    assert starts(s.run_ended(1)) == [(("y", "z"), True)]
