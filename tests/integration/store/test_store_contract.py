@@ -24,6 +24,7 @@ from distributed_testing.coordinator.core.rows import (
     KeyRow,
     MetaRow,
     ResultRow,
+    RunRow,
     Snapshot,
     TaskRow,
     WorkerRow,
@@ -298,3 +299,39 @@ async def test_query_results_filters_and_pages_newest_first(backend: Backend) ->
     assert await ids(limit=2, offset=1) == [("c", 1), ("b", 1)]
     with pytest.raises(ValidationError):
         await backend.store.query_results(ResultQuery(offset=-1))
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+@pytest.mark.asyncio
+async def test_runs_and_their_tasks_read_back_before_and_after_a_reopen(backend: Backend) -> None:
+    """A run's record and its tasks' ``run_id`` (schema 5): looked up by id, listed newest first
+    (ties by run id, descending), by key and in pages, and its tasks found by ``TaskQuery.run_id``;
+    the same before a checkpoint, after one and after a reopen."""
+    runs = [RunRow("run-000000000001", "ci #1", 1.0, {"commit": "abc"}, "k1"),
+            RunRow("run-000000000002", "ci #2", 2.0, {}, "k2"), RunRow("run-000000000003", "nightly", 2.0)]
+    tasks = [task("a", seq=1, run_id="run-000000000001"), task("b", seq=2, run_id="run-000000000001"),
+             task("c", seq=3, run_id="run-000000000002"), task("d", seq=4)]
+
+    async def check() -> None:
+        s = backend.store
+        assert await s.get_runs(["run-000000000001", "run-000000000003", "nope"]) == {
+            "run-000000000001": runs[0], "run-000000000003": runs[2]}
+        listed = [r.run_id for r in await s.query_runs(10)]
+        assert listed == ["run-000000000003", "run-000000000002", "run-000000000001"]
+        assert [r.run_id for r in await s.query_runs(1, 1)] == ["run-000000000002"]
+        assert [r.run_id for r in await s.query_runs(10, 0, "k1")] == ["run-000000000001"]
+        page = await s.query_tasks(TaskQuery(run_id="run-000000000001"))
+        assert sorted(t.task_id for t in page.tasks) == ["a", "b"] and page.total == 2
+        assert {t.run_id for t in page.tasks} == {"run-000000000001"}
+        assert (await s.get_tasks(["d"]))["d"].run_id is None
+
+    await backend.store.append([*runs, *tasks])
+    await check()
+    await backend.settle()
+    await check()
+    await backend.reopen()
+    await check()
+    with pytest.raises(ValidationError):
+        await backend.store.query_runs(-1)

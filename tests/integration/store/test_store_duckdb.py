@@ -11,7 +11,7 @@ import duckdb
 import msgspec
 import pytest
 
-from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow, WorkerRow
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, RunRow, TaskRow, WorkerRow
 from distributed_testing.coordinator.store.base import SCHEMA_VERSION, ResultQuery
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.errors import StoreError
@@ -548,3 +548,31 @@ async def test_changes_find_their_rows_by_seq_and_without_it(tmp_path: Path) -> 
     # what an operator needs: which tasks, and the two ways out
     assert "changes 1 task(s) this DuckDB file does not hold (ghost)" in str(refused.value)
     assert "Restore both from the same backup, or move the journal directory aside" in str(refused.value)
+
+
+@pytest.mark.asyncio
+async def test_a_schema_4_file_gets_runs_and_its_tasks_belong_to_none(tmp_path: Path) -> None:
+    """Schema 5 added ``tasks.run_id`` and the ``runs`` table: a schema-4 file's tasks are kept,
+    in no run, and runs are written from then on."""
+    path = tmp_path / "c.duckdb"
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    await store.append([task("old", "succeeded", seq=1)])
+    await store.close()
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE tasks DROP COLUMN run_id")
+    con.execute("DROP TABLE runs")
+    con.execute("UPDATE schema_version SET version = 4")
+    con.close()
+    store = DuckDBStore(path, **SLOW)
+    await store.open()
+    assert (await store.get_tasks(["old"]))["old"].run_id is None
+    await store.append([RunRow("run-00000000000a", "ci", 1.0), task("new", seq=2, run_id="run-00000000000a")])
+    await store.close()
+    again = DuckDBStore(path, **SLOW)
+    await again.open()
+    try:
+        assert [r.run_id for r in await again.query_runs(5)] == ["run-00000000000a"]
+        assert (await again.get_tasks(["new"]))["new"].run_id == "run-00000000000a"
+    finally:
+        await again.close()

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, TaskRow
+from distributed_testing.coordinator.core.rows import KeyRow, MetaRow, ResultRow, RunRow, TaskRow
 from distributed_testing.coordinator.store import postgres
 from distributed_testing.coordinator.store.base import SCHEMA_VERSION, ResultQuery
 from distributed_testing.coordinator.store.postgres import PostgresStore
@@ -377,3 +377,23 @@ async def test_close_writes_what_was_appended(pg_url: str, admin: asyncpg.Connec
     await store.close()
     assert all(f.done() and f.exception() is None for f in futs)
     assert await stored_task_ids(admin) == ["t0", "t1", "t2"]
+
+
+@pytest.mark.asyncio
+async def test_a_schema_4_database_gets_runs_and_its_tasks_belong_to_none(
+        store: PostgresStore, admin: asyncpg.Connection, pg_url: str) -> None:
+    await store.append([task("old", "succeeded")])
+    await store.close()
+    await admin.execute("ALTER TABLE tasks DROP COLUMN run_id")
+    await admin.execute("DROP TABLE runs")
+    await admin.execute("UPDATE schema_version SET version = 4")
+    again = PostgresStore(pg_url)
+    await again.open()
+    try:
+        assert (await again.get_tasks(["old"]))["old"].run_id is None
+        await again.append([RunRow("run-00000000000a", "ci", 1.0, {"b": "main"}, "k1")])
+        assert await again.get_runs(["run-00000000000a"]) == {
+            "run-00000000000a": RunRow("run-00000000000a", "ci", 1.0, {"b": "main"}, "k1")}
+        assert await admin.fetchval("SELECT to_regclass('tasks_run') IS NOT NULL")
+    finally:
+        await again.close()

@@ -12,7 +12,8 @@ from distributed_testing.tasks.spec import parse_tasks, spec_to_dict
 
 
 def test_task_row_and_change_of_match_their_fields_by_name() -> None:
-    (spec,) = parse_tasks([{"task_id": "t1", "type": "custom", "config": {"name": "noop"}, "priority": 7}])
+    (spec,) = parse_tasks([{"task_id": "t1", "type": "custom", "config": {"name": "noop"}, "priority": 7,
+                            "run_id": "run-0123456789ab"}])
     t = Task(spec=spec, spec_dict=spec_to_dict(spec), task_id="t1", type="custom", digest="sha256:d", seq=42,
              submitted_at=1.5, state="running", attempt=3, worker_id="w9", updated_at=2.5, retries_used=2,
              not_before=9.5, history=[{"to": "pending"}, {"to": "running"}], outcome={"status": "x"},
@@ -21,9 +22,9 @@ def test_task_row_and_change_of_match_their_fields_by_name() -> None:
     fields = {f: getattr(t, f) for f in ("task_id", "type", "state", "attempt", "submitted_at", "updated_at", "digest",
                                          "worker_id", "retries_used", "not_before", "history", "outcome", "seq",
                                          "submitted_by")}
-    assert row == TaskRow(**fields, priority=7, spec=t.spec_dict)
+    assert row == TaskRow(**fields, priority=7, spec=t.spec_dict, run_id="run-0123456789ab")
     assert row.history is not t.history  # a snapshot: later transitions do not change a saved row
-    assert set(msgspec.structs.asdict(row)) == set(fields) | {"priority", "spec", "reason"}
+    assert set(msgspec.structs.asdict(row)) == set(fields) | {"priority", "spec", "reason", "run_id"}
 
     change = change_of(msgspec.structs.replace(row, reason="why"), 1)
     assert change == TaskChange(task_id="t1", state="running", attempt=3, updated_at=2.5, base=1,
