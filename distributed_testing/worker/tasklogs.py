@@ -48,10 +48,11 @@ class OutputStreams:
 
     def sink(self, ref: m.TaskRef) -> Callable[[bytes], None]:
         """Where an executor writes ``ref``'s output (called on the event loop)."""
-        stream = self._streams.setdefault(ref, _Stream())
-
         def write(data: bytes) -> None:
             if data:
+                stream = self._streams.get(ref)
+                if stream is None:  # made at the first byte: a task that prints nothing costs nothing here
+                    stream = self._streams[ref] = _Stream()
                 stream.log.append(data)
                 self._arm()
         return write
