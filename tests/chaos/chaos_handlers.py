@@ -37,3 +37,13 @@ def record(parameters: dict[str, Any], ctx: Any) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"worker": worker, "wall_s": round(finished - started, 3), "cpu_s": round(cpu, 3)}
+
+
+def print_wait(parameters: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Print one line, wait until the file ``go`` exists, print another: a task whose output is
+    read while it runs (test_chaos_logs_failover.py)."""
+    print("first line", flush=True)
+    while not os.path.exists(parameters["go"]):
+        time.sleep(0.05)
+    print("second line", flush=True)
+    return {}

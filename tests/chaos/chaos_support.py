@@ -46,8 +46,8 @@ TTL_S = DEFAULTS.worker_ttl_s
 def plugin_env(tmp: Path) -> dict[str, str]:
     """Environment for the worker processes (inherited by their pool children and device probe):
 
-    - ``chaos_handlers.record`` is the custom handler ``chaos_record``, through a ``.dist-info``
-      that declares the entry point;
+    - ``chaos_handlers.record`` is the custom handler ``chaos_record`` (and ``print_wait``
+      ``chaos_print_wait``), through a ``.dist-info`` that declares the entry points;
     - ``torch`` and ``openvino`` fail to import, so the accelerator probe reports them unavailable
       in 0.2 s instead of importing them for 2-3 s of CPU at every one of the suite's ~20 worker
       starts (``flags_support.fast_hardware`` does the same in-process). The tasks here need neither;
@@ -60,7 +60,8 @@ def plugin_env(tmp: Path) -> dict[str, str]:
     dist = site / "dt_chaos_handlers-0.1.dist-info"
     dist.mkdir(parents=True, exist_ok=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dt-chaos-handlers\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[distributed_testing.custom_handlers]\nchaos_record = chaos_handlers:record\n")
+    (dist / "entry_points.txt").write_text("[distributed_testing.custom_handlers]\nchaos_record = chaos_handlers:record\n"
+                                            "chaos_print_wait = chaos_handlers:print_wait\n")
     for hidden in ("torch", "openvino"):
         (site / hidden).mkdir(exist_ok=True)
         (site / hidden / "__init__.py").write_text(f"raise ImportError('{hidden} is hidden from the chaos suite workers')\n")
