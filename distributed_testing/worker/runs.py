@@ -316,10 +316,16 @@ class Runs:
 
         The outcome is checked here, where the task's output enters the worker (``core.output.bound``):
         one a frame cannot carry, or too large for one, is reported as the task's error instead."""
+        plain = outcome.output
         if (kept := self.outputs.finish(m.TaskRef(a.task_id, a.attempt))) is not None:
-            outcome.output = {**outcome.output, LOG_KEY: kept}  # what it wrote, bounded (tasks/log.py)
-        args = (outcome.status, outcome.output, outcome.error)
-        status, output, error = (await asyncio.to_thread(bound, *args) if large(outcome.output) else bound(*args))
+            outcome.output = {**plain, LOG_KEY: kept}  # what it wrote, bounded (tasks/log.py)
+        status, output, error = await _bounded(outcome.status, outcome.output, outcome.error)
+        if output is not outcome.output and kept is not None:  # too large with its kept output: without it
+            status, output, error = await _bounded(outcome.status, plain, outcome.error)
+            outcome.output = plain
+            if output is plain:
+                log.warning("task %s (attempt %d): its kept output (%d bytes) was left out of its result, which "
+                            "would be too large with it", a.task_id, a.attempt, kept["bytes"])
         if output is not outcome.output:
             log.warning("task %s (attempt %d): %s", a.task_id, a.attempt, (error or "")[:500])
         result = m.TaskResult(task_id=a.task_id, attempt=a.attempt, status=status,
@@ -405,6 +411,12 @@ class Runs:
                 output={"retryable": True}, error="interrupted by a worker crash", worker_id=self.config.worker_id))
         log.warning("recovery: %d unacknowledged result(s) to re-send; %d task(s) interrupted by a worker crash%s",
                     len(unacked), len(interrupted), f" (reported as errors): {names}" if interrupted else "")
+
+
+async def _bounded(status: m.ResultStatus, output: dict[str, Any], error: str | None
+                   ) -> tuple[m.ResultStatus, dict[str, Any], str | None]:
+    """``core.output.bound``, in a thread when the output is large."""
+    return await asyncio.to_thread(bound, status, output, error) if large(output) else bound(status, output, error)
 
 
 def _failed(exc: BaseException) -> str:

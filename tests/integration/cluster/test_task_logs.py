@@ -20,6 +20,7 @@ import distributed_testing.testing as testing
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks.log import HEAD_BYTES, TAIL_BYTES
 from distributed_testing.testing import next_message, raw_worker, run_cluster
+from distributed_testing.worker.core.output import MAX_OUTPUT_BYTES
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -37,7 +38,7 @@ def print_wait(parameters, ctx):
 def spew(parameters, ctx):
     for i in range(parameters["lines"]):
         print(f"line {i:07d} " + "x" * 90)
-    return {}
+    return {"blob": "y" * parameters.get("blob", 0)}
 '''
 
 
@@ -115,6 +116,16 @@ async def test_a_long_output_is_kept_as_its_head_and_tail(tmp_path, handlers):
         assert len(page["text"]) < HEAD_BYTES + TAIL_BYTES + 100
         status, tail = await c.request("GET", f"/api/v1/tasks/{tid}/logs", params={"offset": str(written - 104)})
         assert tail["text"] == f"line {19_999:07d} {'x' * 90}\n"
+
+
+async def test_a_result_too_large_with_its_kept_output_is_stored_without_it(tmp_path, handlers):
+    blob = MAX_OUTPUT_BYTES - 100_000  # fits alone; not with the 256 KiB kept of what it printed
+    async with run_cluster(tmp_path, workers=1) as c:
+        [tid] = await c.submit({"type": "custom", "config": {"name": "spew",
+                                                             "parameters": {"lines": 5_000, "blob": blob}}})
+        task = await c.wait(tid, timeout=60)
+        assert task["state"] == "succeeded", task["outcome"]
+        assert len(task["result"]["output"]["blob"]) == blob and "log" not in task["result"]["output"]
 
 
 async def test_output_for_a_task_another_worker_holds_or_an_old_attempt_is_refused(tmp_path):
