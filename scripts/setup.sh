@@ -8,9 +8,19 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-python -m pip install -q --disable-pip-version-check -e ".[dev,bench]"
+# pip runs when this script or pyproject.toml changed since it last completed here (their digest is
+# kept in .venv), or the package is not installed: otherwise re-resolving everything cost the demo
+# and each test run about ten seconds for nothing.
+STAMP=.venv/.dt-setup-digest
+DIGEST=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$DIGEST" ] || ! python -c 'import importlib.metadata as m
+for name in ("distributed_testing", "torch"): m.version(name)' 2>/dev/null; then
+  rm -f "$STAMP"
+  python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+  python -m pip install -q --disable-pip-version-check -e ".[dev,bench]"
+  echo "$DIGEST" > "$STAMP"
+fi
 # The dashboard's browser tests drive Debian's chromium through Playwright (whose own browser
 # download is not used). Installed when missing and possible (root with apt-get); otherwise
 # those tests skip, saying why.

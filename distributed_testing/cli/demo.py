@@ -1,9 +1,12 @@
-"""A real demo: coordinator + two worker processes + the worker guide's sample tasks.
+"""A real demo: coordinator + two worker processes + sample tasks of each kind, in about a minute.
 
 ``python -m distributed_testing.cli.demo`` (or ``bash scripts/demo.sh``) starts a coordinator on the
 embedded DuckDB store in ``./demo-state``, creates worker keys through the API, starts two
-workers through ``run_worker_example.py``, submits the sample test and custom tasks, prints the
-results, then restarts the coordinator and shows that every task and result is still there.
+workers through ``run_worker_example.py``, submits a pytest run, two small benchmarks and three
+custom tasks, prints each state change and each benchmark configuration as it finishes
+(``benchmark-cnn-001: cnn b4 fp32: 0.85 ms (2 of 3)``), then the results; then it restarts the
+coordinator and shows that every task and result is still there. The long benchmark (bert-base at
+five batch sizes) is an example task file: ``examples/benchmark-bert-base.json``.
 """
 
 from __future__ import annotations
@@ -69,11 +72,15 @@ def test_deterministic(encoder, batch_size):
         assert torch.equal(encoder(x), encoder(x))
 '''
 
+# Quick real work (the demo ends in about a minute on two cores): a pytest run, two small benchmarks
+# that report each batch size as it finishes, three custom handlers. The long benchmark (bert-base
+# at five batch sizes) is examples/benchmark-bert-base.json.
+QUICK_BENCH = {"tiny": True, "device": "cpu", "warmup": 2, "iterations": 20, "min_duration_s": 0.5}
 TASKS: list[dict[str, Any]] = [
-    {"task_id": "benchmark-bert-001", "type": "benchmark",
-     "config": {"model": "bert-base-uncased", "batch_sizes": [1, 2, 4, 8, 16], "precision": "fp32", "iterations": 10}},
+    {"task_id": "benchmark-cnn-001", "type": "benchmark",
+     "config": {"model": "cnn", "batch_sizes": [1, 4, 8], "precision": "fp32", **QUICK_BENCH}},
     {"task_id": "benchmark-mlp-int8", "type": "benchmark",
-     "config": {"model": "mlp", "batch_sizes": [1, 32], "precision": "int8", "iterations": 20}},
+     "config": {"model": "mlp", "batch_sizes": [1, 32], "precision": "int8", **QUICK_BENCH}},
     {"task_id": "test-bert-001", "type": "test",
      "config": {"test_file": "test_bert.py", "test_args": ["--batch-size", "4"]}},
     {"task_id": "custom-001", "type": "custom",
@@ -81,6 +88,7 @@ TASKS: list[dict[str, Any]] = [
     {"task_id": "custom-sleep-001", "type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 0.5}}},
     {"task_id": "custom-noop-001", "type": "custom", "config": {"name": "noop"}, "priority": 5},
 ]
+LONG_EXAMPLE = "examples/benchmark-bert-base.json"
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
@@ -125,11 +133,16 @@ class Demo:
                 p.wait()
 
     def stop_all(self) -> None:
+        """SIGTERM to every process at once (each drains on its own), then wait for each."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
         for p in reversed(self.procs):
             self.stop(p)
 
 
 def run(state: Path) -> int:
+    began = time.monotonic()
     shutil.rmtree(state, ignore_errors=True)
     (state / "tests").mkdir(parents=True)
     (state / "tests" / "conftest.py").write_text(CONFTEST)
@@ -172,7 +185,10 @@ def run(state: Path) -> int:
         print(f"after restart: {len(again)} tasks, states {sorted({t['state'] for t in again})}, "
               f"{len(api.get('/api/v1/results')['results'])} results")
         ok = all(t["state"] == "succeeded" for t in final)
-        print("\ndemo " + ("succeeded" if ok else "finished with failures") + f"; logs in {state}/")
+        print(f"\nthe long benchmark (bert-base-uncased at five batch sizes, minutes on a CPU) is an example: "
+              f"dt submit {LONG_EXAMPLE} --wait (README, 'Running it yourself')")
+        print("\ndemo " + ("succeeded" if ok else "finished with failures") +
+              f" in {time.monotonic() - began:.0f} s; logs in {state}/")
         return 0 if ok else 1
     finally:
         demo.stop_all()
