@@ -4,7 +4,7 @@
 Executors hand each chunk their children write to the attempt's sink (``TaskContext.output``),
 on the event loop; the sink appends it to the attempt's bounded :class:`~..tasks.log.TaskLog` and
 arms one timer. Every ``FLUSH_S`` the timer sends one message with what is new of each attempt
-(at most ``CHUNK_BYTES`` each, ``MESSAGE_BYTES`` in all), so a task that prints a line at a time
+(at most ``CHUNK_BYTES`` each, ``MESSAGE_BYTES`` in all, taking turns), so a task that prints a line at a time
 costs a buffer append per line, never a frame, and nothing a task writes waits on the network:
 what is not sent in time stays in the bounded log and the middle of it is left out. Output is sent
 only while a session is registered; after a reconnect each attempt's kept output is sent again
@@ -23,7 +23,7 @@ from ..tasks.log import TaskLog
 
 FLUSH_S = 0.25
 CHUNK_BYTES = 64 * 1024
-MESSAGE_BYTES = 1024 * 1024
+MESSAGE_BYTES = 256 * 1024  # at most 1 MiB/s of output per worker on its session
 
 
 class _Stream:
@@ -93,6 +93,7 @@ class OutputStreams:
             s.sent = offset + len(data)
             budget -= len(data)
             chunks.append(m.OutputChunk(ref, offset, data))
+            self._streams[ref] = self._streams.pop(ref)  # to the back: the budget goes round the attempts
             if s.sent < s.log.total:
                 self._arm()
         if chunks:
