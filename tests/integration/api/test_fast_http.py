@@ -266,7 +266,7 @@ async def test_a_handler_that_raises_gets_aiohttps_plain_500_and_the_connection_
     async def broken(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(fast_http.api, "submit", broken)
+    monkeypatch.setattr(fast_http.submission, "submit", broken)
     async with run_cluster(tmp_path) as cluster:
         host, port = cluster.base_url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
