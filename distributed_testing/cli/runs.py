@@ -66,6 +66,17 @@ def run_name(given: str | None, env: Mapping[str, str], fallback: str) -> str:
     return (given or ci_name(env) or fallback)[:MAX_NAME]
 
 
+def short_id(run_id: str) -> str:
+    """What a run's task ids end with after ``@`` (``run-0123456789ab`` -> ``0123456789ab``)."""
+    return run_id.removeprefix("run-")
+
+
+def derived_id(task_id: str, run_id: str, max_len: int = 128) -> str:
+    """``task_id@<short id>``, cut to fit ``max_len`` (the coordinator's re-runs name tasks so too)."""
+    suffix = "@" + short_id(run_id)
+    return task_id[: max_len - len(suffix)] + suffix
+
+
 def create_run(api: ApiClient, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
     run: dict[str, Any] = api.post("/api/v1/runs", {"name": name, "labels": dict(labels)})
     return run

@@ -130,7 +130,16 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     # ids make a re-send after a lost answer harmless (the same tasks), with one URL too: it may be
     # a load balancer's in front of a group
     doc = with_run(with_task_ids(doc), run["run_id"])
-    answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
+    try:
+        answer = api.post("/api/v1/tasks", doc, repeatable=all_have_ids(doc))
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        # an id of the file holds another body (the code or the file changed since): this run's
+        # tasks take ids of their own, as dt rerun's, instead of making the user rename them
+        doc = with_run_ids(doc, run["run_id"])
+        print(f"dt: {exc}; this run's tasks are named ID@{runs.short_id(run['run_id'])}", file=sys.stderr)
+        answer = api.post("/api/v1/tasks", doc, repeatable=True)
     for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
         print(f"dt: warning: {warning}", file=sys.stderr)
     accepted = answer["tasks"]
@@ -245,6 +254,15 @@ def with_run(doc: Any, run_id: str) -> Any:
     """``doc`` with ``run_id`` on every task object that names no run of its own."""
     def one(t: Any) -> Any:
         return {**t, "run_id": run_id} if isinstance(t, dict) and "run_id" not in t else t
+    return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
+
+
+def with_run_ids(doc: Any, run_id: str) -> Any:
+    """``doc`` with every task object's ``task_id`` suffixed ``@<the run's short id>``."""
+    def one(t: Any) -> Any:
+        if isinstance(t, dict) and isinstance(t.get("task_id"), str):
+            return {**t, "task_id": runs.derived_id(t["task_id"], run_id)}
+        return t
     return [one(t) for t in doc] if isinstance(doc, list) else one(doc)
 
 

@@ -1,8 +1,9 @@
 """The README's bundle block, run as written: the bash block after ``<!-- bundle-walkthrough -->``
 in README.md runs in a temporary directory with the virtual environment's ``dt``,
 ``dt-coordinator`` and ``dt-worker`` on PATH (only the port changes). The worker is a real
-``--accept-bundles`` worker, so the shipped test runs inside bubblewrap; the second submit of the
-unchanged project uploads nothing, and the file .gitignore names is not shipped."""
+``--accept-bundles`` worker, so the shipped test runs inside bubblewrap; the second submit, after a
+one-file change, uploads that file alone and runs under a new run with a derived task id, and the
+file .gitignore names is not shipped."""
 
 from __future__ import annotations
 
@@ -37,8 +38,12 @@ def test_readme_bundle_block_runs_as_written(tmp_path: Path) -> None:
     assert len(uploads) == 2, done.stderr
     (first, files, sent, _), (again, _, sent_again, bytes_again) = uploads
     assert files == "3" and sent == "3"  # test_mine.py, data.txt, .gitignore: not local.env
-    assert (again, sent_again, bytes_again) == (first, "0", "0")
-    assert done.stdout.split()[:2] == ["mine", "mine-again"]
+    assert again != first and sent_again == "1"  # the changed test file alone
+    runs = re.findall(r"^run run-([0-9a-f]{12}) \(mytasks\.json\): ", done.stderr, re.M)
+    assert len(runs) == 2, done.stderr
+    derived = f"mine@{runs[1]}"  # the id holds the first run's body: the second run names its own
+    assert done.stdout.split()[:2] == ["mine", derived]
     rows = {line.split()[0]: line.split()[1] for line in done.stderr.splitlines()
-            if line.split()[:1] in (["mine"], ["mine-again"])}
-    assert rows == {"mine": "succeeded", "mine-again": "succeeded"}, done.stderr
+            if line.split()[:1] in (["mine"], [derived])}
+    assert rows == {"mine": "succeeded", derived: "succeeded"}, done.stderr
+    assert all(f"run-{r}" in done.stdout for r in runs)  # dt runs lists both

@@ -54,11 +54,17 @@ def test_submit_makes_a_run_that_runs_and_run_show_failures_first(run_dt: DT, tm
     code, out, err = run_dt("run", rid)  # not a terminal: the API's JSON
     assert [t["task_id"] for t in json.loads(out)["tasks"]] == ["slow-1", "ok-1"]
 
-    # the same file again: the same ids and bodies stay in their first run; a changed body is refused
+    # the same file again: the same ids and bodies stay in their first run
     code, out, err = run_dt("submit", task_file(tmp_path, doc), "--run-name", "again")
     assert code == 0 and "stay in the run they joined first" in err and "(again)" in err, err
-    code, out, err = run_dt("submit", task_file(tmp_path, [noop("ok-1", priority=3)]))
-    assert code == 2 and "409" in err and "different body" in err, err
+    # a changed body under a used id: the API still answers 409, and dt names this run's tasks ID@RUN
+    status, body = run_dt.tc.call(run_dt.tc.c.request("POST", "/api/v1/tasks", json=noop("ok-1", priority=3)))
+    assert status == 409 and "different body" in body["message"], body
+    code, out, err = run_dt("submit", task_file(tmp_path, [noop("ok-1", priority=3)]), "--wait", "--progress", "off")
+    changed = run_of(err)
+    assert code == 0 and out.split() == [f"ok-1@{changed.removeprefix('run-')}"], (out, err)
+    assert "already exists with a different body; this run's tasks are named ID@" in err
+    assert run_dt.task(out.strip())["run_id"] == changed
 
 
 def test_rerun_failed_runs_only_the_failed_task_under_a_new_run(run_dt: DT, tmp_path: Path) -> None:
