@@ -324,6 +324,7 @@ class WorkerAgent:
                     raise t.exception()  # type: ignore[misc]
         finally:
             self.registered.clear()
+            self.runs.outputs.session_ended()  # the next coordinator holds none of the tasks' output
             self._session_over.set()
             self.runs.apply(self.state.session_ended())
             await _cancel_all((beats, renew, learn, stopper, *ending), quiet=ending)  # those re-raised above

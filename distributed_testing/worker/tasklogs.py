@@ -99,6 +99,10 @@ class OutputStreams:
         if chunks:
             self._send(m.TaskOutput(chunks))
 
+    def session_ended(self) -> None:
+        """The session is over: the next one starts each attempt's output again from offset 0."""
+        self._was_ready = False
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

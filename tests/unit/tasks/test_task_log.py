@@ -75,13 +75,15 @@ def test_worker_stream_sends_head_then_newest_tail_and_resends_after_reconnect()
         streams.flush()  # no session: nothing goes out
         ready[0] = True
         streams.flush()  # a new session: from offset 0 again
+        streams.session_ended()  # a session that ended between two flushes
+        streams.flush()  # the next one gets it all again too
         assert streams.finish(ref) is not None and streams.finish(ref) is None
         streams.close()
 
     asyncio.run(go())
     offsets = [c.offset for msg in sent for c in msg.chunks]  # type: ignore[attr-defined]
     sizes = [len(c.data) for msg in sent for c in msg.chunks]  # type: ignore[attr-defined]
-    assert offsets == [0, wt.CHUNK_BYTES, 0] and max(sizes) <= wt.CHUNK_BYTES
+    assert offsets == [0, wt.CHUNK_BYTES, 0, 0] and max(sizes) <= wt.CHUNK_BYTES
 
 
 def test_coordinator_keeps_only_the_current_attempt_of_its_own_worker() -> None:
