@@ -3,7 +3,7 @@
 Shared keys and revocations, standby answers (503 naming the leader to a worker), ``/api/v1/cluster``
 and its roles, a SIGKILLed leader replaced with every task finishing once, a SIGSTOPped leader
 that, resumed after its replacement, wrote and assigned nothing and rejoined as a standby, and
-``dt submit --wait`` across a leader's death. Failover times are printed (``-s`` shows them)."""
+``dt submit --wait`` across a leader's death (its run read from the new leader). Failover times are printed (``-s`` shows them)."""
 
 from __future__ import annotations
 
@@ -245,3 +245,8 @@ def test_dt_submit_wait_survives_the_leader_being_killed(group: HaGroup, tmp_pat
     assert (tasks[ids[0]]["state"], tasks[ids[1]]["state"]) == ("succeeded", "timed_out")
     summary = err.decode()
     assert "succeeded" in summary and "timed_out" in summary
+    # the run dt made on the old leader is the new leader's too (its record is in PostgreSQL)
+    (line,) = [ln for ln in summary.splitlines() if ln.startswith("run run-")]
+    run = Rest(b.url, admin.key).ok("GET", f"/api/v1/runs/{line.split()[1]}")
+    assert run["state"] == "failed" and run["counts"] == {"succeeded": 1, "timed_out": 1}, run
+    assert [t["task_id"] for t in run["tasks"]] == [ids[1], ids[0]]  # the failure first
