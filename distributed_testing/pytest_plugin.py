@@ -51,6 +51,9 @@ Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt
 
 from __future__ import annotations
 
+import concurrent.futures
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -67,13 +70,16 @@ from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError, ValidationError
 from .plugin.invocation import Invocation, invocation
-from .plugin.replay import Downed, print_downed, report_task
+from .plugin.replay import Downed, merge_downed, print_downed, report_task
 from .security import tls
 from .tasks import pyreqs
 from .tasks.pytest_marker import DT_MARKER
 
 POLL_S = 0.5
+WATCH_S = 1.0  # how long one of a task's watchers' requests waits for it to finish
+MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own
 CHUNKS_PER_SLOT = 4
+SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
 MIN_CHUNK_TESTS = 500
 HISTORY_KEY = "distributed_testing/durations"
 UNKNOWN_DURATION_S = 0.05
@@ -116,6 +122,7 @@ class Chunk:
     items: list[pytest.Item] = field(default_factory=list)
     remote_ids: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
+    cost: float = 0.0  # its tests' estimated seconds
 
 
 def requirements_of(item: pytest.Item) -> dict[str, Any]:
@@ -148,9 +155,12 @@ def remote_id(item: pytest.Item, root: Path) -> str:
 
 
 def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: dict[str, float],
-                partial: set[str]) -> list[Chunk]:
+                partial: set[str], *, sessions: bool = False) -> list[Chunk]:
     """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
-    ``root``) some of whose tests were deselected here, so they are always sent as node ids."""
+    ``root``) some of whose tests were deselected here, so they are always sent as node ids.
+    ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
+    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, the
+    slowest first where the history knows their tests."""
     groups: dict[str, list[tuple[pytest.Item, str, dict[str, Any]]]] = {}
     for item in items:
         req = requirements_of(item)
@@ -161,6 +171,8 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     with_history = len(known) >= 0.9 * len(flat)
     # without history, smaller chunks let fast slots take more, but each costs a pytest start-up
     total_chunks = slots if with_history else min(slots * CHUNKS_PER_SLOT, max(slots, len(flat) // MIN_CHUNK_TESTS))
+    if sessions:
+        total_chunks = max(1, min(len(flat), slots * SESSION_CHUNKS_PER_SLOT))
     cost = {r: max(history.get(r, default), 1e-3) for r in flat}
     grand = sum(cost.values())
     per_module: dict[str, int] = {}
@@ -172,8 +184,11 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
         n = min(len(g), max(1, round(total_chunks * share / grand)))
         for part in _split(g, [cost[rid] for _, rid, _ in g], n):
             c = Chunk(part[0][2], [it for it, _, _ in part], [rid for _, rid, _ in part])
-            c.args = _compress(c.remote_ids, per_module, partial)
+            c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
+            c.cost = sum(cost[rid] for rid in c.remote_ids)
             chunks.append(c)
+    if sessions and with_history:  # the longest first, as a scheduler of known jobs would
+        chunks.sort(key=lambda c: -c.cost)
     return chunks
 
 
@@ -209,15 +224,20 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
     return list(dict.fromkeys(args))
 
 
-def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None) -> dict[str, Any]:
+def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,
+             session: str | None = None) -> dict[str, Any]:
     """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
     come back without running the rest of it; ``inv``: the local invocation's options and
-    directory (:mod:`.plugin.invocation`)."""
+    directory (:mod:`.plugin.invocation`); ``session``: the run whose pytest sessions serve it on
+    the workers (a shipped tree): its tests go in ``tests``, the options alone in ``test_args``."""
     # collected here: a module failing to import there must not cost the whole chunk
     flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     inv = inv or Invocation()
-    # the paths before the local options: each of those holds its value, so no path reads as one
-    config: dict[str, Any] = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
+    config: dict[str, Any]
+    if session is not None:
+        config = {"test_file": c.args[0], "tests": c.args[1:], "test_args": [*flags, *inv.args], "session": session}
+    else:  # the paths before the local options: each of those holds its value, so no path reads as one
+        config = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
     if inv.cwd is not None:
         config["cwd"] = inv.cwd
     doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test", "config": config}
@@ -313,6 +333,8 @@ class FleetRunner:
         self.downed: list[Downed] = []
         shipped = not config.getoption("--dt-shared-tree")
         self.invocation = invocation(config, self.root, environ(), shipped=shipped)  # refusals before anything is sent
+        self._early: concurrent.futures.ThreadPoolExecutor | None = None
+        self._shipping: concurrent.futures.Future[tuple[Fleet, int, dict[str, Any], str | None]]
 
     @pytest.hookimpl
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -322,13 +344,29 @@ class FleetRunner:
             except ValueError:
                 continue
 
-    def ship_tree(self, fleet: Fleet) -> dict[str, Any]:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """While pytest collects here: ask for the slots, capture the environment and upload the
+        tree (what the coordinator already has is not sent again), in a thread of their own."""
+        if session.config.option.collectonly:
+            return
+        fleet = Fleet(_client(self.config))
+        self._early = concurrent.futures.ThreadPoolExecutor(1, "dt-ship")
+        self._shipping = self._early.submit(self._prepare, fleet)
+
+    def _prepare(self, fleet: Fleet) -> tuple[Fleet, int, dict[str, Any], str | None]:
+        shipped = not self.config.getoption("--dt-shared-tree")
+        slots = fleet.slots(bundle=shipped)
+        fields, line = self.ship_tree(fleet)
+        return fleet, slots, fields, line
+
+    def ship_tree(self, fleet: Fleet) -> tuple[dict[str, Any], str | None]:
         """Task fields that make the workers run this tree; merged into every task document:
         ``{"bundle": digest}`` after uploading what the coordinator lacks, with the environment
         (:meth:`environment`) as ``requirements.python``, or nothing with ``--dt-shared-tree``
-        (the workers' ``--test-root`` mirrors ``self.root``)."""
+        (the workers' ``--test-root`` mirrors ``self.root``); with the line that says what was sent."""
         if self.config.getoption("--dt-shared-tree"):
-            return {}
+            return {}, None
         python = self.environment()  # refused before anything is sent
         try:
             stats = upload_with_stats(fleet.api.base_url, fleet.api.credential, self.root,
@@ -338,11 +376,9 @@ class FleetRunner:
                                     "(--dt-shared-tree runs the workers' own --test-root instead)") from exc
         except (ValueError, OSError, ValidationError) as exc:  # a symlink loop or leaving the tree, a path too long
             raise pytest.UsageError(f"distributed_testing: {self.root} cannot be shipped: {exc}") from exc
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"distributed_testing: bundle {stats.digest} ({stats.files} files; uploaded "
-                                f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
-        return {"bundle": stats.digest, **({"requirements": {"python": python}} if python else {})}
+        line = (f"distributed_testing: bundle {stats.digest} ({stats.files} files; uploaded "
+                f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
+        return {"bundle": stats.digest, **({"requirements": {"python": python}} if python else {})}, line
 
     def start_run(self, fleet: Fleet) -> str:
         """The session's run (``--dt-run-name``), announced once on the terminal; its id."""
@@ -376,24 +412,34 @@ class FleetRunner:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         if session.config.option.collectonly or not session.items:
             return True
-        fleet = Fleet(_client(self.config))
         try:
-            self._run(session, fleet)
+            fleet, slots, fields, line = self._shipping.result()
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None and line is not None:
+                reporter.write_line(line)
+            self._run(session, fleet, slots, fields)
         except ApiError as exc:
             raise pytest.UsageError(f"distributed_testing: {exc}") from exc
         finally:
             self._save_history()
         return True
 
-    def _run(self, session: pytest.Session, fleet: Fleet) -> None:
+    @pytest.hookimpl
+    def pytest_unconfigure(self) -> None:
+        if self._early is not None:
+            self._early.shutdown(wait=True)  # an upload under way when collection failed ends first
+
+    def _run(self, session: pytest.Session, fleet: Fleet, slots: int, fields: dict[str, Any]) -> None:
         cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
         history = cache.get(HISTORY_KEY, {}) if cache is not None else {}
-        shipped = not self.config.getoption("--dt-shared-tree")
-        chunks = plan_chunks(session.items, self.root, fleet.slots(bundle=shipped), history, self.partial)
+        shipped = "bundle" in fields
+        chunks = plan_chunks(session.items, self.root, slots, history, self.partial, sessions=shipped)
         run_id = f"{int(time.time() * 1000):x}"
-        extra = {**self.ship_tree(fleet), "run_id": self.start_run(fleet)}
+        run = self.start_run(fleet)
+        extra = {**fields, "run_id": run}
         maxfail = int(self.config.getoption("maxfail") or 0)
-        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation), extra) for i, c in enumerate(chunks)]
+        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation, run if shipped else None), extra)
+                for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
             fleet.submit(docs)
@@ -404,38 +450,69 @@ class FleetRunner:
         _cancel_all(fleet, pending, quiet=False)  # -x / --maxfail stopped the run early
 
     def _wait_all(self, session: pytest.Session, fleet: Fleet, pending: dict[str, Chunk]) -> None:
+        """Report each task as it finishes: a thread per task (up to :data:`MAX_WATCHERS` at once)
+        waits for it on the coordinator, so a result is replayed when it is there, in the order
+        they come."""
         deadline = time.monotonic() + self.config.getoption("--dt-timeout")
-        stuck_after = self.config.getoption("--dt-unschedulable-timeout")
-        stuck_since: dict[str, float] = {}
-        while pending:
-            now = time.monotonic()
-            if now >= deadline:
-                for task_id in list(pending):
-                    fleet.cancel(task_id)
-                    self._report(session, pending.pop(task_id), {"task_id": task_id, "state": "cancelled",
-                                                                  "outcome": {"error": "--dt-timeout ran out"}})
-                return
-            for n, task_id in enumerate(list(pending)):
-                t = fleet.state(task_id, min(POLL_S, max(0.0, deadline - now)) if n == 0 else 0.0)
-                if t.get("outcome") is not None:
-                    self._report(session, pending.pop(task_id), fleet.finished(task_id))
-                elif t.get("unschedulable"):
-                    since = stuck_since.setdefault(task_id, time.monotonic())
-                    if time.monotonic() - since >= stuck_after:
-                        reason = f"no connected worker can run it for {stuck_after:g} s: {t.get('pending_reason')}"
+        news: queue.Queue[tuple[str, dict[str, Any] | BaseException]] = queue.Queue()
+        stop = threading.Event()
+        watchers = concurrent.futures.ThreadPoolExecutor(min(len(pending), MAX_WATCHERS), "dt-wait")
+        try:
+            for task_id in pending:
+                watchers.submit(self._watch, fleet, task_id, news, stop)
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    for task_id in list(pending):
                         fleet.cancel(task_id)
-                        self._report(session, pending.pop(task_id), {**t, "outcome": {"error": reason}})
-                else:
-                    stuck_since.pop(task_id, None)
+                        self._report(session, pending.pop(task_id), {"task_id": task_id, "state": "cancelled",
+                                                                      "outcome": {"error": "--dt-timeout ran out"}})
+                    return
+                try:
+                    task_id, t = news.get(timeout=min(left, POLL_S))
+                except queue.Empty:
+                    continue
+                if isinstance(t, BaseException):
+                    raise t
+                if task_id in pending:
+                    self._report(session, pending.pop(task_id), t)
                 if session.shouldfail or session.shouldstop:
                     return
+        finally:
+            stop.set()
+            watchers.shutdown(wait=False, cancel_futures=True)
+
+    def _watch(self, fleet: Fleet, task_id: str, news: queue.Queue[tuple[str, dict[str, Any] | BaseException]],
+               stop: threading.Event) -> None:
+        """Wait for one task: its finished record goes to ``news``, or, once no connected worker
+        could run it for ``--dt-unschedulable-timeout`` in a row, the cancelled task with the reason."""
+        stuck_after = self.config.getoption("--dt-unschedulable-timeout")
+        stuck_since: float | None = None
+        try:
+            while not stop.is_set():
+                t = fleet.state(task_id, WATCH_S)
+                if t.get("outcome") is not None:
+                    news.put((task_id, fleet.finished(task_id)))
+                    return
+                if not t.get("unschedulable"):
+                    stuck_since = None
+                    continue
+                stuck_since = stuck_since or time.monotonic()
+                if time.monotonic() - stuck_since >= stuck_after:
+                    reason = f"no connected worker can run it for {stuck_after:g} s: {t.get('pending_reason')}"
+                    fleet.cancel(task_id)
+                    news.put((task_id, {**t, "outcome": {"error": reason}}))
+                    return
+                stop.wait(min(POLL_S, stuck_after))
+        except BaseException as exc:  # noqa: BLE001 - the main thread raises it
+            news.put((task_id, exc))
 
     def _report(self, session: pytest.Session, c: Chunk, task: dict[str, Any]) -> None:
         # the workers report the local node ids when they have the local rootdir, else ids from the tree
         ids = [it.nodeid for it in c.items] if self.invocation.local_ids else c.remote_ids
         durations: dict[str, float] = {}
-        self.downed += report_task(list(zip(c.items, ids, strict=True)), task, self.root, durations,
-                                   lambda: bool(session.shouldfail or session.shouldstop))
+        merge_downed(self.downed, report_task(list(zip(c.items, ids, strict=True)), task, self.root, durations,
+                                              lambda: bool(session.shouldfail or session.shouldstop)))
         by_id = dict(zip(ids, c.remote_ids, strict=True))
         self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path
 

@@ -37,6 +37,20 @@ class Downed:
     what: str
     cause: str
     tests: list[str] = field(default_factory=list)
+    alike: int = 0  # more tasks or modules that failed with the same cause (merged into this one)
+
+
+def merge_downed(downed: list[Downed], more: Sequence[Downed]) -> None:
+    """Add ``more`` to ``downed``, each merged into one with the same cause: a shipped run's small
+    chunks that one broken conftest or module took down read as one failure, as they would in
+    one pytest."""
+    for d in more:
+        same = next((e for e in downed if e.cause == d.cause), None)
+        if same is None:
+            downed.append(d)
+        else:
+            same.tests += d.tests
+            same.alike += 1 + d.alike
 
 
 class LocalPaths:
@@ -117,7 +131,8 @@ def print_downed(reporter: Any, downed: Sequence[Downed]) -> None:
         return
     reporter.write_sep("=", "distributed_testing: failed as a whole", red=True)
     for d in downed:
-        reporter.write_sep("_", f"{d.what}: {len(d.tests)} test(s) not run")
+        alike = f" (and {d.alike} more like it)" if d.alike else ""
+        reporter.write_sep("_", f"{d.what}{alike}: {len(d.tests)} test(s) not run")
         reporter.write_line(d.cause.rstrip())
         listed = ", ".join(d.tests[:MAX_LISTED])
         more = f" and {len(d.tests) - MAX_LISTED} more" if len(d.tests) > MAX_LISTED else ""

@@ -139,7 +139,8 @@ class Task:
         return m.TaskAssignment(
             task_id=self.task_id, attempt=self.attempt, type=self.type, config=specs.config_dict(self.spec),
             timeout_s=self.spec.timeout_s, max_memory_mb=self.spec.max_memory_mb, cache=self.spec.cache, gang=gang,
-            bundle=self.spec.bundle, python=list(self.spec.requirements.python), submitted_by=self.submitted_by)
+            bundle=self.spec.bundle, python=list(self.spec.requirements.python), submitted_by=self.submitted_by,
+            run_id=self.spec.run_id)
 
     @classmethod
     def from_row(cls, row: TaskRow) -> Task:

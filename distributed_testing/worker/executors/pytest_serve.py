@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 import pytest
+from _pytest.config import ConftestImportFailure
 
 SERVE_OPTION = "--dt-serve"
 WRITER_NAME = "distributed_testing-report"  # pytest_report.WRITER_NAME (this module imports neither)
@@ -69,18 +70,40 @@ class _Server:
                     self._serve(session, json.loads(raw))
         return True
 
+    def _conftests_load(self, task: Any, arg: str) -> bool:
+        """Load the conftests of ``arg``'s directories as a pytest started on it would, before it
+        collects: one that fails to import is an error of the command, worded as pytest's own at
+        start (``ImportError while loading conftest ...``), and ``arg`` is not collected."""
+        config = self.config
+        path = config.invocation_params.dir / arg.partition("::")[0]
+        try:
+            config.pluginmanager._loadconftestmodules(
+                path if path.is_dir() else path.parent, config.getoption("importmode"), config.rootpath,
+                consider_namespace_packages=bool(config.getini("consider_namespace_packages")))
+        except ConftestImportFailure as exc:
+            cause = exc.cause
+            shown = pytest.ExceptionInfo.from_exception(cause).getrepr(style="short", chain=False)
+            self._write({"kind": "error", "task": task,
+                         "message": f"ImportError while loading conftest '{exc.path}'.\n{shown}"})
+            return False
+        except (AttributeError, TypeError):  # another pytest's private API: collection will load them
+            pass
+        return True
+
     def _serve(self, session: pytest.Session, cmd: dict[str, Any]) -> None:
         task = cmd.get("task")
-        args = [str(a) for a in cmd.get("args") or []]
+        args = [a for a in map(str, cmd.get("args") or []) if self._conftests_load(task, a)]
+        items: list[pytest.Item] = []
         try:
             items = list(session.perform_collect(args))
+            args = []
         except pytest.UsageError:  # one of them is not there: the others still run
-            items = []
-            for arg in args:
-                try:
-                    items += session.perform_collect([arg])
-                except pytest.UsageError as exc:
-                    self._write({"kind": "error", "task": task, "message": "\n".join(map(str, exc.args))})
+            pass
+        for arg in args:  # outside the handler: a collection error must not carry the UsageError
+            try:
+                items += session.perform_collect([arg])
+            except pytest.UsageError as exc:
+                self._write({"kind": "error", "task": task, "message": "\n".join(map(str, exc.args))})
         skip = set(cmd.get("skip") or ())
         items = [i for i in items if i.nodeid not in skip]
         self._write({"kind": "collected", "task": task, "nodeids": [i.nodeid for i in items]})

@@ -265,8 +265,9 @@ class SessionPool:
                                       "session": {"reused": reused, "starts": session.starts}}
             if watch is not None:
                 output["peak_rss_mb"] = watch.peak_mb
-            if "python_env" in session.fields:
-                output["python_env"] = session.fields["python_env"]
+            if "python_env" in session.fields:  # built (or found) for the session's first task; there for the rest
+                env = session.fields["python_env"]
+                output["python_env"] = {**env, "cached": True, "build_s": 0.0} if reused else env
             outcome = self._outcome(limited.verdict, summary, errors, timeout, watch)
             outcome.output.update(output)
             outcome.started_at, outcome.finished_at = started, time.time()
@@ -371,8 +372,8 @@ class SessionPool:
         if verdict == "memory":
             assert watch is not None
             return ExecOutcome("failed", error=f"{watch.describe_exceeded()}; its pytest session was killed")
-        if errors:
-            return ExecOutcome("failed", error="; ".join(errors))
+        if errors:  # as a pytest of its own would have ended (exit code 4), its reason after the head
+            return ExecOutcome("failed", error="pytest usage error in its session:\n" + "\n".join(errors))
         if not summary.tests:
             return ExecOutcome("failed", error="no tests collected")
         if summary.count("failed") or summary.count("error"):

@@ -134,7 +134,7 @@ async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_pa
     conftest = f"ImportError while loading conftest '{tests}/broken/conftest.py'"  # the cause, with the local path
     assert out.count(conftest) == 1 and out.count("distributed_testing: failed as a whole") == 1, out
     assert "tests it took down: tests/broken/test_b.py::test_0, tests/broken/test_b.py::test_1, " in out, out
-    said = "[dt worker wv] pytest exit code 4 (usage error): ModuleNotFoundError: No module named 'localdep'"
+    said = "[dt worker wv] pytest usage error in its session: ModuleNotFoundError: No module named 'localdep'"
     assert out.count(f"\n{said} (not run: task pytest-") == 3, out  # each test's one line
     assert "SKIPPED [2] opt/test_optional.py:3: could not import 'localdep'" in out, out
     assert "/trees/" not in out, out
