@@ -77,8 +77,9 @@ async def _envs(c: Any) -> list[dict[str, Any]]:
     for t in body["tasks"]:
         if t["task_id"].startswith("pytest-"):
             done = await c.wait(t["task_id"], timeout=60)
-            out.append({**((done.get("result") or {}).get("output") or {}).get("python_env", {}),
-                        "task_id": t["task_id"]})
+            result = done.get("result") or {}
+            out.append({**(result.get("output") or {}).get("python_env", {}), "task_id": t["task_id"],
+                        "session": (result.get("output") or {}).get("session"), "worker": result.get("worker_id")})
     return sorted(out, key=lambda e: e["task_id"])
 
 
@@ -111,4 +112,7 @@ async def test_the_submitters_environment_runs_the_tests_on_two_workers_built_on
     assert len({e["digest"] for e in first + second}) == 1, (first, second)
     assert [e["cached"] for e in first].count(False) == 1, first  # two workers, one build
     assert all(e["cached"] for e in second), second
+    for run in (first, second):  # each worker's pytest session served its tasks of one run, and no other run's
+        started = [e["worker"] for e in run if not e["session"]["reused"]]
+        assert sorted(started) == sorted({e["worker"] for e in run}), run
     assert len(list((state / "pyenvs").glob("*/.dt-complete"))) == 1
