@@ -1,12 +1,14 @@
 """A real demo: coordinator + two worker processes + sample tasks of each kind, in about a minute.
 
 ``python -m distributed_testing.cli.demo`` (or ``bash scripts/demo.sh``) starts a coordinator on the
-embedded DuckDB store in ``./demo-state``, creates worker keys through the API, starts two
-workers through ``run_worker_example.py``, submits a pytest run, two small benchmarks and three
-custom tasks, prints each state change and each benchmark configuration as it finishes
-(``benchmark-cnn-001: cnn b4 fp32: 0.85 ms (2 of 3)``), then the results; then it restarts the
-coordinator and shows that every task and result is still there. The long benchmark (bert-base at
-five batch sizes) is an example task file: ``examples/benchmark-bert-base.json``.
+embedded DuckDB store in ``./demo-state`` and a dashboard for it, creates worker keys through the
+API, starts two workers through ``run_worker_example.py``, submits a pytest run, two small
+benchmarks and three custom tasks as one run (its dashboard link printed), prints each state
+change and each benchmark configuration as it finishes (``benchmark-cnn-001: cnn b4 fp32: 0.85 ms
+(2 of 3)``), then the results; then it restarts the coordinator on the same port and DuckDB file
+and shows that every task and result is still there. ``--keep-running`` leaves everything up until
+SIGINT or SIGTERM. The long benchmark (bert-base at five batch sizes) is an example task file:
+``examples/benchmark-bert-base.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import runs
 from .http import ApiClient
 from .progress import PlainProgress
 from .report import print_results, print_table
@@ -106,6 +110,8 @@ class Demo:
     def __init__(self, state: Path) -> None:
         self.state = state
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.coordinator: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
 
     def spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
         log = open(self.state / log_name, "ab")  # noqa: SIM115 - closed with the process group
@@ -114,14 +120,41 @@ class Demo:
         self.procs.append(p)
         return p
 
-    def start_coordinator(self) -> ApiClient:
+    def start_coordinator(self, port: int = 0) -> ApiClient:
+        """The coordinator on ``port`` (0: any free one); a client with the admin key."""
         port_file = self.state / "coordinator.port"
         port_file.unlink(missing_ok=True)
-        p = self.spawn(["run_coordinator.py", "--port", "0", "--port-file", str(port_file),
-                        "--db-path", str(self.state / "coordinator.duckdb")], "coordinator.log")
-        port = _wait_file(port_file, p)
-        admin = _wait_file(self.state / "admin.key", p)
-        return ApiClient(f"http://127.0.0.1:{port}", admin)
+        self.coordinator = self.spawn(["run_coordinator.py", "--port", str(port), "--port-file", str(port_file),
+                                       "--db-path", str(self.state / "coordinator.duckdb")], "coordinator.log")
+        bound = _wait_file(port_file, self.coordinator)
+        admin = _wait_file(self.state / "admin.key", self.coordinator)
+        return ApiClient(f"http://127.0.0.1:{bound}", admin)
+
+    def start_dashboard(self, coordinator_url: str) -> str:
+        """The dashboard on a free port, for ``coordinator_url``; its URL."""
+        port_file = self.state / "dashboard.port"
+        p = self.spawn(["dashboard_server.py", "--coordinator", coordinator_url, "--port", "0",
+                        "--port-file", str(port_file)], "dashboard.log")
+        return f"http://127.0.0.1:{_wait_file(port_file, p)}"
+
+    def start_workers(self, api: ApiClient) -> None:
+        """Two workers with keys of their own; returns once both are ready."""
+        for i, tags in ((1, "cpu,transformers"), (2, "cpu")):
+            key = api.post("/api/v1/keys", {"role": "worker", "name": f"demo-worker-{i}"})["key"]
+            key_file = self.state / f"worker-{i}.key"  # not --api-key: ps shows a command line to every user
+            key_file.touch(mode=0o600)
+            key_file.write_text(key + "\n")
+            self.workers.append(self.spawn(
+                ["run_worker_example.py", "--coordinator", api.base_url, "--api-key-file", str(key_file),
+                 "--name", f"demo-worker-{i}", "--worker-id", f"demo-worker-{i}", "--tags", tags,
+                 "--test-root", str(self.state / "tests"), "--db-path", str(self.state / f"worker-{i}.duckdb"),
+                 "--max-concurrent-tasks", "2", "--heartbeat-interval", "2"], f"worker-{i}.log"))
+        deadline = time.monotonic() + 90
+        while len([w for w in api.get("/api/v1/workers")["workers"] if w["state"] == "ready"]) < 2:
+            dead = [p for p in self.workers if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise SystemExit(f"demo: workers did not register ({len(dead)} exited); see {self.state}/worker-*.log")
+            time.sleep(0.2)
 
     def stop(self, p: subprocess.Popen[bytes]) -> None:
         if p.poll() is None:
@@ -141,7 +174,16 @@ class Demo:
             self.stop(p)
 
 
-def run(state: Path) -> int:
+def _show_results(api: ApiClient, final: list[dict[str, Any]]) -> None:
+    print("\nresults:")
+    print_results(api.get("/api/v1/results")["results"], "table")
+    test = next(t for t in final if t["task_id"] == "test-bert-001")
+    if test.get("result"):
+        print("\nper-test outcomes of test-bert-001:")
+        print_table(test["result"]["output"].get("tests", []), ["nodeid", "outcome", "duration_s"])
+
+
+def run(state: Path, keep_running: bool = False) -> int:
     began = time.monotonic()
     shutil.rmtree(state, ignore_errors=True)
     (state / "tests").mkdir(parents=True)
@@ -150,37 +192,23 @@ def run(state: Path) -> int:
     demo = Demo(state)
     try:
         api = demo.start_coordinator()
+        dashboard = demo.start_dashboard(api.base_url)
         print(f"coordinator up at {api.base_url} (state in {state}/, admin key in {state}/admin.key)")
-        for i, tags in ((1, "cpu,transformers"), (2, "cpu")):
-            key = api.post("/api/v1/keys", {"role": "worker", "name": f"demo-worker-{i}"})["key"]
-            key_file = state / f"worker-{i}.key"  # not --api-key: ps shows a command line to every user
-            key_file.touch(mode=0o600)
-            key_file.write_text(key + "\n")
-            demo.spawn(["run_worker_example.py", "--coordinator", api.base_url, "--api-key-file", str(key_file),
-                        "--name", f"demo-worker-{i}", "--worker-id", f"demo-worker-{i}", "--tags", tags,
-                        "--test-root", str(state / "tests"), "--db-path", str(state / f"worker-{i}.duckdb"),
-                        "--max-concurrent-tasks", "2", "--heartbeat-interval", "2"], f"worker-{i}.log")
-        deadline = time.monotonic() + 90
-        while len([w for w in api.get("/api/v1/workers")["workers"] if w["state"] == "ready"]) < 2:
-            dead = [p for p in demo.procs[1:] if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                raise SystemExit(f"demo: workers did not register ({len(dead)} exited); see {state}/worker-*.log")
-            time.sleep(0.2)
+        print(f"dashboard at {dashboard} (sign in with the admin key)")
+        demo.start_workers(api)
         print("\nworkers:")
         print_table([{**w, "capabilities": ",".join(w["capabilities"]), "tags": ",".join(w["tags"])}
                      for w in api.get("/api/v1/workers")["workers"]], ["worker_id", "state", "capabilities", "tags"])
+        demo_run = runs.create_run(api, "demo", {})
         print(f"\nsubmitting {len(TASKS)} tasks: {json.dumps([t['task_id'] for t in TASKS])}")
-        api.post("/api/v1/tasks", TASKS)
+        print(runs.run_line(demo_run, dashboard, api.base_url))
+        api.post("/api/v1/tasks", [{**t, "run_id": demo_run["run_id"]} for t in TASKS])
         final = wait_tasks(api, [t["task_id"] for t in TASKS], 600, None, PlainProgress(sys.stdout)).tasks
-        print("\nresults:")
-        print_results(api.get("/api/v1/results")["results"], "table")
-        test = next(t for t in final if t["task_id"] == "test-bert-001")
-        if test.get("result"):
-            print("\nper-test outcomes of test-bert-001:")
-            print_table(test["result"]["output"].get("tests", []), ["nodeid", "outcome", "duration_s"])
+        _show_results(api, final)
         print("\nrestarting the coordinator on the same DuckDB file ...")
-        demo.stop(demo.procs[0])
-        api = demo.start_coordinator()
+        assert demo.coordinator is not None
+        demo.stop(demo.coordinator)
+        api = demo.start_coordinator(int(api.base_url.rsplit(":", 1)[1]))  # same port: the dashboard follows
         again = api.get("/api/v1/tasks")["tasks"]
         print(f"after restart: {len(again)} tasks, states {sorted({t['state'] for t in again})}, "
               f"{len(api.get('/api/v1/results')['results'])} results")
@@ -188,16 +216,31 @@ def run(state: Path) -> int:
         print(f"\nthe long benchmark (bert-base-uncased at five batch sizes, minutes on a CPU) is an example: "
               f"dt submit {LONG_EXAMPLE} --wait (README, 'Running it yourself')")
         print("\ndemo " + ("succeeded" if ok else "finished with failures") +
-              f" in {time.monotonic() - began:.0f} s; logs in {state}/")
+              f" in {time.monotonic() - began:.0f} s; logs in {state}/", flush=True)
+        if keep_running:
+            _wait_for_interrupt(runs.run_url(demo_run["run_id"], dashboard, api.base_url))
         return 0 if ok else 1
     finally:
         demo.stop_all()
 
 
+def _wait_for_interrupt(url: str) -> None:
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # taken by sigwait below, not by a handler
+    print(f"\nstill running (--keep-running): the run's page is {url}; Ctrl-C stops everything", flush=True)
+    signal.sigwait(stop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m distributed_testing.cli.demo", description=__doc__)
-    p.add_argument("--state-dir", type=Path, default=ROOT / "demo-state")
-    return run(p.parse_args(argv).state_dir.resolve())
+    p = argparse.ArgumentParser(prog="python -m distributed_testing.cli.demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state-dir", type=Path, default=ROOT / "demo-state",
+                   help="where the demo keeps its databases, keys and logs (emptied first; default ./demo-state)")
+    p.add_argument("--keep-running", action="store_true",
+                   help="leave the coordinator, workers and dashboard running at the end until Ctrl-C or SIGTERM, "
+                        "to look at the run on the dashboard")
+    ns = p.parse_args(argv)
+    return run(ns.state_dir.resolve(), ns.keep_running)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
 """The README's demo (``scripts/demo.sh`` runs ``python -m distributed_testing.cli.demo`` after
 setting up .venv), run here without the set-up: a coordinator on the embedded DuckDB store, two
 worker processes, a pytest run, two small benchmarks that report each configuration as it
-finishes, three custom handlers, the results, and a coordinator restart that finds them all. The
-long benchmark it used to run is an example task file the demo and the README name."""
+finishes, three custom handlers, the results, and a coordinator restart that finds them all; the
+tasks form a run whose dashboard page the demo links, and ``--keep-running`` leaves everything up
+until SIGINT. The long benchmark it used to run is an example task file the demo and the README
+name."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,13 +25,53 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
 
+def _run_demo(state: Path) -> tuple[int, str]:
+    """The demo with --keep-running: its output up to the line that says it keeps running, checked
+    there (its run through the coordinator and on the dashboard), then SIGINT; (exit status, output)."""
+    demo = subprocess.Popen([sys.executable, "-m", "distributed_testing.cli.demo", "--state-dir", str(state),
+                             "--keep-running"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert demo.stdout is not None
+        lines = []
+        for line in demo.stdout:
+            lines.append(line)
+            if line.startswith("still running (--keep-running)"):
+                _check_the_run_while_it_keeps_running("".join(lines), state)
+                break
+        demo.send_signal(signal.SIGINT)
+        lines.append(demo.stdout.read())
+        return demo.wait(60), "".join(lines)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+
+
+def _check_the_run_while_it_keeps_running(out: str, state: Path) -> None:
+    """The run line links the dashboard's run page, which serves; the restarted coordinator (same
+    port) has the run with its six tasks succeeded."""
+    link = re.search(r"^run (run-[0-9a-f]+) \(demo\): (http://127\.0\.0\.1:\d+)/runs/(run-[0-9a-f]+)$", out, re.M)
+    assert link is not None and link.group(1) == link.group(3), out
+    run_id, dashboard = link.group(1), link.group(2)
+    assert f"the run's page is {dashboard}/runs/{run_id}" in out
+    assert f"dashboard at {dashboard} " in out
+    with urllib.request.urlopen(f"{dashboard}/runs/{run_id}", timeout=10) as page:  # or its sign-in page
+        assert page.status == 200
+    coordinator = re.search(r"^coordinator up at (\S+) ", out, re.M)
+    assert coordinator is not None
+    request = urllib.request.Request(f"{coordinator.group(1)}/api/v1/runs/{run_id}",
+                                     headers={"Authorization": f"Bearer {(state / 'admin.key').read_text().strip()}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        run = json.load(answer)
+    assert sorted(t["task_id"] for t in run["tasks"]) == sorted(t["task_id"] for t in TASKS)
+    assert {t["state"] for t in run["tasks"]} == {"succeeded"}
+
+
 def test_the_demo_runs_each_kind_of_task_shows_benchmark_progress_and_survives_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "demo-state"
-    done = subprocess.run([sys.executable, "-m", "distributed_testing.cli.demo", "--state-dir", str(state)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280)
-    out = done.stdout
+    code, out = _run_demo(state)
     logs = "".join(f"\n--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(state.glob("*.log")))
-    assert done.returncode == 0, f"{out}\n{done.stderr[-3000:]}{logs}"
+    assert code == 0, f"{out}{logs}"
     assert {t["type"] for t in TASKS} == {"test", "benchmark", "custom"}
     assert re.search(r"^demo-worker-1\s+ready\b", out, re.M) and re.search(r"^demo-worker-2\s+ready\b", out, re.M)
     for task in TASKS:
