@@ -2,6 +2,21 @@
 --dt-coordinator`` through a coordinator with two worker processes (one slot each), interleaved
 round by round so that the load of a shared machine hits every mode alike.
 
+**Registry suites, shipped** (issue 37's table): ``--registry toolz,attrs`` fetches each suite's
+sdist (``distributed_testing/testing/suites.py``), runs it locally, with ``-n 2``, and through the
+plugin twice with a shipped tree (``--accept-bundles`` workers, bwrap): the first run builds the
+submitter's environment on the workers, the second finds it cached and has the first's durations
+(pytest's cache). ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
+cluster modes a second time with that checkout's coordinator, workers and plugin, in the same
+rounds, so old and new meet the same load. Prints, per round and in a table: the wall times, the
+ratio to ``-n 2``, whether every test's outcome (JUnit) equals the local run's, and the fixed cost
+of each cluster run: from pytest's start to the setup of the first test on a worker (the local
+``--collect-only`` time beside it: what pytest spends before any test anyway)::
+
+    python benchmarks/plugin_suites.py --registry toolz,attrs --rounds 2 --base /tmp/base-s
+
+**Local trees, shared** (issue 26): the older form below.
+
 Each suite is an unpacked sdist (networkx 3.6.1: ``pip download --no-deps --no-binary :all:
 networkx==3.6.1 -d DIR`` then unpack; more-itertools 10.5.0 likewise) given as ``NAME=DIR``; the
 tests run from DIR (its own copy of the package comes first on ``sys.path``), which is also both
@@ -21,6 +36,7 @@ before and after.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import statistics
@@ -29,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -86,6 +103,90 @@ def run_mode(mode: str, root: Path, target: str, url: str, key: str, cache: Path
     return time.perf_counter() - started, proc.stdout + proc.stderr
 
 
+IMPLS = ("new", "base")
+
+
+def first_remote_test(url: str, key: str, since: float) -> float | None:
+    """The epoch at which the first test's setup began on a worker, of the tasks submitted after
+    ``since`` (each report's ``start``)."""
+    rest = Rest(url, key)
+    tasks = rest.ok("GET", "/api/v1/tasks", params={"limit": "500"})["tasks"]
+    starts = []
+    for t in tasks:
+        if t["task_id"].startswith("pytest-") and float(t.get("submitted_at") or 0) >= since:
+            output = ((rest.ok("GET", f"/api/v1/tasks/{t['task_id']}").get("result") or {}).get("output") or {})
+            starts += [float(r["start"]) for e in output.get("tests") or [] for r in e.get("reports") or []
+                       if r.get("start")]
+    return min(starts) if starts else None
+
+
+def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path) -> None:
+    """The registry suites, shipped (module docstring)."""
+    from distributed_testing.testing.suites import SUITES, fetch, run_pytest, submitter_env
+
+    impls = {"new": REPO, **({"base": base.resolve()} if base is not None else {})}
+    rows: list[tuple[str, int, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="dt-plugin-bench-") as t:
+        tmp = Path(t)
+        clusters: dict[str, tuple[str, str]] = {}
+        procs = {impl: Procs(tmp / impl, cwd=repo) for impl, repo in impls.items()}
+        try:
+            for impl in impls:
+                (tmp / impl).mkdir()
+                clusters[impl] = start_cluster(procs[impl], tmp / impl, ["--accept-bundles"], allow_code=True)
+            for name in names:
+                suite = SUITES[name]
+                tree = fetch(suite, work / "sdists")
+                extra = [str(tree)] if suite.install_tree else []
+                pythons = {impl: submitter_env(work / f"venv-{name}-{impl}", [*suite.requirements, "pytest-xdist", *extra],
+                                               repo / "distributed_testing") for impl, repo in impls.items()}
+                for r in range(rounds):
+                    local_python = pythons["new"]
+                    runs: dict[str, Any] = {}
+                    collect = run_pytest(local_python, tree, [*suite.args, "--collect-only"], work / f"{name}-co.xml")
+                    runs["local"] = run_pytest(local_python, tree, list(suite.args), work / f"{name}-local.xml")
+                    runs["-n 2"] = run_pytest(local_python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml")
+                    fixed: dict[str, float | None] = {}
+                    for label in ("1st", "2nd"):
+                        for impl in impls:
+                            url, key = clusters[impl]
+                            since = time.time()
+                            run = run_pytest(pythons[impl], tree, [*suite.args, "--dt-coordinator", url],
+                                             work / f"{name}-{impl}-{label}.xml", {"DT_API_KEY": key},
+                                             cache=work / f"cache-{name}-{impl}-r{r}")
+                            runs[f"{impl} {label}"] = run
+                            first = first_remote_test(url, key, since - 1)
+                            fixed[f"{impl} {label}"] = None if first is None else first - since
+                    for label, run in runs.items():
+                        same = run.outcomes == runs["local"].outcomes
+                        print(f"{name} round {r + 1} {label:9} {run.seconds:7.1f} s "
+                              f"{dict(collections.Counter(run.outcomes.values()))} "
+                              f"{'same as local' if same else 'DIFFERS'}"
+                              + (f"; first remote test {fixed[label]:.2f} s after pytest's start"
+                                 if fixed.get(label) is not None else ""), flush=True)
+                    print(f"{name} round {r + 1} local --collect-only {collect.seconds:.2f} s; "
+                          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                    rows.append((name, r + 1, {"runs": runs, "fixed": fixed, "collect": collect.seconds,
+                                               "load": os.getloadavg()[0]}))
+        finally:
+            for p in procs.values():
+                p.close()
+    cluster_labels = [f"{impl} {label}" for impl in impls for label in ("1st", "2nd")]
+    print("\n| suite (round) | local | -n 2 | " + " | ".join(f"cluster {c}" for c in cluster_labels)
+          + " | outcomes equal local | first remote test after start (" + ", ".join(cluster_labels)
+          + "); local --collect-only | load |")
+    print("|---" * (5 + 2 * len(cluster_labels) - len(cluster_labels) + 1) + "|")
+    for name, r, row in rows:
+        runs, n2 = row["runs"], row["runs"]["-n 2"].seconds
+        equal = all(run.outcomes == runs["local"].outcomes for run in runs.values())
+        cells = [f"{runs['local'].seconds:.1f} s", f"{n2:.1f} s"]
+        cells += [f"{runs[c].seconds:.1f} s ({runs[c].seconds / n2:.2f}x)" for c in cluster_labels]
+        firsts = ", ".join("-" if row["fixed"][c] is None else f"{row['fixed'][c]:.2f}" for c in cluster_labels)
+        total = collections.Counter(runs["local"].outcomes.values())
+        print(f"| {name} ({', '.join(f'{n} {k}' for k, n in sorted(total.items()))}) ({r}) | " + " | ".join(cells)
+              + f" | {'yes' if equal else 'NO'} | {firsts}; {row['collect']:.2f} s | {row['load']:.1f} |")
+
+
 def bench_suite(name: str, spec: str, rounds: int) -> list[str]:
     root_s, _, target = spec.partition(":")
     root = Path(root_s).resolve()
@@ -117,10 +218,18 @@ def bench_suite(name: str, spec: str, rounds: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("suites", nargs="+", metavar="NAME=DIR[:SUBPATH]")
+    ap.add_argument("suites", nargs="*", metavar="NAME=DIR[:SUBPATH]")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--registry", metavar="NAMES", help="registry suites, shipped (comma-separated: toolz,attrs)")
+    ap.add_argument("--base", type=Path, metavar="DIR", help="an older checkout to measure beside this one")
+    ap.add_argument("--work", type=Path, metavar="DIR", help="where sdists and environments are kept")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
+    if args.registry:
+        work = args.work or Path(tempfile.mkdtemp(prefix="dt-plugin-suites-"))
+        bench_registry(args.registry.split(","), args.rounds, args.base, work)
+        print(f"load average after: {os.getloadavg()}")
+        return
     table = ["| suite | mode | wall s, median (each round) | / -n 2 | counts (last round) |", "|---|---|---|---|---|"]
     for item in args.suites:
         name, _, spec = item.partition("=")

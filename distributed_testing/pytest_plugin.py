@@ -4,14 +4,21 @@ Registered through the ``pytest11`` entry point (name ``distributed_testing``); 
 ``--dt-coordinator URL`` is given. Then, after local collection (so ``-k``, ``-m``, ``--deselect``
 and paths select as usual):
 
-* **Spread by test.** The selected tests are cut into chunks, each one ``test`` task that runs
-  one pytest process over many tests, so pytest's start-up is paid once per chunk, as
-  pytest-xdist pays it once per worker. Chunks follow collection order (a module's tests stay
-  together, so module and class fixtures run once per chunk) and are cut to equal estimated
-  time: with duration history (pytest's cache, ``distributed_testing/durations``, written after
-  every run) one chunk per worker slot, without it up to :data:`CHUNKS_PER_SLOT` per slot (one per
-  :data:`MIN_CHUNK_TESTS` tests, at least one per slot) so that fast slots take more. A whole
-  module in one chunk is sent as its path, otherwise as node ids.
+* **Spread by test.** The selected tests are cut into chunks, each one ``test`` task. Chunks
+  follow collection order (a module's tests stay together, so module and class fixtures run once
+  per chunk) and are cut to equal estimated time (duration history: pytest's cache,
+  ``distributed_testing/durations``, written after every run). With a shipped tree each worker
+  runs the run's chunks in a pytest session it keeps for the run (``config.session``, the run's
+  id; ``worker/executors/test_session.py``), which collects once and takes each chunk's node ids,
+  so a chunk costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, the longest first
+  when the history knows them, and a worker that is done takes the next (as pytest-xdist's
+  ``--dist load`` feeds its workers). With ``--dt-shared-tree`` each chunk is a pytest process
+  of its own: one chunk per worker slot with history, without it up to :data:`CHUNKS_PER_SLOT`
+  per slot (one per :data:`MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
+  chunk is sent as its path, otherwise as node ids.
+* **Early and as they come.** The slots, the environment and the bundle's upload are asked for and
+  done while pytest collects here; the tasks are sent once it has; a thread per task waits for
+  it on the coordinator, and each chunk's tests are reported as soon as it finishes.
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
   different requirements never share a chunk.

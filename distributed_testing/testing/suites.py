@@ -42,6 +42,7 @@ class Suite:
     args: tuple[str, ...] = ()
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    install_tree: bool = False  # its tests import the package installed from the tree (a src layout)
 
 
 SUITES = {
@@ -53,6 +54,9 @@ SUITES = {
                        "three modules; test_diagram writes HTML beside itself"),
     "more-itertools": Suite("more-itertools", "more-itertools==11.2.1", (), ("tests",)),
     "networkx": Suite("networkx", "networkx==3.6.1", ("numpy", "scipy"), ("networkx",), "numpy and scipy"),
+    # a src layout its tests import installed (from the tree: it travels as ./); its test group's dependencies
+    "attrs": Suite("attrs", "attrs==26.1.0", ("hypothesis", "pympler", "cloudpickle"), ("tests",),
+                   "installed from its tree", install_tree=True),
 }
 
 
@@ -102,9 +106,9 @@ def dependency_closure(name: str, seen: set[str] | None = None) -> set[str]:
     return seen
 
 
-def _links(dest: Path, exclude: set[str]) -> Path:
-    """A directory of links to this package and the modules of its dependencies (without their
-    metadata), less the distributions ``exclude`` names."""
+def _links(dest: Path, exclude: set[str], package: Path | None = None) -> Path:
+    """A directory of links to this package (``package``: another checkout's copy of it) and the
+    modules of its dependencies (without their metadata), less the distributions ``exclude`` names."""
     dest.mkdir(parents=True, exist_ok=True)
     wanted = dependency_closure("distributed_testing") - exclude
     owners = md.packages_distributions()
@@ -117,15 +121,15 @@ def _links(dest: Path, exclude: set[str]) -> Path:
             if stem == module and not entry.name.endswith((".dist-info", ".egg-info", ".pth")) \
                     and not (dest / entry.name).exists():
                 (dest / entry.name).symlink_to(entry)
-    package = Path(__file__).resolve().parents[1]
+    package = package or Path(__file__).resolve().parents[1]
     if not (dest / package.name).exists():
         (dest / package.name).symlink_to(package)
     return dest
 
 
-def submitter_env(where: Path, requirements: list[str]) -> Path:
+def submitter_env(where: Path, requirements: list[str], package: Path | None = None) -> Path:
     """A virtual environment at ``where`` with pytest and ``requirements`` installed, and this
-    package importable from links (module docstring); its interpreter."""
+    package (``package``: another checkout's) importable from links (module docstring); its interpreter."""
     python = where / "bin" / "python"
     if not python.exists():
         _run([sys.executable, "-m", "venv", "--without-pip", str(where)], where.parent)
@@ -133,7 +137,7 @@ def submitter_env(where: Path, requirements: list[str]) -> Path:
               "--disable-pip-version-check", "pytest", *requirements], where.parent)
         purelib = next((where / "lib").glob("python*/site-packages"))
         mine = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in md.distributions(path=[str(purelib)])}
-        links = _links(where / "dt-links", mine | {"pytest", "pluggy", "iniconfig", "pygments", "packaging"})
+        links = _links(where / "dt-links", mine | {"pytest", "pluggy", "iniconfig", "pygments", "packaging"}, package)
         (purelib / "zz_dt_links.pth").write_text(f"{links}\n")  # after its own packages: a path, not an install
     return python
 
@@ -155,9 +159,12 @@ def outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
-def run_pytest(python: Path, tree: Path, args: list[str], junit: Path, env: dict[str, str] | None = None) -> Run:
-    """pytest in ``tree`` with ``args`` and this package's plugin loadable; its wall time and outcomes."""
-    argv = [str(python), "-m", "pytest", "-p", PLUGIN, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
+def run_pytest(python: Path, tree: Path, args: list[str], junit: Path, env: dict[str, str] | None = None,
+               cache: Path | None = None) -> Run:
+    """pytest in ``tree`` with ``args`` and this package's plugin loadable; its wall time and outcomes.
+    ``cache``: pytest's cache directory (where the plugin keeps the tests' durations), else none."""
+    caching = ["-o", f"cache_dir={cache}"] if cache is not None else ["-p", "no:cacheprovider"]
+    argv = [str(python), "-m", "pytest", "-p", PLUGIN, "-q", *caching, f"--junitxml={junit}", *args]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=1800, check=False)
