@@ -2,7 +2,9 @@
 
 :class:`Tracker` is pure: it takes each poll's task views and says what changed (a task's state,
 a pending task becoming unschedulable or schedulable again, or a running task's progress report,
-such as a benchmark's ``cnn b8 fp32: 1.23 ms (3 of 6)``). Two displays read it:
+such as a benchmark's ``cnn b8 fp32: 1.23 ms (3 of 6)``: one that came ``PROGRESS_STEP`` further,
+reached the end, or came ``PROGRESS_QUIET_S`` after the last one said, so a training run's report
+every half second does not flood a CI log). Two displays read it:
 :class:`PlainProgress` writes one timestamped line per change and never redraws (CI logs);
 :class:`LiveProgress` redraws a `rich` table on a terminal: counts by state, each running task's
 worker, elapsed time and latest progress, each pending task's reason.
@@ -24,6 +26,8 @@ from rich.text import Text
 from .report import iso_time
 
 MAX_LIVE_ROWS = 20  # task rows on the live display; the rest are counted in one line
+PROGRESS_STEP = 0.1  # a progress report is a change once it is a tenth further than the last one said
+PROGRESS_QUIET_S = 30.0  # ... or this long after it (the reports' own times, from the coordinator)
 STATE_ORDER = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "error", "cancelled")
 
 
@@ -47,19 +51,32 @@ class Tracker:
     """The latest view of every waited-for task, and what each poll changed."""
 
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    said: dict[str, tuple[float, float]] = field(default_factory=dict)  # task -> (fraction, at) last reported
 
     def update(self, view: dict[str, Any]) -> Change | None:
         """Record ``view`` (a task as ``GET /api/v1/tasks/{id}`` shows it); the change since the
-        last view of that task, or None when its state, schedulability and progress message stayed
-        the same."""
-        old = self.views.get(view["task_id"])
-        self.views[view["task_id"]] = view
+        last view of that task, or None when its state and schedulability stayed the same and its
+        progress has nothing worth a line (module docstring)."""
+        task_id = view["task_id"]
+        old = self.views.get(task_id)
+        self.views[task_id] = view
         key, old_key = _key(view), (_key(old) if old is not None else None)
         message = _progress_message(view)
-        if key == old_key and (message is None or message == _progress_message(old)):
+        if message is not None and message != _progress_message(old) and self._worth_saying(task_id, view["progress"]):
+            self.said[task_id] = (_number(view["progress"].get("fraction")), _number(view["progress"].get("at")))
+        elif key == old_key:
             return None
-        return Change(view["task_id"], old_key[0] if old_key else None, view["state"], view.get("worker_id"),
+        else:
+            message = None
+        return Change(task_id, old_key[0] if old_key else None, view["state"], view.get("worker_id"),
                       view.get("pending_reason"), bool(view.get("unschedulable")), message)
+
+    def _worth_saying(self, task_id: str, progress: dict[str, Any]) -> bool:
+        if task_id not in self.said:
+            return True
+        fraction, at = _number(progress.get("fraction")), _number(progress.get("at"))
+        said_fraction, said_at = self.said[task_id]
+        return fraction + 1e-9 >= min(1.0, said_fraction + PROGRESS_STEP) or at - said_at >= PROGRESS_QUIET_S
 
     def counts(self) -> dict[str, int]:
         by_state = Counter(v["state"] for v in self.views.values())
@@ -68,6 +85,10 @@ class Tracker:
 
 def _key(view: dict[str, Any]) -> tuple[str, bool]:
     return view["state"], bool(view.get("unschedulable"))
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _progress_message(view: dict[str, Any] | None) -> str | None:

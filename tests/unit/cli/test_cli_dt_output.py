@@ -164,10 +164,25 @@ def test_the_tracker_reports_each_new_progress_message_of_a_running_task() -> No
     started = t.update(view("b", "running", worker_id="w1", progress=step))
     assert started is not None and progress.describe(started) == "b: running on w1; cnn b1 fp32: 0.85 ms (1 of 6)"
     assert t.update(view("b", "running", worker_id="w1", progress={**step, "at": 102.0})) is None  # same message
-    third = t.update(view("b", "running", worker_id="w1", progress={**step, "message": "cnn b8 fp32: 1.23 ms (3 of 6)"}))
+    third = t.update(view("b", "running", worker_id="w1", progress={**step, "fraction": 0.5,
+                                                                     "message": "cnn b8 fp32: 1.23 ms (3 of 6)"}))
     assert third is not None and progress.describe(third) == "b: cnn b8 fp32: 1.23 ms (3 of 6)"
     done = t.update(view("b", "succeeded", progress=None))
     assert done is not None and progress.describe(done) == "b: running -> succeeded"
+
+
+def test_frequent_progress_is_reported_by_tenths_or_after_a_quiet_while() -> None:
+    t = progress.Tracker()
+    said = []
+    for step in range(1, 101):  # a training run's report every half second: 100 steps in 50 s
+        p = {"fraction": step / 100, "message": f"training step {step}/100", "at": 100.0 + step / 2}
+        change = t.update(view("tr", "running", worker_id="w1", progress=p))
+        if change is not None:
+            said.append(change.progress)
+    assert said == [f"training step {s}/100" for s in (1, 11, 21, 31, 41, 51, 61, 71, 81, 91, 100)]
+    slow = [t.update(view("sl", "running", progress={"fraction": 0.01 * i, "message": f"m{i}", "at": 20.0 * i}))
+            for i in range(1, 4)]  # small steps, far apart: one line at least every PROGRESS_QUIET_S
+    assert [c.progress if c else None for c in slow] == ["m1", None, "m3"]
 
 
 def test_plain_progress_writes_one_stamped_line_per_change_and_nothing_else() -> None:
