@@ -113,6 +113,7 @@ class Session:
     token_exp: float | None = None
     deferred: int = 0  # commands for this session waiting for their event's records to be durable
     provisional: int = 0  # provisional assignments sent on this session so far (see Runtime.execute)
+    batches: bool = False  # the worker reads ``batch`` frames (its register said so): the writer may send them
 
     def send(self, msg: m.Message) -> None:
         self.outbox.put_nowait(msg)

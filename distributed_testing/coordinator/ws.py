@@ -1,10 +1,13 @@
 """The worker WebSocket endpoint: authenticate at the handshake, then decode → handle → execute.
 
-One reader per connection dispatches by message type through ``HANDLERS``; one writer drains the
-session's outbound queue, signing each frame as it goes (a ``confirm`` directly followed by a
-``result_ack`` goes out as one ``result_ack`` carrying ``confirm_upto``). A rejected frame is
-answered with an ``error`` message and counted; ``max_violations`` rejections close the
-connection. Nothing a peer sends can crash the coordinator or touch another worker's session.
+One reader per connection dispatches by message type through ``HANDLERS`` (each message of a
+``batch`` frame in turn, as if it had come alone); one writer drains the session's outbound queue:
+what it finds queued at once goes out as one signed ``batch`` frame to a worker that reads them
+(``register.batches``), each message in its own frame to one that does not (a ``confirm``
+directly followed by a ``result_ack`` goes out as one ``result_ack`` carrying ``confirm_upto``).
+A rejected message is answered with an ``error`` message and counted; ``max_violations``
+rejections close the connection. Nothing a peer sends can crash the coordinator or touch another
+worker's session.
 
 A worker speaks only for itself (:mod:`.identity`): a ``register`` of a worker id bound to another
 key is answered with a fatal ``worker_id_taken`` error (counted as ``refused_register``) and the
@@ -199,13 +202,14 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
         s.send(m.ErrorMsg("heartbeat_interval", detail, fatal=True))
         return
     s.worker_id = reg.worker_id
+    s.batches = reg.batches
     old = rt.sessions.get(reg.worker_id)
     if old is not None:
         old.close("replaced by a new session")
     rt.sessions[reg.worker_id] = s
     live = rt.state.workers[reg.worker_id].liveness
     s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
-                        server_time=now, worker_ttl_s=live.ttl_s))
+                        server_time=now, worker_ttl_s=live.ttl_s, batches=True))
     try:
         rt.execute(cmds)
     except NotLeader:
@@ -239,9 +243,24 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
 
 
 async def _handle_frame(rt: Runtime, s: Session, data: bytes) -> int:
+    """One received frame: a message, or a batch of them handled one by one; the rejections."""
+    try:
+        msg = s.channel.open(data, rt.clock())
+    except ProtocolError as exc:
+        return _reject(rt, s, exc.code, str(exc))
+    if not isinstance(msg, m.Batch):
+        return await _handle_message(rt, s, msg)
+    rejected = 0
+    for one in msg.messages:
+        if s.closing:
+            break
+        rejected += await _handle_message(rt, s, one)
+    return rejected
+
+
+async def _handle_message(rt: Runtime, s: Session, msg: m.Message) -> int:
     now = rt.clock()
     try:
-        msg = s.channel.open(data, now)
         handler = HANDLERS.get(type(msg))
         if handler is None:
             raise ProtocolError(f"{type(msg).__name__} is not accepted from a worker")
@@ -277,27 +296,53 @@ def _reject(rt: Runtime, s: Session, code: str, detail: str) -> int:
 
 async def _writer(rt: Runtime, ws: web.WebSocketResponse, s: Session) -> None:
     q = s.outbox
-    taken: list[m.Message | None] = []  # dequeued while looking for an ack to carry a confirm
-    while (msg := taken.pop() if taken else await q.get()) is not None:
-        if isinstance(msg, m.Confirm) and not q.empty():
-            nxt = q.get_nowait()
-            if isinstance(nxt, m.ResultAck) and not nxt.confirm_upto:  # both due at once: one frame
-                msg = msgspec.structs.replace(nxt, confirm_upto=msg.upto)
-            else:
-                taken.append(nxt)
+    ending = False
+    while not ending and (first := await q.get()) is not None:
+        queued: list[m.Message] = [first]
+        while not q.empty():  # what is queued now goes together
+            if (nxt := q.get_nowait()) is None:
+                ending = True
+                break
+            queued.append(nxt)
         if ws.closed:
             continue
         if not rt.leading():  # the fence on the way out: a replaced leader sends nothing more
             s.closing = s.closing or "this coordinator is no longer the leader"
             break
         try:
-            await ws.send_bytes(s.channel.seal(msg, rt.clock()))
+            for frame in _frames(s, _with_confirms(queued), rt.clock(), rt.config.max_frame_bytes):
+                await ws.send_bytes(frame)
         except (ConnectionError, RuntimeError) as exc:
             log.info("worker %s: send failed (%s); closing", s.worker_id, exc)
             s.closing = s.closing or f"send failed: {exc}"
             break
     if not ws.closed:
         await ws.close(message=(s.closing or "").encode()[:120])
+
+
+def _with_confirms(msgs: list[m.Message]) -> list[m.Message]:
+    """A ``confirm`` directly followed by a ``result_ack`` without one becomes that ack carrying
+    ``confirm_upto`` (both were due at once: one message)."""
+    out: list[m.Message] = []
+    for msg in msgs:
+        prev = out[-1] if out else None
+        if isinstance(msg, m.ResultAck) and not msg.confirm_upto and isinstance(prev, m.Confirm):
+            out[-1] = msgspec.structs.replace(msg, confirm_upto=prev.upto)
+        else:
+            out.append(msg)
+    return out
+
+
+def _frames(s: Session, msgs: list[m.Message], now: float, limit: int) -> list[bytes]:
+    """``msgs`` sealed: one ``batch`` frame when the worker reads them and it fits in ``limit``
+    bytes (else halves, down to single messages), else one frame each."""
+    if len(msgs) == 1 or not s.batches:
+        return [s.channel.seal(msg, now) for msg in msgs]
+    frame = s.channel.seal(m.Batch(msgs), now)  # type: ignore[arg-type]
+    if len(frame) <= limit:
+        return [frame]
+    half = len(msgs) // 2
+    return [*_frames(s, msgs[:half], now, limit), *_frames(s, msgs[half:], now, limit)]
 
 
 __all__ = ["worker_endpoint", "HANDLERS", "SESSION_HEADER", "PermissionDenied"]

@@ -21,7 +21,9 @@ PROTOCOL_VERSION = 11  # 2: provisional assignments, confirm, register.abandoned
 # 9: register.accept_bundles, task assignment bundle (shipped code); 10: task assignment python (its
 # requirements.python, installed by the worker in a virtual environment); register.task_network came
 # within 10 as an optional field (a worker that omits it is placed as before); 11: output (a running task's
-# stdout/stderr streamed while it runs); task assignment submitted_by and run_id came within 11
+# stdout/stderr streamed while it runs); task assignment submitted_by and run_id came within 11; so did
+# batch (several messages in one signed frame), sent only to a peer that said it reads them
+# (register.batches, registered.batches)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -88,6 +90,8 @@ class Register(_Msg, frozen=True, tag="register"):
     # only where its ranks reach each other ("host"). None: not reported (a worker before this
     # field, or a test double): placed as before, and the worker refuses what it cannot run.
     task_network: TaskNetwork | None = None
+    # This worker reads ``batch`` frames (within 11: a peer that omits it is sent none).
+    batches: bool = False
 
 
 class Registered(_Msg, frozen=True, tag="registered"):
@@ -101,6 +105,7 @@ class Registered(_Msg, frozen=True, tag="registered"):
     heartbeat_interval_s: float
     server_time: float
     worker_ttl_s: float
+    batches: bool = False  # this coordinator reads ``batch`` frames (within 11; omitted: send none)
 
 
 class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
@@ -281,8 +286,21 @@ class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
     token: str
 
 
-Message = (Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck
-           | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew | TaskOutput)
+Single = (Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck
+          | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew | TaskOutput)
+
+
+class Batch(_Msg, frozen=True, tag="batch"):
+    """Either direction: several messages in one signed frame (a writer that finds more than one
+    queued sends them so, to a peer that said it reads batches). The receiver handles each in
+    order exactly as if it had come alone, its own checks included: a worker's batch cannot carry
+    a report on an attempt it was not given any more than a single message can. A batch holds no
+    batch (by its type), and is never the first message of a session."""
+
+    messages: list[Single]
+
+
+Message = Single | Batch
 
 MESSAGE_TYPES: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls

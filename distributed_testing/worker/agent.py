@@ -51,6 +51,7 @@ from .session import (
     keepalive,
     next_frame,
     sealed,
+    sealed_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class WorkerAgent:
         self._sendq: asyncio.Queue[m.Message] = asyncio.Queue()
         self._session_over = asyncio.Event()  # set when the current session ends (its queue goes nowhere)
         self._channel: Channel | None = None
+        self._batches = False  # the coordinator of this session reads ``batch`` frames (``registered``)
         self._pong = asyncio.Event()  # set by the reader at each pong (see session.keepalive)
         # The liveness contract of the current session, from ``registered``: (interval, TTL).
         self.liveness: tuple[float, float] = (config.heartbeat_interval_s or 1.0, 3.0)
@@ -352,7 +354,7 @@ class WorkerAgent:
                           accept_bundles=self.shipped.accepting,
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
                           handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth,
-                          task_network=shipped_network(self.config.sandbox, self.config.task_network))
+                          task_network=shipped_network(self.config.sandbox, self.config.task_network), batches=True)
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,
@@ -387,14 +389,16 @@ class WorkerAgent:
                 if violations >= 5:
                     raise
                 continue
-            handler = _HANDLERS.get(type(msg))
-            if handler is None:
-                raise ProtocolError(f"unexpected {type(msg).__name__} from coordinator")
-            await handler(self, msg)
+            for one in msg.messages if isinstance(msg, m.Batch) else (msg,):  # a batch: each as if alone
+                handler = _HANDLERS.get(type(one))
+                if handler is None:
+                    raise ProtocolError(f"unexpected {type(one).__name__} from coordinator")
+                await handler(self, one)
 
     async def _on_registered(self, msg: m.Message) -> None:
         assert isinstance(msg, m.Registered)
         self.liveness = (msg.heartbeat_interval_s, msg.worker_ttl_s)
+        self._batches = msg.batches
         self.candidates.connected(self.candidates.current)
         self.credentials.coordinator_url = self.candidates.current  # token renewals go where the session is
         log.info("registered with coordinator as %s (session %s); heartbeat every %gs, declared dead after %gs "
@@ -467,13 +471,22 @@ class WorkerAgent:
         self._sendq.put_nowait(msg)
 
     async def _writer(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Sends what is queued: all that waits at once in one ``batch`` frame when the coordinator
+        reads them (``sealed_batch``), else one frame per message."""
         assert self._channel is not None
         q = self._sendq
         while True:
-            msg = await q.get()
-            for frame in sealed(self._channel, msg, self.clock()):
+            queued = [await q.get()]
+            while not q.empty():
+                queued.append(q.get_nowait())
+            if self._batches and len(queued) > 1:
+                frames = sealed_batch(self._channel, queued, self.clock())
+            else:
+                frames = [f for msg in queued for f in sealed(self._channel, msg, self.clock())]
+            for frame in frames:
                 await ws.send_bytes(frame)
-            q.task_done()
+            for _ in queued:
+                q.task_done()
 
     async def _keepalive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         """Once registered, ``session.keepalive`` with this session's TTL."""

@@ -136,10 +136,10 @@ class WithEnvironment:
         outcomes: list[ExecOutcome] = await self.inner.run_batch(ctxs)  # type: ignore[attr-defined]
         return [await self._stamp(o) for o in outcomes]
 
-    async def _run_chain(self, ctxs: list[TaskContext], control: Any) -> AsyncGenerator[tuple[int, ExecOutcome], None]:
+    async def _run_chain(self, ctxs: list[TaskContext], control: Any) -> AsyncGenerator[tuple[int, ExecOutcome | None], None]:
         async with contextlib.aclosing(self.inner.run_chain(ctxs, control)) as outcomes:  # type: ignore[attr-defined]
             async for i, outcome in outcomes:
-                yield i, await self._stamp(outcome)
+                yield i, None if outcome is None else await self._stamp(outcome)
 
     async def _stamp(self, outcome: ExecOutcome) -> ExecOutcome:
         if "environment" not in outcome.output:

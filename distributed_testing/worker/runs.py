@@ -41,6 +41,7 @@ from .core.state import (
     Send,
     Start,
     Warn,
+    Withdraw,
     WorkerState,
 )
 from .executors.base import ExecOutcome, Executor, TaskContext
@@ -183,6 +184,11 @@ class Runs:
         elif (task := self.tasks.get(ins.run)) is not None:
             task.cancel()
 
+    def _do_withdraw(self, ins: Instruction) -> None:
+        assert isinstance(ins, Withdraw)
+        if (chain := self.chains.get(ins.run)) is not None and (index := chain[1].get(ins.task_id)) is not None:
+            chain[0].skip(index)
+
     def _do_keep(self, ins: Instruction) -> asyncio.Future[None]:
         assert isinstance(ins, Keep)
         return self.result_store.add(ins.result)
@@ -282,6 +288,11 @@ class Runs:
                         nxt = chain[i + 1]
                         announce = loop.call_later(STARTED_DELAY_S, self._announce_started, m.TaskRef(nxt.task_id, nxt.attempt))
                     done = i + 1
+                    ref = m.TaskRef(chain[i].task_id, chain[i].attempt)
+                    if outcome is None:  # skipped by the child: it never began
+                        self.apply(self.state.skipped(run, ref, self.clock()))
+                        continue
+                    self.apply(self.state.began(ref))
                     r = self.state.running.get(chain[i].task_id)
                     if outcome.status != "cancelled" and r is not None and r.cancel_reason:
                         outcome = ExecOutcome("cancelled", error=r.cancel_reason, started_at=outcome.started_at)
@@ -428,6 +439,7 @@ _INSTRUCTIONS: dict[type[Any], Callable[[Runs, Instruction], asyncio.Future[None
     Send: Runs._do_send,
     Start: Runs._do_start,
     Kill: Runs._do_kill,
+    Withdraw: Runs._do_withdraw,
     Keep: Runs._do_keep,
     Forget: Runs._do_forget,
     ResendKept: Runs._do_resend_kept,

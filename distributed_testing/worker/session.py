@@ -73,6 +73,21 @@ def sealed(channel: Channel, msg: m.Message, now: float, limit: int = DEFAULT_MA
     return [channel.seal(m.Results([unsendable(results[0], why)]), now)]
 
 
+def sealed_batch(channel: Channel, msgs: list[m.Message], now: float, limit: int = DEFAULT_MAX_FRAME) -> list[bytes]:
+    """``msgs`` (several) as one signed ``batch`` frame; one that would not fit in ``limit`` bytes
+    or cannot be encoded goes in halves, down to each message alone through :func:`sealed`."""
+    if len(msgs) == 1:
+        return sealed(channel, msgs[0], now, limit)
+    try:
+        frame = channel.seal(m.Batch(msgs), now)  # type: ignore[arg-type]
+        if len(frame) <= limit:
+            return [frame]
+    except (OverflowError, TypeError, ValueError, RecursionError, msgspec.EncodeError):
+        pass  # a result that cannot be encoded: the halves find it, and sealed() replaces it
+    half = len(msgs) // 2
+    return [*sealed_batch(channel, msgs[:half], now, limit), *sealed_batch(channel, msgs[half:], now, limit)]
+
+
 def ping_period(ttl_s: float, high_availability: bool) -> float:
     """Seconds between a worker's WebSocket pings in a session whose TTL is ``ttl_s``: the TTL,
     half of it with ``--high-availability`` (see ``keepalive``)."""

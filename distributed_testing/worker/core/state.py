@@ -79,6 +79,15 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Ask chain ``run``'s child to skip ``task_id``'s attempt if it has not begun (a take-back):
+    never kills. The chain then reports it ``skipped`` or runs it as usual."""
+
+    run: int
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Keep:
     """Write ``result`` to the result store: it is re-sent after a reconnect until acknowledged."""
 
@@ -129,7 +138,7 @@ class Warn:
     text: str
 
 
-Instruction = (Send | Start | Kill | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold
+Instruction = (Send | Start | Kill | Withdraw | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold
                | DisarmHold | Warn)
 
 
@@ -169,6 +178,7 @@ class WorkerState:
     flush_due: bool = False  # a FlushSoon was given and its ``flush`` has not come yet
     runs: int = 0  # runs started so far (run ids)
     chains: set[int] = field(default_factory=set)  # active runs that are chains
+    withdrawing: set[Key] = field(default_factory=set)  # chained attempts asked back, the answer not yet known
     # per task type: a duration estimate (seconds) that rises at once with a long task and decays
     # slowly; a chain holds about CHAIN_BUDGET_S of such tasks (none until one has finished)
     pace: dict[str, float] = field(default_factory=dict)
@@ -262,16 +272,24 @@ class WorkerState:
         a cancel or a crash of the one before): they wait again at the front of the queue, in
         order, each its own run (admitted when ``run`` ends)."""
         front: dict[int, Start] = {}
+        out: list[Instruction] = []
         for ref in refs:
             r = self.attempt(ref.task_id, ref.attempt)
             if r is None or r.run != run:
+                continue
+            if (ref.task_id, ref.attempt) in self.withdrawing:  # asked back, and it never began: dropped
+                self.withdrawing.discard((ref.task_id, ref.attempt))
+                del self.running[ref.task_id]
+                self.unconfirmed.pop((ref.task_id, ref.attempt), None)
+                self.quiet_started.discard((ref.task_id, ref.attempt))
+                out.append(Send(m.TakenBack([ref], [])))
                 continue
             self.runs += 1
             r.run = self.runs
             front[self.runs] = Start(self.runs, (r.assignment,))
         if front:
             self.queued = {**front, **self.queued}
-        return []
+        return out
 
     def _drop(self, task_id: str) -> list[Instruction]:
         """Stop holding ``task_id``'s attempt: a queued one leaves its run (never started), a
@@ -303,17 +321,57 @@ class WorkerState:
         lists the rest as kept (started here, finished, or not held: their results stand)."""
         dropped: list[m.TaskRef] = []
         kept: list[m.TaskRef] = []
+        withdraw: list[Instruction] = []
         for ref in msg.tasks:
             r = self.attempt(ref.task_id, ref.attempt)
+            key = (ref.task_id, ref.attempt)
             if r is not None and r.run in self.queued:
-                self._drop(ref.task_id)
-                key = (ref.task_id, ref.attempt)
-                self.unconfirmed.pop(key, None)
-                self.quiet_started.discard(key)
+                self._forget_unbegun(ref)
                 dropped.append(ref)
+            elif r is not None and r.run in self.chains and key not in self.withdrawing:
+                self.withdrawing.add(key)  # answered once the chain's child says whether it began it
+                withdraw.append(Withdraw(r.run, ref.task_id))
             else:
                 kept.append(ref)
-        return [Send(m.TakenBack(dropped, kept))]
+        return ([Send(m.TakenBack(dropped, kept))] if dropped or kept or not withdraw else []) + withdraw
+
+    def _forget_unbegun(self, ref: m.TaskRef) -> None:
+        self._drop(ref.task_id)
+        key = (ref.task_id, ref.attempt)
+        self.unconfirmed.pop(key, None)
+        self.quiet_started.discard(key)
+
+    def skipped(self, run: int, ref: m.TaskRef, now: float) -> list[Instruction]:
+        """Chain ``run``'s child skipped this attempt: it never began. Asked back, it is dropped
+        (the answer: ``dropped``); cancelled, it reports ``cancelled``; else it waits again."""
+        key = (ref.task_id, ref.attempt)
+        r = self.attempt(ref.task_id, ref.attempt)
+        if r is None:
+            self.withdrawing.discard(key)
+            return []
+        if key in self.withdrawing:
+            self.withdrawing.discard(key)
+            if r.cancel_reason is None:
+                del self.running[ref.task_id]
+                self.unconfirmed.pop(key, None)
+                self.quiet_started.discard(key)
+                return [Send(m.TakenBack([ref], []))]
+            out: list[Instruction] = [Send(m.TakenBack([], [ref]))]
+        else:
+            out = []
+        if r.cancel_reason is not None:
+            return out + self.finished(m.TaskResult(task_id=ref.task_id, attempt=ref.attempt, status="cancelled",
+                                                    started_at=now, finished_at=now, error=r.cancel_reason))
+        return out + self.unstarted(run, [ref])
+
+    def began(self, ref: m.TaskRef) -> list[Instruction]:
+        """A chained attempt began (its chain reported on it): if it was asked back, the answer is
+        ``kept``."""
+        key = (ref.task_id, ref.attempt)
+        if key not in self.withdrawing:
+            return []
+        self.withdrawing.discard(key)
+        return [Send(m.TakenBack([], [ref]))]
 
     def closing(self) -> None:
         """The worker stops: no queued run starts any more (the attempts stay held, so they are
@@ -452,6 +510,7 @@ class WorkerState:
         may have lost them in a crash, so they are stopped and their results dropped, never sent
         again (if it did not lose them, it either has the result already or finds the attempt
         missing when this worker registers again and requeues it)."""
+        self.withdrawing.clear()  # asked on that session: the next register says what is still held
         if not self.unconfirmed:
             return []
         out: list[Instruction] = [Warn(f"session ended before {len(self.unconfirmed)} provisional assignment(s) were "

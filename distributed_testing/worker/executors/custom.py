@@ -165,10 +165,12 @@ class CustomExecutor:
         outcome.finished_at = time.time()
         return outcome
 
-    async def run_chain(self, ctxs: Sequence[TaskContext], control: ChainControl) -> AsyncGenerator[tuple[int, ExecOutcome], None]:
+    async def run_chain(self, ctxs: Sequence[TaskContext],
+                        control: ChainControl) -> AsyncGenerator[tuple[int, ExecOutcome | None], None]:
         """Several queued tasks of the shared pool on one child in one exchange (``HandlerPool.chain``),
-        yielding ``(index, outcome)`` as each ends, in order, with the outcomes of :meth:`run`
-        (a task skipped or killed through ``control`` ends ``cancelled``). Tasks after the last one
+        yielding ``(index, outcome)`` as each ends, in order, with the outcomes of :meth:`run`; None
+        for a task the child skipped (``control.skip``: it never began); one killed through
+        ``control.withdraw`` ends ``cancelled``. Tasks after the last one
         yielded never began. ExecutionError before anything ran when one of them cannot run here
         (a shipped one, an unknown handler, a bad config): the caller runs them one by one.
         Use it with ``contextlib.aclosing``."""
@@ -185,7 +187,10 @@ class CustomExecutor:
                                                        max_memory_mb=ctxs[0].max_memory_mb,
                                                        outputs=[c.output for c in ctxs])) as replies:
             async for i, result in replies:
-                if result.kind in ("skipped", "cancelled"):
+                if result.kind == "skipped":
+                    yield i, None
+                    continue
+                if result.kind == "cancelled":
                     outcome = ExecOutcome("cancelled", error="cancelled while in a chain")
                 else:
                     outcome = _outcome(requests[i].name, result, ctxs[i])

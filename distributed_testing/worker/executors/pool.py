@@ -158,6 +158,14 @@ class ChainControl:
     def unbind(self) -> None:
         self._child = None
 
+    def skip(self, index: int) -> None:
+        """Request ``index`` must not begin: the child answers it ``skipped`` if it has not begun,
+        else it runs as usual (never killed)."""
+        child = self._child
+        if child is not None and index >= self.current and child.proc.stdin is not None \
+                and not child.proc.stdin.is_closing():
+            child.proc.stdin.write(frame(_ENCODER.encode(Skip([self._seqs[index]]))))
+
     def withdraw(self, index: int) -> None:
         """Request ``index`` must not run (on): replied already, nothing to do; awaited now, its
         child is killed (its result: ``cancelled``); not begun, the child skips it."""
@@ -167,8 +175,8 @@ class ChainControl:
         if index == self.current:
             self.killed = True
             kill_process_group(child.pid)
-        elif child.proc.stdin is not None and not child.proc.stdin.is_closing():
-            child.proc.stdin.write(frame(_ENCODER.encode(Skip([self._seqs[index]]))))
+        else:
+            self.skip(index)
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:

@@ -288,9 +288,9 @@ async def test_a_worker_of_another_protocol_version_is_refused_with_the_version_
 
 
 async def test_a_result_batch_with_one_foreign_attempt_stores_only_the_senders_own(tmp_path: Path) -> None:
-    """Several results in one signed frame are checked one by one: the attempts the sender holds
-    are stored, the one it slipped in for another worker's task is refused, acknowledged and not
-    stored, and that task's own worker still makes its outcome."""
+    """Several results in one signed frame (a batch of results messages) are checked one by one:
+    the attempts the sender holds are stored, the one it slipped in for another worker's task is
+    refused, acknowledged and not stored, and that task's own worker still makes its outcome."""
     async with run_cluster(tmp_path, workers=0, worker_ttl_s=TTL) as c:
         victim_key, attacker_key = await c.create_key("worker"), await c.create_key("worker")
         async with (raw_worker(c.base_url, victim_key, "victim", tags=["victim"]) as (victim, _),
@@ -300,8 +300,9 @@ async def test_a_result_batch_with_one_foreign_attempt_stores_only_the_senders_o
             (other,) = await c.submit(task("other", "victim"))
             await wait_for(lambda: all(c.runtime.state.tasks[t].worker_id == "mallory" for t in own)
                            and c.runtime.state.tasks[other].worker_id == "victim", what="the three tasks placed")
-            await send(mallory, results((own[0], 1, "succeeded"), (other, 1, "succeeded"), (own[1], 1, "succeeded"),
-                                        by="mallory"))
+            # one signed batch frame: a results message mixing its own and a foreign attempt, then another
+            await send(mallory, m.Batch([results((own[0], 1, "succeeded"), (other, 1, "succeeded"), by="mallory"),
+                                         results((own[1], 1, "succeeded"), by="mallory")]))
             await refused_reply(mallory, m.TaskRef(other, 1))
             for tid in own:
                 assert (await c.wait(tid))["state"] == "succeeded"

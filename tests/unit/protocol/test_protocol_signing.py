@@ -92,10 +92,11 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         running=ref_lists,
         abandoned=ref_lists,
         pipeline_depth=st.integers(min_value=0, max_value=m.MAX_PIPELINE_DEPTH),
+        batches=st.booleans(),
     ),
     m.Registered: st.builds(
         m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite,
-        worker_ttl_s=finite
+        worker_ttl_s=finite, batches=st.booleans()
     ),
     m.Heartbeat: st.builds(
         m.Heartbeat,
@@ -120,7 +121,12 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     m.Drain: st.builds(m.Drain, reason=text, deadline_s=finite),
     m.Goodbye: st.builds(m.Goodbye, reason=text, handed_back=ref_lists),
     m.AuthRenew: st.builds(m.AuthRenew, token=text),
+    m.TaskOutput: st.builds(m.TaskOutput, chunks=st.lists(st.builds(m.OutputChunk, task=task_refs,
+                                                                      offset=st.integers(0, 2**63 - 1),
+                                                                      data=st.binary(max_size=64)), max_size=3)),
 }
+# a batch holds any messages but a batch
+MESSAGE_STRATEGIES[m.Batch] = st.builds(m.Batch, messages=st.lists(st.one_of(*MESSAGE_STRATEGIES.values()), max_size=3))
 
 messages: st.SearchStrategy[Any] = st.one_of(*MESSAGE_STRATEGIES.values())
 
@@ -459,3 +465,13 @@ def test_each_direction_keeps_its_own_sequence() -> None:
     assert worker.open(to_worker, NOW) == m.Drain("x", 1.0)
     assert coord.open(to_coord, NOW) == m.Goodbye("bye")
     assert (coord.send_seq, coord.recv_seq, worker.send_seq, worker.recv_seq) == (1, 1, 1, 1)
+
+
+def test_a_batch_inside_a_batch_is_malformed() -> None:
+    """A batch's messages are handled one by one as if each came alone: one cannot hide in another."""
+    inner = {"type": "batch", "messages": [{"type": "confirm", "upto": 1}]}
+    payload = msgspec.msgpack.encode([1, NOW, {"type": "batch", "messages": [inner]}])
+    _, rx = pair()
+    with pytest.raises(DecodeError, match="malformed"):
+        rx.open(sign(payload), NOW)
+    assert rx.open(sign(msgspec.msgpack.encode([2, NOW, inner])), NOW) == m.Batch([m.Confirm(1)])

@@ -6,7 +6,7 @@ queued again in order."""
 from __future__ import annotations
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.worker.core.state import CHAIN_MAX, Instruction, Kill, Start, WorkerState
+from distributed_testing.worker.core.state import CHAIN_MAX, Instruction, Keep, Kill, Send, Start, Withdraw, WorkerState
 
 NOW = 1_000.0
 
@@ -65,13 +65,29 @@ def test_a_long_task_stops_chains_and_several_slots_share_the_queue() -> None:
     assert [len(ids) for ids, _ in starts(out)] == [CHAIN_MAX, CHAIN_MAX]  # each slot a chain of its share
 
 
-def test_a_cancel_inside_a_chain_stops_that_task_only_and_take_back_keeps_the_chain() -> None:
+def test_a_cancel_inside_a_chain_stops_that_task_only() -> None:
     s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
     out = s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
     assert starts(out) == [(("x", "y", "z"), True)]
     assert s.cancel(m.Cancel(m.TaskRef("y", 1), "by the user"), NOW) == [Kill(1, "y")]
-    taken = s.take_back(m.TakeBack([m.TaskRef("z", 1)]))
-    assert taken[0].msg == m.TakenBack(dropped=[], kept=[m.TaskRef("z", 1)])  # type: ignore[union-attr]
+    out = s.skipped(1, m.TaskRef("y", 1), NOW)  # the child skipped it: it never began
+    assert [(r.task_id, r.status, r.error) for i in out if isinstance(i, Keep) for r in [i.result]] == [
+        ("y", "cancelled", "by the user")]
+    assert set(s.running) == {"x", "z"}
+
+
+def test_a_take_back_of_chained_tasks_is_answered_by_what_the_child_did() -> None:
+    """Dropped only once the child skipped it (it never began); kept if it began; dropped too if
+    the chain ended before it. Nothing is answered before it is known."""
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    s.assign(m.AssignTasks([a("x"), a("y"), a("z"), a("v")]))
+    refs = {t: m.TaskRef(t, 1) for t in "xyzv"}
+    out = s.take_back(m.TakeBack([refs["y"], refs["z"], refs["v"]]))
+    assert out == [Withdraw(1, "y"), Withdraw(1, "z"), Withdraw(1, "v")]
+    assert s.began(refs["y"]) == [Send(m.TakenBack([], [refs["y"]]))]  # it ran: its result counts
+    assert s.skipped(1, refs["z"], NOW) == [Send(m.TakenBack([refs["z"]], []))]
+    assert s.unstarted(1, [refs["v"]]) == [Send(m.TakenBack([refs["v"]], []))]  # the chain stopped first
+    assert set(s.running) == {"x", "y"} and not s.queued
 
 
 def test_what_a_chain_never_began_waits_again_at_the_front_in_order() -> None:
