@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -88,10 +89,15 @@ def test_rerun_failed_runs_only_the_failed_task_under_a_new_run(run_dt: DT, tmp_
 
 
 def test_cancel_run_and_another_keys_run_is_refused(run_dt: DT, tmp_path: Path) -> None:
+    run_dt.tc.call(run_dt.tc.c.add_worker(max_concurrent_tasks=1))
     mine = run_dt.key("submitter")
-    code, out, err = run_dt("submit", task_file(tmp_path, [noop("p1"), noop("p2")]), key=mine)  # no worker: pending
+    code, out, err = run_dt("submit", task_file(tmp_path, [sleep("p1", 30), sleep("p2", 30)]), key=mine)
     assert code == 0, err
     rid = run_of(err)
+    deadline = time.monotonic() + 20
+    while run_dt.task("p1")["state"] != "running":  # p1 runs; p2 waits for the one slot
+        assert time.monotonic() < deadline, run_dt.task("p1")
+        time.sleep(0.05)
     other = run_dt.key("submitter")
     code, out, err = run_dt("cancel", "--run", rid, key=other)
     assert code == 2 and "another key" in err, err
@@ -101,6 +107,7 @@ def test_cancel_run_and_another_keys_run_is_refused(run_dt: DT, tmp_path: Path) 
     assert code == 0 and out.split() == ["p1:", "cancelled", "p2:", "cancelled"], (out, err)
     assert "2 task(s) cancelled, 0 had already finished" in err
     assert run_dt.task("p1")["state"] == "cancelled" and run_dt.task("p1")["run_id"] == rid
+    assert run_dt.task("p2")["state"] == "cancelled" and run_dt.task("p2")["worker_id"] is None
     code, out, err = run_dt("cancel")
     assert code == 2 and "--run RUN" in err
 
