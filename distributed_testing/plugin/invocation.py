@@ -15,8 +15,9 @@ option, by its ``dest``:
   sent relative to where the task's pytest runs, one outside it is refused.
 * **Local** (:data:`LOCAL`): output, reporting, selection already made here (``-x``, ``--lf``,
   ``--deselect``, paths) and the files a report writes (``--junitxml``, ``--report-log``,
-  ``--log-file``, ``--debug``, ``--basetemp``, ``--pastebin``): they act here, on the replayed
-  reports, or not at all; never sent.
+  ``--log-file``, ``--debug``, ``--basetemp``, ``--pastebin``), and ``-o cache_dir=...`` (the
+  cache, where the plugin keeps the tests' durations): they act here, on the replayed reports, or
+  not at all; never sent.
 * **Refused** (:data:`REFUSED`): the debugger options, which need the terminal of the process
   that runs the test. A refusal is a :class:`pytest.UsageError` raised before anything is sent.
 
@@ -68,6 +69,7 @@ LOCAL = frozenset({
     "json_report_summary", "json_report_verbosity",
 })
 REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace"}
+LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (the tasks' pytest has none)
 TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir"}
 ALWAYS_THERE = frozenset({"no:cacheprovider"})  # every task's pytest has it
 
@@ -96,6 +98,8 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     for option, action, value in _options(tokens, _actions(config)):
         dest = action.dest
         if option.startswith(OWN_OPTION_PREFIX) or dest in LOCAL or (shipped and dest in ("inifilename", "rootdir")):
+            continue
+        if dest == "override_ini" and str(value).partition("=")[0].strip() in LOCAL_INI:
             continue
         if dest in REFUSED:
             raise pytest.UsageError(f"distributed_testing: {option} needs the terminal of the process that runs "

@@ -39,7 +39,7 @@ def _config(*args: str) -> pytest.Config:
 
 def test_what_changes_the_run_travels_and_what_acts_here_stays(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_ADDOPTS", "--tb=short -p no:cacheprovider")
-    config = _config("-p", "no:asyncio", "-o", "xfail_strict=true", "-W", "error::DeprecationWarning",
+    config = _config("-p", "no:asyncio", "-o", "xfail_strict=true", "-o", "cache_dir=/tmp/c", "-W", "error::DeprecationWarning",
                      "-k", "a and not b", "-mnot gpu", "--import-mode=importlib", "--strict-markers", "-vv", "-rA",
                      "--junitxml", str(tree.parent / "x.xml"), "-x", "--runslow", "--data-dir", str(tree / "data"),
                      "--confcutdir", str(tree), "--basetemp=/tmp/bt", "--lf", "--deselect", "tests/test_a.py::x",
