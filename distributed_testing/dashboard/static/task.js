@@ -3,7 +3,7 @@
 // backend), the environment fingerprint, and the task's output, streamed while it runs (the
 // coordinator's long poll, data/tasks/ID/logs?follow=1), with a running attempt's elapsed time.
 // Redrawn when this task changes.
-import { app, getJSON, act, live, el, table, place, section, state, when, num, chart, canCancel, showError } from "./common.js";
+import { app, getJSON, act, live, el, table, place, section, state, when, num, chart, canCancel, showError, outcome } from "./common.js";
 
 const id = app.dataset.taskId;
 const kv = (obj) => el("dl", { class: "kv" }, Object.entries(obj ?? {}).flatMap(([k, v]) =>
@@ -105,7 +105,7 @@ async function refresh() {
   const out = latest?.output ?? {};
   if (Array.isArray(out.tests)) {
     const s = section("tests-box", `Tests: ${out.passed ?? 0} passed, ${out.failed ?? 0} failed, ${out.skipped ?? 0} skipped`);
-    table("tests", [["test", t => t.nodeid], ["outcome", t => state(t.outcome === "passed" ? "succeeded" : t.outcome)],
+    table("tests", [["test", t => t.nodeid], ["outcome", t => outcome(t.outcome)],
       ["s", t => num(t.duration_s, 3), "num"], ["message", t => t.message ?? ""]], out.tests);
     s.append(document.getElementById("tests"));
   }

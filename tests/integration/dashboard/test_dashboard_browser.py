@@ -270,6 +270,10 @@ async def test_a_run_s_page_lists_failures_first_and_cancel_and_rerun_work_for_i
                                         body: '{"failed": true}'}).then(r => r.status);
             return [await post(`actions/runs/${rid}/cancel`), await post(`actions/runs/${rid}/rerun`)]; }""", [rid])
         assert statuses == [403, 403]
+        await page.goto(env.url + f"tasks/{red}")  # the task page words each test's outcome as pytest does
+        await page.wait_for_selector("#tests tbody tr td")
+        words = await page.eval_on_selector_all("#tests tbody tr td:nth-child(2)", "cs => cs.map(c => c.textContent)")
+        assert sorted(words) == ["failed", "passed"], words
         await page.goto(env.url + "tasks?state=failed")  # the Tasks list links each task's run
         await page.wait_for_selector(f'#tasks tr[data-id="{red}"] a[href="runs/{rid}"]')
     async with signed_in(env, "submitter", tmp_path, f"runs/{rid}") as page:
