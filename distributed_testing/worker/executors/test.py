@@ -336,7 +336,7 @@ def _outcome(
     meaning = _PYTEST_EXIT.get(code)
     head = f"pytest exit code {code} ({meaning})" if meaning else f"pytest {describe_exit(code)}"
     text = tail.text()
-    said = _pytest_errors(text)  # first: the reason, where warnings printed after it would bury it
+    said = pytest_errors(text)  # first: the reason, where warnings printed after it would bury it
     return ExecOutcome("failed", error=f"{head}: {said}\n{text[-_ERROR_TAIL_CHARS:]}" if said
                        else f"{head}:\n{text[-_ERROR_TAIL_CHARS:]}")
 
@@ -346,7 +346,7 @@ def _outcome(
 _PYTEST_ERROR = re.compile(r"ERROR(?:: | \S+ - )")
 
 
-def _pytest_errors(text: str, most: int = 5) -> str:
+def pytest_errors(text: str, most: int = 5) -> str:
     """pytest's own error lines in its output (``ERROR: file or directory not found: x``, a
     collection error's ``ERROR x.py - ImportError: ...``), joined with ``; ``."""
     lines = [line.strip() for line in text.splitlines() if _PYTEST_ERROR.match(line)]

@@ -69,6 +69,7 @@ from distributed_testing.worker.executors.test import (
     effective_timeout,
     failure_summary,
     pytest_argv,
+    pytest_errors,
     resolve_test_path,
     standalone_plugins,
     task_cwd,
@@ -354,8 +355,10 @@ class SessionPool:
             if current is None and not collected and reused and not retried:
                 retried = True  # an idle session that died meanwhile: once more, in a new process
             elif current is None:
-                raise ExecutionError(f"the pytest session ended ({how}) before a test of this task ran; its last "
-                                     f"output:\n{s.tail.text()[-_CRASH_TAIL_CHARS:]}")
+                tail = s.tail.text()[-_CRASH_TAIL_CHARS:]
+                said = pytest_errors(tail)  # pytest's reason first, as for a pytest of the task's own
+                raise ExecutionError(f"the pytest session ended ({how}) before a test of this task ran"
+                                     + (f": {said}\n{tail}" if said else f"; its last output:\n{tail}"))
             else:
                 lines += _crash_lines(current, how, _gist(s.tail.text(since=current["since"])))
                 log.warning("task %s: %s ended the pytest session (%s); restarting it for the rest",

@@ -255,10 +255,10 @@ def test_a_usage_error_says_pytests_reason_first(tmp_path: Path) -> None:
 
 
 def test_a_log_line_of_the_tests_is_not_taken_for_pytests_error() -> None:
-    from distributed_testing.worker.executors.test import _pytest_errors
+    from distributed_testing.worker.executors.test import pytest_errors
 
     text = ("ERROR    root:test_x.py:3 a log record of the test\n"
             "ERROR: file or directory not found: nothere.py\n"
             "ERROR test_y.py - ModuleNotFoundError: No module named 'zzz'\n")
-    assert _pytest_errors(text) == ("ERROR: file or directory not found: nothere.py; "
+    assert pytest_errors(text) == ("ERROR: file or directory not found: nothere.py; "
                                     "ERROR test_y.py - ModuleNotFoundError: No module named 'zzz'")
