@@ -6,7 +6,7 @@ round by round so that the load of a shared machine hits every mode alike.
 sdist (``distributed_testing/testing/suites.py``), runs it locally, with ``-n 2``, and through the
 plugin twice with a shipped tree (``--accept-bundles`` workers, bwrap): the first run builds the
 submitter's environment on the workers, the second finds it cached and has the first's durations
-(pytest's cache). ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
+(pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
 cluster modes a second time with that checkout's coordinator, workers and plugin, in the same
 rounds, so old and new meet the same load. Prints, per round and in a table: the wall times, the
 ratio to ``-n 2``, whether every test's outcome (JUnit) equals the local run's, and the fixed cost
@@ -153,7 +153,8 @@ def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path)
                             since = time.time()
                             run = run_pytest(pythons[impl], tree, [*suite.args, "--dt-coordinator", url],
                                              work / f"{name}-{impl}-{label}.xml", {"DT_API_KEY": key},
-                                             cache=work / f"cache-{name}-{impl}-r{r}")
+                                             # an older plugin sends -o cache_dir to the workers, whose pytest refuses it
+                                             cache=work / f"cache-{name}-{impl}-r{r}" if impl == "new" else None)
                             runs[f"{impl} {label}"] = run
                             first = first_remote_test(url, key, since - 1)
                             fixed[f"{impl} {label}"] = None if first is None else first - since
