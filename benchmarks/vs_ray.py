@@ -18,13 +18,18 @@ keeps a cluster of each up at once (ours: a coordinator and ``--workers`` worker
 Latency is measured on the ``defaults`` cluster. Prints each side's figures and ours relative to Ray's. Ray does less per task (no signing, nothing
 on disk): see ``ray_baseline.py``.
 
-Run: ``python benchmarks/vs_ray.py --ray-python /tmp/rayvenv/bin/python``
+``--before CHECKOUT`` adds a third cluster of ours, the defaults row started from another checkout
+(an older commit in a worktree), to the same rounds, and its serial latency to the latency blocks:
+before and after meet the same machine as Ray.
+
+Run: ``python benchmarks/vs_ray.py --ray-python /tmp/rayvenv/bin/python [--before /tmp/base]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -87,16 +92,26 @@ async def ours_block(http: aiohttp.ClientSession, sync: SyncClient, c: Cluster, 
     return a, s
 
 
-async def latency(c: Cluster, ray: RayServer, samples: int, block: int) -> dict[str, list[float]]:
+async def latency(c: Cluster, ray: RayServer, samples: int, block: int,
+                  before: Cluster | None = None) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"ours (aiohttp client)": [], "ours (http.client)": [], "ray": []}
     sync = SyncClient(c.base, c.admin)
+    old = None if before is None else SyncClient(before.base, before.admin)
+    if old is not None:
+        out["before (aiohttp client)"], out["before (http.client)"] = [], []
     async with aiohttp.ClientSession() as http:
         await ours_block(http, sync, c, 100)  # warm-up
+        if before is not None and old is not None:
+            await ours_block(http, old, before, 100)
         ray.run("latency", 100)
         while len(out["ray"]) < samples:
             a, s = await ours_block(http, sync, c, block)
             out["ours (aiohttp client)"] += a
             out["ours (http.client)"] += s
+            if before is not None and old is not None:
+                a, s = await ours_block(http, old, before, block)
+                out["before (aiohttp client)"] += a
+                out["before (http.client)"] += s
             out["ray"] += ray.run("latency", block)
     return out
 
@@ -110,15 +125,20 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=20000, help="tasks per throughput round")
     ap.add_argument("--rounds", type=int, default=3, help="throughput rounds per side")
     ap.add_argument("--clients", type=int, default=4, help="concurrent submitters in the throughput phase")
+    ap.add_argument("--before", type=Path, help="another checkout: its defaults row in the same rounds")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="dt-vs-ray-"))
     clusters: dict[str, Cluster] = {}
     ray: RayServer | None = None
     try:
-        for name, worker_args in CONFIGS.items():
+        configs = [(name, ROOT, worker_args) for name, worker_args in CONFIGS.items()]
+        if args.before is not None:
+            configs.append(("defaults, before", args.before.resolve(), CONFIGS["defaults"]))
+        for name, root, worker_args in configs:
             (tmp / name).mkdir()
             clusters[name] = Cluster(tmp / name, workers=args.workers, slots=1, worker_outbox="memory",
-                                     worker_args=worker_args)
+                                     worker_args=worker_args, root=root)
             aio.run(throughput(clusters[name].base, clusters[name].admin, 2000, 500, args.clients))  # warm-up
         ray = RayServer(args.ray_python)
         tput: dict[str, list[float]] = {**{f"ours, {n}": [] for n in clusters}, "ray": []}
@@ -127,7 +147,8 @@ def main() -> int:
                 tput[f"ours, {name}"].append(aio.run(throughput(c.base, c.admin, args.tasks, 500, args.clients)))
                 settle(c.procs)
             tput["ray"].append(ray.run("throughput", args.tasks))
-        lat = aio.run(latency(clusters["defaults"], ray, args.samples, args.block))
+        lat = aio.run(latency(clusters["defaults"], ray, args.samples, args.block,
+                              clusters.get("defaults, before")))
         print(f"interleaved: {args.workers} worker processes, no-op tasks in lists of 500 from {args.clients} clients; "
               "ours signs and persists (DuckDB), Ray does neither")
         for side, xs in tput.items():
@@ -141,6 +162,12 @@ def main() -> int:
             print(f"  latency {side:22s} (n={len(xs)}): {summary_ms(xs)}")
         for side in ("ours (aiohttp client)", "ours (http.client)"):
             print(f"  p50 {side} / ray: {pct(lat[side], 50) / pct(lat['ray'], 50):.2f}")
+        if args.before is not None:
+            med = {k: statistics.median(v) for k, v in tput.items()}
+            print(f"  throughput median defaults / defaults, before: {med['ours, defaults'] / med['ours, defaults, before']:.2f}x; "
+                  f"serial p50 (http.client) after / before: "
+                  f"{pct(lat['ours (http.client)'], 50) / pct(lat['before (http.client)'], 50):.2f}")
+        print(f"  load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
         return 0
     finally:
         if ray is not None:

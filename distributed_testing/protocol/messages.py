@@ -244,7 +244,8 @@ class Cancel(_Msg, frozen=True, tag="cancel"):
 
 class TakeBack(_Msg, frozen=True, tag="take_back"):
     """C→W: give back these attempts if they have not started here (they wait behind a long task
-    while another worker is idle). Answered with one ``taken_back``."""
+    while another worker is idle). Answered with ``taken_back``; a task waiting in a chain on the
+    worker (already in its pool child's input) in a later one, once the child skipped or began it."""
 
     tasks: list[TaskRef]
 
