@@ -98,6 +98,8 @@ def test_the_wait_summary_junit_and_status_say_what_ran_and_what_failed_where(ru
              sleep("slept", 0.05), noop("quiet")]
     code, _, err = run_dt("submit", task_file(tmp_path, tasks), "--junit", str(junit), "--progress", "off")
     assert code == 1, err
+    run_line, err = err.split("\n", 1)  # the run it made (test_flags_dt_runs.py), then the summary
+    assert run_line.startswith("run run-"), run_line
 
     # RESULT for every kind, as dt results words it; ERROR names the failing test
     header = err.splitlines()[0]
@@ -136,6 +138,7 @@ def test_ctrl_c_during_the_wait_says_what_keeps_running_and_how_to_cancel_it(run
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("run run-")  # the run it made
         seen = [proc.stderr.readline() for _ in range(2)]  # the wait's first poll: it is waiting now
         assert all("no connected worker can run it" in line for line in seen), seen
         proc.send_signal(signal.SIGINT)

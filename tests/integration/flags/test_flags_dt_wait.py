@@ -47,7 +47,8 @@ def test_the_timeout_exits_4_and_names_the_coordinator_s_reason(with_worker: DT,
     code, _, err = with_worker("submit", task_file(tmp_path, unrunnable("t-1")), "--wait", "--timeout", "0.6",
                                "--progress", "off")
     assert code == dt.EXIT_GAVE_UP == 4
-    assert err.splitlines()[0].split() == ["TASK", "STATE", "WORKER", "DURATION_S", "RESULT", "ERROR"]  # no progress lines
+    assert err.splitlines()[0].startswith("run run-")  # the run it made (test_flags_dt_runs.py)
+    assert err.splitlines()[1].split() == ["TASK", "STATE", "WORKER", "DURATION_S", "RESULT", "ERROR"]  # no progress lines
     assert " ".join(summary_rows(err)["t-1"]) == f"t-1 pending - - - dt: gave up waiting while pending: {LACKS}"
     assert with_worker.task("t-1")["state"] == "pending"  # still queued
 
