@@ -83,9 +83,14 @@ def test_rerun_failed_runs_only_the_failed_task_under_a_new_run(run_dt: DT, tmp_
     detail = json.loads(run_dt("run", new)[1])
     assert [t["task_id"] for t in detail["tasks"]] == [derived] and detail["state"] == "failed"
     assert detail["labels"]["rerun_of"] == old and detail["name"] == "suite.json (re-run failed)"
-    # a re-run of the re-run derives from the first id, not b@x@y
-    code, out, err = run_dt("rerun", new, "--failed")
+    # a re-run of the re-run derives from the first id, not b@x@y; --name names it
+    code, out, err = run_dt("rerun", new, "--failed", "--name", "third time")
     assert code == 0 and out.split() == [f"b@{run_of(err).removeprefix('run-')}"], (out, err)
+    assert "(third time)" in err
+    code, out, _ = run_dt("runs", "--limit", "1", "--json")
+    assert [r["name"] for r in json.loads(out)["runs"]] == ["third time"]
+    code, out, _ = run_dt("run", old, "--json")
+    assert json.loads(out)["created_at"].endswith("Z")  # ISO 8601, as dt status --json
 
 
 def test_cancel_run_and_another_keys_run_is_refused(run_dt: DT, tmp_path: Path) -> None:
