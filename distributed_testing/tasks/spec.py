@@ -422,12 +422,21 @@ def config_dict(spec: TaskSpec) -> dict[str, Any]:
     return spec.config
 
 
+_SORTED = msgspec.json.Encoder(order="sorted").encode
+
+
 def spec_digest(spec: TaskSpec) -> str:
     """Stable hash of the whole spec but its ``run_id``: same id + same digest is an idempotent
-    resubmission (the task stays in the run it joined first), a different digest a conflict."""
-    body: dict[str, Any] = msgspec.to_builtins(spec, order="sorted")
-    del body["run_id"]
-    return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
+    resubmission (the task stays in the run it joined first), a different digest a conflict. The
+    bytes hashed are the spec's sorted JSON without the ``run_id`` member, so a spec's digest is
+    what it was before tasks had runs. That member is cut from the encoded bytes (a third of the
+    cost of building a dict without it, on every submitted task): in sorted order the top-level
+    ``run_id`` is always followed by ``task_id`` (a string or null) and then by members whose
+    values hold no such key, so its member is the last ``,"run_id":`` up to ``,"task_id":``."""
+    data = _SORTED(spec)
+    start = data.rfind(b',"run_id":')
+    end = data.index(b',"task_id":', start)
+    return hashlib.sha256(data[:start] + data[end:]).hexdigest()
 
 
 def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:

@@ -68,5 +68,12 @@ def test_a_tasks_run_is_not_part_of_its_digest() -> None:
     # the digest of this body before runs existed: stored tasks keep theirs
     assert specs.spec_digest(plain) == specs.spec_digest(in_run) == \
         "0a345135c3d0a155074d91a09731bc246552c10ba5161742a069ca9bb9decf91"
+    # a config of its own with a run_id key, a bundle, no task id: only the top-level member is left out
+    odd = {"type": "custom", "config": {"name": "noop", "parameters": {"run_id": None, "task_id": "x"}},
+           "bundle": "0" * 64}
+    (a,) = specs.parse_tasks([odd])
+    (b,) = specs.parse_tasks([{**odd, "run_id": "run-0123456789ab"}])
+    assert specs.spec_digest(a) == specs.spec_digest(b) != specs.spec_digest(
+        specs.parse_tasks([{**odd, "config": {"name": "noop", "parameters": {"task_id": "x"}}}])[0])
     with pytest.raises(Exception, match="run_id"):
         specs.parse_tasks([{**doc, "run_id": "not a run"}])
