@@ -37,6 +37,7 @@ from .submission import accept
 
 log = logging.getLogger(__name__)
 MAX_RUN_TASKS = 10_000  # a run's detail, cancel and re-run read at most this many of its tasks
+MAX_TEST_DETAILS = 100  # a run's detail shows the tests of at most this many test tasks
 MAX_LIST = 200
 DEFAULT_LIST = 20
 MAX_NAME = 200
@@ -109,17 +110,17 @@ def _owned(run: RunRow, principal: sa.Principal, what: str) -> None:
         raise PermissionDenied(f"run {run.run_id} was created by another key; only it or an admin may {what} it")
 
 
-async def test_outputs(rt: Runtime, tasks: list[Any]) -> dict[str, Mapping[str, Any]]:
-    """The result output of each finished test task's outcome, by task id: one result query over
-    the time the run's results arrived in."""
+async def outputs_of_tests(rt: Runtime, tasks: list[Any]) -> dict[str, Mapping[str, Any]]:
+    """The result output of each finished test task's outcome, by task id: of the failed ones
+    first, at most ``MAX_TEST_DETAILS`` (one result query each)."""
     done = [t for t in tasks if t.type == "test" and t.outcome is not None and "attempt" in t.outcome]
-    if not done:
-        return {}
-    since = min(t.submitted_at for t in done)
-    until = max(t.updated_at for t in done) + 1.0
-    rows = await rt.store.query_results(ResultQuery(task_type="test", since=since, until=until, limit=MAX_RUN_TASKS * 4))
-    want = {(t.task_id, t.outcome["attempt"]) for t in done}
-    return {r.task_id: r.output for r in rows if (r.task_id, r.attempt) in want}
+    done.sort(key=lambda t: t.state not in cr.FAILED)
+    found: dict[str, Mapping[str, Any]] = {}
+    for t in done[:MAX_TEST_DETAILS]:
+        for r in await rt.store.query_results(ResultQuery(task_id=t.task_id, limit=1000)):
+            if r.attempt == t.outcome["attempt"]:
+                found[t.task_id] = r.output
+    return found
 
 
 # ------------------------------------------------------------------- routes
@@ -176,7 +177,7 @@ async def get_run(request: web.Request) -> web.Response:
     rt: Runtime = request.app[RUNTIME]
     run = await find_run(rt, request.match_info["run_id"])
     tasks = await run_tasks(rt, run.run_id)
-    outputs = await test_outputs(rt, tasks)
+    outputs = await outputs_of_tests(rt, tasks)
     lines = cr.ordered([cr.task_line(t, outputs.get(t.task_id)) for t in tasks])
     return json_response({**cr.summary(run, tasks), "tasks": lines})
 
