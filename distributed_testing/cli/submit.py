@@ -126,7 +126,6 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     env = environ()
     run = runs.create_run(api, runs.run_name(ns.run_name, env, "stdin" if str(ns.file) == "-" else ns.file.name),
                           runs.ci_labels(env))
-    runs.announce(api, ns, run)
     # ids make a re-send after a lost answer harmless (the same tasks), with one URL too: it may be
     # a load balancer's in front of a group
     doc = with_run(with_task_ids(doc), run["run_id"])
@@ -142,6 +141,7 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
         answer = api.post("/api/v1/tasks", doc, repeatable=True)
     for warning in answer.get("warnings", []):  # e.g. a deprecated spelling, accepted this time
         print(f"dt: warning: {warning}", file=sys.stderr)
+    runs.announce(api, ns, run)  # once it holds the tasks (a refused file leaves an empty run, unannounced)
     accepted = answer["tasks"]
     for a in accepted:
         print(a["task_id"], flush=True)
