@@ -271,7 +271,7 @@ RUN = {"type": "object", "required": sorted(_RUN_FIELDS), "properties": _RUN_FIE
 _RUN_SUMMARY_FIELDS = {
     **_RUN_FIELDS, "state": {"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
     "counts": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "tasks by state"},
-    "total": {"type": "integer"}, "started_at": {**NULLABLE_NUM, "description": "the first task's start"},
+    "total": {"type": "integer"}, "started_at": {**NULLABLE_NUM, "description": "when its first task was first sent to a worker"},
     "ended_at": {**NULLABLE_NUM, "description": "the last task's end, once every task has finished"}}
 RUN_SUMMARY = {"type": "object", "required": sorted(_RUN_SUMMARY_FIELDS), "properties": _RUN_SUMMARY_FIELDS}
 _RUN_TASK = _obj(task_id={"type": "string"}, type={"type": "string"}, state={"enum": list(TASK_STATES)},

@@ -13,12 +13,13 @@ A run's state:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from ...tasks.states import TERMINAL
-from .rows import RunRow
+from .rows import RunRow, TaskRow
 
 FAILED = frozenset({"failed", "timed_out", "error"})
 # What ``rerun --failed`` submits again: every task that did not succeed.
@@ -96,16 +97,64 @@ def run_view(run: RunRow) -> dict[str, Any]:
             "created_at": run.created_at}
 
 
+class RunStats(msgspec.Struct):
+    """What a run's summary needs of its tasks (``Store.run_stats``): how many are in each state,
+    when the first of them was first sent to a worker (``first_dispatch``), and the latest
+    ``updated_at`` of any (None without tasks)."""
+
+    counts: dict[str, int] = {}
+    first_dispatch: float | None = None
+    last_update: float | None = None
+
+
+def first_dispatch(t: Any) -> float | None:
+    """When the task was first sent to a worker: its history's second entry (the first is its
+    submission) when that is the move to ``assigned``; None when it never was."""
+    h = t.history
+    return float(h[1]["at"]) if len(h) > 1 and h[1].get("to") == "assigned" else None
+
+
+def stats_of(tasks: Iterable[Any]) -> RunStats:
+    """``RunStats`` of one run's ``tasks`` (stored rows, or tasks from memory)."""
+    s = RunStats(counts={})
+    for t in tasks:
+        add_stats(s, {t.state: 1}, first_dispatch(t), t.updated_at)
+    return s
+
+
+def stats_of_runs(rows: Iterable[TaskRow], run_ids: Iterable[str]) -> dict[str, RunStats]:
+    """``Store.run_stats`` in Python: ``RunStats`` of each of ``run_ids`` (every one present,
+    empty without tasks) from stored ``rows`` (those of other runs are skipped)."""
+    out = {r: RunStats(counts={}) for r in run_ids}
+    for t in rows:
+        s = out.get(t.run_id) if t.run_id is not None else None
+        if s is not None:
+            add_stats(s, {t.state: 1}, first_dispatch(t), t.updated_at)
+    return out
+
+
+def add_stats(s: RunStats, counts: Mapping[str, int], dispatched: float | None, updated: float | None) -> None:
+    """Fold tasks' counts, earliest dispatch and latest update into ``s``."""
+    for state, n in counts.items():
+        s.counts[state] = s.counts.get(state, 0) + n
+    if dispatched is not None and (s.first_dispatch is None or dispatched < s.first_dispatch):
+        s.first_dispatch = dispatched
+    if updated is not None and (s.last_update is None or updated > s.last_update):
+        s.last_update = updated
+
+
+def summary_of(run: RunRow, stats: RunStats) -> dict[str, Any]:
+    """The run with its state, counts by task state, total, start (its first task's first
+    dispatch) and end (the last task's end, once every task has finished)."""
+    total = sum(stats.counts.values())
+    done = total > 0 and all(state in TERMINAL for state in stats.counts)
+    return {**run_view(run), "state": run_state(stats.counts), "counts": dict(sorted(stats.counts.items())),
+            "total": total, "started_at": stats.first_dispatch, "ended_at": stats.last_update if done else None}
+
+
 def summary(run: RunRow, tasks: Iterable[Any]) -> dict[str, Any]:
-    """The run with its state, counts by task state, total, start (the first task's start) and
-    end (the last task's end, once every task has finished)."""
-    tasks = list(tasks)
-    counts = Counter(t.state for t in tasks)
-    starts = [s for t in tasks if (s := started_at(t)) is not None]
-    done = bool(tasks) and all(t.state in TERMINAL for t in tasks)
-    return {**run_view(run), "state": run_state(counts), "counts": dict(sorted(counts.items())),
-            "total": len(tasks), "started_at": min(starts) if starts else None,
-            "ended_at": max(t.updated_at for t in tasks) if done else None}
+    """``summary_of`` the run's ``tasks`` (rows, or tasks from memory)."""
+    return summary_of(run, stats_of(tasks))
 
 
 def short_id(run_id: str) -> str:

@@ -24,6 +24,7 @@ from ...protocol.messages import ResultStatus
 from ...tasks.states import TERMINAL as TERMINAL
 from ...tasks.states import TaskState
 from ..core.rows import Record, ResultRow, RunRow, Snapshot, TaskRow
+from ..core.runs import RunStats
 
 SCHEMA_VERSION = 5
 
@@ -179,6 +180,11 @@ class Store(Protocol):
 
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
         """Per-bucket submitted/finished counts and the latest failures (see ``TaskStats``)."""
+
+    async def run_stats(self, run_ids: Sequence[str]) -> dict[str, RunStats]:
+        """Per run of ``run_ids`` (each present; empty without tasks): its tasks' counts by state,
+        first dispatch and latest update (``core/runs.py``, ``RunStats``), computed by the store
+        without reading the tasks out. Sees every completed append."""
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
         """The stored runs of these ids (ids not stored are absent). Sees every completed append."""

@@ -43,6 +43,7 @@ from ...durable.journal import Journal
 from ...errors import StoreError
 from ...security import files
 from ..core.rows import FORGOTTEN, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
+from ..core.runs import RunStats, add_stats, stats_of_runs
 from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .changes import Changes, JournalRecord, TaskChange, coalesce
 from .duckdbsql import (
@@ -65,6 +66,7 @@ from .duckdbsql import (
 )
 from .duckdbsql import get_runs as get_runs_sync
 from .duckdbsql import query_runs as query_runs_sync
+from .duckdbsql import run_stats as run_stats_sync
 from .filters import describe, holds
 from .memory import page_of_runs, result_order_key, stats_of, validate_query
 
@@ -529,6 +531,14 @@ class DuckDBStore:
             raise StoreError(f"task statistics on {self.path} failed: {exc}") from exc
         return TaskStats(submitted=submitted, finished=finished,
                          recent_failures=[table.from_tuple(v) for v in failed])
+
+    async def run_stats(self, run_ids: Sequence[str]) -> dict[str, RunStats]:
+        """``Store.run_stats``: DuckDB's for the tasks with nothing pending, with the pending rows'."""
+        out = stats_of_runs(self._pending_task_rows(), run_ids)
+        stored = await self._db(self._read_sync, "run statistics", run_stats_sync, list(out), list(self._pending_tasks))
+        for run_id, state, n, dispatched, updated in stored:
+            add_stats(out[run_id], {state: n}, dispatched, updated)
+        return out
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
         """The stored runs of these ids, the ones appended since the last checkpoint included."""

@@ -318,3 +318,21 @@ def load_snapshot(con: duckdb.DuckDBPyConnection) -> Snapshot:
     return Snapshot(tasks=[table.from_tuple(values) for values in active], workers=rows(WorkerRow, "worker_id"),
                     keys=rows(KeyRow, "key_id"), meta=meta, task_counts={state: int(n) for state, n, _ in counts},
                     max_seq=max((int(m) for _, _, m in counts), default=0))
+
+
+# A task's first dispatch (core/runs.py, ``first_dispatch``): its history's second entry, when that
+# is the move to ``assigned``.
+FIRST_DISPATCH_SQL = ("CASE WHEN json_extract_string(history, '$[1].to') = 'assigned' "
+                      "THEN CAST(json_extract_string(history, '$[1].at') AS DOUBLE) END")
+
+
+def run_stats(con: duckdb.DuckDBPyConnection, run_ids: list[str],
+              pending_ids: list[str]) -> list[tuple[str, str, int, float | None, float]]:
+    """(run, state, tasks, first dispatch, latest update) of the stored tasks of ``run_ids``
+    whose newest row is not pending (``pending_ids``)."""
+    with pending_task_ids(con, pending_ids):
+        rows = con.execute(
+            f"SELECT run_id, state, count(*), min({FIRST_DISPATCH_SQL}), max(updated_at) FROM tasks "
+            f"WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND {NOT_PENDING_SQL} GROUP BY run_id, state",
+            [run_ids]).fetchall()
+    return [(r, st, int(n), d, u) for r, st, n, d, u in rows]

@@ -28,6 +28,7 @@ import msgspec
 
 from ...errors import StoreError, ValidationError
 from ..core.rows import FORGOTTEN, KeyRow, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
+from ..core.runs import RunStats, stats_of_runs
 from .base import TERMINAL, ResultQuery, TaskPage, TaskQuery, TaskStats
 from .filters import describe, holds
 
@@ -223,6 +224,10 @@ class MemoryStore:
     async def task_stats(self, since: float, bucket_s: float, buckets: int, failures: int) -> TaskStats:
         self._check_open()
         return stats_of(self._tasks.values(), since, bucket_s, buckets, failures)
+
+    async def run_stats(self, run_ids: Sequence[str]) -> dict[str, RunStats]:
+        self._check_open()
+        return stats_of_runs(self._tasks.values(), run_ids)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
         self._check_open()

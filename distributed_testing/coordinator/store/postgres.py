@@ -56,6 +56,7 @@ from ...errors import Fenced, StoreError
 from ...process.aio import wake_within
 from ...retry import Backoff, retry_async
 from ..core.rows import KeyRow, MetaRow, Record, ResultRow, RunRow, Snapshot, TaskRow, WorkerRow
+from ..core.runs import RunStats
 from . import postgres_reads as reads
 from .base import SCHEMA_VERSION, ResultQuery, TaskPage, TaskQuery, TaskStats, stored_schema_version
 from .pgmigrate import MIGRATIONS
@@ -538,6 +539,9 @@ class PostgresStore:
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
         return await reads.get_runs(self._read, run_ids)
+
+    async def run_stats(self, run_ids: Sequence[str]) -> dict[str, RunStats]:
+        return await reads.run_stats(self._read, run_ids)
 
     async def query_runs(self, limit: int, offset: int = 0, submitted_by: str | None = None) -> list[RunRow]:
         return await reads.query_runs(self._read, limit, offset, submitted_by)

@@ -15,6 +15,7 @@ import asyncpg
 
 from ...errors import ValidationError
 from ..core.rows import ResultRow, RunRow, TaskRow
+from ..core.runs import RunStats, add_stats
 from .base import ResultQuery, TaskPage, TaskQuery, TaskStats
 from .filters import Params
 from .memory import page_of_runs, validate_query
@@ -108,3 +109,16 @@ async def query_runs(read: Read, limit: int, offset: int, submitted_by: str | No
     args = [limit, offset] + ([submitted_by] if submitted_by is not None else [])
     fetched = await read("run query", lambda con: con.fetch(sql, *args))
     return [DECODE[RunRow](v) for v in fetched]
+
+
+# A task's first dispatch (core/runs.py, ``first_dispatch``), as duckdbsql.FIRST_DISPATCH_SQL
+FIRST_DISPATCH_SQL = "CASE WHEN history->1->>'to' = 'assigned' THEN (history->1->>'at')::float8 END"
+
+
+async def run_stats(read: Read, run_ids: Sequence[str]) -> dict[str, RunStats]:
+    out = {r: RunStats(counts={}) for r in run_ids}
+    sql = (f"SELECT run_id, state, count(*), min({FIRST_DISPATCH_SQL}), max(updated_at) FROM tasks "
+           "WHERE run_id = ANY($1::text[]) GROUP BY run_id, state")
+    for run_id, state, n, dispatched, updated in await read("run statistics", lambda con: con.fetch(sql, list(out))):
+        add_stats(out[run_id], {state: int(n)}, dispatched, updated)
+    return out

@@ -29,6 +29,7 @@ from distributed_testing.coordinator.core.rows import (
     TaskRow,
     WorkerRow,
 )
+from distributed_testing.coordinator.core.runs import RunStats, stats_of_runs
 from distributed_testing.coordinator.store.base import ResultQuery, Store, TaskQuery
 from distributed_testing.coordinator.store.duckdb import DuckDBStore
 from distributed_testing.coordinator.store.memory import MemoryStore, filter_tasks, stats_of
@@ -311,8 +312,12 @@ async def test_runs_and_their_tasks_read_back_before_and_after_a_reopen(backend:
     the same before a checkpoint, after one and after a reopen."""
     runs = [RunRow("run-000000000001", "ci #1", 1.0, {"commit": "abc"}, "k1"),
             RunRow("run-000000000002", "ci #2", 2.0, {}, "k2"), RunRow("run-000000000003", "nightly", 2.0)]
-    tasks = [task("a", seq=1, run_id="run-000000000001"), task("b", seq=2, run_id="run-000000000001"),
-             task("c", seq=3, run_id="run-000000000002"), task("d", seq=4)]
+    dispatched = [{"at": 1.0, "to": "pending"}, {"at": 2.5, "to": "assigned"}, {"at": 4.0, "to": "succeeded"}]
+    tasks = [task("a", seq=1, run_id="run-000000000001"),
+             task("b", "succeeded", seq=2, run_id="run-000000000001", history=dispatched, updated_at=4.0),
+             task("c", "cancelled", seq=3, run_id="run-000000000002", updated_at=3.0,
+                  history=[{"at": 1.0, "to": "pending"}, {"at": 3.0, "to": "cancelled"}]),
+             task("d", seq=4)]
 
     async def check() -> None:
         s = backend.store
@@ -326,6 +331,11 @@ async def test_runs_and_their_tasks_read_back_before_and_after_a_reopen(backend:
         assert sorted(t.task_id for t in page.tasks) == ["a", "b"] and page.total == 2
         assert {t.run_id for t in page.tasks} == {"run-000000000001"}
         assert (await s.get_tasks(["d"]))["d"].run_id is None
+        stats = await s.run_stats(["run-000000000001", "run-000000000002", "run-000000000003"])
+        assert stats == {"run-000000000001": RunStats({"pending": 1, "succeeded": 1}, 2.5, 4.0),
+                         "run-000000000002": RunStats({"cancelled": 1}, None, 3.0),
+                         "run-000000000003": RunStats({}, None, None)}
+        assert stats == stats_of_runs(tasks, stats)  # as core/runs.py says it in Python
 
     await backend.store.append([*runs, *tasks])
     await check()

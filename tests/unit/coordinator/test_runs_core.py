@@ -29,12 +29,14 @@ def test_a_runs_state_follows_its_tasks(counts: dict[str, int], state: str) -> N
 
 def test_summary_and_lines_put_failures_first_with_their_first_error_line() -> None:
     run = RunRow("run-0123456789ab", "ci", 0.5, {"commit": "abc"}, "k1")
-    tasks = [row("b", "succeeded", [{"to": "assigned", "at": 2.0}], at=3.0),
-             row("a", "failed", [{"to": "assigned", "at": 1.5}, {"to": "running", "at": 1.7}],
+    sub = {"to": "pending", "at": 1.0}
+    tasks = [row("b", "succeeded", [sub, {"to": "assigned", "at": 2.0}], at=3.0),
+             row("a", "failed", [sub, {"to": "assigned", "at": 1.5}, {"to": "running", "at": 1.7}],
                  error="\n  AssertionError: 1 != 2\nmore", at=4.0),
-             row("c", "running", [{"to": "running", "at": 2.5}])]
+             row("c", "running", [sub, {"to": "assigned", "at": 2.4}, {"to": "running", "at": 2.5}])]
     s = cr.summary(run, tasks)
-    assert (s["state"], s["total"], s["started_at"], s["ended_at"]) == ("running", 3, 1.7, None)
+    # started: the first dispatch of any task; each task's line: its latest attempt's start
+    assert (s["state"], s["total"], s["started_at"], s["ended_at"]) == ("running", 3, 1.5, None)
     assert s["counts"] == {"failed": 1, "running": 1, "succeeded": 1}
     lines = cr.ordered([cr.task_line(t) for t in tasks])
     assert [x["task_id"] for x in lines] == ["a", "c", "b"]
