@@ -211,12 +211,13 @@ def cancel_run(api: ApiClient, run_id: str) -> int:
     return 0
 
 
-def rerun(api: ApiClient, ns: argparse.Namespace) -> list[str]:
-    """``dt rerun``'s request: the new run announced, its task ids printed (and returned)."""
+def rerun(api: ApiClient, ns: argparse.Namespace) -> tuple[list[str], str]:
+    """``dt rerun``'s request: the new run announced, its task ids printed; returns them and the
+    new run's id."""
     body: dict[str, Any] = {"failed": ns.failed} | ({"name": ns.name} if ns.name else {})
     run = api.post(f"/api/v1/runs/{urllib.parse.quote(ns.run_id, safe='')}/rerun", body)
     announce(api, ns, run)
     new_ids = list(run["task_ids"].values())
     for task_id in new_ids:
         print(task_id, flush=True)
-    return new_ids
+    return new_ids, str(run["run_id"])

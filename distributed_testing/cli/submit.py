@@ -30,7 +30,7 @@ import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,18 +151,20 @@ def cmd_submit(api: ApiClient, ns: argparse.Namespace) -> int:
     if not (ns.wait or ns.junit or ns.json_out or ns.baseline or ns.unschedulable_s is not None
             or ns.timeout is not None):
         return EXIT_OK
-    return wait_and_report(api, ns, [a["task_id"] for a in accepted])
+    return wait_and_report(api, ns, [a["task_id"] for a in accepted], run["run_id"], kept)
 
 
 def cmd_rerun(api: ApiClient, ns: argparse.Namespace) -> int:
     """``dt rerun RUN [--failed] [--wait]`` (``runs.rerun``), waiting as ``dt submit --wait``."""
-    ids = runs.rerun(api, ns)
-    return wait_and_report(api, ns, ids) if ns.wait else EXIT_OK
+    ids, run_id = runs.rerun(api, ns)
+    return wait_and_report(api, ns, ids, run_id) if ns.wait else EXIT_OK
 
 
-def wait_and_report(api: ApiClient, ns: argparse.Namespace, task_ids: list[str]) -> int:
+def wait_and_report(api: ApiClient, ns: argparse.Namespace, task_ids: list[str], run_id: str | None = None,
+                    outside: Sequence[str] = ()) -> int:
     """The wait of ``dt submit`` (and ``dt rerun --wait``): progress, the summary, the reports
-    asked for; the exit status."""
+    asked for; the exit status. ``run_id``: the run the tasks were submitted in, less the ids in
+    ``outside`` (unchanged tasks that stayed in the run they joined first)."""
     timeout = getattr(ns, "timeout", None)
     junit, json_out, baseline = (getattr(ns, k, None) for k in ("junit", "json_out", "baseline"))
     progress = make_progress(ns.progress, ns.local_time)
@@ -171,7 +173,7 @@ def wait_and_report(api: ApiClient, ns: argparse.Namespace, task_ids: list[str])
                             getattr(ns, "unschedulable_s", None), progress)
     except Interrupted as stop:
         progress.close()  # the live table stays above the line, not drawn over it
-        print(interrupted_line(stop.unfinished), file=sys.stderr)
+        print(interrupted_line(stop.unfinished, run_id, outside), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException:
         progress.close()
@@ -305,13 +307,18 @@ class Interrupted(Exception):
         self.unfinished = unfinished
 
 
-def interrupted_line(unfinished: list[str]) -> str:
+def interrupted_line(unfinished: list[str], run_id: str | None = None, outside: Sequence[str] = ()) -> str:
     """What ``dt submit --wait`` says when Ctrl-C ends its wait: one line naming what goes on
-    without it and the command that cancels it."""
+    without it and the command that cancels it: ``dt cancel --run RUN`` for the run's tasks, and
+    the ids of those outside it (``outside``), or every id without a run."""
     if not unfinished:
         return "dt: interrupted; every task had already finished"
-    return (f"dt: interrupted; {len(unfinished)} task(s) keep running (or waiting) on the coordinator; cancel them "
-            f"with: dt cancel {' '.join(shlex.quote(i) for i in unfinished)}")
+    head = f"dt: interrupted; {len(unfinished)} task(s) keep running (or waiting) on the coordinator; cancel them with: "
+    others = [i for i in unfinished if i in set(outside)] if run_id else unfinished
+    commands = [f"dt cancel --run {shlex.quote(run_id)}"] if run_id and len(others) < len(unfinished) else []
+    if others:
+        commands.append(f"dt cancel {' '.join(shlex.quote(i) for i in others)}")
+    return head + " and ".join(commands)
 
 
 def wait_tasks(api: ApiClient, task_ids: list[str], timeout_s: float, unschedulable_s: float | None,

@@ -22,7 +22,7 @@ import pytest
 from flags_support import DT_VARS, ROOT, free_port, worker_config
 from test_flags_dt_cli import DT, noop, run_dt, sleep, summary_rows, task_file, unrunnable
 
-from distributed_testing.cli import dt
+from distributed_testing.cli import dt, submit
 from distributed_testing.cli import worker as worker_cli
 
 __all__ = ["run_dt"]  # the fixture, re-exported for this module's tests
@@ -138,7 +138,9 @@ def test_ctrl_c_during_the_wait_says_what_keeps_running_and_how_to_cancel_it(run
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None
-        assert proc.stderr.readline().startswith("run run-")  # the run it made
+        announced = proc.stderr.readline()
+        assert announced.startswith("run run-")  # the run it made
+        run_id = announced.split()[1]
         seen = [proc.stderr.readline() for _ in range(2)]  # the wait's first poll: it is waiting now
         assert all("no connected worker can run it" in line for line in seen), seen
         proc.send_signal(signal.SIGINT)
@@ -153,10 +155,14 @@ def test_ctrl_c_during_the_wait_says_what_keeps_running_and_how_to_cancel_it(run
     [line] = err.splitlines()  # one line, no traceback
     assert line.startswith("dt: interrupted; 2 task(s) keep running (or waiting) on the coordinator; "), line
     command = line.split("cancel them with: ", 1)[1]
-    assert command == "dt cancel wait-1 ci/wait-2"
+    assert command == f"dt cancel --run {run_id}"  # the run holds them all
     assert [run_dt.task(t)["state"] for t in ("wait-1", "ci/wait-2")] == ["pending", "pending"]  # still queued
     code, out, err = run_dt(*shlex.split(command)[1:])  # the command it printed does cancel them
-    assert (code, out) == (0, "wait-1: cancelled\nci/wait-2: cancelled\n"), err
+    assert code == 0 and sorted(out.splitlines()) == ["ci/wait-2: cancelled", "wait-1: cancelled"], err
+    # without a run (or for tasks that stayed in an earlier run) the line names the ids
+    assert submit.interrupted_line(["a", "b c"]).endswith("cancel them with: dt cancel a 'b c'")
+    assert submit.interrupted_line(["a", "b"], run_id, ["b"]).endswith(f"dt cancel --run {run_id} and dt cancel b")
+    assert submit.interrupted_line(["b"], run_id, ["b"]).endswith("cancel them with: dt cancel b")
 
 
 def test_a_worker_that_never_reached_a_coordinator_exits_1_with_one_line_saying_so(
