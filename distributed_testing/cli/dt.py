@@ -122,10 +122,13 @@ def register_tasks(sub: SubParsers) -> None:
     st.set_defaults(run=cmd_status)
     text = ("cancel pending or running tasks, each reported on its own line (a finished one stays as it is: stderr "
             "says nothing was cancelled, exit 0; an unknown id exits 2 after the others were tried); --run RUN "
-            "cancels every unfinished task of a run")
+            "cancels every unfinished task of a run; --state, --type, --tag, --worker and --submitted-by cancel "
+            "the unfinished tasks that match them all (within --run's run where given)")
     cn = sub.add_parser("cancel", help=text, description=text)
     cn.add_argument("task_ids", nargs="*", metavar="TASK_ID", help="the tasks' ids")
     cn.add_argument("--run", metavar="RUN", dest="cancel_run", help="cancel every unfinished task of this run")
+    for flag, dest, extra in CANCEL_FILTERS:
+        cn.add_argument(flag, dest=dest, **extra)
     cn.set_defaults(run=cmd_cancel)
 
 
@@ -216,10 +219,18 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
     done (0). A refused id (unknown: 404; not the caller's: 403) is said on stderr and the rest are
     still tried; the exit status is then that of the refusal (2). An unreachable coordinator
     stops at once: every other id would wait out the same failover bound."""
-    if not ns.task_ids and not ns.cancel_run:
-        raise ConfigError("dt cancel: name the tasks (TASK_ID ...) or a run (--run RUN)")
-    code = runs.cancel_run(api, ns.cancel_run) if ns.cancel_run else EXIT_OK
-    for task_id in dict.fromkeys(ns.task_ids):
+    filters = {field: value for _flag, field, _extra in CANCEL_FILTERS if (value := getattr(ns, field)) is not None}
+    if not ns.task_ids and not ns.cancel_run and not filters:
+        raise ConfigError("dt cancel: name the tasks (TASK_ID ...), a run (--run RUN) or filters "
+                          "(--state, --type, --tag, --worker, --submitted-by)")
+    code, task_ids = EXIT_OK, list(ns.task_ids)
+    if filters:
+        matched = unfinished_matching(api, filters | ({"run_id": ns.cancel_run} if ns.cancel_run else {}))
+        print(f"dt: {len(matched)} unfinished task(s) match the filters", file=sys.stderr)
+        task_ids += matched
+    elif ns.cancel_run:
+        code = runs.cancel_run(api, ns.cancel_run)
+    for task_id in dict.fromkeys(task_ids):
         path = f"/api/v1/tasks/{urllib.parse.quote(task_id, safe='')}"
         try:
             before = api.get(path)["state"]
@@ -234,6 +245,35 @@ def cmd_cancel(api: ApiClient, ns: argparse.Namespace) -> int:
         if t["state"] == before and t["state"] not in ("pending", "assigned", "running"):
             print(f"dt: nothing cancelled: task {t['task_id']} had already finished ({t['state']})", file=sys.stderr)
     return code
+
+
+UNFINISHED = ("pending", "assigned", "running")
+# dt cancel's filters: flag, the GET /api/v1/tasks field it sets (also the Namespace attribute), its argparse options
+CANCEL_FILTERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("--state", "state", {"choices": UNFINISHED, "help": "only unfinished tasks in this state"}),
+    ("--type", "type", {"metavar": "TYPE", "help": "only tasks of this type (test, benchmark, custom, training)"}),
+    ("--tag", "tag", {"metavar": "TAG", "help": "only tasks whose requirements name this tag"}),
+    ("--worker", "worker_id", {"metavar": "WORKER_ID", "help": "only tasks on this worker"}),
+    ("--submitted-by", "submitted_by", {"metavar": "KEY_ID", "help": "only tasks this key submitted"}),
+)
+
+
+PAGE = 1000
+
+
+def unfinished_matching(api: ApiClient, filters: dict[str, str]) -> list[str]:
+    """The ids of the unfinished tasks that match every one of ``filters`` (GET /api/v1/tasks
+    fields), oldest first, in pages of ``PAGE``."""
+    found: list[tuple[float, str]] = []
+    for state in [filters["state"]] if "state" in filters else UNFINISHED:
+        offset = 0
+        while True:
+            page = api.get("/api/v1/tasks", {**filters, "state": state, "limit": str(PAGE), "offset": str(offset)})
+            found += [(t["submitted_at"], t["task_id"]) for t in page["tasks"]]
+            offset += len(page["tasks"])
+            if not page["tasks"] or offset >= page["total"]:
+                break
+    return [task_id for _at, task_id in sorted(found)]
 
 
 def api_error_code(exc: ApiError) -> int:

@@ -124,3 +124,27 @@ def test_dashboard_url_flag_links_the_run_page(run_dt: DT, tmp_path: Path) -> No
     assert f": https://ci.example/dash/runs/{rid}" in err
     code, _, err = run_dt("submit", task_file(tmp_path, [noop("d2")]))  # neither: the REST path
     assert code == 0 and f": {run_dt.url}/api/v1/runs/{run_of(err)}" in err, err
+
+
+def test_cancel_filters_pick_the_unfinished_tasks_that_match_them_all(run_dt: DT, tmp_path: Path) -> None:
+    # no worker: every task waits, pending
+    nightly = {"requirements": {"tags": ["nightly"]}}
+    doc = task_file(tmp_path, [sleep("n1", 30, **nightly), noop("n2", **nightly), sleep("s1", 30),
+                               sleep("n3", 30, **nightly)])
+    code, _out, err = run_dt("submit", doc)
+    assert code == 0, err
+    rid = run_of(err)
+    code, out, err = run_dt("cancel", "--tag", "nightly", "--type", "custom", "--state", "pending", "--run", rid)
+    assert code == 0 and out.splitlines() == ["n1: cancelled", "n2: cancelled", "n3: cancelled"], (out, err)
+    assert "3 unfinished task(s) match the filters" in err
+    assert run_dt.task("s1")["state"] == "pending"  # no tag: left alone
+    code, out, err = run_dt("cancel", "--tag", "nightly")  # nothing unfinished matches any more
+    assert code == 0 and out == "" and "0 unfinished task(s) match" in err, (out, err)
+    code, out, err = run_dt("cancel", "--submitted-by", "nobody-such")
+    assert code == 0 and out == "", (out, err)
+    code, out, err = run_dt("cancel", "--state", "done")
+    assert code == 2 and "invalid choice: 'done'" in err, err
+    code, out, err = run_dt("cancel")
+    assert code == 2 and "name the tasks (TASK_ID ...), a run (--run RUN) or filters" in err, err
+    code, out, err = run_dt("cancel", "--worker", "w-none", "s1")  # ids and filters together
+    assert code == 0 and out.splitlines() == ["s1: cancelled"], (out, err)
