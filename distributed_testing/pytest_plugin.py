@@ -62,7 +62,7 @@ import concurrent.futures
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,7 @@ POLL_S = 0.5
 WATCH_S = 1.0  # how long one of a task's watchers' requests waits for it to finish
 MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own
 CHUNKS_PER_SLOT = 4
+MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
 SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
 MIN_CHUNK_TESTS = 500
 HISTORY_KEY = "distributed_testing/durations"
@@ -232,17 +233,19 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
 
 
 def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,
-             session: str | None = None) -> dict[str, Any]:
+             session: str | None = None, collect: Sequence[str] = ()) -> dict[str, Any]:
     """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
     come back without running the rest of it; ``inv``: the local invocation's options and
     directory (:mod:`.plugin.invocation`); ``session``: the run whose pytest sessions serve it on
-    the workers (a shipped tree): its tests go in ``tests``, the options alone in ``test_args``."""
+    the workers (a shipped tree): its tests go in ``tests``, the options alone in ``test_args``,
+    and ``collect`` (:func:`collect_paths`) says what the session collects before any test runs."""
     # collected here: a module failing to import there must not cost the whole chunk
     flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     inv = inv or Invocation()
     config: dict[str, Any]
     if session is not None:
-        config = {"test_file": c.args[0], "tests": c.args[1:], "test_args": [*flags, *inv.args], "session": session}
+        config = {"test_file": c.args[0], "tests": c.args[1:], "test_args": [*flags, *inv.args], "session": session,
+                  **({"collect": list(collect)} if collect else {})}
     else:  # the paths before the local options: each of those holds its value, so no path reads as one
         config = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
     if inv.cwd is not None:
@@ -251,6 +254,23 @@ def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocatio
     if c.requirements:
         doc["requirements"] = c.requirements
     return doc
+
+
+def collect_paths(config: pytest.Config, root: Path) -> list[str]:
+    """What pytest collected here (its arguments, or ``testpaths``, or the invocation directory),
+    relative to ``root``: what each worker's session collects once, before any test runs, as
+    pytest does here. Empty (each session collects its first task's tests) where one lies outside
+    ``root`` or there are more than :data:`MAX_COLLECT`."""
+    here = Path(config.invocation_params.dir)
+    out = []
+    for arg in config.args:
+        part, sep, rest = str(arg).partition("::")
+        try:
+            rel = (here / part).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            return []
+        out.append(rel + sep + rest)
+    return out if len(out) <= MAX_COLLECT else []
 
 
 def with_fields(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -445,7 +465,8 @@ class FleetRunner:
         run = self.start_run(fleet)
         extra = {**fields, "run_id": run}
         maxfail = int(self.config.getoption("maxfail") or 0)
-        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation, run if shipped else None), extra)
+        collect = collect_paths(self.config, self.root) if shipped else []
+        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation, run if shipped else None, collect), extra)
                 for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:

@@ -204,7 +204,9 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     or node ids after ``test_file``. ``session``: in a task with a bundle, the run these tests
     belong to (the pytest plugin's run id): the worker runs them in a pytest session it keeps for
     that run, submitter, bundle, environment and options (``worker/executors/test_session.py``)
-    instead of a pytest of their own; without a bundle it changes nothing."""
+    instead of a pytest of their own; without a bundle it changes nothing. ``collect``: what that
+    session collects when it starts, before any test runs (the paths the run's pytest collected
+    locally), as plain pytest collects everything first; default the task's own tests."""
 
     __test__ = False  # not a pytest test class
 
@@ -214,6 +216,7 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     cwd: str | None = None
     tests: list[NonEmpty] = []
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    collect: list[NonEmpty] = []
 
 
 def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
@@ -224,9 +227,10 @@ def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
     out += [("test_args", e) for e in refused_test_args(cfg.test_args)]
     if cfg.cwd is not None and (bad := path_error(None, cfg.cwd, "cwd")) is not None:
         out.append(("cwd", bad))
-    for i, test in enumerate(cfg.tests):
-        if (bad := bad_test_file(test) or path_error(None, test, "tests")) is not None:
-            out.append((f"tests[{i}]", bad))
+    for field, tests in (("tests", cfg.tests), ("collect", cfg.collect)):
+        for i, test in enumerate(tests):
+            if (bad := bad_test_file(test) or path_error(None, test, field)) is not None:
+                out.append((f"{field}[{i}]", bad))
     return out
 
 
@@ -234,9 +238,10 @@ def shipped_test(cfg: TestConfig, files: frozenset[str]) -> Problems:
     """In a task with a bundle listing ``files``: ``test_file`` (``path`` or ``path::node``) must
     be one of them or a directory holding some (the bundle's tree is the test root); so must each
     of ``tests``."""
-    for test in cfg.tests:
-        if (bad := _not_in_bundle(test, files)) is not None:
-            return [("tests", bad)]
+    for field, tests in (("tests", cfg.tests), ("collect", cfg.collect)):
+        for test in tests:
+            if (bad := _not_in_bundle(test, files)) is not None:
+                return [(field, bad)]
     bad = _not_in_bundle(cfg.test_file, files)
     return [] if bad is None else [("test_file", bad)]
 

@@ -3,10 +3,12 @@
 :mod:`.pytest_report` it imports only the standard library and pytest, so a shipped run loads a
 copy of it in an environment without this package.
 
-At start it collects nothing. It then reads commands from descriptor FD, one JSON line each:
-``{"task": N, "args": [test paths or node ids], "skip": [node ids], "maxfail": K}``. For each it
-collects ``args`` (a module imported by an earlier command stays imported, as its conftests and
-session-scoped state do), leaves out the items of ``skip`` (those a crashed session already ran),
+It reads commands from descriptor FD, one JSON line each. The first, ``{"collect": [paths]}``,
+has it collect the run's paths once, before any test runs, as plain pytest does (an argument
+whose conftest fails to import, or that pytest refuses, is left for later), then say ``{"kind":
+"ready"}``. Each other, ``{"task": N, "args": [test paths or node ids], "skip": [node ids],
+"maxfail": K}``, takes the items of ``args`` from that collection (an argument it did not
+collect is collected then), leaves out those of ``skip`` (those a crashed session already ran),
 and runs the rest in order, stopping after ``K`` failures (0: never). What it says goes through
 the report writer (:mod:`.pytest_report`, ``--dt-report=fd:M``), in its lines:
 ``{"kind": "collected", "task": N, "nodeids": [...]}`` after collecting, ``{"kind": "start",
@@ -48,6 +50,8 @@ class _Server:
     def __init__(self, config: pytest.Config, fd: int) -> None:
         self.config = config
         self.fd = fd
+        self.index: dict[tuple[str, str], pytest.Item] = {}  # what it collected at start
+        self.by_path: dict[str, list[pytest.Item]] = {}  # the same, by file
 
     def _write(self, line: dict[str, Any]) -> None:
         writer = self.config.pluginmanager.get_plugin(WRITER_NAME)
@@ -57,7 +61,34 @@ class _Server:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> bool:
-        return True  # each command collects its own tests
+        return True  # the first command says what to collect
+
+    def _collect_all(self, session: pytest.Session, args: list[str]) -> None:
+        """Collect the run's paths once, before any test runs, as plain pytest does; an argument
+        pytest refuses, or whose conftest fails to import, leaves the others collected (its
+        tests are collected when asked for, and fail there as they would alone)."""
+        items, _ = self._collect(session, None, args)
+        self.index = {_key(item.path, item.nodeid): item for item in items}
+        for (path, _), item in self.index.items():
+            self.by_path.setdefault(path, []).append(item)
+        self._write({"kind": "ready", "collected": len(self.index)})
+
+    def _collect(self, session: pytest.Session, task: Any, args: list[str]) -> tuple[list[pytest.Item], list[str]]:
+        """Collect ``args`` (one at a time where one is refused); the items and pytest's refusals."""
+        args = [a for a in args if self._conftests_load(task, a)]
+        items: list[pytest.Item] = []
+        refused: list[str] = []
+        try:
+            items = list(session.perform_collect(args))
+            args = []
+        except pytest.UsageError:  # one of them is not there: the others still run
+            pass
+        for arg in args:  # outside the handler: a collection error must not carry the UsageError
+            try:
+                items += session.perform_collect([arg])
+            except pytest.UsageError as exc:
+                refused.append("\n".join(map(str, exc.args)))
+        return items, refused
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._write({"kind": "start", "nodeid": nodeid, "location": list(location)})
@@ -66,11 +97,14 @@ class _Server:
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         with open(self.fd, encoding="utf-8") as commands:
             for raw in commands:
-                if raw.strip():
-                    self._serve(session, json.loads(raw))
+                cmd = json.loads(raw) if raw.strip() else None
+                if isinstance(cmd, dict) and "collect" in cmd:
+                    self._collect_all(session, [str(a) for a in cmd["collect"]])
+                elif isinstance(cmd, dict):
+                    self._serve(session, cmd)
         return True
 
-    def _conftests_load(self, task: Any, arg: str) -> bool:
+    def _conftests_load(self, task: Any, arg: str) -> bool:  # task None: the first collection's
         """Load the conftests of ``arg``'s directories as a pytest started on it would, before it
         collects: one that fails to import is an error of the command, worded as pytest's own at
         start (``ImportError while loading conftest ...``), and ``arg`` is not collected."""
@@ -90,22 +124,32 @@ class _Server:
             pass
         return True
 
+    def _collected(self, args: list[str]) -> tuple[list[pytest.Item], list[str]]:
+        """The items of ``args`` (node ids, or module paths) the session collected at start, and
+        the arguments it did not (collected on demand)."""
+        here = self.config.invocation_params.dir
+        found: list[pytest.Item] = []
+        missing: list[str] = []
+        for arg in args:
+            part, sep, rest = arg.partition("::")
+            path = str((here / part).resolve())
+            item = self.index.get((path, rest)) if sep else None
+            if item is not None:
+                found.append(item)
+            elif not sep and path in self.by_path:
+                found += self.by_path[path]
+            else:
+                missing.append(arg)
+        return found, missing
+
     def _serve(self, session: pytest.Session, cmd: dict[str, Any]) -> None:
         task = cmd.get("task")
-        args = [a for a in map(str, cmd.get("args") or []) if self._conftests_load(task, a)]
-        items: list[pytest.Item] = []
-        try:
-            items = list(session.perform_collect(args))
-            args = []
-        except pytest.UsageError:  # one of them is not there: the others still run
-            pass
-        for arg in args:  # outside the handler: a collection error must not carry the UsageError
-            try:
-                items += session.perform_collect([arg])
-            except pytest.UsageError as exc:
-                self._write({"kind": "error", "task": task, "message": "\n".join(map(str, exc.args))})
+        ready, wanted = self._collected([str(a) for a in cmd.get("args") or []])
+        items, refused = self._collect(session, task, wanted) if wanted else ([], [])
+        for message in refused:
+            self._write({"kind": "error", "task": task, "message": message})
         skip = set(cmd.get("skip") or ())
-        items = [i for i in items if i.nodeid not in skip]
+        items = [i for i in ready + items if i.nodeid not in skip]
         self._write({"kind": "collected", "task": task, "nodeids": [i.nodeid for i in items]})
         session.testsfailed = 0
         session.shouldfail = session.shouldstop = False
@@ -120,3 +164,8 @@ class _Server:
             with contextlib.suppress(Exception):  # after a stop: what the last test left set up
                 session._setupstate.teardown_exact(None)
             self._write({"kind": "done", "task": task, "pid": os.getpid()})
+
+
+def _key(path: Any, nodeid: str) -> tuple[str, str]:
+    """An item's key: its file, resolved, and the part of its node id after the file's."""
+    return str(path.resolve()), nodeid.partition("::")[2]

@@ -76,7 +76,7 @@ STANDALONE_PLUGINS = {"_dt_pytest_marker": MARKER_PLUGIN, "_dt_pytest_report": p
                       "_dt_pytest_serve": "distributed_testing.worker.executors.pytest_serve"}
 SHIPPED_PLUGINS = ("_dt_pytest_marker", "_dt_pytest_report")  # the marker and the report writer, as pytest_argv takes them
 SERVE_PLUGIN = "_dt_pytest_serve"  # a session's (test_session.py)
-_PYTEST_EXIT = {
+PYTEST_EXIT = {
     2: "interrupted, e.g. by collection errors",
     3: "internal error",
     4: "usage error",
@@ -333,7 +333,7 @@ def _outcome(
         return ExecOutcome("failed", error=failure_summary(summary))
     if code == 5:
         return ExecOutcome("failed", error="no tests collected")
-    meaning = _PYTEST_EXIT.get(code)
+    meaning = PYTEST_EXIT.get(code)
     head = f"pytest exit code {code} ({meaning})" if meaning else f"pytest {describe_exit(code)}"
     text = tail.text()
     said = pytest_errors(text)  # first: the reason, where warnings printed after it would bury it

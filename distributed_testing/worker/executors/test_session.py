@@ -62,6 +62,7 @@ from distributed_testing.worker.executors.proc import (
 from distributed_testing.worker.executors.supervise import MemoryWatch, run_limited
 from distributed_testing.worker.executors.test import (
     MAX_REPORT_BYTES,
+    PYTEST_EXIT,
     SERVE_PLUGIN,
     SHIPPED_PLUGINS,
     TestExecutor,
@@ -107,8 +108,17 @@ def session_key(a: TaskAssignment) -> SessionKey | None:
     run = getattr(a, "run_id", None) or cfg.get("session")
     if a.type != "test" or a.bundle is None or not isinstance(cfg.get("session"), str) or not run:
         return None
-    options = {"test_args": cfg.get("test_args") or [], "cwd": cfg.get("cwd"), "max_memory_mb": a.max_memory_mb}
+    options = {"test_args": cfg.get("test_args") or [], "cwd": cfg.get("cwd"), "max_memory_mb": a.max_memory_mb,
+               "collect": cfg.get("collect") or []}
     return SessionKey(str(run), a.submitted_by, a.bundle, _digest(sorted(a.python)), _digest(options))
+
+
+class StartFailed(ExecutionError):
+    """A session's pytest ended before it took a command; ``tree``: the root it ran in."""
+
+    def __init__(self, message: str, tree: str) -> None:
+        super().__init__(message)
+        self.tree = tree
 
 
 class _Session:
@@ -125,6 +135,7 @@ class _Session:
         self.reader_transport: asyncio.BaseTransport | None = None
         self.tail = OutputTail(_TAIL_BYTES)
         self.drain: asyncio.Task[None] | None = None
+        self.initial: list[str] = []  # what it collects at start (the run's paths), relative to the root
         self.served = 0  # commands sent over its life (across restarts)
         self.starts = 0
         self.last_used = time.monotonic()
@@ -135,7 +146,9 @@ class _Session:
 
     async def start(self, spec: TestConfig, ctx: TaskContext, base_env: Mapping[str, str],
                     extra: Mapping[str, str]) -> None:
-        """Start (or start again) the pytest process in the task's sandbox."""
+        """Start (or start again) the pytest process in the task's sandbox, collecting
+        ``self.initial`` (paths relative to the root) as its first command; returns once it has
+        collected and waits for the tasks' commands. ExecutionError, with pytest's reason, if it ends before."""
         scratch: Path = self.fields["scratch_dir"]
         root, cwd = self.root, task_cwd(self.root, spec.cwd)
         python, env_dirs = task_python(replace(ctx, **self.fields))
@@ -169,6 +182,17 @@ class _Session:
         self.starts += 1
         log.info("pytest session %d started for run %s (bundle %s, start %d)", self.proc.pid, self.key.run,
                  self.key.bundle[:12], self.starts)
+        self.commands.write((json.dumps({"collect": rebase_test_paths(self.initial, root, cwd)}) + "\n").encode())
+        while (line := await self.line()) is not None:  # its collection's reports: no task's
+            if line.get("kind") == "ready":
+                return
+        code = await self.stop(wait_s=_EXIT_WAIT_S)
+        meaning = PYTEST_EXIT.get(code) if code is not None else None
+        head = f"pytest exit code {code} ({meaning})" if meaning else f"pytest {_how(code)}"
+        tail = self.tail.text()[-_CRASH_TAIL_CHARS:]
+        said = pytest_errors(tail)  # pytest's reason first, as for a pytest of the task's own
+        raise StartFailed(f"{head} at the session's start: {said}\n{tail}" if said
+                          else f"{head} at the session's start:\n{tail}", str(root))
 
     def send(self, cmd: dict[str, Any]) -> None:
         assert self.commands is not None
@@ -234,6 +258,7 @@ class SessionPool:
         self._idle: dict[SessionKey, list[_Session]] = {}
         self._live: set[_Session] = set()
         self._gen: dict[SessionKey, int] = {}
+        self._broken: dict[SessionKey, tuple[str, str, float]] = {}  # keys whose session failed to start
         self._reaper: asyncio.TimerHandle | None = None
         self.started = 0  # session processes started (first starts and restarts)
 
@@ -246,7 +271,15 @@ class SessionPool:
         except msgspec.ValidationError as exc:
             raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
         started = time.time()
-        session, reused = await self._take(key, prepare, spec, ctx)
+        broken = self._broken.get(key)
+        if broken is None:
+            try:
+                session, reused = await self._take(key, prepare, spec, ctx)
+            except StartFailed as exc:  # the same for every task of the key: said once, not tried again
+                broken = self._broken[key] = (str(exc), exc.tree, time.monotonic())
+                self._arm_reaper()
+        if broken is not None:
+            return ExecOutcome("failed", output={"tree": broken[1]}, error=broken[0], started_at=started)
         session.tail.sink = ctx.output  # what the session writes for this task: its output stream
         keep = False
         lines: list[dict[str, Any]] = []
@@ -312,6 +345,7 @@ class SessionPool:
         try:
             fields = await stack.enter_async_context(prepare())
             s = _Session(key, fields, stack, self._gen.get(key, 0))
+            s.initial = _initial(spec, s.root)
             self._live.add(s)
             await s.start(spec, ctx, self._env, self._extra)
             self.started += 1
@@ -356,7 +390,7 @@ class SessionPool:
                 retried = True  # an idle session that died meanwhile: once more, in a new process
             elif current is None:
                 tail = s.tail.text()[-_CRASH_TAIL_CHARS:]
-                said = pytest_errors(tail)  # pytest's reason first, as for a pytest of the task's own
+                said = pytest_errors(tail)
                 raise ExecutionError(f"the pytest session ended ({how}) before a test of this task ran"
                                      + (f": {said}\n{tail}" if said else f"; its last output:\n{tail}"))
             else:
@@ -386,6 +420,7 @@ class SessionPool:
     async def end(self, key: SessionKey) -> None:
         """End the sessions of ``key``: the idle ones now, the busy ones when their task ends."""
         self._gen[key] = self._gen.get(key, 0) + 1
+        self._broken.pop(key, None)
         for s in self._idle.pop(key, []):
             self._live.discard(s)
             await asyncio.shield(s.close())
@@ -397,6 +432,9 @@ class SessionPool:
     def _reap(self) -> None:
         self._reaper = None
         now = time.monotonic()
+        for key, (_, _, when) in list(self._broken.items()):
+            if now - when >= self.idle_s:
+                del self._broken[key]
         for key, sessions in list(self._idle.items()):
             old = [s for s in sessions if now - s.last_used >= self.idle_s]
             for s in old:
@@ -405,7 +443,7 @@ class SessionPool:
                 asyncio.ensure_future(s.close())
             if not sessions:
                 self._idle.pop(key, None)
-        if self._idle:
+        if self._idle or self._broken:
             self._arm_reaper()
 
     async def close(self) -> None:
@@ -417,6 +455,17 @@ class SessionPool:
         for s in sessions:
             with contextlib.suppress(Exception):
                 await s.close()
+
+
+def _initial(spec: TestConfig, root: Path) -> list[str]:
+    """What a new session collects at start: ``collect`` (the run's paths), else the task's own
+    tests; those not in the tree are left out (their tests are collected when asked for)."""
+    out = []
+    for test in spec.collect or [spec.test_file, *spec.tests]:
+        if bad_test_file(test) is None:
+            with contextlib.suppress(ExecutionError):
+                out.append(resolve_test_path(root, test))
+    return out
 
 
 def _gist(text: str) -> str:

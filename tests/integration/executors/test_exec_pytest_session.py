@@ -117,8 +117,10 @@ def test_tasks_of_one_run_share_a_session_that_collects_once_and_never_serves_an
     pids: list[int] = []
 
     async def body() -> None:
-        first = await pool.run(_ctx("t1", "test_s.py::test_a"), _key("run-1"), prepare)
-        second = await pool.run(_ctx("t2", "test_s.py::test_b", "test_s.py::test_fails"), _key("run-1"), prepare)
+        # the run's paths collected once, at the session's start; each task takes its tests from them
+        first = await pool.run(_ctx("t1", "test_s.py::test_a", collect=["test_s.py"]), _key("run-1"), prepare)
+        second = await pool.run(_ctx("t2", "test_s.py::test_b", "test_s.py::test_fails", collect=["test_s.py"]),
+                                _key("run-1"), prepare)
         other_run = await pool.run(_ctx("t3", "test_s.py::test_a"), _key("run-2"), prepare)
         other_key = await pool.run(_ctx("t4", "test_s.py::test_a"), _key("run-1", "k2"), prepare)
         pids.extend(_host_pids(pool))
