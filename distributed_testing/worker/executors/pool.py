@@ -149,20 +149,24 @@ class ChainControl:
     def __init__(self) -> None:
         self.current = 0  # the request whose reply is awaited: running, or about to
         self.killed = False
+        self.early: set[int] = set()  # stopped before the chain had its child: skipped from the start
         self._child: _Child | None = None
         self._seqs: list[int] = []
+        self._over = False
 
     def bind(self, child: _Child, seqs: list[int]) -> None:
         self._child, self._seqs = child, seqs
 
     def unbind(self) -> None:
-        self._child = None
+        self._child, self._over = None, True
 
     def skip(self, index: int) -> None:
         """Request ``index`` must not begin: the child answers it ``skipped`` if it has not begun,
         else it runs as usual (never killed)."""
         child = self._child
-        if child is not None and index >= self.current and child.proc.stdin is not None \
+        if child is None and not self._over:  # still waiting for its child: it never begins
+            self.early.add(index)
+        elif child is not None and index >= self.current and child.proc.stdin is not None \
                 and not child.proc.stdin.is_closing():
             child.proc.stdin.write(frame(_ENCODER.encode(Skip([self._seqs[index]]))))
 
@@ -171,6 +175,8 @@ class ChainControl:
         child is killed (its result: ``cancelled``); not begun, the child skips it."""
         child = self._child
         if child is None or index < self.current:
+            if child is None and not self._over:
+                self.early.add(index)
             return
         if index == self.current:
             self.killed = True
@@ -418,6 +424,8 @@ class HandlerPool:
             scratch = {} if child.work_dir is None else {"work_dir": child.work_dir, "clean_scratch": True}
             payload = b"".join(frame(_ENCODER.encode(msgspec.structs.replace(r, seq=seq, **scratch)))
                                for r, seq in zip(requests, seqs, strict=True))
+            if control.early:  # in the same write: the child reads them before it begins the first
+                payload += frame(_ENCODER.encode(Skip([seqs[i] for i in sorted(control.early)])))
             watch = MemoryWatch(child.pid, max_memory_mb) if max_memory_mb else None
             control.bind(child, seqs)
             ended = False

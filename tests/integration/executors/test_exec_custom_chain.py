@@ -75,3 +75,11 @@ def test_a_task_withdrawn_before_it_begins_is_skipped_and_one_running_is_killed(
     assert skipped[1] is None  # never began
     assert (skipped[0].status, skipped[2].status) == ("succeeded", "succeeded")  # type: ignore[union-attr]
     assert {i: o and o.status for i, o in killed.items()} == {0: "cancelled"}  # t5 never began
+
+
+def test_a_task_stopped_before_the_chain_has_its_child_never_begins(executor: CustomExecutor) -> None:
+    control = ChainControl()
+    control.skip(0)  # a take-back, or a cancel, while the chain waited for a free child
+    control.withdraw(2)
+    got = run(closing(executor, lambda ex: outcomes(ex, [ctx("t1"), ctx("t2"), ctx("t3")], control)))
+    assert got[0] is None and got[2] is None and got[1] is not None and got[1].status == "succeeded"
