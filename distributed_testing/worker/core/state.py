@@ -12,11 +12,15 @@ Events (one method each): ``assign``, ``announce`` (a task ran past the ``starte
 ``finished``, ``run_ended`` (a run's coroutine is over: its slot is free), ``flush`` (the end of
 the loop iteration a ``FlushSoon`` asked for), ``hold_expired``, ``registered``, ``ack``,
 ``confirm``, ``cancel``, ``take_back``, ``session_ended``, ``hand_back`` / ``handed_back`` (a
-drain's leftovers), ``closing`` (the worker stops). Time is passed in where a message carries it.
+drain's leftovers), ``closing`` (the worker stops); of a chain (``Start.chained``): ``began`` (its
+child reported on an attempt), ``skipped`` (its child skipped one: it never began), ``unstarted``
+(the chain stopped before these). Time is passed in where a message carries it.
 
 Instructions: :class:`Send` a message; :class:`Start` / :class:`Kill` a run (one executor call,
 started only while fewer than ``slots`` runs are under way, in the order assigned; a killed run
-reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``); :class:`Keep` a result in the result store until acknowledged, :class:`Forget` the
+reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``; a chain's
+one attempt: ``Kill.task_id``); :class:`Withdraw` a chained attempt that has not begun (a
+take-back); :class:`Keep` a result in the result store until acknowledged, :class:`Forget` the
 acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
 / :class:`RecordFinished` running attempts in the result store (for ``--recover``); :class:`FlushSoon`
 (call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
@@ -34,7 +38,9 @@ Contracts kept here (docs/protocol.md, "Provisional assignments"):
   and sent together when the ack comes or the hold ends;
 * a run waiting for a slot has not started: a ``take_back`` drops it (it never starts here, and
   the answer says so, so the coordinator may give the task to another worker as a new attempt);
-  a run that has started is never dropped by a ``take_back``, and its result is reported as usual.
+  a run that has started is never dropped by a ``take_back``, and its result is reported as usual;
+  an attempt waiting in a chain is answered only once its child skipped it (``dropped``) or began
+  it (``kept``), so it never runs here after the coordinator was told it would not.
 """
 
 from __future__ import annotations
