@@ -411,10 +411,11 @@ class HandlerPool:
         from the reply before it) and the memory limit. A request that does not end in a reply
         (timeout, memory, death, or ``control`` killed it: ``cancelled``) is the last yielded: its
         child is killed and replaced, and the requests after it never began (the caller runs them
-        again). ``control.withdraw(i)`` stops request ``i``: ``skipped`` if it has not begun.
-        What the child writes goes to ``outputs[i]`` from the reply before request ``i`` until the
-        worker has read what came before its reply (``_Child.settle``); the child is already running
-        the next one meanwhile, so what that one writes at once may land in the one before's output.
+        again). ``control.skip(i)``: request ``i`` is ``skipped`` if it has not begun, else runs;
+        ``control.withdraw(i)``: skipped too, or its child killed if it is the one running. What
+        the child writes goes to ``outputs[i]`` from the reply before request ``i`` until the worker
+        has read what came before its reply (``_Child.settle``); the child is already running the
+        next one meanwhile, so what that one writes at once may land in the one before's output.
         Use it with ``contextlib.aclosing``."""
         if self._closed:
             raise ExecutionError("custom handler pool is closed")
