@@ -16,8 +16,10 @@ and paths select as usual):
   of its own: one chunk per worker slot with history, without it up to :data:`CHUNKS_PER_SLOT`
   per slot (one per :data:`MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
   chunk is sent as its path, otherwise as node ids.
-* **Early and as they come.** The slots, the environment and the bundle's upload are asked for and
-  done while pytest collects here; the tasks are sent once it has; a thread per task waits for
+* **Early and as they come.** The slots, the environment, the bundle's upload and the run are
+  asked for and done while pytest collects here, and with a shipped tree one ``warm`` task per slot
+  (``session-RUN-N``) has the workers start and collect their sessions meanwhile; the tests' tasks
+  are sent once pytest has collected; a thread per task waits for
   it on the coordinator, and each chunk's tests are reported as soon as it finishes.
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
@@ -59,6 +61,7 @@ Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
@@ -233,24 +236,26 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
 
 
 def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,
-             session: str | None = None, collect: Sequence[str] = ()) -> dict[str, Any]:
+             session: str | None = None, collect: Sequence[str] = (), *, warm: bool = False) -> dict[str, Any]:
     """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
     come back without running the rest of it; ``inv``: the local invocation's options and
     directory (:mod:`.plugin.invocation`); ``session``: the run whose pytest sessions serve it on
     the workers (a shipped tree): its tests go in ``tests``, the options alone in ``test_args``,
-    and ``collect`` (:func:`collect_paths`) says what the session collects before any test runs."""
+    and ``collect`` (:func:`collect_paths`) says what the session collects before any test runs;
+    ``warm``: a task that only starts a session (``session-RUN-N``), sent while pytest collects here."""
     # collected here: a module failing to import there must not cost the whole chunk
     flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     inv = inv or Invocation()
     config: dict[str, Any]
     if session is not None:
         config = {"test_file": c.args[0], "tests": c.args[1:], "test_args": [*flags, *inv.args], "session": session,
-                  **({"collect": list(collect)} if collect else {})}
+                  **({"collect": list(collect)} if collect else {}), **({"warm": True} if warm else {})}
     else:  # the paths before the local options: each of those holds its value, so no path reads as one
         config = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
     if inv.cwd is not None:
         config["cwd"] = inv.cwd
-    doc: dict[str, Any] = {"task_id": f"pytest-{run_id}-{index}", "type": "test", "config": config}
+    doc: dict[str, Any] = {"task_id": f"{'session' if warm else 'pytest'}-{run_id}-{index}", "type": "test",
+                           "config": config}
     if c.requirements:
         doc["requirements"] = c.requirements
     return doc
@@ -361,6 +366,10 @@ class FleetRunner:
         shipped = not config.getoption("--dt-shared-tree")
         self.invocation = invocation(config, self.root, environ(), shipped=shipped)  # refusals before anything is sent
         self._early: concurrent.futures.ThreadPoolExecutor | None = None
+        self.run_ms = f"{int(time.time() * 1000):x}"  # in the tasks' ids
+        self.run: dict[str, Any] = {}
+        self.warm: list[str] = []  # the tasks that start the workers' sessions early
+        self.ran = False
         self._shipping: concurrent.futures.Future[tuple[Fleet, int, dict[str, Any], str | None]]
 
     @pytest.hookimpl
@@ -385,6 +394,15 @@ class FleetRunner:
         shipped = not self.config.getoption("--dt-shared-tree")
         slots = fleet.slots(bundle=shipped)
         fields, line = self.ship_tree(fleet)
+        self.run = self._new_run(fleet)
+        collect = collect_paths(self.config, self.root)
+        if "bundle" in fields and collect:  # the workers' sessions start while pytest collects here
+            maxfail = int(self.config.getoption("maxfail") or 0)
+            warm = [with_fields(task_doc(Chunk({}, args=[collect[0]]), i, self.run_ms, maxfail, self.invocation,
+                                         self.run["run_id"], collect, warm=True),
+                                {**fields, "run_id": self.run["run_id"]}) for i in range(slots)]
+            fleet.submit(warm)
+            self.warm = [d["task_id"] for d in warm]
         return fleet, slots, fields, line
 
     def ship_tree(self, fleet: Fleet) -> tuple[dict[str, Any], str | None]:
@@ -407,15 +425,19 @@ class FleetRunner:
                 f"{stats.blobs_sent} blobs, {stats.bytes_sent} bytes)")
         return {"bundle": stats.digest, **({"requirements": {"python": python}} if python else {})}, line
 
-    def start_run(self, fleet: Fleet) -> str:
-        """The session's run (``--dt-run-name``), announced once on the terminal; its id."""
+    def _new_run(self, fleet: Fleet) -> dict[str, Any]:
+        """The session's run (``--dt-run-name``)."""
         env = environ()
         name = runs.run_name(self.config.getoption("--dt-run-name"), env, f"pytest {self.config.rootpath.name}")
-        run = fleet.start_run(name, runs.ci_labels(env))
+        return fleet.start_run(name, runs.ci_labels(env))
+
+    def start_run(self, fleet: Fleet) -> str:
+        """The session's run, announced once on the terminal; its id."""
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"distributed_testing: {runs.run_line(run, env.get('DT_DASHBOARD_URL'), fleet.api.base_url)}")
-        return str(run["run_id"])
+            line = runs.run_line(self.run, environ().get("DT_DASHBOARD_URL"), fleet.api.base_url)
+            reporter.write_line(f"distributed_testing: {line}")
+        return str(self.run["run_id"])
 
     def environment(self) -> list[str]:
         """The distributions the shipped tasks run in (:mod:`.bundles.environment`); none with
@@ -455,14 +477,18 @@ class FleetRunner:
     def pytest_unconfigure(self) -> None:
         if self._early is not None:
             self._early.shutdown(wait=True)  # an upload under way when collection failed ends first
+        if self.warm and not self.ran:  # collection failed here: the sessions started for it end
+            with contextlib.suppress(Exception):
+                _cancel_all(Fleet(_client(self.config)), self.warm, quiet=True)
 
     def _run(self, session: pytest.Session, fleet: Fleet, slots: int, fields: dict[str, Any]) -> None:
         cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
         history = cache.get(HISTORY_KEY, {}) if cache is not None else {}
         shipped = "bundle" in fields
         chunks = plan_chunks(session.items, self.root, slots, history, self.partial, sessions=shipped)
-        run_id = f"{int(time.time() * 1000):x}"
+        run_id = self.run_ms
         run = self.start_run(fleet)
+        self.ran = True
         extra = {**fields, "run_id": run}
         maxfail = int(self.config.getoption("maxfail") or 0)
         collect = collect_paths(self.config, self.root) if shipped else []
@@ -473,9 +499,10 @@ class FleetRunner:
             fleet.submit(docs)
             self._wait_all(session, fleet, pending)
         except BaseException:  # Ctrl-C or an error: nothing this run queued stays queued
-            _cancel_all(fleet, pending, quiet=True)
+            _cancel_all(fleet, [*pending, *self.warm], quiet=True)
             raise
         _cancel_all(fleet, pending, quiet=False)  # -x / --maxfail stopped the run early
+        _cancel_all(fleet, self.warm, quiet=True)  # one that never got a worker
 
     def _wait_all(self, session: pytest.Session, fleet: Fleet, pending: dict[str, Chunk]) -> None:
         """Report each task as it finishes: a thread per task (up to :data:`MAX_WATCHERS` at once)

@@ -206,7 +206,9 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     that run, submitter, bundle, environment and options (``worker/executors/test_session.py``)
     instead of a pytest of their own; without a bundle it changes nothing. ``collect``: what that
     session collects when it starts, before any test runs (the paths the run's pytest collected
-    locally), as plain pytest collects everything first; default the task's own tests."""
+    locally), as plain pytest collects everything first; default the task's own tests. ``warm``:
+    the task only starts that session (it runs no test), so that it is ready when the run's tests
+    come; without a session to start it does nothing."""
 
     __test__ = False  # not a pytest test class
 
@@ -217,6 +219,7 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     tests: list[NonEmpty] = []
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     collect: list[NonEmpty] = []
+    warm: bool = False
 
 
 def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:

@@ -157,6 +157,9 @@ class TestExecutor:
             spec = msgspec.convert(ctx.config, TestConfig)
         except msgspec.ValidationError as exc:
             raise ExecutionError(f"test task config: {exc} (see docs/tasks.md)") from exc
+        if spec.warm:  # a task that starts a run's pytest session (test_session.py): none here
+            return ExecOutcome("succeeded", output={"warm": "no pytest session to start: a task without a bundle "
+                                                            "or a session runs a pytest of its own"})
         root = (ctx.bundle_root or ctx.test_root).resolve()  # a bundle's tree replaces the test root
         if (bad := bad_test_file(spec.test_file)) is not None:
             raise ExecutionError(bad)

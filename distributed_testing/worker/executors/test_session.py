@@ -286,6 +286,13 @@ class SessionPool:
         errors: list[str] = []
         timeout = effective_timeout(spec.timeout_s, ctx.timeout_s)
         try:
+            if spec.warm:  # started (or found) for the run's tests to come: nothing to run
+                keep = session.alive()
+                warmed: dict[str, Any] = {"tree": str(session.root), "session": {
+                    "reused": reused, "starts": session.starts, "warm": True}}
+                if "python_env" in session.fields:
+                    warmed["python_env"] = session.fields["python_env"]
+                return ExecOutcome("succeeded", output=warmed, started_at=started)
             root = session.root
             targets = self._targets(spec, ctx, root)
             assert session.proc is not None

@@ -75,9 +75,11 @@ async def _envs(c: Any) -> list[dict[str, Any]]:
     assert status == 200, body
     out = []
     for t in body["tasks"]:
-        if t["task_id"].startswith("pytest-"):
+        if t["task_id"].startswith(("pytest-", "session-")):  # the tests' tasks and those that start sessions
             done = await c.wait(t["task_id"], timeout=60)
             result = done.get("result") or {}
+            if done.get("state") == "cancelled":  # one that starts a session early, never given a worker
+                continue
             out.append({**(result.get("output") or {}).get("python_env", {}), "task_id": t["task_id"],
                         "session": (result.get("output") or {}).get("session"), "worker": result.get("worker_id")})
     return sorted(out, key=lambda e: e["task_id"])
@@ -104,7 +106,8 @@ async def test_the_submitters_environment_runs_the_tests_on_two_workers_built_on
         code, out = await _run(*argv, cwd=suite, env=env)
         assert code == 0 and "6 passed" in out, out
         second = [e for e in await _envs(c) if e["task_id"] not in {f["task_id"] for f in first}]
-    assert len(first) == 6 and len(second) == 6, (first, second)
+    # six tests' tasks, and those that started a session early (one per slot, unless the run was over first)
+    assert 6 <= len(first) <= 8 and 6 <= len(second) <= 8, (first, second)
     for e in first + second:
         assert e["isolated"] is True, e
         assert f"pytest=={PYTEST}" in e["requirements"] and f"cloudpickle=={CLOUDPICKLE}" in e["requirements"], e

@@ -199,8 +199,9 @@ def test_a_session_dies_with_its_run_on_cancel_timeout_idle_and_worker_stop(tmp_
         assert out.status == "timed_out" and out.error == "pytest timed out after 5 s; its session was killed"
         assert seen and pool.live() == 0 and not any(pid_alive(p) for p in seen)
 
-        # idle: a session with no task of its run for idle_s ends
-        await pool.run(_ctx("t5", "test_s.py::test_a"), _key("run-3"), prepare)
+        # idle: a session with no task of its run for idle_s ends; this one a warm task started (no test run)
+        warm = await pool.run(_ctx("t5", "test_s.py", warm=True), _key("run-3"), prepare)
+        assert warm.status == "succeeded" and warm.output["session"] == {"reused": False, "starts": 1, "warm": True}
         idle_pids = _host_pids(pool)
         assert len(idle_pids) == 1
         await wait_until(lambda: pool.live() == 0 and not pid_alive(idle_pids[0]), what="the idle session to end")
