@@ -71,6 +71,7 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 COMPARED = ("PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS",
             "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING", "SCHEDULING_CORE_TYPE", "EXECUTION_MODE_HINT")
+SEED = 0  # the benchmark configs' default seed (bench/task_config.py): the inputs ours measures with
 OV_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
@@ -118,9 +119,13 @@ def parse_benchmark_app(output: str) -> dict[str, Any]:
     return {"median_ms": value, "iterations": int(count.group(1)) if count else None, "properties": properties}
 
 
-def save_static_ir(prepared: PreparedModel, batch: int, seed: int, folder: Path) -> tuple[Path, list[str]]:
+def save_static_ir(prepared: PreparedModel, batch: int, seed: int, folder: Path) -> tuple[Path, list[str], str]:
     """The converted model, reshaped to ``batch``'s input shapes, saved as IR with f32 weights;
-    and the ``-iop`` entries that keep its float inputs f32."""
+    the ``-iop`` entries that keep its float inputs f32; and the ``-i`` mapping of each input to
+    a ``.npy`` file of the arrays ours measures with (the same seed), since benchmark_app's own
+    fill is uniform 0-255 in every input: image values that ours never sees, and for a
+    transformers model an attention mask and token type ids out of their range."""
+    import numpy as np
     import openvino as ov
 
     from distributed_testing.bench.openvino_backend import static_model
@@ -131,20 +136,25 @@ def save_static_ir(prepared: PreparedModel, batch: int, seed: int, folder: Path)
     path = folder / f"model_b{batch}.xml"
     ov.save_model(model, path, compress_to_fp16=False)
     iop = [f"{port.get_any_name()}:f32" for port in model.inputs if port.get_element_type().get_type_name() == "f32"]
-    return path, iop
+    mapping = []
+    for index, (port, array) in enumerate(zip(model.inputs, arrays, strict=True)):
+        npy = folder / f"input{index}_b{batch}.npy"
+        np.save(npy, array)
+        mapping.append(f"{port.get_any_name()}:{npy}")
+    return path, iop, ",".join(mapping)
 
 
-def run_benchmark_app(xml: Path, iop: list[str], precision: str, seconds: float) -> dict[str, Any]:
+def run_benchmark_app(xml: Path, iop: list[str], inputs: str, precision: str, seconds: float) -> dict[str, Any]:
     command = [*benchmark_app_command(), "-m", str(xml), "-d", "CPU", "-hint", "latency",
                "-infer_precision", "f32" if precision in ("fp32", "int8") else precision.replace("fp", "f"),
-               "-t", str(max(1, round(seconds)))]
+               "-t", str(max(1, round(seconds))), "-i", inputs]
     if iop:
         command += ["-iop", ",".join(iop)]
     load = load1()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300, check=False)
     if done.returncode != 0:
         raise SystemExit(f"benchmark_app failed ({done.returncode}): {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return {**parse_benchmark_app(done.stdout), "load1": load, "command": " ".join(command[-12:])}
+    return {**parse_benchmark_app(done.stdout), "load1": load, "command": " ".join(command[-14:])}
 
 
 def ours(config: dict[str, Any], cache: dict[Any, Any]) -> dict[str, Any]:
@@ -191,13 +201,13 @@ def openvino_pairs(names: list[str], precisions: list[str], batches: list[int], 
                 cache: dict[Any, Any] = {}
                 run_benchmark({**config, "min_duration_s": 0.1}, model_cache=cache)  # convert and compile once
                 (prepared,) = cache.values()
-                xml, iop = save_static_ir(prepared, batch, 0, folder)
+                xml, iop, inputs = save_static_ir(prepared, batch, SEED, folder)
                 mine: list[dict[str, Any]] = []
                 app: list[dict[str, Any]] = []
                 for index in range(rounds):
                     if index % 2 == 0:
                         mine.append(ours(config, cache))
-                    app.append(run_benchmark_app(xml, iop, precision, seconds))
+                    app.append(run_benchmark_app(xml, iop, inputs, precision, seconds))
                     if index % 2 == 1:
                         mine.append(ours(config, cache))
                 ratio = _median(mine) / _median(app)
