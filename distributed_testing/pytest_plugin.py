@@ -18,7 +18,8 @@ and paths select as usual):
   chunk is sent as its path, otherwise as node ids.
 * **Early and as they come.** The slots, the environment, the bundle's upload and the run are
   asked for and done while pytest collects here, and with a shipped tree one ``warm`` task per slot
-  (``session-RUN-N``) has the workers start and collect their sessions meanwhile; the tests' tasks
+  (``session-RUN-N``, outside the run's tasks) has the workers start and collect their sessions
+  meanwhile; the tests' tasks
   are sent once pytest has collected; a thread per task waits for
   it on the coordinator, and each chunk's tests are reported as soon as it finishes.
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
@@ -398,9 +399,10 @@ class FleetRunner:
         collect = collect_paths(self.config, self.root)
         if "bundle" in fields and collect:  # the workers' sessions start while pytest collects here
             maxfail = int(self.config.getoption("maxfail") or 0)
+            # not in the run (a warm task left without a worker, cancelled at the end, is none of its
+            # outcome); the session key is the run's all the same: config.session
             warm = [with_fields(task_doc(Chunk({}, args=[collect[0]]), i, self.run_ms, maxfail, self.invocation,
-                                         self.run["run_id"], collect, warm=True),
-                                {**fields, "run_id": self.run["run_id"]}) for i in range(slots)]
+                                         self.run["run_id"], collect, warm=True), fields) for i in range(slots)]
             fleet.submit(warm)
             self.warm = [d["task_id"] for d in warm]
         return fleet, slots, fields, line
