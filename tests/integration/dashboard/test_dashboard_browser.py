@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,18 +16,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from browser_support import ARGS, CHROMIUM, playwright_or_skip
 
 from distributed_testing.testing import Cluster, Procs, hidden_accelerators, run_cluster, wait_for
 
-CHROMIUM = os.environ.get("DT_TEST_CHROMIUM", "/usr/bin/chromium")
-playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; scripts/setup.sh does it as root)",
-                allow_module_level=True)
+playwright_api = playwright_or_skip()
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 REPO = Path(__file__).resolve().parents[3]
 FAST_BENCH = {"model": "mlp", "batch_sizes": [1, 4], "iterations": 3, "warmup": 1, "min_duration_s": 0.01, "tiny": True}
 

@@ -8,26 +8,19 @@ Skips, saying why, when Playwright or /usr/bin/chromium is missing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import ARGS, CHROMIUM, playwright_or_skip
 
 from distributed_testing.testing import Procs, pg_database_sync, wait_until
 
-CHROMIUM = os.environ.get("DT_TEST_CHROMIUM", "/usr/bin/chromium")
-playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; scripts/setup.sh does it as root)",
-                allow_module_level=True)
+playwright_api = playwright_or_skip()
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -6,24 +6,17 @@ Skips, saying why, when Playwright or /usr/bin/chromium is missing."""
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 from pathlib import Path
 
 import pytest
+from browser_support import ARGS, CHROMIUM, playwright_or_skip
 
 import distributed_testing.testing as testing
 from distributed_testing.testing import run_cluster
 
-CHROMIUM = os.environ.get("DT_TEST_CHROMIUM", "/usr/bin/chromium")
-playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; scripts/setup.sh does it as root)",
-                allow_module_level=True)
+playwright_api = playwright_or_skip()
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 HANDLER = '''
 import pathlib, time
 
