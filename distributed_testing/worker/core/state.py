@@ -185,8 +185,9 @@ class WorkerState:
     runs: int = 0  # runs started so far (run ids)
     chains: set[int] = field(default_factory=set)  # active runs that are chains
     withdrawing: set[Key] = field(default_factory=set)  # chained attempts asked back, the answer not yet known
-    # per task type: a duration estimate (seconds) that rises at once with a long task and decays
-    # slowly; a chain holds about CHAIN_BUDGET_S of such tasks (none until one has finished)
+    # per task type (a custom task's: per handler, ``pace_key``): a duration estimate (seconds) that
+    # rises at once with a long task and decays slowly; a chain holds about CHAIN_BUDGET_S of such
+    # tasks (none until one has finished)
     pace: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ queries
@@ -252,7 +253,7 @@ class WorkerState:
         first = start.assignments[0]
         if start.batched or len(start.assignments) != 1 or not _chainable(first, self.chain_types):
             return None
-        estimate = self.pace.get(first.type)
+        estimate = self.pace.get(pace_key(first))
         if estimate is None:
             return None
         free = self.slots - len(self.active)
@@ -262,7 +263,7 @@ class WorkerState:
             if len(group) >= limit:
                 break
             a = nxt.assignments[0]
-            if (nxt.batched or len(nxt.assignments) != 1 or a.type != first.type
+            if (nxt.batched or len(nxt.assignments) != 1 or pace_key(a) != pace_key(first)
                     or a.max_memory_mb != first.max_memory_mb or not _chainable(a, self.chain_types)):
                 break
             group.append(a)
@@ -408,7 +409,7 @@ class WorkerState:
             return []
         done = self.running.pop(result.task_id)
         if done.assignment.type in self.chain_types:
-            self._observe(done.assignment.type, result.finished_at - result.started_at)
+            self._observe(pace_key(done.assignment), result.finished_at - result.started_at)
         self.result_buf.append(result)
         out = self._flush_soon()
         if key in self.unconfirmed:
@@ -418,12 +419,13 @@ class WorkerState:
         out += [RecordFinished([ref]), Keep(result)]
         return out
 
-    def _observe(self, task_type: str, seconds: float) -> None:
-        """A task of ``task_type`` took ``seconds``: a longer one than the estimate replaces it at
-        once (chains shrink before the next admission), a shorter one moves it a fifth of the way."""
+    def _observe(self, key: str, seconds: float) -> None:
+        """A task of ``key`` (``pace_key``) took ``seconds``: a longer one than the estimate
+        replaces it at once (chains shrink before the next admission), a shorter one moves it a
+        fifth of the way."""
         seconds = max(0.0, seconds)
-        old = self.pace.get(task_type)
-        self.pace[task_type] = seconds if old is None or seconds > old else old + (seconds - old) * 0.2
+        old = self.pace.get(key)
+        self.pace[key] = seconds if old is None or seconds > old else old + (seconds - old) * 0.2
 
     def flush(self, now: float) -> list[Instruction]:
         """Send the ``started`` announcements and results gathered since the last flush; results
@@ -561,6 +563,14 @@ class WorkerState:
             return []
         self.holding = False
         return [DisarmHold()]
+
+
+def pace_key(a: m.TaskAssignment) -> str:
+    """What a duration estimate (``pace``) and a chain's members share: the task type, and for a
+    custom task its handler (``config.name``), since one handler's pace says nothing of another's:
+    60 no-ops must not chain behind a ``sleep`` of 120 s, where a take-back could not move them."""
+    name = a.config.get("name") if a.type == "custom" else None
+    return f"{a.type}:{name}" if isinstance(name, str) else a.type
 
 
 def _chainable(a: m.TaskAssignment, types: frozenset[str]) -> bool:

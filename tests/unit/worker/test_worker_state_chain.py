@@ -6,13 +6,24 @@ queued again in order."""
 from __future__ import annotations
 
 from distributed_testing.protocol import messages as m
-from distributed_testing.worker.core.state import CHAIN_MAX, Instruction, Keep, Kill, Send, Start, Withdraw, WorkerState
+from distributed_testing.worker.core.state import (
+    CHAIN_MAX,
+    Instruction,
+    Keep,
+    Kill,
+    Send,
+    Start,
+    Withdraw,
+    WorkerState,
+    pace_key,
+)
 
 NOW = 1_000.0
 
 
 def a(task_id: str, **kw: object) -> m.TaskAssignment:
-    return m.TaskAssignment(task_id=task_id, attempt=1, type=str(kw.pop("type", "custom")), config={"name": "noop"},
+    handler = str(kw.pop("handler", "noop"))
+    return m.TaskAssignment(task_id=task_id, attempt=1, type=str(kw.pop("type", "custom")), config={"name": handler},
                             **kw)  # type: ignore[arg-type]
 
 
@@ -52,21 +63,31 @@ def test_a_chain_takes_only_compatible_tasks_in_queue_order() -> None:
     for tid in "bcd":
         s.finished(done(tid))
     assert starts(s.run_ended(3)) == [(("big",), False)]
-    bundle = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    bundle = WorkerState(chain_types=frozenset({"custom"}), pace={"custom:noop": 0.0001})
     assert starts(bundle.assign(m.AssignTasks([a("x", bundle="sha256:" + "0" * 64), a("y")]))) == [(("x",), False)]
+
+
+def test_one_handler_s_pace_chains_no_other_handler() -> None:
+    # 60 quick no-ops say nothing of a sleep: it starts alone, and no no-op chains behind it, where
+    # a take-back would wait the sleep out (tests/e2e/test_pipelining_process.py)
+    s = warmed()
+    s.assign(m.AssignTasks([a("long", handler="sleep"), a("n1"), a("n2")]))
+    s.finished(done("w"))
+    assert starts(s.run_ended(2)) == [(("long",), False)]
+    assert pace_key(a("x", handler="sleep")) == "custom:sleep" and pace_key(a("y", type="test")) == "test"
 
 
 def test_a_long_task_stops_chains_and_several_slots_share_the_queue() -> None:
     s = warmed("b", "c")
     s.finished(done("w", seconds=2.0))  # longer than the chain budget: no chain until it decays
     assert starts(s.run_ended(2)) == [(("b",), False)]
-    many = WorkerState(slots=2, chain_types=frozenset({"custom"}), pace={"custom": 0.00001})
+    many = WorkerState(slots=2, chain_types=frozenset({"custom"}), pace={"custom:noop": 0.00001})
     out = many.assign(m.AssignTasks([a(f"t{i}") for i in range(2 * CHAIN_MAX + 10)]))
     assert [len(ids) for ids, _ in starts(out)] == [CHAIN_MAX, CHAIN_MAX]  # each slot a chain of its share
 
 
 def test_a_cancel_inside_a_chain_stops_that_task_only() -> None:
-    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom:noop": 0.0001})
     out = s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
     assert starts(out) == [(("x", "y", "z"), True)]
     assert s.cancel(m.Cancel(m.TaskRef("y", 1), "by the user"), NOW) == [Kill(1, "y")]
@@ -79,7 +100,7 @@ def test_a_cancel_inside_a_chain_stops_that_task_only() -> None:
 def test_a_take_back_of_chained_tasks_is_answered_by_what_the_child_did() -> None:
     """Dropped only once the child skipped it (it never began); kept if it began; dropped too if
     the chain ended before it. Nothing is answered before it is known."""
-    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom:noop": 0.0001})
     s.assign(m.AssignTasks([a("x"), a("y"), a("z"), a("v")]))
     refs = {t: m.TaskRef(t, 1) for t in "xyzv"}
     out = s.take_back(m.TakeBack([refs["y"], refs["z"], refs["v"]]))
@@ -91,11 +112,11 @@ def test_a_take_back_of_chained_tasks_is_answered_by_what_the_child_did() -> Non
 
 
 def test_what_a_chain_never_began_waits_again_at_the_front_in_order() -> None:
-    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom": 0.0001})
+    s = WorkerState(chain_types=frozenset({"custom"}), pace={"custom:noop": 0.0001})
     s.assign(m.AssignTasks([a("x"), a("y"), a("z")]))
     s.assign(m.AssignTasks([a("later", max_memory_mb=5)]))
     s.finished(m.TaskResult(task_id="x", attempt=1, status="timed_out", started_at=NOW, finished_at=NOW + 1))
     s.unstarted(1, [m.TaskRef("y", 1), m.TaskRef("z", 1)])
     assert [st.assignments[0].task_id for st in s.queued.values()] == ["y", "z", "later"]  # before what waited
-    s.pace["custom"] = 0.0001
+    s.pace["custom:noop"] = 0.0001
     assert starts(s.run_ended(1)) == [(("y", "z"), True)]
