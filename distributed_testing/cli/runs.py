@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 import urllib.parse
 from collections.abc import Mapping
@@ -78,7 +79,10 @@ def derived_id(task_id: str, run_id: str, max_len: int = 128) -> str:
 
 
 def create_run(api: ApiClient, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    run: dict[str, Any] = api.post("/api/v1/runs", {"name": name, "labels": dict(labels)})
+    """A new run; its id chosen here, so the request is safe to send again (to the next member of
+    a group, or through a load balancer during a failover)."""
+    body = {"name": name, "labels": dict(labels), "run_id": f"run-{secrets.token_hex(6)}"}
+    run: dict[str, Any] = api.post("/api/v1/runs", body, repeatable=True)
     return run
 
 

@@ -283,14 +283,19 @@ _PRINTABLE = "^[^\\x00-\\x1f\\x7f]*$"
 _RUN_NAME = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _PRINTABLE}
 SPECS.update({
     ("POST", "/api/v1/runs"): RouteSpec(
-        _ok({"$ref": REF + "Run"}, 201, "the new run"),
+        {**_ok({"$ref": REF + "Run"}, 201, "the new run"),
+         **_ok({"$ref": REF + "Run"}, 200, "the run this key made with this run_id, name and labels (a request sent "
+                                            "again)")},
         body={"type": "object", "additionalProperties": False, "properties": {
+            "run_id": {"type": "string", "pattern": "^run-[0-9a-f]{12}$",
+                       "description": "an id the client chose, so the request may be sent again after a lost answer; "
+                                      "held by another key, name or labels: 409"},
             "name": {**_RUN_NAME, "description": "the CI job, commit or branch; default: the key's name and the time"},
             "labels": {"type": "object", "maxProperties": 32,
                        "propertyNames": {"minLength": 1, "maxLength": 64, "pattern": _PRINTABLE},
                        "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 256,
                                                 "pattern": _PRINTABLE}}}},
-        body_required=False, errors=(400,)),
+        body_required=False, errors=(400, 409)),
     ("GET", "/api/v1/runs"): RouteSpec(
         _ok(_obj(runs={"type": "array", "items": {"$ref": REF + "RunSummary"}})),
         query=(_q("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "most runs listed (default 20)"),

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from ..errors import NotFound, PermissionDenied, ValidationError
+from ..errors import Conflict, NotFound, PermissionDenied, ValidationError
 from ..security import auth as sa
 from ..security import roles
 from ..tasks import spec as specs
@@ -44,6 +44,7 @@ MAX_LABELS = 32
 MAX_LABEL_KEY = 64
 MAX_LABEL_VALUE = 256
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+RUN_ID = re.compile(r"^run-[0-9a-f]{12}$")
 
 
 def new_run_id() -> str:
@@ -57,13 +58,17 @@ def _text(value: Any, field: str, limit: int, errors: list[dict[str, str]]) -> s
     return value
 
 
-def parse_run_body(body: Any) -> tuple[str | None, dict[str, str]]:
-    """``name`` and ``labels`` of a ``POST /api/v1/runs`` body; ValidationError naming each bad field."""
+def parse_run_body(body: Any) -> tuple[str | None, dict[str, str], str | None]:
+    """``name``, ``labels`` and ``run_id`` of a ``POST /api/v1/runs`` body; ValidationError naming
+    each bad field."""
     if body is None:
         body = {}
     if not isinstance(body, dict):
         raise ValidationError([{"field": "(body)", "error": "expected an object with name and labels"}])
-    errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"name", "labels"})]
+    errors = [{"field": k, "error": "unknown field"} for k in sorted(set(body) - {"name", "labels", "run_id"})]
+    run_id = body.get("run_id")
+    if run_id is not None and not (isinstance(run_id, str) and RUN_ID.match(run_id)):
+        errors.append({"field": "run_id", "error": "must be 'run-' and 12 lowercase hex digits"})
     name = None if body.get("name") is None else _text(body["name"], "name", MAX_NAME, errors)
     labels = body.get("labels") or {}
     if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
@@ -74,18 +79,22 @@ def parse_run_body(body: Any) -> tuple[str | None, dict[str, str]]:
         _text(v, f"labels.{k}", MAX_LABEL_VALUE, errors)
     if errors:
         raise ValidationError(errors)
-    return name, labels
+    return name, labels, run_id
 
 
 def default_name(principal: sa.Principal, now: float) -> str:
     return f"{principal.name} {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(now))}"
 
 
-async def create(rt: Runtime, principal: sa.Principal, name: str | None, labels: dict[str, str]) -> RunRow:
-    """A new run of ``principal``'s, on disk before this returns."""
+async def create(rt: Runtime, principal: sa.Principal, name: str | None, labels: dict[str, str],
+                 run_id: str | None = None) -> RunRow:
+    """A new run of ``principal``'s, on disk before this returns. ``run_id``: the id the client
+    chose, so that sending the request again after a lost answer is harmless: the run it made
+    is returned (None: the caller answers 200, not 201), and an id another key or another name
+    or labels hold is a Conflict."""
     now = rt.clock()
-    run = RunRow(run_id=new_run_id(), name=name or default_name(principal, now), created_at=now, labels=labels,
-                 submitted_by=principal.key_id)
+    run = RunRow(run_id=run_id or new_run_id(), name=name or default_name(principal, now), created_at=now,
+                 labels=labels, submitted_by=principal.key_id)
     await rt.execute([Save(run)])
     log.info("run %s (%s) created by %s", run.run_id, run.name, principal.name)
     return run
@@ -126,12 +135,18 @@ async def outputs_of_tests(rt: Runtime, tasks: list[Any]) -> dict[str, Mapping[s
 
 
 async def create_run(request: web.Request) -> web.Response:
-    """Create a run: body ``{"name": TEXT, "labels": {TEXT: TEXT}}`` (both optional). Tasks join it
-    by naming its ``run_id``; only this key (or an admin) may add tasks, cancel or re-run it."""
+    """Create a run: body ``{"name": TEXT, "labels": {TEXT: TEXT}, "run_id": "run-<12 hex>"}`` (all
+    optional). Tasks join it by naming its ``run_id``; only this key (or an admin) may add tasks,
+    cancel or re-run it. A client that picks the ``run_id`` may send the request again after a lost
+    answer: the same key, name and labels get the run they made (200), anything else 409."""
     rt: Runtime = request.app[RUNTIME]
     principal = request[PRINCIPAL]
-    name, labels = parse_run_body(await json_body(request))
-    return json_response(cr.run_view(await create(rt, principal, name, labels)), status=201)
+    name, labels, run_id = parse_run_body(await json_body(request))
+    if run_id is not None and (held := (await rt.store.get_runs([run_id])).get(run_id)) is not None:
+        if (held.submitted_by, held.labels) != (principal.key_id, labels) or (name is not None and held.name != name):
+            raise Conflict(f"run {run_id} already exists with another key, name or labels")
+        return json_response(cr.run_view(held))  # the same request again: what it made
+    return json_response(cr.run_view(await create(rt, principal, name, labels, run_id)), status=201)
 
 
 async def list_runs(request: web.Request) -> web.Response:
