@@ -20,10 +20,10 @@ import itertools
 import logging
 import os
 import sys
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -388,20 +388,7 @@ class HandlerPool:
         self, child: _Child, payload: bytes, seq: int, timeout_s: float | None, max_memory_mb: int | None
     ) -> PoolResult:
         watch = MemoryWatch(child.pid, max_memory_mb) if max_memory_mb else None
-        mark = child.stderr_tail.total_bytes  # the tasks before this one wrote what came before
-        limited = await run_limited(child.request(payload), timeout_s=timeout_s, watch=watch)
-        if limited.verdict == "timed_out":
-            return PoolResult("timed_out", child.pid)
-        if limited.verdict == "memory":
-            assert watch is not None
-            return PoolResult("memory", child.pid, memory_error=watch.describe_exceeded())
-        reply = limited.value
-        if reply is None:
-            code = await child.reap()
-            return PoolResult("died", child.pid, returncode=code, stderr_tail=child.stderr_tail.text(since=mark))
-        if reply.seq != seq:
-            raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
-        return PoolResult("reply", child.pid, reply=reply)
+        return await self._reply(child, child.request(payload), seq, timeout_s, watch)
 
     async def chain(self, requests: Sequence[Request], control: ChainControl, *,
                     timeouts: Sequence[float | None], max_memory_mb: int | None,
@@ -438,7 +425,7 @@ class HandlerPool:
                     control.current = i
                     output = outputs[i] if outputs else None
                     child.stderr_tail.sink = output
-                    result = await self._chain_reply(child, seq, timeouts[i], watch, control)
+                    result = await self._reply(child, child.next_reply(), seq, timeouts[i], watch, control)
                     if output is not None and result.kind == "reply":
                         await child.settle()
                     ended = result.kind not in ("reply", "skipped")
@@ -456,10 +443,15 @@ class HandlerPool:
             else:
                 self._release(child)
 
-    async def _chain_reply(self, child: _Child, seq: int, timeout_s: float | None, watch: MemoryWatch | None,
-                           control: ChainControl) -> PoolResult:
+    @staticmethod
+    async def _reply(child: _Child, waiting: Awaitable[Any], seq: int, timeout_s: float | None,
+                     watch: MemoryWatch | None, control: ChainControl | None = None) -> PoolResult:
+        """The child's reply to request ``seq`` (``waiting`` reads it), or why none came: it timed
+        out, went over its memory, or the child ended (``cancelled`` when a chain's ``control``
+        killed it). The stderr kept for a death is what the child wrote from here on: the tasks
+        before this one wrote what came before."""
         mark = child.stderr_tail.total_bytes
-        limited = await run_limited(child.next_reply(), timeout_s=timeout_s, watch=watch)
+        limited = await run_limited(waiting, timeout_s=timeout_s, watch=watch)
         if limited.verdict == "timed_out":
             return PoolResult("timed_out", child.pid)
         if limited.verdict == "memory":
@@ -468,7 +460,7 @@ class HandlerPool:
         reply = limited.value
         if reply is None:
             code = await child.reap()
-            kind: Literal["died", "cancelled"] = "cancelled" if control.killed else "died"
+            kind: Literal["died", "cancelled"] = "cancelled" if control is not None and control.killed else "died"
             return PoolResult(kind, child.pid, returncode=code, stderr_tail=child.stderr_tail.text(since=mark))
         if reply.seq != seq:
             raise ExecutionError(f"pool child {child.pid} answered request {reply.seq}, expected {seq}")
