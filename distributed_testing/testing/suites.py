@@ -31,6 +31,13 @@ from pathlib import Path
 PLUGIN = "distributed_testing.pytest_plugin"
 
 
+def plugin_args() -> list[str]:
+    """What a pytest run by this interpreter needs to load the plugin: nothing where pytest loads it
+    by its entry point (the package installed), else ``-p distributed_testing.pytest_plugin``."""
+    registered = any(e.value == PLUGIN for e in md.entry_points(group="pytest11"))
+    return [] if registered else ["-p", PLUGIN]
+
+
 @dataclass(frozen=True)
 class Suite:
     """A project's test suite: its sdist's requirement, what its tests need beyond pytest, and

@@ -20,13 +20,13 @@ import shutil
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from distributed_testing.testing import Procs, Rest, hidden_accelerators, start_coordinator_process, wait_until
+from distributed_testing.testing.suites import plugin_args
 
 CHROMIUM = os.environ.get("DT_TEST_CHROMIUM", "/usr/bin/chromium")
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -58,9 +58,7 @@ def _dt(env: dict[str, str], *argv: str, timeout: float = 120) -> subprocess.Com
 
 
 def _plugin(suite: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
-        else ["-p", "distributed_testing.pytest_plugin"]
-    return subprocess.run([sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(suite),
+    return subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--rootdir", str(suite),
                            "--dt-coordinator", env["DT_COORDINATOR_URL"], "--dt-shared-tree", *args, str(suite)],
                           cwd=suite, env=env, capture_output=True, text=True, timeout=180)
 

@@ -7,12 +7,12 @@ import asyncio
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import run_cluster
+from distributed_testing.testing.suites import plugin_args
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -41,12 +41,10 @@ def test_dt_submit_of_a_tree_with_a_symlink_loop_is_one_line_exit_2(tmp_path: Pa
 @pytest.mark.asyncio
 async def test_the_pytest_plugin_on_a_tree_with_a_symlink_loop_is_a_usage_error(tmp_path: Path) -> None:
     tree = looped_tree(tmp_path / "tree")
-    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
-        else ["-p", "distributed_testing.pytest_plugin"]
     async with run_cluster(tmp_path / "c", workers=0) as c:
         key = await c.create_key("submitter", allow_code=True)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(tree),
+            sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--rootdir", str(tree),
             "--dt-coordinator", c.base_url, str(tree), cwd=tree, env={**os.environ, "DT_API_KEY": key},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out = (await proc.communicate())[0].decode()

@@ -8,12 +8,12 @@ import asyncio
 import os
 import sys
 import xml.etree.ElementTree as ET
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import run_cluster
+from distributed_testing.testing.suites import plugin_args
 from distributed_testing.worker.sandbox import available as sandbox_unavailable
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
@@ -48,10 +48,8 @@ def _suite(root: Path) -> None:
 async def _pytest(root: Path, url: str, key: str, *args: str, shared_tree: bool = True) -> tuple[int, str]:
     """The plugin over ``root``; a shipped tree without the environment of this interpreter (its
     torch and the rest: tests/integration/cluster/test_pytest_plugin_env.py ships one)."""
-    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
-        else ["-p", "distributed_testing.pytest_plugin"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(root),
+        sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--rootdir", str(root),
         "--dt-coordinator", url, *(["--dt-shared-tree"] if shared_tree else ["--dt-no-env"]), *args, str(root), cwd=root, env={**os.environ, "DT_API_KEY": key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()

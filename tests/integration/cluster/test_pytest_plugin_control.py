@@ -9,26 +9,21 @@ import asyncio
 import os
 import signal
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import Cluster, run_cluster
+from distributed_testing.testing.suites import plugin_args
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300), pytest.mark.slow]
 
 SLOW = "import time\n\ndef test_sleeps():\n    time.sleep(120)\n"
 
 
-def _plugin() -> list[str]:
-    registered = any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11"))
-    return [] if registered else ["-p", "distributed_testing.pytest_plugin"]
-
-
 async def _start(root: Path, url: str, key: str, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pytest", *_plugin(), "-p", "no:cacheprovider", "--rootdir", str(root),
+        sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--rootdir", str(root),
         "--dt-coordinator", url, "--dt-shared-tree", *args, cwd=root, env={**os.environ, "DT_API_KEY": key},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
 

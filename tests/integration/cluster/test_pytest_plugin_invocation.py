@@ -12,12 +12,12 @@ import asyncio
 import os
 import re
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import run_cluster
+from distributed_testing.testing.suites import plugin_args
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300), pytest.mark.slow,
@@ -111,8 +111,7 @@ def _summary(out: str) -> tuple[list[str], str]:
 async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_path: Path) -> None:
     tests = _suite(tmp_path / "suite")
     env = {"PYTEST_ADDOPTS": "-m 'not gpu'"}
-    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
-        else ["-p", "distributed_testing.pytest_plugin"]
+    plugin = plugin_args()
     code, want = await _pytest(tests, "-p", "no:distributed_testing", *ARGS, "test_options.py", env=env)
     assert code == 1 and "4 passed" in want, want  # what local pytest says, to compare with
     async with run_cluster(tmp_path / "c", workers=0) as c:

@@ -8,12 +8,12 @@ import asyncio
 import os
 import re
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import run_cluster
+from distributed_testing.testing.suites import plugin_args
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -49,13 +49,11 @@ SUITE = {"test_good.py": "def test_one():\n    assert True\n\n\ndef test_two():\
 
 
 async def _pytest(root: Path, url: str, key: str, *args: str) -> tuple[int, str]:
-    plugin = [] if any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11")) \
-        else ["-p", "distributed_testing.pytest_plugin"]
     env = {**os.environ, "DT_API_KEY": key, "DT_DASHBOARD_URL": "http://dash.example/dashboard"}
     for var in ("GITHUB_WORKFLOW", "CI_JOB_NAME", "BUILDKITE_PIPELINE_SLUG", "JOB_NAME"):
         env.pop(var, None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "--rootdir", str(root),
+        sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--rootdir", str(root),
         "--dt-coordinator", url, "--dt-shared-tree", *args, str(root), cwd=root, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()

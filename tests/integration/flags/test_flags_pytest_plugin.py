@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from distributed_testing.testing.suites import plugin_args
+
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def _plugin() -> list[str]:
-    registered = any(e.value == "distributed_testing.pytest_plugin" for e in metadata.entry_points(group="pytest11"))
-    return [] if registered else ["-p", "distributed_testing.pytest_plugin"]
 
 
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (root / "test_one.py").write_text("def test_one():\n    pass\n")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *_plugin(), "-p", "no:cacheprovider", "-p", "no:randomly",
+        [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:randomly",
          "--rootdir", str(root), *args],
         cwd=root, env={"PATH": "/usr/bin:/bin", "DT_API_KEY": "dtk_x_y"},
         capture_output=True, text=True, timeout=100)
