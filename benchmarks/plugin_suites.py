@@ -15,6 +15,9 @@ of each cluster run: from pytest's start to the setup of the first test on a wor
 
     python benchmarks/plugin_suites.py --registry toolz,attrs --rounds 2 --base /tmp/base-s
 
+``--workers 2,4`` measures a cluster of each size (one-slot workers) in the same rounds (how the
+ratio scales), ``--pin`` puts worker i, and what it starts, on core i modulo this machine's cores.
+
 **Local trees, shared** (issue 26): the older form below.
 
 Each suite is an unpacked sdist (networkx 3.6.1: ``pip download --no-deps --no-binary :all:
@@ -65,23 +68,28 @@ def counts(out: str) -> dict[str, int]:
     return found
 
 
-def start_cluster(procs: Procs, tmp: Path, worker_args: list[str], allow_code: bool = False) -> tuple[str, str]:
-    """A coordinator and two one-slot worker processes started with ``worker_args``; its URL and a
-    submitter key (``allow_code``: one that may ship bundles)."""
+def start_cluster(procs: Procs, tmp: Path, worker_args: list[str], allow_code: bool = False, workers: int = 2,
+                  pin: bool = False) -> tuple[str, str]:
+    """A coordinator and ``workers`` one-slot worker processes started with ``worker_args`` (``pin``:
+    worker i and everything it starts on core i modulo this machine's cores, by ``taskset``); its
+    URL and a submitter key (``allow_code``: one that may ship bundles)."""
     _, port = start_coordinator_process(procs, tmp / "state" / "coordinator.duckdb")
     url = f"http://127.0.0.1:{port}"
     admin = Rest(url, (tmp / "state" / "admin.key").read_text().strip())
-    for i in range(2):
+    cores = sorted(os.sched_getaffinity(0))
+    for i in range(workers):
         key_file = tmp / f"worker{i}.key"
         key_file.write_text(admin.create_key("worker", f"bench-{i}"))
         key_file.chmod(0o600)
         procs.start(["-m", "distributed_testing.cli.worker", "--coordinator", url, "--api-key-file", str(key_file),
                      "--worker-id", f"bench-{i}", *worker_args, "--max-concurrent-tasks", "1",
-                     "--db-path", str(tmp / f"worker{i}.duckdb")], tmp / f"worker{i}.log")
+                     "--db-path", str(tmp / f"worker{i}.duckdb")], tmp / f"worker{i}.log",
+                    prefix=["taskset", "-c", str(cores[i % len(cores)])] if pin else ())
     try:
-        wait_until(lambda: sum(w["state"] != "disconnected" for w in admin.workers().values()) == 2, 120, "workers")
+        wait_until(lambda: sum(w["state"] != "disconnected" for w in admin.workers().values()) == workers, 120,
+                   "workers")
     except TimeoutError:
-        for i in range(2):
+        for i in range(workers):
             print((tmp / f"worker{i}.log").read_text()[-2000:])
         raise
     return url, str(admin.ok("POST", "/api/v1/keys", json={"role": "submitter", "name": "bench",
@@ -120,26 +128,32 @@ def first_remote_test(url: str, key: str, since: float) -> float | None:
     return min(starts) if starts else None
 
 
-def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path) -> None:
-    """The registry suites, shipped (module docstring)."""
+def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path, sizes: tuple[int, ...] = (2,),
+                   pin: bool = False) -> None:
+    """The registry suites, shipped (module docstring); a cluster of each size in ``sizes`` (one-slot
+    workers) per checkout."""
     from distributed_testing.testing.suites import SUITES, fetch, run_pytest, submitter_env
 
-    impls = {"new": REPO, **({"base": base.resolve()} if base is not None else {})}
+    repos = {"new": REPO, **({"base": base.resolve()} if base is not None else {})}
+    # a cluster per checkout and size, named "new", "base" (two workers) or "new w4"
+    impls = {impl if n == 2 else f"{impl} w{n}": (repo, n) for impl, repo in repos.items() for n in sizes}
     rows: list[tuple[str, int, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="dt-plugin-bench-") as t:
         tmp = Path(t)
         clusters: dict[str, tuple[str, str]] = {}
-        procs = {impl: Procs(tmp / impl, cwd=repo) for impl, repo in impls.items()}
+        procs = {impl: Procs(tmp / impl.replace(" ", "-"), cwd=repo) for impl, (repo, _) in impls.items()}
         try:
-            for impl in impls:
-                (tmp / impl).mkdir()
-                clusters[impl] = start_cluster(procs[impl], tmp / impl, ["--accept-bundles"], allow_code=True)
+            for impl, (_, n) in impls.items():
+                (tmp / impl.replace(" ", "-")).mkdir()
+                clusters[impl] = start_cluster(procs[impl], tmp / impl.replace(" ", "-"), ["--accept-bundles"],
+                                               allow_code=True, workers=n, pin=pin)
             for name in names:
                 suite = SUITES[name]
                 tree = fetch(suite, work / "sdists")
                 extra = [str(tree)] if suite.install_tree else []
-                pythons = {impl: submitter_env(work / f"venv-{name}-{impl}", [*suite.requirements, "pytest-xdist", *extra],
-                                               repo / "distributed_testing") for impl, repo in impls.items()}
+                envs = {impl: submitter_env(work / f"venv-{name}-{impl}", [*suite.requirements, "pytest-xdist", *extra],
+                                            repo / "distributed_testing") for impl, repo in repos.items()}
+                pythons = {impl: envs[impl.split()[0]] for impl in impls}
                 for r in range(rounds):
                     local_python = pythons["new"]
                     runs: dict[str, Any] = {}
@@ -154,7 +168,8 @@ def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path)
                             run = run_pytest(pythons[impl], tree, [*suite.args, "--dt-coordinator", url],
                                              work / f"{name}-{impl}-{label}.xml", {"DT_API_KEY": key},
                                              # an older plugin sends -o cache_dir to the workers, whose pytest refuses it
-                                             cache=work / f"cache-{name}-{impl}-r{r}" if impl == "new" else None)
+                                             cache=work / f"cache-{name}-{impl.replace(' ', '-')}-r{r}"
+                                             if impl.startswith("new") else None)
                             runs[f"{impl} {label}"] = run
                             first = first_remote_test(url, key, since - 1)
                             fixed[f"{impl} {label}"] = None if first is None else first - since
@@ -224,11 +239,16 @@ def main() -> None:
     ap.add_argument("--registry", metavar="NAMES", help="registry suites, shipped (comma-separated: toolz,attrs)")
     ap.add_argument("--base", type=Path, metavar="DIR", help="an older checkout to measure beside this one")
     ap.add_argument("--work", type=Path, metavar="DIR", help="where sdists and environments are kept")
+    ap.add_argument("--workers", default="2", metavar="N[,N...]",
+                    help="registry suites: a cluster of N one-slot workers per size, in the same rounds (default 2)")
+    ap.add_argument("--pin", action="store_true",
+                    help="registry suites: worker i and its children on core i modulo this machine's cores (taskset)")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     if args.registry:
         work = args.work or Path(tempfile.mkdtemp(prefix="dt-plugin-suites-"))
-        bench_registry(args.registry.split(","), args.rounds, args.base, work)
+        sizes = tuple(int(n) for n in args.workers.split(","))
+        bench_registry(args.registry.split(","), args.rounds, args.base, work, sizes, args.pin)
         print(f"load average after: {os.getloadavg()}")
         return
     table = ["| suite | mode | wall s, median (each round) | / -n 2 | counts (last round) |", "|---|---|---|---|---|"]
