@@ -31,9 +31,16 @@ tools' processes and inference threads inherit it, so other work waits while eit
 That needs root or ``CAP_SYS_NICE``; without it, ``auto`` says so once and measures at normal
 priority, and ``--priority fifo`` fails. ``--priority normal`` measures beside whatever runs.
 
-Rounds are interleaved (ours and the tool alternate who goes first) and each figure is the
-median of the rounds' medians; the 1-minute load average is recorded beside every figure, since
-another process's work on a 2-core machine moves both numbers. ``--json PATH`` keeps everything.
+Rounds are interleaved (ours and the tool alternate who goes first, one after the other). The
+ratio is the median of the rounds' paired ratios (ours / the tool's in the same round), with their
+interquartile range beside it; each tool's figure is the median of its rounds' medians. This
+machine's speed moves 5-20 % between 2-second rounds (the same for both tools: steal from the
+host, other work), so a ratio of the two medians mixes rounds measured minutes apart and moved
+by up to 15 % between runs, while the ratio within a round cancels what both saw (the same
+7-round run: 8 of 12 OpenVINO rows within 5 % as a ratio of medians, 10 of 12 paired; torch 2 of
+6 and 6 of 6; benchmarks/RESULTS.md). The 1-minute load average is recorded beside every figure,
+since another process's work on a 2-core machine moves both numbers. ``--json PATH`` keeps
+everything.
 
 Usage::
 
@@ -183,7 +190,17 @@ def timer_ms(prepared: PreparedModel, batch: int, seconds: float) -> dict[str, A
 
 
 def _median(rounds: list[dict[str, Any]], key: str = "median_ms") -> float:
-    return statistics.median(r[key] for r in rounds)
+    return float(statistics.median(r[key] for r in rounds))
+
+
+def paired(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """The median of the rounds' ratios ours / theirs (round i of one beside round i of the other:
+    measured one after the other) and the ratios' first and third quartiles."""
+    ratios = sorted(float(a["median_ms"] / b["median_ms"]) for a, b in zip(mine, theirs, strict=True))
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return statistics.median(ratios), q1, q3
 
 
 def _loads(rounds: list[dict[str, Any]]) -> str:
@@ -210,14 +227,16 @@ def openvino_pairs(names: list[str], precisions: list[str], batches: list[int], 
                     app.append(run_benchmark_app(xml, iop, inputs, precision, seconds))
                     if index % 2 == 1:
                         mine.append(ours(config, cache))
-                ratio = _median(mine) / _median(app)
+                ratio, q1, q3 = paired(mine, app)
                 differ = {k: (mine[0]["properties"].get(k), app[0]["properties"].get(k)) for k in COMPARED
                           if mine[0]["properties"].get(k) != app[0]["properties"].get(k)}
                 rows.append({"model": name, "precision": precision, "batch": batch, "ours": mine, "benchmark_app": app,
-                             "ratio": ratio, "ours_median_ms": _median(mine), "app_median_ms": _median(app),
+                             "ratio": ratio, "ratio_iqr": [q1, q3], "ratio_of_medians": _median(mine) / _median(app),
+                             "ours_median_ms": _median(mine), "app_median_ms": _median(app),
                              "config_differences": differ, "ours_properties": mine[0]["properties"]})
                 print(f"  openvino {name} {precision} b{batch}: ours {_median(mine):.3f} ms, benchmark_app "
-                      f"{_median(app):.3f} ms, x{ratio:.3f}, loads {_loads(mine)} | {_loads(app)}", file=sys.stderr)
+                      f"{_median(app):.3f} ms, x{ratio:.3f} paired (IQR {q1:.3f}-{q3:.3f}), loads {_loads(mine)} | "
+                      f"{_loads(app)}", file=sys.stderr)
     return rows
 
 
@@ -236,36 +255,43 @@ def torch_pairs(names: list[str], batches: list[int], rounds: int, seconds: floa
                 timer.append(timer_ms(next(iter(cache.values())), batch, seconds))
                 if index % 2 == 1:
                     mine.append(ours(config, cache))
-            ratio = _median(mine) / _median(timer)
+            ratio, q1, q3 = paired(mine, timer)
             rows.append({"model": name, "batch": batch, "ours": mine, "timer": timer, "ratio": ratio,
+                         "ratio_iqr": [q1, q3], "ratio_of_medians": _median(mine) / _median(timer),
                          "ours_median_ms": _median(mine), "timer_median_ms": _median(timer)})
             print(f"  eager {name} b{batch}: ours {_median(mine):.3f} ms, Timer {_median(timer):.3f} ms, "
-                  f"x{ratio:.3f}", file=sys.stderr)
+                  f"x{ratio:.3f} paired (IQR {q1:.3f}-{q3:.3f})", file=sys.stderr)
     torch.set_num_threads(1)
     return rows
 
 
 def print_tables(ov_rows: list[dict[str, Any]], torch_rows: list[dict[str, Any]], rounds: int, seconds: float) -> None:
-    print(f"\nOpenVINO CPU, PERFORMANCE_HINT=LATENCY: median of {rounds} interleaved rounds of {seconds:g} s "
+    print(f"\nOpenVINO CPU, PERFORMANCE_HINT=LATENCY: {rounds} interleaved rounds of {seconds:g} s; ms: median of "
+          "the rounds' medians; ours/app: median of the rounds' paired ratios (IQR); ratio of medians beside it "
           "(load: 1-minute load average at each round)\n")
-    print("| model | precision | batch | ours ms | benchmark_app ms | ours/app | same compiled config | "
-          "streams/threads | load ours | load app |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | precision | batch | ours ms | benchmark_app ms | ours/app (paired) | IQR | ratio of medians | "
+          "same compiled config | streams/threads | load ours | load app |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ov_rows:
         props = r["ours_properties"]
         same = "yes" if not r["config_differences"] else "no: " + ", ".join(r["config_differences"])
         print(f"| {r['model']} | {r['precision']} | {r['batch']} | {r['ours_median_ms']:.3f} | "
-              f"{r['app_median_ms']:.3f} | {r['ratio']:.3f} | {same} | {props.get('NUM_STREAMS')}/"
+              f"{r['app_median_ms']:.3f} | {r['ratio']:.3f} | {_iqr(r)} | {r['ratio_of_medians']:.3f} | {same} | "
+              f"{props.get('NUM_STREAMS')}/"
               f"{props.get('INFERENCE_NUM_THREADS')} | {_loads(r['ours'])} | {_loads(r['benchmark_app'])} |")
     if not torch_rows:
         return
     print(f"\ntorch eager, 1 thread: ours vs torch.utils.benchmark.Timer(num_threads=1).blocked_autorange, "
-          f"median of {rounds} interleaved rounds\n")
-    print("| model | batch | ours ms | Timer ms | ours/Timer | load ours | load Timer |")
-    print("|---|---|---|---|---|---|---|")
+          f"{rounds} interleaved rounds, as above\n")
+    print("| model | batch | ours ms | Timer ms | ours/Timer (paired) | IQR | ratio of medians | load ours | load Timer |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in torch_rows:
         print(f"| {r['model']} | {r['batch']} | {r['ours_median_ms']:.3f} | {r['timer_median_ms']:.3f} | "
-              f"{r['ratio']:.3f} | {_loads(r['ours'])} | {_loads(r['timer'])} |")
+              f"{r['ratio']:.3f} | {_iqr(r)} | {r['ratio_of_medians']:.3f} | {_loads(r['ours'])} | {_loads(r['timer'])} |")
+
+
+def _iqr(row: dict[str, Any]) -> str:
+    return f"{row['ratio_iqr'][0]:.3f}-{row['ratio_iqr'][1]:.3f}"
 
 
 def _user_tensors(compiled: Any, arrays: list[Any]) -> Any:

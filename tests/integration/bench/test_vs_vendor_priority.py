@@ -46,3 +46,16 @@ def test_without_the_privilege_auto_says_so_and_fifo_fails() -> None:
     assert "SCHED_FIFO is not allowed here" in auto.stderr
     fifo = probe("fifo", *nobody)
     assert fifo.returncode != 0 and "SCHED_FIFO needs root or CAP_SYS_NICE" in fifo.stderr
+
+
+def test_the_ratio_pairs_each_round_with_the_same_rounds_figure() -> None:
+    """The machine slows by half for rounds 2 and 3, and in round 3 the other tool happens to escape it:
+    the paired ratio reads the rounds both met (1.0), the ratio of the two medians ours 25 % slower."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vs_vendor
+
+    ours = [{"median_ms": v} for v in (1.0, 1.5, 1.5)]
+    theirs = [{"median_ms": v} for v in (1.0, 1.5, 1.2)]
+    ratio, q1, q3 = vs_vendor.paired(ours, theirs)
+    assert ratio == 1.0 and q1 == 1.0 and q3 == 1.125
+    assert vs_vendor.paired(ours[:1], theirs[:1]) == (1.0, 1.0, 1.0)
