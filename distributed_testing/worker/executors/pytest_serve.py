@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ class _Server:
         self.fd = fd
         self.index: dict[tuple[str, str], pytest.Item] = {}  # what it collected at start
         self.by_path: dict[str, list[pytest.Item]] = {}  # the same, by file
+        self.configured = time.time()  # the process started, pytest and the plugins imported, conftests loaded
 
     def _write(self, line: dict[str, Any]) -> None:
         writer = self.config.pluginmanager.get_plugin(WRITER_NAME)
@@ -67,11 +69,13 @@ class _Server:
         """Collect the run's paths once, before any test runs, as plain pytest does; an argument
         pytest refuses, or whose conftest fails to import, leaves the others collected (its
         tests are collected when asked for, and fail there as they would alone)."""
+        started = time.time()
         items, _ = self._collect(session, None, args)
         self.index = {_key(item.path, item.nodeid): item for item in items}
         for (path, _), item in self.index.items():
             self.by_path.setdefault(path, []).append(item)
-        self._write({"kind": "ready", "collected": len(self.index)})
+        self._write({"kind": "ready", "collected": len(self.index), "configured": self.configured,
+                     "collect_s": round(time.time() - started, 3)})
 
     def _collect(self, session: pytest.Session, task: Any, args: list[str]) -> tuple[list[pytest.Item], list[str]]:
         """Collect ``args`` (one at a time where one is refused); the items and pytest's refusals."""

@@ -149,6 +149,7 @@ class _Session:
         """Start (or start again) the pytest process in the task's sandbox, collecting
         ``self.initial`` (paths relative to the root) as its first command; returns once it has
         collected and waits for the tasks' commands. ExecutionError, with pytest's reason, if it ends before."""
+        spawned = time.time()
         scratch: Path = self.fields["scratch_dir"]
         root, cwd = self.root, task_cwd(self.root, spec.cwd)
         python, env_dirs = task_python(replace(ctx, **self.fields))
@@ -185,6 +186,10 @@ class _Session:
         self.commands.write((json.dumps({"collect": rebase_test_paths(self.initial, root, cwd)}) + "\n").encode())
         while (line := await self.line()) is not None:  # its collection's reports: no task's
             if line.get("kind") == "ready":
+                configured, collect_s = line.get("configured"), line.get("collect_s")
+                if isinstance(configured, float) and isinstance(collect_s, float):
+                    log.info("pytest session %d of run %s ready: %.3f s to start pytest, %.3f s to collect %s tests",
+                             self.proc.pid, self.key.run, configured - spawned, collect_s, line.get("collected"))
                 return
         code = await self.stop(wait_s=_EXIT_WAIT_S)
         meaning = PYTEST_EXIT.get(code) if code is not None else None
@@ -349,8 +354,11 @@ class SessionPool:
             self._live.discard(s)
             await s.close()
         stack = contextlib.AsyncExitStack()
+        began = time.monotonic()
         try:
             fields = await stack.enter_async_context(prepare())
+            log.info("task %s: a session's tree, scratch and environment prepared in %.3f s", ctx.task_id,
+                     time.monotonic() - began)
             s = _Session(key, fields, stack, self._gen.get(key, 0))
             s.initial = _initial(spec, s.root)
             self._live.add(s)
