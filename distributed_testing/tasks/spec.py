@@ -294,6 +294,8 @@ def _parse_one(item: Any, prefix: str) -> tuple[TaskSpec, str | None]:
 
 def _free_form_errors(value: Any, path: str) -> list[dict[str, str]]:
     """Where ``value`` nests deeper than MAX_NESTING or holds an integer outside 64 bits."""
+    if _free_form_ok(value, 0):  # the hot path: nothing to name, so no path is built
+        return []
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]  # the config object itself is level 0
     while stack:
         v, where, depth = stack.pop()
@@ -306,6 +308,25 @@ def _free_form_errors(value: Any, path: str) -> list[dict[str, str]]:
         elif isinstance(v, int) and not isinstance(v, bool) and not -INT64_MAX - 1 <= v <= INT64_MAX:
             return [{"field": where, "error": "integer does not fit in 64 bits"}]
     return []
+
+
+def _free_form_ok(value: Any, depth: int) -> bool:
+    """Whether :func:`_free_form_errors` finds nothing in ``value`` at ``depth``, without naming
+    paths. Recursive, but stops one level past MAX_NESTING."""
+    cls = value.__class__
+    if cls is dict or cls is list:
+        if depth > MAX_NESTING:
+            return False
+        for child in (value.values() if cls is dict else value):
+            c = child.__class__
+            if c is str or c is bool or c is float or child is None:
+                continue
+            if not _free_form_ok(child, depth + 1):
+                return False
+        return True
+    if isinstance(value, dict | list):  # a subclass: as the full walk sees it
+        return _free_form_ok(dict(value) if isinstance(value, dict) else list(value), depth)
+    return not (isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX)
 
 
 def parse_tasks_with_warnings(doc: Any) -> tuple[list[TaskSpec], list[str]]:

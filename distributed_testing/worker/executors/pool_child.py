@@ -147,6 +147,21 @@ class FrameReader:
         return f
 
 
+_PATHS: dict[str, Path] = {}  # a child's requests name the same few directories: one Path each (Path() costs
+# a quarter of a no-op request's time here; a Path is immutable, so sharing it is safe)
+
+
+def _path(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    p = _PATHS.get(text)
+    if p is None:
+        if len(_PATHS) >= 64:  # a bound, should the worker ever vary them
+            _PATHS.clear()
+        p = _PATHS[text] = Path(text)
+    return p
+
+
 def run_request(registry: HandlerRegistry, req: Request, json_encoder: msgspec.json.Encoder) -> Reply:
     """Run one request's handler and describe the outcome; never raises for handler errors."""
     start = time.perf_counter()
@@ -154,13 +169,7 @@ def run_request(registry: HandlerRegistry, req: Request, json_encoder: msgspec.j
         handler = registry.resolve(req.name)
     except ExecutionError as exc:
         return Reply(req.seq, "load_error", error=str(exc), traceback=traceback.format_exc())
-    ctx = HandlerContext(
-        task_id=req.task_id,
-        attempt=req.attempt,
-        cache_dir=None if req.cache_dir is None else Path(req.cache_dir),
-        work_dir=None if req.work_dir is None else Path(req.work_dir),
-        timeout_s=req.timeout_s,
-    )
+    ctx = HandlerContext(req.task_id, req.attempt, _path(req.cache_dir), _path(req.work_dir), req.timeout_s)
     try:
         output = handler(dict(req.parameters), ctx)
         if not isinstance(output, dict):

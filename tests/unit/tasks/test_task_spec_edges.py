@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from distributed_testing.errors import ValidationError
+from distributed_testing.tasks import spec as spec_module
 from distributed_testing.tasks.spec import MAX_NESTING, parse_task_json
 
 NOOP = b'{"type":"custom","config":{"name":"noop"%s}%s}'
@@ -52,3 +53,28 @@ def test_every_bad_task_of_a_list_is_named() -> None:
     with pytest.raises(ValidationError) as info:
         parse_task_json(body)
     assert [e["field"].split(".")[0] for e in info.value.errors] == ["[0]", "[1]"]
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    """A dict subclass: the free-form check walks it as the full walk does."""
+
+
+def _deep(depth: int, leaf: object) -> object:
+    value = leaf
+    for i in range(depth):
+        value = {"a": value} if i % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize("value", [
+    {}, {"name": "noop"}, {"a": [1, 2.5, None, True, "x"]}, {"a": 2**63 - 1, "b": -(2**63)},
+    {"a": 2**63}, {"a": [[-(2**63) - 1]]}, {"a": True}, _Dict(a=2**64), {"a": _Dict(b=[1])},
+    _deep(MAX_NESTING, 1), _deep(MAX_NESTING + 1, 1), _deep(MAX_NESTING + 1, "x"), _deep(MAX_NESTING - 1, 2**70),
+    {"a": _deep(MAX_NESTING, {})}, {"a": _deep(MAX_NESTING - 1, [])},
+])
+def test_free_form_fast_check_agrees_with_the_full_walk(value: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path (no paths built) finds a problem exactly where the walk that names it does,
+    so every config it passes is one the walk passes, and every other gets the walk's message."""
+    got = spec_module._free_form_errors(value, "config")
+    monkeypatch.setattr(spec_module, "_free_form_ok", lambda v, depth: False)  # always the naming walk
+    assert got == spec_module._free_form_errors(value, "config")
