@@ -454,10 +454,18 @@ def spec_digest(spec: TaskSpec) -> str:
     cost of building a dict without it, on every submitted task): in sorted order the top-level
     ``run_id`` is always followed by ``task_id`` (a string or null) and then by members whose
     values hold no such key, so its member is the last ``,"run_id":`` up to ``,"task_id":``."""
+    return spec_digest_and_size(spec)[0]
+
+
+def spec_digest_and_size(spec: TaskSpec) -> tuple[str, int]:
+    """:func:`spec_digest`, and the length of the spec as JSON (the run_id included): what
+    ``json.encode(spec_to_dict(spec))`` is long, its members in another order (the quota's
+    :func:`~distributed_testing.coordinator.core.quota.payload_size` counts it, and submit has
+    just encoded it here)."""
     data = _SORTED(spec)
     start = data.rfind(b',"run_id":')
     end = data.index(b',"task_id":', start)
-    return hashlib.sha256(data[:start] + data[end:]).hexdigest()
+    return hashlib.sha256(data[:start] + data[end:]).hexdigest(), len(data)
 
 
 def spec_to_dict(spec: TaskSpec) -> dict[str, Any]:

@@ -35,11 +35,13 @@ VALUE_BYTES = 192
 _CONTAINERS = (dict, list)
 
 
-def payload_size(spec: dict[str, Any]) -> int:
+def payload_size(spec: dict[str, Any], json_bytes: int | None = None) -> int:
     """What a task's spec weighs against its key's payload quota, in bytes: its size as JSON plus
     ``VALUE_BYTES`` for each value it holds (:func:`count_values`), an upper bound on what its
-    objects take in memory whatever their shape."""
-    return len(msgspec.json.encode(spec)) + VALUE_BYTES * count_values(spec)
+    objects take in memory whatever their shape. ``json_bytes``: that size, when the caller has
+    just encoded the spec (``tasks.spec.spec_digest_and_size``)."""
+    size = len(msgspec.json.encode(spec)) if json_bytes is None else json_bytes
+    return size + VALUE_BYTES * count_values(spec)
 
 
 def count_values(doc: dict[str, Any] | list[Any]) -> int:

@@ -85,8 +85,8 @@ class CoordinatorState:
         if an id already exists with a different body, and RateLimited when the new ones would
         take ``submitted_by`` past its quota (``quota.py``); an identical resubmission is a no-op."""
         prepared = [specs.with_id(s) for s in items]
-        digests = [specs.spec_digest(s) for s in prepared]
-        for s, d in zip(prepared, digests, strict=True):
+        digested = [specs.spec_digest_and_size(s) for s in prepared]  # (digest, its JSON's length)
+        for s, (d, _) in zip(prepared, digested, strict=True):
             old = self.tasks.get(s.task_id or "")
             if old is not None and old.digest != d:
                 raise Conflict(f"task {s.task_id} already exists with a different body")
@@ -94,11 +94,12 @@ class CoordinatorState:
         if errors:
             raise ValidationError(errors)
         dicts = {s.task_id: specs.spec_to_dict(s) for s in prepared if s.task_id not in self.tasks}
-        sizes = {tid: payload_size(d) for tid, d in dicts.items()}
+        sizes = {s.task_id: payload_size(dicts[s.task_id], n) for s, (_, n) in zip(prepared, digested, strict=True)
+                 if s.task_id in dicts}
         self.quota.check(submitted_by, sizes.values())
         accepted: list[dict[str, Any]] = []
         cmds: list[Command] = []
-        for s, d in zip(prepared, digests, strict=True):
+        for s, (d, _) in zip(prepared, digested, strict=True):
             assert s.task_id is not None
             if s.task_id in self.tasks:
                 accepted.append({"task_id": s.task_id, "created": False, "state": self.tasks[s.task_id].state})

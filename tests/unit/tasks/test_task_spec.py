@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 
 from distributed_testing.errors import ValidationError
@@ -299,6 +300,22 @@ def test_spec_digest_equal_for_equal_specs() -> None:
 def test_spec_digest_equal_when_defaults_are_spelled_out() -> None:
     explicit = {**TEST_EXAMPLE, "priority": 0, "max_retries": 0, "cache": False, "timeout_s": None}
     assert specs.spec_digest(specs.parse_tasks(explicit)[0]) == specs.spec_digest(specs.parse_tasks(TEST_EXAMPLE)[0])
+
+
+@pytest.mark.parametrize("doc", [
+    {"type": "custom", "config": {"name": "noop"}},
+    {"type": "custom", "config": {"name": "h", "parameters": {"x": 1.5e-300, "y": "\u00e9\u2028\"", "z": [1, {"a": None}],
+                                                           "w": 0.1, "big": 2**63 - 1}},
+     "priority": 5, "timeout_s": 1e10, "requirements": {"tags": ["a", "b"]}, "task_id": "abc"},
+    {"type": "custom", "config": {"name": "noop"}, "run_id": "run-0123456789ab"},
+])
+def test_spec_digest_and_size_is_the_digest_and_the_dicts_json_length(doc: dict[str, Any]) -> None:
+    """Submit counts a spec's JSON length for the quota from the bytes its digest encoded: the
+    same length as the stored dict's JSON, members in another order."""
+    s = specs.with_id(specs.parse_tasks(doc)[0])
+    digest, size = specs.spec_digest_and_size(s)
+    assert digest == specs.spec_digest(s)
+    assert size == len(msgspec.json.encode(specs.spec_to_dict(s)))
 
 
 def test_spec_digest_independent_of_config_key_order() -> None:
