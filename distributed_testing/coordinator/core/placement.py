@@ -64,9 +64,11 @@ def requirement_key(req: Requirements, implied_hardware: tuple[str, ...] = (), m
     ``handler`` the custom handler the task calls (its kind's ``handler``; None: none); ``bundle``
     whether it runs shipped code (only ``--accept-bundles`` workers take it); ``network`` the task
     network its shipped ranks need (:func:`ranks_network`)."""
-    hardware = tuple(sorted(set(req.hardware) | set(implied_hardware)))
-    return (hardware, tuple(sorted(set(req.tags))), req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "",
-            handler or "", bundle, network)
+    # most tasks name no hardware and no tags: () without building sets (made for every task)
+    hardware = tuple(sorted(set(req.hardware) | set(implied_hardware))) if req.hardware or implied_hardware else ()
+    tags = tuple(sorted(set(req.tags))) if req.tags else ()
+    return (hardware, tags, req.min_memory_gb or 0.0, max_memory_mb or 0, model_module or "", handler or "", bundle,
+            network)
 
 
 @dataclass

@@ -151,3 +151,17 @@ def test_workers_not_reporting_memory_and_tasks_without_a_limit_are_unaffected()
 def test_requirement_key_separates_memory_limits() -> None:
     assert requirement_key(Requirements(), max_memory_mb=None) == ANY
     assert requirement_key(Requirements(), max_memory_mb=512) != ANY
+
+
+@pytest.mark.parametrize(("hardware", "tags", "implied"), [
+    ([], [], ()), ([], [], ("cuda",)), (["cuda", "cpu", "cuda"], [], ()), ([], ["b", "a", "b"], ()),
+    (["cpu"], ["x"], ("cuda", "cpu")),
+])
+def test_requirement_key_is_sorted_and_unique_with_or_without_requirements(
+        hardware: list[str], tags: list[str], implied: tuple[str, ...]) -> None:
+    """The key's hardware and tags, whether the task names any (the empty case takes no sets)."""
+    key = requirement_key(Requirements(hardware=hardware, tags=tags), implied)  # type: ignore[arg-type]
+    assert key[0] == tuple(sorted(set(hardware) | set(implied)))
+    assert key[1] == tuple(sorted(set(tags)))
+    assert key == requirement_key(Requirements(hardware=list(reversed(hardware)), tags=list(reversed(tags))),  # type: ignore[arg-type]
+                                  tuple(reversed(implied)))
