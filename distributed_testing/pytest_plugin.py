@@ -16,12 +16,14 @@ and paths select as usual):
   of its own: one chunk per worker slot with history, without it up to :data:`CHUNKS_PER_SLOT`
   per slot (one per :data:`MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
   chunk is sent as its path, otherwise as node ids.
-* **Early and as they come.** The slots, the environment, the bundle's upload and the run are
-  asked for and done while pytest collects here, and with a shipped tree one ``warm`` task per slot
-  (``session-RUN-N``, outside the run's tasks) has the workers start and collect their sessions
-  meanwhile; the tests' tasks
-  are sent once pytest has collected; a thread per task waits for
-  it on the coordinator, and each chunk's tests are reported as soon as it finishes.
+* **Early and as they come.** From pytest's session start (before its header and collection),
+  in threads beside the local collection: the slots and the run are asked for while the
+  environment is captured and the bundle uploaded, and with a shipped tree one ``warm`` task per
+  slot (``session-RUN-N``, outside the run's tasks) has the workers start their sessions and
+  collect the invocation's paths meanwhile; the tests' tasks are sent once pytest has collected;
+  a thread per task waits for it on the coordinator, and each chunk's tests are reported as soon
+  as it finishes. Nothing is shipped under ``--collect-only``, ``--fixtures``,
+  ``--fixtures-per-test`` or ``--cache-show``.
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
   different requirements never share a chunk.
@@ -61,7 +63,6 @@ Credentials: ``--dt-api-key`` or ``DT_API_KEY`` (a submitter key or JWT); ``--dt
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import queue
 import threading
@@ -69,22 +70,24 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .bundles.environment import LocalInstallError, capture
-from .bundles.upload import UploadError, upload_with_stats
-from .cli import runs
-from .cli.common import seconds
-from .cli.http import ApiClient, ApiError
 from .config import env_pick, environ, parse_urls
 from .errors import ConfigError, ValidationError
-from .plugin.invocation import Invocation, invocation
 from .plugin.replay import Downed, merge_downed, print_downed, report_task
-from .security import tls
-from .tasks import pyreqs
 from .tasks.pytest_marker import DT_MARKER
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from .cli.http import ApiClient
+    from .plugin.invocation import Invocation
+
+# Every pytest where this package is installed imports this module (the pytest11 entry point),
+# with --dt-coordinator or not: what only a fleet run needs (the HTTP client and its TLS and
+# credential code, the bundle upload, the environment's capture) is imported where it is used.
 
 POLL_S = 0.5
 WATCH_S = 1.0  # how long one of a task's watchers' requests waits for it to finish
@@ -94,7 +97,16 @@ MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at m
 SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
 MIN_CHUNK_TESTS = 500
 HISTORY_KEY = "distributed_testing/durations"
+# pytest options under which a session runs no tests (it lists, shows or only collects): nothing is shipped
+NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow")
 UNKNOWN_DURATION_S = 0.05
+
+
+def seconds(text: str) -> float:
+    """``cli.common.seconds`` (an argparse type), imported when an option is given."""
+    from .cli.common import seconds as parse
+
+    return parse(text)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -289,6 +301,9 @@ def with_fields(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _client(config: pytest.Config) -> ApiClient:
+    from .cli.http import ApiClient
+    from .security import tls
+
     env = environ()
     try:
         urls = parse_urls(config.getoption("--dt-coordinator"), "--dt-coordinator")
@@ -320,6 +335,8 @@ class Fleet:
 
     def start_run(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
         """A new run for this session's tasks (``cli/runs.py``)."""
+        from .cli import runs
+
         return runs.create_run(self.api, name, labels)
 
     def submit(self, docs: list[dict[str, Any]]) -> None:
@@ -336,6 +353,8 @@ class Fleet:
 
     def cancel(self, task_id: str) -> None:
         """Cancel a task no longer needed; one that finished meanwhile (409) is left as it is."""
+        from .cli.http import ApiError
+
         try:
             self.api.post(f"/api/v1/tasks/{task_id}/cancel", None, repeatable=True)  # a second cancel changes nothing
         except ApiError as exc:
@@ -346,6 +365,8 @@ class Fleet:
 def _cancel_all(fleet: Fleet, pending: Iterable[str], *, quiet: bool) -> None:
     """Cancel every task in ``pending``; ``quiet``: an exception is already on its way, so a
     coordinator that cannot be reached must not replace it."""
+    from .cli.http import ApiError
+
     for task_id in list(pending):
         try:
             fleet.cancel(task_id)
@@ -365,6 +386,8 @@ class FleetRunner:
         self.durations: dict[str, float] = {}
         self.downed: list[Downed] = []
         shipped = not config.getoption("--dt-shared-tree")
+        from .plugin.invocation import invocation
+
         self.invocation = invocation(config, self.root, environ(), shipped=shipped)  # refusals before anything is sent
         self._early: concurrent.futures.ThreadPoolExecutor | None = None
         self.run_ms = f"{int(time.time() * 1000):x}"  # in the tasks' ids
@@ -382,20 +405,26 @@ class FleetRunner:
                 continue
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection(self, session: pytest.Session) -> None:
-        """While pytest collects here: ask for the slots, capture the environment and upload the
-        tree (what the coordinator already has is not sent again), in a thread of their own."""
-        if session.config.option.collectonly:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Before pytest collects here (its header not yet printed): ask for the slots and the run,
+        capture the environment and upload the tree (what the coordinator already has is not
+        sent again), and start the workers' sessions, in threads of their own."""
+        option = session.config.option
+        if any(getattr(option, name, False) for name in NOT_A_RUN):
             return
+        import concurrent.futures
+
         fleet = Fleet(_client(self.config))
-        self._early = concurrent.futures.ThreadPoolExecutor(1, "dt-ship")
+        self._early = concurrent.futures.ThreadPoolExecutor(2, "dt-ship")
         self._shipping = self._early.submit(self._prepare, fleet)
 
     def _prepare(self, fleet: Fleet) -> tuple[Fleet, int, dict[str, Any], str | None]:
         shipped = not self.config.getoption("--dt-shared-tree")
-        slots = fleet.slots(bundle=shipped)
+        assert self._early is not None
+        # the slots and the run beside the upload (which has its own connection): neither needs the other
+        asked = self._early.submit(lambda: (fleet.slots(bundle=shipped), self._new_run(fleet)))
         fields, line = self.ship_tree(fleet)
-        self.run = self._new_run(fleet)
+        slots, self.run = asked.result()
         collect = collect_paths(self.config, self.root)
         if "bundle" in fields and collect:  # the workers' sessions start while pytest collects here
             maxfail = int(self.config.getoption("maxfail") or 0)
@@ -414,6 +443,8 @@ class FleetRunner:
         (the workers' ``--test-root`` mirrors ``self.root``); with the line that says what was sent."""
         if self.config.getoption("--dt-shared-tree"):
             return {}, None
+        from .bundles.upload import UploadError, upload_with_stats
+
         python = self.environment()  # refused before anything is sent
         try:
             stats = upload_with_stats(fleet.api.base_url, fleet.api.credential, self.root,
@@ -429,12 +460,16 @@ class FleetRunner:
 
     def _new_run(self, fleet: Fleet) -> dict[str, Any]:
         """The session's run (``--dt-run-name``)."""
+        from .cli import runs
+
         env = environ()
         name = runs.run_name(self.config.getoption("--dt-run-name"), env, f"pytest {self.config.rootpath.name}")
         return fleet.start_run(name, runs.ci_labels(env))
 
     def start_run(self, fleet: Fleet) -> str:
         """The session's run, announced once on the terminal; its id."""
+        from .cli import runs
+
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             line = runs.run_line(self.run, environ().get("DT_DASHBOARD_URL"), fleet.api.base_url)
@@ -446,6 +481,9 @@ class FleetRunner:
         ``--dt-no-env`` or where the tree's own ``requirements.txt`` chooses (the worker reads it)."""
         if self.config.getoption("--dt-no-env") or (self.root / "requirements.txt").is_file():
             return []
+        from .bundles.environment import LocalInstallError, capture
+        from .tasks import pyreqs
+
         try:
             python = capture(self.root)
         except LocalInstallError as exc:
@@ -463,6 +501,8 @@ class FleetRunner:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         if session.config.option.collectonly or not session.items:
             return True
+        from .cli.http import ApiError
+
         try:
             fleet, slots, fields, line = self._shipping.result()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -513,6 +553,8 @@ class FleetRunner:
         deadline = time.monotonic() + self.config.getoption("--dt-timeout")
         news: queue.Queue[tuple[str, dict[str, Any] | BaseException]] = queue.Queue()
         stop = threading.Event()
+        import concurrent.futures
+
         watchers = concurrent.futures.ThreadPoolExecutor(min(len(pending), MAX_WATCHERS), "dt-wait")
         try:
             for task_id in pending:

@@ -15,39 +15,87 @@ Modules: ``roles`` (the role -> permission table), ``keys`` (API keys), ``tokens
 :mod:`distributed_testing.protocol.signing`.
 """
 
-from distributed_testing.security.auth import (
-    KeyLookup,
-    Principal,
-    authenticate,
-    parse_authorization_header,
-)
-from distributed_testing.security.bootstrap import (
-    bootstrap_admin_key,
-    write_secret_file,
-)
-from distributed_testing.security.keys import (
-    KeyRecord,
-    check_usable,
-    generate_key,
-    key_status,
-    parse_key,
-    revoke,
-    verify_key,
-)
-from distributed_testing.security.roles import (
-    ROLE_PERMISSIONS,
-    Permission,
-    Role,
-    has_permission,
-    parse_role,
-    require,
-)
-from distributed_testing.security.tokens import (
-    TokenClaims,
-    generate_secret,
-    issue_token,
-    verify_token,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distributed_testing.security.auth import (
+        KeyLookup,
+        Principal,
+        authenticate,
+        parse_authorization_header,
+    )
+    from distributed_testing.security.bootstrap import (
+        bootstrap_admin_key,
+        write_secret_file,
+    )
+    from distributed_testing.security.keys import (
+        KeyRecord,
+        check_usable,
+        generate_key,
+        key_status,
+        parse_key,
+        revoke,
+        verify_key,
+    )
+    from distributed_testing.security.roles import (
+        ROLE_PERMISSIONS,
+        Permission,
+        Role,
+        has_permission,
+        parse_role,
+        require,
+    )
+    from distributed_testing.security.tokens import (
+        TokenClaims,
+        generate_secret,
+        issue_token,
+        verify_token,
+    )
+
+# Imported on first use (PEP 562): ``security.tls`` alone, which the HTTP client and so the pytest
+# plugin (imported by every pytest where this package is installed) need, must not cost the JWT
+# and cryptography imports of ``tokens`` and ``auth``.
+_WHERE = {
+    "KeyLookup": "auth",
+    "KeyRecord": "keys",
+    "Permission": "roles",
+    "Principal": "auth",
+    "ROLE_PERMISSIONS": "roles",
+    "Role": "roles",
+    "TokenClaims": "tokens",
+    "authenticate": "auth",
+    "bootstrap_admin_key": "bootstrap",
+    "check_usable": "keys",
+    "generate_key": "keys",
+    "generate_secret": "tokens",
+    "has_permission": "roles",
+    "issue_token": "tokens",
+    "key_status": "keys",
+    "parse_authorization_header": "auth",
+    "parse_key": "keys",
+    "parse_role": "roles",
+    "require": "roles",
+    "revoke": "keys",
+    "verify_key": "keys",
+    "verify_token": "tokens",
+    "write_secret_file": "bootstrap",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:  # a submodule (``security.tls``), as the eager imports used to leave them bound
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ROLE_PERMISSIONS",

@@ -91,3 +91,25 @@ async def test_a_test_no_worker_can_run_fails_with_the_coordinators_reason(tmp_p
         [short] = [line for line in out.splitlines() if line.startswith("ERROR test_gpu.py::test_needs_a100")]
         assert "] no connected worker can" in short, out  # -rA's summary line starts with the reason (cut at 80 columns)
         assert await _open_tasks(c) == [], await _states(c)
+
+
+async def test_listing_options_ship_nothing(tmp_path: Path) -> None:
+    """The plugin starts its run at pytest's session start, before collecting: under the options
+    that run no test (``--collect-only``, ``--fixtures``) it makes no run and sends no task."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_a.py").write_text("def test_a():\n    pass\n")
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", test_root=suite)
+        key = await c.create_key("submitter")
+        for option in ("--collect-only", "--fixtures"):
+            code, out = await _pytest(suite, c.base_url, key, option)
+            assert code == 0 and "test_a" in out, out
+        status, body = await c.request("GET", "/api/v1/runs")
+        assert status == 200 and body["runs"] == [], body
+        assert await _states(c) == {}
+
+        code, out = await _pytest(suite, c.base_url, key)  # and the same suite does run
+        assert code == 0 and "1 passed" in out, out
+        status, body = await c.request("GET", "/api/v1/runs")
+        assert status == 200 and len(body["runs"]) == 1, body
