@@ -368,10 +368,18 @@ def _static_fit(key: ReqKey, w: WorkerView) -> bool:
     what a worker registered with decides this once per session."""
     hardware, tags, min_mem, _, module, handler, bundle, network = key
     return ((w.accept_bundles or not bundle) and meets_network(network, w)
-            and all(h in w.capabilities for h in hardware) and all(t in w.tags for t in tags)
+            and (not hardware or all(h in w.capabilities for h in hardware))
+            and (not tags or all(t in w.tags for t in tags))
             and not (min_mem and w.memory_gb < min_mem)
             and not (module and not module_allowed(module, w.model_modules))
             and not (handler and w.handlers is not None and handler not in w.handlers))
+
+
+def fits(key: ReqKey, w: WorkerView) -> bool:
+    """``not unmet(key, w)``, without wording what is missing (placement asks it at every pick)."""
+    max_mem_mb = key[3]
+    return _static_fit(key, w) and not (
+        max_mem_mb and w.available_memory_mb is not None and w.available_memory_mb < max_mem_mb)
 
 
 class PlacementIndex:
@@ -434,14 +442,18 @@ class PlacementIndex:
         while heap:
             neg, wid = heap[0]
             w = self._views.get(wid)
-            if w is not None and value(w) == -neg:
-                if not unmet(key, w):
+            if w is None:
+                heapq.heappop(heap)
+                continue
+            n = value(w)
+            if n == -neg:
+                if fits(key, w):
                     return w
                 heapq.heappop(heap)  # offers too little memory now; a heartbeat offering more touches it
-                continue
-            heapq.heappop(heap)
-            if w is not None and (n := value(w)) > 0:
-                heapq.heappush(heap, (-n, wid))
+            elif n > 0:  # its value changed since the entry was pushed: the entry again, with the value now
+                heapq.heapreplace(heap, (-n, wid))
+            else:
+                heapq.heappop(heap)
         return None
 
     def _flush(self) -> None:

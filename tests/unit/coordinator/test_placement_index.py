@@ -14,8 +14,10 @@ from distributed_testing.coordinator.core.placement import (
     PlacementIndex,
     ReqKey,
     WorkerView,
+    fits,
     pick_ahead,
     pick_worker,
+    unmet,
 )
 
 KEYS: list[ReqKey] = [
@@ -129,3 +131,13 @@ def test_stale_entries_do_not_pile_up() -> None:
         v.release(f"t{i}")
         index.touch("w")
     assert all(len(h) <= 4 * len(index) + 64 for h in index._free.values())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fits_is_unmet_without_the_words(seed: int) -> None:
+    """The index's check at each pick (``fits``) says what ``unmet`` says, for every key and view."""
+    rng = random.Random(seed)
+    for i in range(200):
+        v = _view(rng, i)
+        for key in KEYS:
+            assert fits(key, v) is (not unmet(key, v)), (key, v)
