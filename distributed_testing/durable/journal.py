@@ -245,17 +245,19 @@ class Journal(Generic[R]):
         cannot be encoded.
         """
         self._check_usable()
-        frames = []
+        frames: list[bytes] = []
+        # bound once: this loop runs for every record the coordinator writes
+        encode, validate, pack, crc, add = self._encoder.encode, self._validate, _HEADER.pack, zlib.crc32, frames.append
         for rec in records:
             try:
-                payload = self._encoder.encode(rec)
+                payload = encode(rec)
             except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
                 raise StoreError(f"cannot encode journal record {type(rec).__name__}: {exc}") from exc
-            if self._validate:
+            if validate:
                 self._check_decodes(rec, payload)
             if len(payload) > _MAX_PAYLOAD:
                 raise StoreError(f"journal record of {len(payload)} bytes exceeds the 4 GiB frame limit")
-            frames.append(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+            add(pack(len(payload), crc(payload)) + payload)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._frames.extend(frames)
         self._waiters.append(fut)
