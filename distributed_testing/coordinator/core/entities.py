@@ -136,11 +136,10 @@ class Task:
 
     def assignment(self, gang: m.GangAssignment | None = None) -> m.TaskAssignment:
         """The message that gives the current attempt to a worker (``gang``: its node rank's part)."""
-        return m.TaskAssignment(
-            task_id=self.task_id, attempt=self.attempt, type=self.type, config=specs.config_dict(self.spec),
-            timeout_s=self.spec.timeout_s, max_memory_mb=self.spec.max_memory_mb, cache=self.spec.cache, gang=gang,
-            bundle=self.spec.bundle, python=list(self.spec.requirements.python), submitted_by=self.submitted_by,
-            run_id=self.spec.run_id)
+        s = self.spec  # positional, in TaskAssignment's field order (one per dispatch; keywords cost more)
+        return m.TaskAssignment(self.task_id, self.attempt, self.type, specs.config_dict(s), s.timeout_s,
+                                s.max_memory_mb, s.cache, gang, s.bundle, list(s.requirements.python),
+                                self.submitted_by, s.run_id)
 
     @classmethod
     def from_row(cls, row: TaskRow) -> Task:
