@@ -179,9 +179,10 @@ class CustomExecutor:
             name, parameters = parse_custom_config(ctx.config)
             if ctx.bundle_root is not None or name not in self.registry or not self._started:
                 raise ExecutionError(f"task {ctx.task_id} cannot run in a chain")
-            requests.append(Request(seq=0, name=name, parameters=parameters, task_id=ctx.task_id, attempt=ctx.attempt,
-                                    cache_dir=self._cache_dir, work_dir=None if ctx.work_dir is None else str(ctx.work_dir),
-                                    timeout_s=ctx.timeout_s))
+            # positional, in Request's field order (one per task of a chain): seq, name, parameters, task_id,
+            # attempt, cache_dir, work_dir, timeout_s
+            requests.append(Request(0, name, parameters, ctx.task_id, ctx.attempt, self._cache_dir,
+                                    None if ctx.work_dir is None else str(ctx.work_dir), ctx.timeout_s))
         started = time.time()
         async with contextlib.aclosing(self.pool.chain(requests, control, timeouts=[c.timeout_s for c in ctxs],
                                                        max_memory_mb=ctxs[0].max_memory_mb,

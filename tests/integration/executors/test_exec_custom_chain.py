@@ -83,3 +83,12 @@ def test_a_task_stopped_before_the_chain_has_its_child_never_begins(executor: Cu
     control.withdraw(2)
     got = run(closing(executor, lambda ex: outcomes(ex, [ctx("t1"), ctx("t2"), ctx("t3")], control)))
     assert got[0] is None and got[2] is None and got[1] is not None and got[1].status == "succeeded"
+
+
+def test_each_request_of_a_chain_names_its_task_and_the_cache(handler_dir: Path, handler_specs: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    """The chain's requests (built positionally) carry each task's id and the handlers' cache directory."""
+    ex = CustomExecutor(1, handlers=handler_specs, pythonpath=[handler_dir], cache_dir=tmp_path / "cache")
+    got = run(closing(ex, lambda e: outcomes(e, [ctx("a1"), ctx("a2", timeout_s=9.0)])))
+    assert [(o.output["task_id"], o.output["cache_dir"]) for o in got.values() if o is not None] == [
+        ("a1", str(tmp_path / "cache")), ("a2", str(tmp_path / "cache"))]
