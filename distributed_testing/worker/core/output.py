@@ -42,6 +42,8 @@ def bound(status: m.ResultStatus, output: dict[str, Any], error: str | None
     only ``retryable`` (and ``output_bytes``, its size), and the error says what was refused, then
     how the task itself ended."""
     error = None if error is None else cut(error, MAX_ERROR_CHARS)
+    if output.__class__ is dict and not output:  # an empty output (a no-op's, most side-effect handlers'): fits
+        return status, output, error
     try:
         size = len(free_form_payload(output))
     except ValueError as exc:
@@ -55,6 +57,8 @@ def bound(status: m.ResultStatus, output: dict[str, Any], error: str | None
 
 def large(output: dict[str, Any]) -> bool:
     """Whether checking ``output`` is worth a thread (it encodes to over ``INLINE_CHECK_BYTES``)."""
+    if output.__class__ is dict and not output:
+        return False
     try:
         return len(msgspec.msgpack.encode(output)) > INLINE_CHECK_BYTES
     except (OverflowError, TypeError, ValueError, RecursionError):

@@ -14,7 +14,14 @@ from distributed_testing.bundles import manifest as mf
 from distributed_testing.errors import ValidationError
 from distributed_testing.protocol import messages as m
 from distributed_testing.protocol.signing import Channel
-from distributed_testing.worker.core.output import MAX_ERROR_CHARS, MAX_OUTPUT_BYTES, bound, cut
+from distributed_testing.worker.core.output import (
+    INLINE_CHECK_BYTES,
+    MAX_ERROR_CHARS,
+    MAX_OUTPUT_BYTES,
+    bound,
+    cut,
+    large,
+)
 from distributed_testing.worker.session import sealed
 
 DIGEST = "ab" * 32
@@ -40,6 +47,14 @@ def test_what_a_frame_carries_passes_as_it_is() -> None:
     output = {"n": 2**64 - 1, "m": -(2**63), "f": 1.5, "l": [None, True, "x"], "d": {"1": {2: 3}}}
     assert bound("failed", output, None) == ("failed", output, None)
     assert bound("succeeded", output, None)[1] is output  # not copied
+
+
+def test_an_empty_output_passes_at_once_with_its_error_cut() -> None:
+    """The empty output (a no-op's; the check's short path) passes as it is, its error still cut."""
+    empty: dict[str, Any] = {}
+    status, out, error = bound("failed", empty, "e" * (2 * MAX_ERROR_CHARS))
+    assert (status, out) == ("failed", {}) and out is empty and error is not None and len(error) < MAX_ERROR_CHARS + 100
+    assert not large(empty) and large({"blob": "x" * (INLINE_CHECK_BYTES + 1)})
 
 
 def test_an_output_over_the_limit_is_refused_with_its_size() -> None:
