@@ -74,15 +74,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .config import env_pick, environ, parse_urls
-from .errors import ConfigError, ValidationError
+from .config import environ
+from .errors import ValidationError
+from .plugin.fleet import Fleet, _cancel_all, _client
 from .plugin.replay import Downed, merge_downed, print_downed, report_task
 from .tasks.pytest_marker import DT_MARKER
 
 if TYPE_CHECKING:
     import concurrent.futures
 
-    from .cli.http import ApiClient
     from .plugin.invocation import Invocation
 
 # Every pytest where this package is installed imports this module (the pytest11 entry point),
@@ -298,81 +298,6 @@ def with_fields(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     if "requirements" in doc and "requirements" in extra:
         out["requirements"] = {**doc["requirements"], **extra["requirements"]}
     return out
-
-
-def _client(config: pytest.Config) -> ApiClient:
-    from .cli.http import ApiClient
-    from .security import tls
-
-    env = environ()
-    try:
-        urls = parse_urls(config.getoption("--dt-coordinator"), "--dt-coordinator")
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    key, _ = env_pick(config.getoption("--dt-api-key"), env, "DT_API_KEY")
-    if not key:
-        raise pytest.UsageError("--dt-coordinator needs credentials: pass --dt-api-key or set DT_API_KEY")
-    ca, ca_src = env_pick(config.getoption("--dt-ca-file"), env, "DT_CA_FILE")
-    try:
-        context = tls.client_context(Path(ca) if ca else None, "--dt-ca-file" if ca_src == "flag" else ca_src)
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
-
-
-class Fleet:
-    """Every coordinator call the plugin makes, in one place (the seam for a shared client)."""
-
-    def __init__(self, api: ApiClient) -> None:
-        self.api = api
-
-    def slots(self, *, bundle: bool = False) -> int:
-        """Task slots of the connected workers (at least 1); with ``bundle`` only of those that run
-        shipped code (``--accept-bundles``), the only ones a bundle's tasks can be placed on."""
-        workers = self.api.get("/api/v1/workers").get("workers") or []
-        return max(1, sum(int(w.get("max_concurrent") or 0) for w in workers
-                          if w.get("state") != "disconnected" and (w.get("accept_bundles") or not bundle)))
-
-    def start_run(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
-        """A new run for this session's tasks (``cli/runs.py``)."""
-        from .cli import runs
-
-        return runs.create_run(self.api, name, labels)
-
-    def submit(self, docs: list[dict[str, Any]]) -> None:
-        self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
-
-    def state(self, task_id: str, wait_s: float) -> dict[str, Any]:
-        """The task without its result; waits up to ``wait_s`` for it to finish."""
-        t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{wait_s:.3f}", "result": "0"})
-        return t
-
-    def finished(self, task_id: str) -> dict[str, Any]:
-        t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}")
-        return t
-
-    def cancel(self, task_id: str) -> None:
-        """Cancel a task no longer needed; one that finished meanwhile (409) is left as it is."""
-        from .cli.http import ApiError
-
-        try:
-            self.api.post(f"/api/v1/tasks/{task_id}/cancel", None, repeatable=True)  # a second cancel changes nothing
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-
-
-def _cancel_all(fleet: Fleet, pending: Iterable[str], *, quiet: bool) -> None:
-    """Cancel every task in ``pending``; ``quiet``: an exception is already on its way, so a
-    coordinator that cannot be reached must not replace it."""
-    from .cli.http import ApiError
-
-    for task_id in list(pending):
-        try:
-            fleet.cancel(task_id)
-        except ApiError:
-            if not quiet:
-                raise
 
 
 class FleetRunner:
