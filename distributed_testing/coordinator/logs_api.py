@@ -1,4 +1,5 @@
-"""``GET /api/v1/tasks/{task_id}/logs``: a task's output, while it runs and after.
+"""``GET /api/v1/tasks/{task_id}/logs``: a task's output, while it runs and after; and
+``GET /api/v1/tasks/{task_id}/reports``: the tests of its running attempt that ended there.
 
 A running attempt's output is what its worker streamed (``tasklogs.TaskLogs``, in memory); a
 finished task's is what its result carries (``output["log"]``: ``tasks/log.py``; a result from an
@@ -22,6 +23,7 @@ from .core.entities import Task
 from .rest import json_response
 from .runtime import RUNTIME, Runtime
 from .store.base import ResultQuery
+from .tasklogs import TaskLogs, TestReports
 from .views import find_task
 
 # Without ``wait`` a follow waits less than a client's first-byte bound (client.FIRST_BYTE_S), so a
@@ -103,7 +105,7 @@ async def get_logs(request: web.Request) -> web.Response:
     if seen is not None and seen != attempt:
         offset = 0
     if follow and t.outcome is None and (log is None or offset >= log.total):
-        await _wait_more(rt, t.task_id, wait)
+        await _wait_more(rt, t.task_id, wait, rt.logs)
         t, attempt, log, source = await _snapshot(rt, task_id)
         if seen is not None and seen != attempt:
             offset = 0
@@ -120,9 +122,9 @@ async def get_logs(request: web.Request) -> web.Response:
         "elapsed_s": None if started is None else round(max(0.0, ended - started), 3)})
 
 
-async def _wait_more(rt: Runtime, task_id: str, wait: float) -> None:
-    """Until ``task_id``'s output grows, it ends (outcome on disk), or ``wait`` seconds pass."""
-    more = asyncio.ensure_future(rt.logs.changed(task_id, wait))
+async def _wait_more(rt: Runtime, task_id: str, wait: float, kept: TaskLogs | TestReports) -> None:
+    """Until what ``kept`` holds of ``task_id`` grows, it ends (outcome on disk), or ``wait`` seconds pass."""
+    more = asyncio.ensure_future(kept.changed(task_id, wait))
     ended = asyncio.ensure_future(rt.wait_finished([task_id], wait))
     try:
         await asyncio.wait({more, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -142,6 +144,47 @@ def _started_at(t: Task) -> float | None:
     return None
 
 
+_REPORT_PARAMS = {"after", "wait", "attempt"}
+
+
+async def get_reports(request: web.Request) -> web.Response:
+    """The tests of a task's running attempt that ended there, from the ``after``-th (0-based):
+    each test's entry as its result will carry it (``output["tests"]``), sent by its worker as the
+    test ends (docs/protocol.md, "Test reports"). ``wait``: seconds to wait, when there is none
+    past ``after`` yet, for one or the task's end. ``attempt``: the attempt read before; when the
+    task is at another one now, the answer starts at its first test. Once ``complete`` (the task
+    ended), nothing more comes here: the task's result carries every test."""
+    rt: Runtime = request.app[RUNTIME]
+    query = request.query
+    errors = [{"field": k, "error": "unknown query parameter"} for k in sorted(set(query) - _REPORT_PARAMS)]
+    try:
+        _params({k: v for k, v in query.items() if k in ("wait", "attempt")})
+    except ValidationError as exc:
+        errors += exc.errors
+    if errors:
+        raise ValidationError(errors)
+    after = _int(query, "after", 0)
+    wait = float(query.get("wait", 0))
+    seen = _int(query, "attempt", 0) if "attempt" in query else None
+    task_id = request.match_info["task_id"]
+    for waited in (False, True):
+        t = await find_task(rt.state, rt.store, task_id)
+        kept = rt.reports.get(t.task_id) if t.outcome is None else None
+        if kept is not None and kept.attempt != t.attempt:
+            kept = None
+        start = 0 if seen is not None and seen != t.attempt else after
+        if waited or wait <= 0 or t.outcome is not None or (kept is not None and len(kept.tests) > start):
+            break
+        await _wait_more(rt, t.task_id, wait, rt.reports)
+    tests = kept.tests[start:] if kept is not None else []
+    return json_response({
+        "task_id": t.task_id, "attempt": t.attempt, "state": t.state, "worker_id": t.worker_id,
+        "complete": t.outcome is not None,
+        "tree": kept.tree if kept is not None else None, "after": start, "next": start + len(tests),
+        "tests": tests})
+
+
 ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "/api/v1/tasks/{task_id}/logs", get_logs, "tasks:read"),
+    ("GET", "/api/v1/tasks/{task_id}/reports", get_reports, "tasks:read"),
 ]

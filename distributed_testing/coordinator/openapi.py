@@ -264,6 +264,26 @@ SPECS[("GET", "/api/v1/tasks/{task_id}/logs")] = RouteSpec(
            _q("attempt", {"type": "integer", "minimum": 0, "maximum": INT64}, "the attempt read before: when the task shows another, "
                                                             "the answer starts at offset 0")),
     errors=(400, 404))
+SPECS[("GET", "/api/v1/tasks/{task_id}/reports")] = RouteSpec(
+    _ok(_obj(task_id={"type": "string"}, attempt={"type": "integer", "description": "the task's current attempt"},
+             state={"type": "string"}, worker_id={**NULLABLE_STR, "description": "the worker it is assigned to"},
+             complete={"type": "boolean", "description": "the task ended: its result carries every test, nothing "
+                                                         "more comes here"},
+             tree={**NULLABLE_STR, "description": "the worker's path of the tree the reports name"},
+             after={"type": "integer", "description": "the index of the first test in tests"},
+             next={"type": "integer", "description": "ask again with after= this for the tests that follow"},
+             tests={"type": "array", "items": {"type": "object"},
+                    "description": "each test's entry as the result's output.tests will carry it"}),
+        what="the tests of the running attempt that ended there, in the order they ended (at most 8 MiB of them "
+             "are kept; the result carries every test)"),
+    query=(_q("after", {"type": "integer", "minimum": 0, "maximum": INT64}, "the index of the first test wanted "
+                                                                           "(default 0)"),
+           _q("wait", {"type": "number", "minimum": 0, "maximum": 60}, "seconds to wait for a test past after, or "
+                                                                       "the task's end (default 0)"),
+           _q("attempt", {"type": "integer", "minimum": 0, "maximum": INT64}, "the attempt read before: when the "
+                                                                              "task is at another, the answer starts "
+                                                                              "at its first test")),
+    errors=(400, 404))
 _RUN_FIELDS = {"run_id": {"type": "string", "pattern": specs.RUN_ID_PATTERN}, "name": {"type": "string"},
                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                "submitted_by": NULLABLE_STR, "created_at": {"type": "number"}}

@@ -60,7 +60,7 @@ from .metrics import Metrics
 from .store import blobs_for
 from .store.base import TERMINAL, Store
 from .supervisor import Supervisor
-from .tasklogs import TaskLogs
+from .tasklogs import TaskLogs, TestReports
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,7 @@ class Runtime:
         self.metrics.bind(self)
         self.events = EventHub()
         self.logs = TaskLogs()  # running attempts' output (tasklogs.py)
+        self.reports = TestReports()  # running attempts' ended tests (tasklogs.py)
         self.activity = views.Activity()  # the overview's last hour (seeded from the store at start)
         self._loads_sent: dict[str, tuple[Any, ...]] = {}
         self._loads_at = 0.0
@@ -317,6 +318,7 @@ class Runtime:
             if ended:  # durable now: they may leave memory (the waiters woken above look them up first)
                 self.state.retire(ended)
                 self.logs.end(ended)  # their results hold their output now
+                self.reports.end(ended)
 
         durable.add_done_callback(after)
         return finished

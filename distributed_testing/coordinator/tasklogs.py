@@ -7,6 +7,7 @@ multi-node task, the node of rank 0; :func:`verdict`) and keeps it in the attemp
 result carries the kept output (``output["log"]``), stored with the result, and
 :meth:`TaskLogs.end` drops the copy here (``Runtime.execute``, once the outcome is durable).
 Readers waiting for more (``GET /api/v1/tasks/{id}/logs?follow=1``) are woken by both.
+Running attempts' ended tests (``reports`` messages) are kept alike, in :class:`TestReports`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
+
+import msgspec
 
 from ..protocol import messages as m
 from ..tasks.log import TaskLog
@@ -39,12 +43,40 @@ def verdict(t: Task | None, worker_id: str, attempt: int) -> str | None:
     return "keep" if attempt == t.attempt and t.state in ACTIVE and worker_id == speaker else None
 
 
-class TaskLogs:
+class _Watched:
+    """Readers waiting for a task's kept data to grow or the task to end."""
+
+    def __init__(self) -> None:
+        self._waiters: defaultdict[str, list[asyncio.Future[None]]] = defaultdict(list)
+
+    async def changed(self, task_id: str, timeout: float) -> None:
+        """Return when what is kept of ``task_id`` grows or it ends, or after ``timeout`` seconds."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[task_id].append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        except TimeoutError:
+            pass
+        finally:
+            waiting = self._waiters.get(task_id)
+            if waiting is not None and fut in waiting:
+                waiting.remove(fut)
+                if not waiting:
+                    del self._waiters[task_id]
+
+    def _wake(self, task_id: str) -> None:
+        for fut in self._waiters.pop(task_id, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+
+class TaskLogs(_Watched):
     """The kept output of running attempts by task id, and the readers waiting for more."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._logs: dict[str, tuple[int, TaskLog]] = {}
-        self._waiters: defaultdict[str, list[asyncio.Future[None]]] = defaultdict(list)
 
     def receive(self, tasks: dict[str, Task], worker_id: str, msg: m.TaskOutput) -> list[Command]:
         """Keep the chunks ``worker_id`` may send; a ``Refused`` for each other."""
@@ -79,23 +111,75 @@ class TaskLogs:
     def __len__(self) -> int:
         return len(self._logs)
 
-    async def changed(self, task_id: str, timeout: float) -> None:
-        """Return when ``task_id``'s output grows or it ends, or after ``timeout`` seconds."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[task_id].append(fut)
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-        except TimeoutError:
-            pass
-        finally:
-            waiting = self._waiters.get(task_id)
-            if waiting is not None and fut in waiting:
-                waiting.remove(fut)
-                if not waiting:
-                    del self._waiters[task_id]
 
-    def _wake(self, task_id: str) -> None:
-        for fut in self._waiters.pop(task_id, ()):
-            if not fut.done():
-                fut.set_result(None)
+REPORTS_KEPT_BYTES = 8 * 1024 * 1024  # of one attempt's streamed tests; the rest come with its result
+
+
+class KeptReports:
+    """One attempt's tests as they ended there: each entry JSON-encoded, as it is served."""
+
+    __slots__ = ("attempt", "bytes", "tests", "tree")
+
+    def __init__(self, attempt: int, tree: str) -> None:
+        self.attempt, self.tree = attempt, tree
+        self.tests: list[msgspec.Raw] = []
+        self.bytes = 0
+
+
+class TestReports(_Watched):
+    """Running attempts' tests as they end (``reports`` messages; docs/protocol.md, "Test
+    reports"), kept as output is (:func:`verdict`: from the worker the attempt is assigned to)
+    until the task's outcome is durable (:meth:`end`): then its result carries every test.
+    ``GET /api/v1/tasks/{id}/reports`` serves them. At most :data:`REPORTS_KEPT_BYTES` of an
+    attempt are kept; the rest reach a reader with the result."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: dict[str, KeptReports] = {}
+
+    def receive(self, tasks: dict[str, Task], worker_id: str, msg: m.TaskReports) -> list[Command]:
+        """Keep the tests ``worker_id`` may send; a ``Refused`` for each other chunk."""
+        cmds: list[Command] = []
+        for c in msg.chunks:
+            what = verdict(tasks.get(c.task.task_id), worker_id, c.task.attempt)
+            if what == "keep":
+                self.put(c.task.task_id, c.task.attempt, c.tree, c.first, c.tests)
+            elif what is not None:
+                cmds.append(Refused(worker_id, "reports", c.task, what))
+        return cmds
+
+    def put(self, task_id: str, attempt: int, tree: str, first: int, tests: list[dict[str, Any]]) -> None:
+        kept = self._kept.get(task_id)
+        if kept is None or kept.attempt < attempt:  # a newer attempt starts its own
+            kept = self._kept[task_id] = KeptReports(attempt, tree)
+        elif kept.attempt > attempt:
+            return
+        if first > len(kept.tests):  # after a gap (tests past a bound): the result brings them
+            return
+        grew = False
+        for test in tests[len(kept.tests) - first:]:  # those kept already (a re-send after a reconnect) skipped
+            raw = _encode(test)
+            if kept.bytes + len(raw) > REPORTS_KEPT_BYTES:
+                break
+            kept.tests.append(msgspec.Raw(raw))
+            kept.bytes += len(raw)
+            grew = True
+        if grew:
+            self._wake(task_id)
+
+    def get(self, task_id: str) -> KeptReports | None:
+        return self._kept.get(task_id)
+
+    def end(self, task_ids: Iterable[str]) -> None:
+        """These tasks ended and their outcomes are durable: their results hold every test now."""
+        for tid in task_ids:
+            if self._kept.pop(tid, None) is not None or tid in self._waiters:
+                self._wake(tid)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+_encode = msgspec.json.Encoder().encode

@@ -73,6 +73,11 @@ def _output(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command
     return rt.logs.receive(rt.state.tasks, s.worker_id, msg)
 
 
+def _reports(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
+    assert isinstance(msg, m.TaskReports)
+    return rt.reports.receive(rt.state.tasks, s.worker_id, msg)
+
+
 def _results(rt: Runtime, s: Session, msg: m.Message, now: float) -> list[Command]:
     assert isinstance(msg, m.Results)
     rt.stats["results"] += len(msg.results)
@@ -120,6 +125,7 @@ HANDLERS: dict[type[m.Message], Handler] = {
     m.TaskStarted: _started,
     m.TaskProgress: _progress,
     m.TaskOutput: _output,
+    m.TaskReports: _reports,
     m.Results: _results,
     m.TakenBack: _taken_back,
     m.Goodbye: _goodbye,
@@ -209,7 +215,8 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
     rt.sessions[reg.worker_id] = s
     live = rt.state.workers[reg.worker_id].liveness
     s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
-                        server_time=now, worker_ttl_s=live.ttl_s, batches=True))
+                        server_time=now, worker_ttl_s=live.ttl_s, batches=True,
+                        reports=True))
     try:
         rt.execute(cmds)
     except NotLeader:

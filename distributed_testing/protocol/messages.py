@@ -23,7 +23,8 @@ PROTOCOL_VERSION = 11  # 2: provisional assignments, confirm, register.abandoned
 # within 10 as an optional field (a worker that omits it is placed as before); 11: output (a running task's
 # stdout/stderr streamed while it runs); task assignment submitted_by and run_id came within 11; so did
 # batch (several messages in one signed frame), sent only to a peer that said it reads them
-# (register.batches, registered.batches)
+# (register.batches, registered.batches); and reports (each test's reports while its task runs), sent
+# only to a coordinator that said it keeps them (registered.reports)
 
 ResultStatus = Literal["succeeded", "failed", "timed_out", "cancelled", "error"]
 # Attempt numbers are stored as signed 64-bit integers; a peer's larger number is malformed.
@@ -106,6 +107,7 @@ class Registered(_Msg, frozen=True, tag="registered"):
     server_time: float
     worker_ttl_s: float
     batches: bool = False  # this coordinator reads ``batch`` frames (within 11; omitted: send none)
+    reports: bool = False  # this coordinator keeps ``reports`` messages (within 11; omitted: send none)
 
 
 class Heartbeat(_Msg, frozen=True, tag="heartbeat"):
@@ -209,6 +211,27 @@ class TaskOutput(_Msg, frozen=True, tag="output"):
     chunks: list[OutputChunk]
 
 
+class ReportsChunk(msgspec.Struct, frozen=True, array_like=True):
+    """Tests that ended in one running attempt: each test's entry as the attempt's result will
+    carry it in ``output["tests"]``, ``tests[0]`` being the attempt's ``first``-th streamed test
+    (0-based); ``tree``: the worker's path of the tree the reports name (``output["tree"]``)."""
+
+    task: TaskRef
+    first: Offset
+    tree: str
+    tests: list[dict[str, Any]]
+
+
+class TaskReports(_Msg, frozen=True, tag="reports"):
+    """W→C: the tests that ended in running attempts since the last such message (a few times a
+    second at most), so a submitter replays each test as it ends (``GET
+    /api/v1/tasks/{id}/reports``). Kept, like ``output``, only for the task's current attempt from
+    the worker it is assigned to; for an attempt the worker was never given refused
+    (``reports_refused``). Sent only to a coordinator whose ``registered`` said ``reports``."""
+
+    chunks: list[ReportsChunk]
+
+
 class TaskResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     task_id: str
     attempt: Attempt
@@ -288,7 +311,8 @@ class AuthRenew(_Msg, frozen=True, tag="auth_renew"):
 
 
 Single = (Register | Registered | Heartbeat | AssignTasks | Confirm | TaskStarted | TaskProgress | Results | ResultAck
-          | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew | TaskOutput)
+          | Cancel | TakeBack | TakenBack | ErrorMsg | Drain | Goodbye | AuthRenew | TaskOutput
+          | TaskReports)
 
 
 class Batch(_Msg, frozen=True, tag="batch"):

@@ -327,6 +327,7 @@ class WorkerAgent:
         finally:
             self.registered.clear()
             self.runs.outputs.session_ended()  # the next coordinator holds none of the tasks' output
+            self.runs.reports.session_ended()
             self._session_over.set()
             self.runs.apply(self.state.session_ended())
             await _cancel_all((beats, renew, learn, stopper, *ending), quiet=ending)  # those re-raised above
@@ -399,6 +400,7 @@ class WorkerAgent:
         assert isinstance(msg, m.Registered)
         self.liveness = (msg.heartbeat_interval_s, msg.worker_ttl_s)
         self._batches = msg.batches
+        self.runs.reports_kept = msg.reports
         self.candidates.connected(self.candidates.current)
         self.credentials.coordinator_url = self.candidates.current  # token renewals go where the session is
         log.info("registered with coordinator as %s (session %s); heartbeat every %gs, declared dead after %gs "

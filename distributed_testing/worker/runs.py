@@ -47,7 +47,7 @@ from .core.state import (
 from .executors.base import ExecOutcome, Executor, TaskContext
 from .executors.pool import ChainControl
 from .result_store import ResultStore
-from .tasklogs import OutputStreams
+from .tasklogs import OutputStreams, ReportStreams
 
 log = logging.getLogger(__name__)
 # A task still running after this long is announced with ``started``; shorter ones are announced
@@ -93,6 +93,10 @@ class Runs:
         self.chains: dict[int, tuple[ChainControl, dict[str, int]]] = {}  # chain runs: control, index by task id
         # what running attempts write, streamed as ``output`` messages and kept for their results
         self.outputs = OutputStreams(send, registered.is_set,
+                                     lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None)
+        # each test's reports as it ends, to a coordinator that keeps them (registered.reports)
+        self.reports_kept = False
+        self.reports = ReportStreams(send, lambda: registered.is_set() and self.reports_kept,
                                      lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None)
 
     # --------------------------------------------------------------- executing
@@ -328,6 +332,7 @@ class Runs:
         The outcome is checked here, where the task's output enters the worker (``core.output.bound``):
         one a frame cannot carry, or too large for one, is reported as the task's error instead."""
         plain = outcome.output
+        self.reports.finish(m.TaskRef(a.task_id, a.attempt))
         if (kept := self.outputs.finish(m.TaskRef(a.task_id, a.attempt))) is not None:
             outcome.output = {**plain, LOG_KEY: kept}  # what it wrote, bounded (tasks/log.py)
         status, output, error = await _bounded(outcome.status, outcome.output, outcome.error)
@@ -351,7 +356,8 @@ class Runs:
                            allow_model_modules=self.config.allow_model_modules,
                            allow_test_options=self.config.allow_test_options,
                            progress=functools.partial(self._progress, m.TaskRef(a.task_id, a.attempt)),
-                           output=self.outputs.sink(m.TaskRef(a.task_id, a.attempt)))
+                           output=self.outputs.sink(m.TaskRef(a.task_id, a.attempt)),
+                           reports=self.reports.sink(m.TaskRef(a.task_id, a.attempt)))
 
     def _progress(self, ref: m.TaskRef, fraction: float, message: str) -> None:
         """An executor's progress report (called on the loop) as a ``progress`` message."""

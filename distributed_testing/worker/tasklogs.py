@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocol import messages as m
+from ..protocol.codec import free_form_payload
 from ..tasks.log import TaskLog
 
 FLUSH_S = 0.25
@@ -107,3 +108,86 @@ class OutputStreams:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+REPORTS_KEPT_BYTES = 4 * 1024 * 1024  # of one attempt's streamed tests; past it the rest come with its result
+
+
+class ReportStreams:
+    """Each running attempt's tests as they end (``reports`` messages; docs/protocol.md, "Test
+    reports"), sent like output: one timer, every ``FLUSH_S`` what is new of each attempt, at most
+    ``MESSAGE_BYTES`` in all; only while a session whose coordinator keeps them (``ready``) is
+    registered, from the first test again after a reconnect. An attempt keeps at most
+    :data:`REPORTS_KEPT_BYTES` of them (a test whose entry alone exceeds ``MESSAGE_BYTES``, and
+    those past the bound, are not streamed: the result carries every test)."""
+
+    def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
+                 current: Callable[[m.TaskRef], bool]) -> None:
+        self._send, self._ready, self._current = send, ready, current
+        self._tests: dict[m.TaskRef, tuple[str, list[tuple[dict[str, Any], int]]]] = {}
+        self._sent: dict[m.TaskRef, int] = {}
+        self._bytes: dict[m.TaskRef, int] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._was_ready = True
+
+    def sink(self, ref: m.TaskRef) -> Callable[[str, dict[str, Any]], None]:
+        """Where an executor hands ``ref``'s ended tests: ``(tree, entry)``, on the event loop."""
+        def put(tree: str, entry: dict[str, Any]) -> None:
+            try:
+                size = len(free_form_payload(entry))  # what a frame cannot carry is left to the result's check
+            except ValueError:
+                return
+            held = self._tests.setdefault(ref, (tree, []))
+            if size > MESSAGE_BYTES or self._bytes.get(ref, 0) + size > REPORTS_KEPT_BYTES:
+                return
+            held[1].append((entry, size))
+            self._bytes[ref] = self._bytes.get(ref, 0) + size
+            self._arm()
+        return put
+
+    def finish(self, ref: m.TaskRef) -> None:
+        self._tests.pop(ref, None)
+        self._sent.pop(ref, None)
+        self._bytes.pop(ref, None)
+
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        self._timer = None
+        if not self._ready():
+            self._was_ready = False
+            if self._tests:
+                self._arm()
+            return
+        if not self._was_ready:  # a new session: its coordinator holds none of them
+            self._was_ready = True
+            self._sent.clear()
+        chunks: list[m.ReportsChunk] = []
+        budget = MESSAGE_BYTES
+        for ref, (tree, tests) in list(self._tests.items()):
+            if not self._current(ref):
+                self.finish(ref)
+                continue
+            first = end = self._sent.get(ref, 0)
+            while end < len(tests) and tests[end][1] <= budget:
+                budget -= tests[end][1]
+                end += 1
+            if end > first:
+                self._sent[ref] = end
+                chunks.append(m.ReportsChunk(ref, first, tree, [e for e, _ in tests[first:end]]))
+                self._tests[ref] = self._tests.pop(ref)  # to the back: the budget goes round the attempts
+            if end < len(tests):
+                self._arm()  # the rest next time
+        if chunks:
+            self._send(m.TaskReports(chunks))
+
+    def session_ended(self) -> None:
+        self._was_ready = False
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+

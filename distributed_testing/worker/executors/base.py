@@ -45,6 +45,9 @@ class TaskContext:
     # where the task's children's stdout/stderr goes, chunk by chunk, on the event loop: streamed
     # while it runs and kept, bounded, with its result (worker/tasklogs.py)
     output: Callable[[bytes], None] | None = None
+    # where a test executor hands each test's entry (the worker's tree, the entry its result will
+    # carry) as the test ends: streamed while the task runs (worker/tasklogs.py, ReportStreams)
+    reports: Callable[[str, dict[str, Any]], None] | None = None
     cache: bool = False
     gang: GangAssignment | None = None  # this node's part of a multi-node training task
     interface: str | None = None  # the NIC this worker reported: training ranks bind it

@@ -375,6 +375,15 @@ class SessionPool:
         maxfail = _maxfail(spec.test_args)
         begun: list[str] = []  # node ids that started in this task, in order
         retried = False
+        ended = [0]  # lines before this index belong to tests already handed to ctx.reports
+
+        def streamed() -> None:  # the tests that ended since: streamed while the task runs
+            if ctx.reports is not None and len(lines) > ended[0]:
+                for entry in pytest_report.summarise(lines[ended[0]:]):
+                    if entry["reports"]:  # a test's, not a collector's
+                        ctx.reports(str(s.root), entry)
+            ended[0] = len(lines)
+
         while True:
             n = s.served
             s.send({"task": n, "args": targets, "skip": begun, "maxfail": maxfail})
@@ -383,8 +392,10 @@ class SessionPool:
             while (line := await s.line()) is not None:
                 kind = line.get("kind")
                 if kind == "done" and line.get("task") == n:
+                    streamed()
                     return
-                if kind == "start":
+                if kind == "start":  # the test before it ended: its reports and warnings are in
+                    streamed()
                     current = {"nodeid": str(line.get("nodeid")), "location": line.get("location"), "setup": False,
                                "since": s.tail.total_bytes}
                     begun.append(current["nodeid"])
@@ -410,6 +421,7 @@ class SessionPool:
                                      + (f": {said}\n{tail}" if said else f"; its last output:\n{tail}"))
             else:
                 lines += _crash_lines(current, how, _gist(s.tail.text(since=current["since"])))
+                streamed()
                 log.warning("task %s: %s ended the pytest session (%s); restarting it for the rest",
                             ctx.task_id, current["nodeid"], how)
             s.tail = OutputTail(_TAIL_BYTES, sink=s.tail.sink)

@@ -258,6 +258,8 @@ CASES = [
     Route("GET", "/api/v1/tasks/{task_id}", READERS, 200, setup_existing_task, check_body=check_task),
     Route("GET", "/api/v1/tasks/{task_id}/logs", READERS, 200, lambda c: setup_existing_task(c, "/logs"),
           check_body=lambda c, call, body: body["task_id"] == call.ctx["task_id"] and body["text"] == ""),
+    Route("GET", "/api/v1/tasks/{task_id}/reports", READERS, 200, lambda c: setup_existing_task(c, "/reports"),
+          check_body=lambda c, call, body: body["task_id"] == call.ctx["task_id"] and body["tests"] == []),
     Route(
         "POST",
         "/api/v1/tasks/{task_id}/cancel",

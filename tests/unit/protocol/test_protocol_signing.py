@@ -96,7 +96,7 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     m.Registered: st.builds(
         m.Registered, worker_id=text, session_id=text, heartbeat_interval_s=finite, server_time=finite,
-        worker_ttl_s=finite, batches=st.booleans()
+        worker_ttl_s=finite, batches=st.booleans(), reports=st.booleans()
     ),
     m.Heartbeat: st.builds(
         m.Heartbeat,
@@ -124,6 +124,10 @@ MESSAGE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     m.TaskOutput: st.builds(m.TaskOutput, chunks=st.lists(st.builds(m.OutputChunk, task=task_refs,
                                                                       offset=st.integers(0, 2**63 - 1),
                                                                       data=st.binary(max_size=64)), max_size=3)),
+    m.TaskReports: st.builds(m.TaskReports, chunks=st.lists(st.builds(
+        m.ReportsChunk, task=task_refs, first=st.integers(0, 2**63 - 1), tree=text,
+        tests=st.lists(st.dictionaries(text, st.one_of(text, st.integers(-(2**63), 2**63 - 1), st.booleans()),
+                                       max_size=3), max_size=3)), max_size=3)),
 }
 # a batch holds any messages but a batch
 MESSAGE_STRATEGIES[m.Batch] = st.builds(m.Batch, messages=st.lists(st.one_of(*MESSAGE_STRATEGIES.values()), max_size=3))
