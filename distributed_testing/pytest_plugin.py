@@ -21,8 +21,9 @@ and paths select as usual):
   environment is captured and the bundle uploaded, and with a shipped tree one ``warm`` task per
   slot (``session-RUN-N``, outside the run's tasks) has the workers start their sessions and
   collect the invocation's paths meanwhile; the tests' tasks are sent once pytest has collected;
-  a thread per task waits for it on the coordinator, and each chunk's tests are reported as soon
-  as it finishes. Nothing is shipped under ``--collect-only``, ``--fixtures``,
+  a thread per task waits for it on the coordinator (:mod:`.plugin.watch`): a session's chunk's
+  tests are reported each as it ends there (``-v`` as xdist prints them), the rest of a chunk
+  from its result when it finishes. Nothing is shipped under ``--collect-only``, ``--fixtures``,
   ``--fixtures-per-test`` or ``--cache-show``.
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
@@ -77,7 +78,8 @@ import pytest
 from .config import environ
 from .errors import ValidationError
 from .plugin.fleet import Fleet, _cancel_all, _client
-from .plugin.replay import Downed, merge_downed, print_downed, report_task
+from .plugin.replay import Downed, merge_downed, print_downed, report_live, report_task
+from .plugin.watch import Live, News, watch
 from .tasks.pytest_marker import DT_MARKER
 
 if TYPE_CHECKING:
@@ -90,7 +92,6 @@ if TYPE_CHECKING:
 # credential code, the bundle upload, the environment's capture) is imported where it is used.
 
 POLL_S = 0.5
-WATCH_S = 1.0  # how long one of a task's watchers' requests waits for it to finish
 MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own
 CHUNKS_PER_SLOT = 4
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
@@ -310,6 +311,7 @@ class FleetRunner:
         self.partial: set[str] = set()
         self.durations: dict[str, float] = {}
         self.downed: list[Downed] = []
+        self.replayed: set[str] = set()  # tests reported while their chunk ran (node ids here)
         shipped = not config.getoption("--dt-shared-tree")
         from .plugin.invocation import invocation
 
@@ -476,14 +478,14 @@ class FleetRunner:
         waits for it on the coordinator, so a result is replayed when it is there, in the order
         they come."""
         deadline = time.monotonic() + self.config.getoption("--dt-timeout")
-        news: queue.Queue[tuple[str, dict[str, Any] | BaseException]] = queue.Queue()
+        news: News = queue.Queue()
         stop = threading.Event()
         import concurrent.futures
 
         watchers = concurrent.futures.ThreadPoolExecutor(min(len(pending), MAX_WATCHERS), "dt-wait")
         try:
             for task_id in pending:
-                watchers.submit(self._watch, fleet, task_id, news, stop)
+                watchers.submit(watch, fleet, task_id, news, stop, self.config.getoption("--dt-unschedulable-timeout"))
             while pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -498,7 +500,10 @@ class FleetRunner:
                     continue
                 if isinstance(t, BaseException):
                     raise t
-                if task_id in pending:
+                if isinstance(t, Live):
+                    if task_id in pending:
+                        self._report_live(session, pending[task_id], t)
+                elif task_id in pending:
                     self._report(session, pending.pop(task_id), t)
                 if session.shouldfail or session.shouldstop:
                     return
@@ -506,36 +511,28 @@ class FleetRunner:
             stop.set()
             watchers.shutdown(wait=False, cancel_futures=True)
 
-    def _watch(self, fleet: Fleet, task_id: str, news: queue.Queue[tuple[str, dict[str, Any] | BaseException]],
-               stop: threading.Event) -> None:
-        """Wait for one task: its finished record goes to ``news``, or, once no connected worker
-        could run it for ``--dt-unschedulable-timeout`` in a row, the cancelled task with the reason."""
-        stuck_after = self.config.getoption("--dt-unschedulable-timeout")
-        stuck_since: float | None = None
-        try:
-            while not stop.is_set():
-                t = fleet.state(task_id, WATCH_S)
-                if t.get("outcome") is not None:
-                    news.put((task_id, fleet.finished(task_id)))
-                    return
-                if not t.get("unschedulable"):
-                    stuck_since = None
-                    continue
-                stuck_since = stuck_since or time.monotonic()
-                if time.monotonic() - stuck_since >= stuck_after:
-                    reason = f"no connected worker can run it for {stuck_after:g} s: {t.get('pending_reason')}"
-                    fleet.cancel(task_id)
-                    news.put((task_id, {**t, "outcome": {"error": reason}}))
-                    return
-                stop.wait(min(POLL_S, stuck_after))
-        except BaseException as exc:  # noqa: BLE001 - the main thread raises it
-            news.put((task_id, exc))
+    def _ids(self, c: Chunk) -> list[str]:
+        """The node ids the workers report the chunk's tests under: the local ones when they have
+        the local rootdir, else ids from the tree."""
+        return [it.nodeid for it in c.items] if self.invocation.local_ids else c.remote_ids
+
+    def _report_live(self, session: pytest.Session, c: Chunk, live: Live) -> None:
+        """Tests of a running chunk that ended there: each reported now, once (:mod:`.plugin.watch`)."""
+        ids = self._ids(c)
+        items = {k: it for k, it in zip(ids, c.items, strict=True) if it.nodeid not in self.replayed}
+        durations: dict[str, float] = {}
+        done = report_live(items, live.tests, live.worker, live.tree, self.root, durations,
+                           lambda: bool(session.shouldfail or session.shouldstop))
+        self.replayed.update(it.nodeid for it in done)
+        by_id = dict(zip(ids, c.remote_ids, strict=True))
+        self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path
 
     def _report(self, session: pytest.Session, c: Chunk, task: dict[str, Any]) -> None:
-        # the workers report the local node ids when they have the local rootdir, else ids from the tree
-        ids = [it.nodeid for it in c.items] if self.invocation.local_ids else c.remote_ids
+        """A finished chunk: each test not reported live, from its result."""
+        ids = self._ids(c)
+        pairs = [(it, k) for it, k in zip(c.items, ids, strict=True) if it.nodeid not in self.replayed]
         durations: dict[str, float] = {}
-        merge_downed(self.downed, report_task(list(zip(c.items, ids, strict=True)), task, self.root, durations,
+        merge_downed(self.downed, report_task(pairs, task, self.root, durations,
                                               lambda: bool(session.shouldfail or session.shouldstop)))
         by_id = dict(zip(ids, c.remote_ids, strict=True))
         self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path

@@ -67,6 +67,13 @@ class Fleet:
         t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}", {"wait": f"{wait_s:.3f}", "result": "0"})
         return t
 
+    def reports(self, task_id: str, after: int, attempt: int | None, wait_s: float) -> dict[str, Any]:
+        """The tests of the task's running attempt that ended there from the ``after``-th (of
+        ``attempt``: another one starts from its first); waits up to ``wait_s`` for one or its end."""
+        params = {"after": str(after), "wait": f"{wait_s:.3f}", **({"attempt": str(attempt)} if attempt is not None else {})}
+        page: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}/reports", params)
+        return page
+
     def finished(self, task_id: str) -> dict[str, Any]:
         t: dict[str, Any] = self.api.get(f"/api/v1/tasks/{task_id}")
         return t

@@ -93,24 +93,55 @@ def report_task(pairs: Sequence[tuple[pytest.Item, str]], task: dict[str, Any], 
         if entry is not None:
             durations[key] = float(entry.get("duration_s") or 0.0)
         if entry and entry.get("reports"):
-            reports = _replayed(item, local(entry["reports"]), worker)
-        elif entry is not None:
-            reports = _synthesized(item, entry.get("outcome"), worker, local(entry.get("longrepr") or entry.get("message")))
-        elif module is not None and module.get("outcome") == "skipped" and module.get("skip"):
-            reports = _skipped(item, local(module["skip"]), worker)
-        elif module is not None:
-            down = modules.setdefault(module_id, Downed(f"{module_id} failed to collect on worker {worker}",
-                                                        local(str(module.get("longrepr") or module.get("message")))))
-            down.tests.append(item.nodeid)
-            reports = _synthesized(item, "error", worker, f"not run: {module_id} failed to collect there: "
-                                                           f"{_gist(down.cause, last=True)}")
+            _replay_entry(item, entry, worker, local)
         else:
-            whole.tests.append(item.nodeid)
-            reports = _synthesized(item, "error", worker, f"{_gist(cause)} (not run: task {task['task_id']})")
-        _emit(item, reports, [local(w) for w in (entry or {}).get("warnings") or []])
+            _emit(item, _stand_in(item, str(task['task_id']), entry, module_id, module, modules, whole, worker, local),
+                  [local(w) for w in (entry or {}).get("warnings") or []])
         if stop():
             break
     return [d for d in (*modules.values(), whole) if d.tests]
+
+
+def _stand_in(item: pytest.Item, task_id: str, entry: dict[str, Any] | None, module_id: str, module: dict[str, Any] | None,
+              modules: dict[str, Downed], whole: Downed, worker: str, local: LocalPaths) -> list[pytest.TestReport]:
+    """The reports of a test the worker sent no reports of: from its entry's outcome, its module's
+    skip or collection error, or the failure of its whole task (noted in ``modules`` / ``whole``)."""
+    if entry is not None:
+        return _synthesized(item, entry.get("outcome"), worker, local(entry.get("longrepr") or entry.get("message")))
+    if module is not None and module.get("outcome") == "skipped" and module.get("skip"):
+        return _skipped(item, local(module["skip"]), worker)
+    if module is not None:
+        down = modules.setdefault(module_id, Downed(f"{module_id} failed to collect on worker {worker}",
+                                                    local(str(module.get("longrepr") or module.get("message")))))
+        down.tests.append(item.nodeid)
+        return _synthesized(item, "error", worker, f"not run: {module_id} failed to collect there: "
+                                                   f"{_gist(down.cause, last=True)}")
+    whole.tests.append(item.nodeid)
+    return _synthesized(item, "error", worker, f"{_gist(whole.cause)} (not run: task {task_id})")
+
+
+def report_live(items: dict[str, pytest.Item], tests: Sequence[dict[str, Any]], worker: str, tree: object,
+                local_root: Path, durations: dict[str, float], stop: Callable[[], bool]) -> list[pytest.Item]:
+    """Report the tests of a running task that ended there (``tests``: their entries as its result
+    will carry them) whose node id is in ``items`` (the worker's id: the item); the items
+    reported. Stops early when ``stop()`` says so (``-x``)."""
+    local = LocalPaths(tree, local_root)
+    done = []
+    for entry in tests:
+        item = items.get(str(entry.get("nodeid"))) if isinstance(entry, dict) and entry.get("reports") else None
+        if item is None:
+            continue
+        durations[entry["nodeid"]] = float(entry.get("duration_s") or 0.0)
+        _replay_entry(item, entry, worker, local)
+        done.append(item)
+        if stop():
+            break
+    return done
+
+
+def _replay_entry(item: pytest.Item, entry: dict[str, Any], worker: str, local: LocalPaths) -> None:
+    """A test's own reports and warnings, as the worker's pytest serialized them."""
+    _emit(item, _replayed(item, local(entry["reports"]), worker), [local(w) for w in entry.get("warnings") or []])
 
 
 def _collector(by_id: dict[Any, dict[str, Any]], key: str) -> tuple[str, dict[str, Any] | None]:
