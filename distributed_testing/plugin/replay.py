@@ -124,19 +124,32 @@ def report_live(items: dict[str, pytest.Item], tests: Sequence[dict[str, Any]], 
                 local_root: Path, durations: dict[str, float], stop: Callable[[], bool]) -> list[pytest.Item]:
     """Report the tests of a running task that ended there (``tests``: their entries as its result
     will carry them) whose node id is in ``items`` (the worker's id: the item); the items
-    reported. Stops early when ``stop()`` says so (``-x``)."""
+    reported. Stops early when ``stop()`` says so (``-x``). An entry that is not a finished test's
+    (no final teardown report: a rerun's so far; a node id that is no string) is left to the
+    result."""
     local = LocalPaths(tree, local_root)
     done = []
     for entry in tests:
-        item = items.get(str(entry.get("nodeid"))) if isinstance(entry, dict) and entry.get("reports") else None
-        if item is None:
+        item = items.get(entry["nodeid"]) if _finished(entry) else None
+        if item is None or item in done:
             continue
-        durations[entry["nodeid"]] = float(entry.get("duration_s") or 0.0)
+        took = entry.get("duration_s")
+        durations[entry["nodeid"]] = float(took) if isinstance(took, (int, float)) else 0.0
         _replay_entry(item, entry, worker, local)
         done.append(item)
         if stop():
             break
     return done
+
+
+def _finished(entry: Any) -> bool:
+    """Whether ``entry`` is a whole test's: its reports end it (a teardown's that is no
+    pytest-rerunfailures ``rerun``: that test runs again)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("nodeid"), str):
+        return False
+    reports = entry.get("reports")
+    return isinstance(reports, list) and any(
+        isinstance(r, dict) and r.get("when") == "teardown" and r.get("outcome") != "rerun" for r in reports)
 
 
 def _replay_entry(item: pytest.Item, entry: dict[str, Any], worker: str, local: LocalPaths) -> None:

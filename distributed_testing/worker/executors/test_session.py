@@ -394,11 +394,13 @@ class SessionPool:
                 if kind == "done" and line.get("task") == n:
                     streamed()
                     return
-                if kind == "start":  # the test before it ended: its reports and warnings are in
-                    streamed()
-                    current = {"nodeid": str(line.get("nodeid")), "location": line.get("location"), "setup": False,
+                if kind == "start":
+                    nodeid = str(line.get("nodeid"))
+                    if not begun or begun[-1] != nodeid:  # the test before it ended: its reports are in
+                        streamed()  # (not at a rerun's start of the same test: pytest-rerunfailures')
+                        begun.append(nodeid)
+                    current = {"nodeid": nodeid, "location": line.get("location"), "setup": False,
                                "since": s.tail.total_bytes}
-                    begun.append(current["nodeid"])
                 elif kind == "collected":
                     collected = True
                 elif kind == "error":

@@ -111,6 +111,58 @@ async def test_a_live_stream_cut_mid_run_loses_and_repeats_no_test(tmp_path: Pat
     _exactly_once(out)
 
 
+RERUN_CONFTEST = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):  # pytest-rerunfailures' way, once: a start per run
+    for last in (False, True):
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        failed = next((r for r in reports if r.failed), None)
+        for r in reports:
+            if r is failed and not last:
+                r.outcome = "rerun"
+                item.ihook.pytest_runtest_logreport(report=r)
+                break
+            item.ihook.pytest_runtest_logreport(report=r)
+        if failed is None or last:
+            break
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+async def test_a_test_rerun_in_its_chunk_is_reported_once_with_its_final_outcome(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(RERUN_CONFTEST)
+    body = ["import time\n", "def test_1():\n    time.sleep(1.5)\n    assert 6 * 7 == 43\n", "def test_2():\n    time.sleep(1.5)\n"]
+    body += [f"def test_{i}():\n    pass\n" for i in range(24) if i not in (1, 2)]  # chunks of three: 0-2, ...
+    # each run of test_1 and test_2 lasts longer than a flush (worker) and a page (plugin): each test's
+    # entry is read live on its own, before the next one ends
+    (suite / "test_live.py").write_text("\n\n".join(body))
+    async with run_cluster(tmp_path, workers=0) as c:
+        await c.add_worker(worker_id="w1", accept_bundles=True, sandbox="none")
+        key = await c.create_key("submitter", allow_code=True)
+        real, streamed = c.runtime.reports.put, list[str]()
+
+        def put(task_id: str, attempt: int, tree: str, first: int, tests: list[dict[str, Any]]) -> None:
+            streamed.extend(t["nodeid"] for t in tests)
+            real(task_id, attempt, tree, first, tests)
+
+        c.runtime.reports.put = put  # type: ignore[method-assign]
+        proc = await _plugin(suite, c.base_url, key)
+        out = (await proc.communicate())[0].decode()
+    assert proc.returncode == 1, out  # the rerun's failure is the run's
+    assert _test_lines(out) == {f"test_live.py::test_{i}": ["FAILED" if i == 1 else "PASSED"] for i in range(24)}, out
+    assert out.count("RERUN test_live.py::test_1") == 1, out
+    assert out.count("_ test_1 _") == 1 and "1 failed, 23 passed, 1 rerun" in out, out
+    assert streamed.count("test_live.py::test_1") == 1, streamed  # streamed live once, when it was over
+
+
 async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_may_not_read_them(tmp_path: Path) -> None:
     async with run_cluster(tmp_path, workers=0) as c:
         key_a, key_b = await c.create_key("worker"), await c.create_key("worker")
