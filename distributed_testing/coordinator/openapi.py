@@ -274,7 +274,7 @@ SPECS[("GET", "/api/v1/tasks/{task_id}/reports")] = RouteSpec(
              next={"type": "integer", "description": "ask again with after= this for the tests that follow"},
              tests={"type": "array", "items": {"type": "object"},
                     "description": "each test's entry as the result's output.tests will carry it"}),
-        what="the tests of the running attempt that ended there, in the order they ended (at most 8 MiB of them "
+        what="the tests of the running attempt that ended there, in the order they ended (at most 4 MiB of them "
              "are kept; the result carries every test)"),
     query=(_q("after", {"type": "integer", "minimum": 0, "maximum": INT64}, "the index of the first test wanted "
                                                                            "(default 0)"),

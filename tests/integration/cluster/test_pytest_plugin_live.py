@@ -3,7 +3,8 @@ still runs, and exactly once: a real coordinator, a real worker serving the run'
 pytest session, and the plugin in a pytest process of its own. A chunk's second test waits for a
 file this test creates only once it has read the first test's line from the plugin's output; a
 live stream cut mid-run (the reports route failing) loses and repeats no test; a worker's
-``reports`` for a task it does not hold are refused, and a worker key may not read the route."""
+``reports`` for a task it does not hold, or for one that no pytest session serves, are refused;
+past the bound on all attempts' kept tests they are dropped; a worker key may not read the route."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from distributed_testing.bundles.upload import upload
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import next_message, raw_worker, run_cluster
 from distributed_testing.testing.suites import plugin_args
@@ -163,12 +165,19 @@ async def test_a_test_rerun_in_its_chunk_is_reported_once_with_its_final_outcome
     assert streamed.count("test_live.py::test_1") == 1, streamed  # streamed live once, when it was over
 
 
-async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_may_not_read_them(tmp_path: Path) -> None:
+async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_may_not_read_them(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "t.py").write_text("def test_a():\n    pass\n")
     async with run_cluster(tmp_path, workers=0) as c:
         key_a, key_b = await c.create_key("worker"), await c.create_key("worker")
-        async with raw_worker(c.base_url, key_a, "wa", autoping=False) as (a, _), \
-                raw_worker(c.base_url, key_b, "wb", autoping=False) as (b, _):
-            [tid] = await c.submit({"type": "custom", "config": {"name": "noop"}})
+        async with raw_worker(c.base_url, key_a, "wa", autoping=False, accept_bundles=True) as (a, _), \
+                raw_worker(c.base_url, key_b, "wb", autoping=False, accept_bundles=True) as (b, _):
+            shipper = await c.create_key("submitter", allow_code=True)
+            bundle = await asyncio.to_thread(upload, c.base_url, shipper, tree)
+            [tid] = await c.submit({"type": "test", "bundle": bundle, "config": {"test_file": "t.py", "session": "r"}},
+                                   key=shipper)
             mine = c.runtime.state.tasks[tid].worker_id == "wa"
             assign = await next_message(a if mine else b, m.AssignTasks)
             holder, other = (a, b) if mine else (b, a)
@@ -179,6 +188,12 @@ async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_
             async def send(ws: Any, msg: m.Message) -> None:
                 await ws.send_bytes(ws._dt_channel.seal(msg, time.time()))
 
+            [plain] = await c.submit({"type": "custom", "config": {"name": "noop"}})  # no session serves it
+            plain_ref = m.TaskRef(plain, (await next_message(other, m.AssignTasks)).tasks[0].attempt)
+            await send(other, m.TaskReports([m.ReportsChunk(plain_ref, 0, "/tree", [entry])]))
+            refused = await next_message(other, m.ErrorMsg)
+            assert refused.code == "reports_refused" and "no pytest session serves" in refused.detail, refused
+            assert c.runtime.reports.get(plain) is None
             await send(other, m.TaskReports([m.ReportsChunk(ref, 0, "/tree", [entry])]))
             refused = await next_message(other, m.ErrorMsg)
             assert refused.code == "reports_refused" and "another worker" in refused.detail
@@ -194,9 +209,22 @@ async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_
                 status, page = await c.request("GET", f"/api/v1/tasks/{tid}/reports")
             assert status == 200 and page["tests"] == [entry, {**entry, "nodeid": "t.py::b"}], page  # a re-send kept once
             assert page["tree"] == "/tree" and page["worker_id"] == ("wa" if mine else "wb") and not page["complete"]
-            assert c.runtime.stats["refused_reports"] == 2
+            assert c.runtime.stats["refused_reports"] == 3
             status, page = await c.request("GET", f"/api/v1/tasks/{tid}/reports", params={"after": "1"})
             assert [t["nodeid"] for t in page["tests"]] == ["t.py::b"] and page["next"] == 2
+
+            kept = c.runtime.reports  # the bound on all attempts' kept tests (256 MiB), here no room for one more
+            assert kept.bytes == kept.get(tid).bytes > 0  # type: ignore[union-attr]
+            kept.total_bytes = kept.bytes + 10
+            await send(holder, m.TaskReports([m.ReportsChunk(ref, 2, "/tree", [{**entry, "nodeid": "t.py::c"}])]))
+            for _ in range(100):
+                if kept.dropped:
+                    break
+                await asyncio.sleep(0.05)
+            assert kept.dropped == 1 and kept.total_bytes - 10 == kept.bytes, kept.dropped
+            assert "live test reports dropped" in caplog.text
+            status, page = await c.request("GET", f"/api/v1/tasks/{tid}/reports")
+            assert page["next"] == 2 and not page["complete"]  # its result will bring it
 
             status, body = await c.request("GET", f"/api/v1/tasks/{tid}/reports", key=key_a)  # a worker's key
             assert status == 403, body
