@@ -157,10 +157,12 @@ async def get_reports(request: web.Request) -> web.Response:
     rt: Runtime = request.app[RUNTIME]
     query = request.query
     errors = [{"field": k, "error": "unknown query parameter"} for k in sorted(set(query) - _REPORT_PARAMS)]
-    try:
-        _params({k: v for k, v in query.items() if k in ("wait", "attempt")})
-    except ValidationError as exc:
-        errors += exc.errors
+    for check in (lambda: _params({k: v for k, v in query.items() if k == "wait"}),
+                  lambda: _int(query, "after", 0), lambda: _int(query, "attempt", 0)):
+        try:
+            check()
+        except ValidationError as exc:
+            errors += exc.errors
     if errors:
         raise ValidationError(errors)
     after = _int(query, "after", 0)
@@ -169,6 +171,7 @@ async def get_reports(request: web.Request) -> web.Response:
     task_id = request.match_info["task_id"]
     for waited in (False, True):
         t = await find_task(rt.state, rt.store, task_id)
+        (t,) = await rt.settled([t.task_id], MAX_FOLLOW_WAIT_S)  # complete once the outcome is on disk, as logs
         kept = rt.reports.get(t.task_id) if t.outcome is None else None
         if kept is not None and kept.attempt != t.attempt:
             kept = None

@@ -232,5 +232,8 @@ async def test_reports_for_a_task_another_worker_holds_are_refused_and_a_worker_
             assert status == 400 and body["errors"][0]["field"] == "after"
             status, body = await c.request("GET", f"/api/v1/tasks/{tid}/reports", params={"follow": "1"})
             assert status == 400 and body["errors"][0]["field"] == "follow"
+            status, body = await c.request("GET", f"/api/v1/tasks/{tid}/reports",
+                                           params={"follow": "1", "wait": "99", "after": "x", "attempt": "-2"})
+            assert status == 400 and [e["field"] for e in body["errors"]] == ["follow", "wait", "after", "attempt"], body
             status, body = await c.request("GET", "/api/v1/tasks/nope/reports")
             assert status == 404

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from distributed_testing.config import CoordinatorConfig
-from distributed_testing.coordinator import api
+from distributed_testing.coordinator import api, logs_api
 from distributed_testing.coordinator.core.commands import Command, Notify, Save, Send
 from distributed_testing.coordinator.core.rows import MetaRow, Record
 from distributed_testing.coordinator.runtime import RUNTIME, Runtime, Session
@@ -88,7 +88,7 @@ async def test_wait_does_not_answer_with_an_outcome_still_being_written() -> Non
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("route", ["submit", "get"])
+@pytest.mark.parametrize("route", ["submit", "get", "reports"])
 async def test_a_wait_that_ends_while_the_outcome_is_written_answers_once_it_is_durable(route: str) -> None:
     """``?wait=S`` ending (S elapsed) while the task's outcome is set in memory and its write is
     still in flight: the answer waits for that write rather than show an outcome a crash could
@@ -100,10 +100,10 @@ async def test_a_wait_that_ends_while_the_outcome_is_written_answers_once_it_is_
         answer = asyncio.ensure_future(api.submit(rt, principal, doc, 0.05))
     else:
         await api.submit(rt, principal, doc, 0.0)
-        request = make_mocked_request("GET", "/api/v1/tasks/t1?wait=0.05", match_info={"task_id": "t1"},
-                                      app=web.Application())
+        path = "/api/v1/tasks/t1/reports?wait=0.05" if route == "reports" else "/api/v1/tasks/t1?wait=0.05"
+        request = make_mocked_request("GET", path, match_info={"task_id": "t1"}, app=web.Application())
         request.app[RUNTIME] = rt
-        answer = asyncio.ensure_future(api.get_task(request))
+        answer = asyncio.ensure_future(logs_api.get_reports(request) if route == "reports" else api.get_task(request))
     async with asyncio.timeout(5):
         while "t1" not in rt._waiters:  # the ?wait is waiting for the outcome
             await asyncio.sleep(0.001)
@@ -119,7 +119,10 @@ async def test_a_wait_that_ends_while_the_outcome_is_written_answers_once_it_is_
     async with asyncio.timeout(5):
         result = await answer
     body = result[1]["tasks"][0] if route == "submit" else msgspec.json.decode(result.body)  # type: ignore[union-attr]
-    assert (body["state"], body["outcome"]["status"]) == ("succeeded", "succeeded")
+    if route == "reports":  # complete: the result, durable, carries every test
+        assert (body["state"], body["complete"]) == ("succeeded", True)
+    else:
+        assert (body["state"], body["outcome"]["status"]) == ("succeeded", "succeeded")
 
 
 def sent(session: Session) -> list[m.Message]:
