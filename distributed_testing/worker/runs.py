@@ -97,7 +97,8 @@ class Runs:
         # each test's reports as it ends, to a coordinator that keeps them (registered.reports)
         self.reports_kept = False
         self.reports = ReportStreams(send, lambda: registered.is_set() and self.reports_kept,
-                                     lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None)
+                                     lambda ref: self.state.attempt(ref.task_id, ref.attempt) is not None,
+                                     lambda: self.reports_kept)
 
     # --------------------------------------------------------------- executing
 

@@ -41,8 +41,9 @@ class OutputStreams:
     here (output of one that does not is dropped)."""
 
     def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
-                 current: Callable[[m.TaskRef], bool]) -> None:
-        self._send, self._ready, self._current = send, ready, current
+                 current: Callable[[m.TaskRef], bool], keeps: Callable[[], bool] = lambda: True) -> None:
+        # keeps: whether the coordinator of the last ``registered`` keeps them; while not, none is held
+        self._send, self._ready, self._current, self._keeps = send, ready, current, keeps
         self._streams: dict[m.TaskRef, _Stream] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._was_ready = True
@@ -117,13 +118,15 @@ class ReportStreams:
     """Each running attempt's tests as they end (``reports`` messages; docs/protocol.md, "Test
     reports"), sent like output: one timer, every ``FLUSH_S`` what is new of each attempt, at most
     ``MESSAGE_BYTES`` in all; only while a session whose coordinator keeps them (``ready``) is
-    registered, from the first test again after a reconnect. An attempt keeps at most
+    registered, from the first test again after a reconnect; none is held while the last
+    coordinator registered with keeps none (``keeps``: its ``registered`` did not say ``reports``). An attempt keeps at most
     :data:`REPORTS_KEPT_BYTES` of them (a test whose entry alone exceeds ``MESSAGE_BYTES``, and
     those past the bound, are not streamed: the result carries every test)."""
 
     def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
-                 current: Callable[[m.TaskRef], bool]) -> None:
-        self._send, self._ready, self._current = send, ready, current
+                 current: Callable[[m.TaskRef], bool], keeps: Callable[[], bool] = lambda: True) -> None:
+        # keeps: whether the coordinator of the last ``registered`` keeps them; while not, none is held
+        self._send, self._ready, self._current, self._keeps = send, ready, current, keeps
         self._tests: dict[m.TaskRef, tuple[str, list[tuple[dict[str, Any], int]]]] = {}
         self._sent: dict[m.TaskRef, int] = {}
         self._bytes: dict[m.TaskRef, int] = {}
@@ -133,6 +136,8 @@ class ReportStreams:
     def sink(self, ref: m.TaskRef) -> Callable[[str, dict[str, Any]], None]:
         """Where an executor hands ``ref``'s ended tests: ``(tree, entry)``, on the event loop."""
         def put(tree: str, entry: dict[str, Any]) -> None:
+            if not self._keeps():  # a coordinator that keeps none: nothing to hold for it
+                return
             try:
                 size = len(free_form_payload(entry))  # what a frame cannot carry is left to the result's check
             except ValueError:
@@ -156,6 +161,11 @@ class ReportStreams:
 
     def flush(self) -> None:
         self._timer = None
+        if not self._keeps():  # the coordinator registered with since keeps none: drop what is held
+            self._tests.clear()
+            self._sent.clear()
+            self._bytes.clear()
+            return
         if not self._ready():
             self._was_ready = False
             if self._tests:

@@ -48,6 +48,26 @@ def test_the_worker_sends_what_is_new_again_after_a_reconnect_and_nothing_of_an_
                      [("a", 0, ["t.py::t0", "t.py::t1"])]]
 
 
+def test_the_worker_holds_no_test_for_a_coordinator_that_keeps_none() -> None:
+    async def scenario() -> tuple[list[m.Message], ReportStreams]:
+        sent: list[m.Message] = []
+        keeps = [False]  # its registered did not say reports (an older coordinator)
+        streams = ReportStreams(sent.append, lambda: keeps[0], lambda ref: True, lambda: keeps[0])
+        put = streams.sink(m.TaskRef("a", 1))
+        put("/tree", _entry("t0"))
+        assert streams._tests == {} and streams._timer is None  # nothing held, no timer
+        keeps[0] = True  # a coordinator that keeps them: held and sent
+        put("/tree", _entry("t1"))
+        keeps[0] = False  # a reconnect to one that keeps none before the flush: what was held goes
+        streams.flush()
+        assert streams._tests == {} and streams._timer is None
+        streams.close()
+        return sent, streams
+
+    sent, _ = asyncio.run(scenario())
+    assert sent == []
+
+
 def test_the_coordinator_keeps_each_test_once_in_order_within_its_bound(monkeypatch: Any) -> None:
     kept = TestReports()
     kept.put("t", 1, "/tree", 0, [_entry("a")])
