@@ -92,7 +92,8 @@ if TYPE_CHECKING:
 # credential code, the bundle upload, the environment's capture) is imported where it is used.
 
 POLL_S = 0.5
-MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own
+MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own: at least this many,
+MAX_WATCHERS_CAP = 256  # else one per worker slot (each running chunk's tests come live), at most this
 CHUNKS_PER_SLOT = 4
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
 SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
@@ -177,6 +178,13 @@ def remote_id(item: pytest.Item, root: Path) -> str:
         raise pytest.UsageError(f"{item.nodeid}: {item.path} is not under --dt-test-root {root}") from exc
     _, sep, rest = item.nodeid.partition("::")
     return rel + sep + rest
+
+
+def watchers(tasks: int, slots: int) -> int:
+    """Threads that wait for a run's ``tasks`` at once: one per task, at most one per worker slot
+    (a chunk's tests come live only while a watcher follows it, and at most ``slots`` chunks run at
+    once) but never fewer than :data:`MAX_WATCHERS` nor more than :data:`MAX_WATCHERS_CAP`."""
+    return max(1, min(tasks, max(MAX_WATCHERS, min(slots, MAX_WATCHERS_CAP))))
 
 
 def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: dict[str, float],
@@ -466,15 +474,15 @@ class FleetRunner:
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
             fleet.submit(docs)
-            self._wait_all(session, fleet, pending)
+            self._wait_all(session, fleet, pending, slots)
         except BaseException:  # Ctrl-C or an error: nothing this run queued stays queued
             _cancel_all(fleet, [*pending, *self.warm], quiet=True)
             raise
         _cancel_all(fleet, pending, quiet=False)  # -x / --maxfail stopped the run early
         _cancel_all(fleet, self.warm, quiet=True)  # one that never got a worker
 
-    def _wait_all(self, session: pytest.Session, fleet: Fleet, pending: dict[str, Chunk]) -> None:
-        """Report each task as it finishes: a thread per task (up to :data:`MAX_WATCHERS` at once)
+    def _wait_all(self, session: pytest.Session, fleet: Fleet, pending: dict[str, Chunk], slots: int) -> None:
+        """Report each task as it finishes: a thread per task (up to :func:`watchers` at once)
         waits for it on the coordinator, so a result is replayed when it is there, in the order
         they come."""
         deadline = time.monotonic() + self.config.getoption("--dt-timeout")
@@ -482,10 +490,10 @@ class FleetRunner:
         stop = threading.Event()
         import concurrent.futures
 
-        watchers = concurrent.futures.ThreadPoolExecutor(min(len(pending), MAX_WATCHERS), "dt-wait")
+        watching = concurrent.futures.ThreadPoolExecutor(watchers(len(pending), slots), "dt-wait")
         try:
             for task_id in pending:
-                watchers.submit(watch, fleet, task_id, news, stop, self.config.getoption("--dt-unschedulable-timeout"))
+                watching.submit(watch, fleet, task_id, news, stop, self.config.getoption("--dt-unschedulable-timeout"))
             while pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -509,7 +517,7 @@ class FleetRunner:
                     return
         finally:
             stop.set()
-            watchers.shutdown(wait=False, cancel_futures=True)
+            watching.shutdown(wait=False, cancel_futures=True)
 
     def _ids(self, c: Chunk) -> list[str]:
         """The node ids the workers report the chunk's tests under: the local ones when they have

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distributed_testing.pytest_plugin import plan_chunks
+from distributed_testing.pytest_plugin import MAX_WATCHERS, MAX_WATCHERS_CAP, plan_chunks, watchers
 
 ROOT = Path("/suite")
 
@@ -77,3 +77,11 @@ def test_a_shipped_run_gets_small_chunks_of_node_ids_the_slowest_first() -> None
     assert [c.cost for c in slow_first] == sorted((c.cost for c in slow_first), reverse=True)
     assert sorted(rid for c in slow_first for rid in c.remote_ids) == sorted(i.nodeid for i in items)
     assert slow_first[-1].remote_ids == ["test_m3.py::test_9"]  # a slow test alone, the fast ones together
+
+
+def test_a_run_waits_for_as_many_tasks_at_once_as_it_has_slots_within_bounds() -> None:
+    """Each chunk that runs has a watcher (its tests come live): one per slot past the 32 of a small run."""
+    assert watchers(500, 64) == 64  # 64 chunks run at once: each followed live
+    assert watchers(500, 4) == MAX_WATCHERS == 32
+    assert watchers(5000, 1000) == MAX_WATCHERS_CAP == 256
+    assert watchers(10, 64) == 10 and watchers(0, 8) == 1
