@@ -3,10 +3,12 @@ then its finished record.
 
 While the task runs, its watcher long-polls ``GET /api/v1/tasks/{id}/reports`` (docs/tasks.md,
 "Test reports while a task runs") and hands each new page of ended tests to the main thread
-(:class:`Live`), which replays them at once, as pytest-xdist prints its workers' tests. The
-finished record (``GET /api/v1/tasks/{id}``) stays what decides: the main thread replays from it
-every test it has not replayed live, so a page lost, a stream cut (the route failing: the watcher
-then only waits for the end) or a worker that died mid-chunk loses no test and repeats none.
+(:class:`Live`), which replays them at once, as pytest-xdist prints its workers' tests. From the
+finished record (``GET /api/v1/tasks/{id}``) the main thread replays every test it has not
+replayed live, so a page lost, a stream cut (the route failing: the watcher then only waits for
+the end) or a worker that died mid-chunk loses no test and repeats none. A test is reported once,
+from the first attempt that finished it: one replayed live from an attempt that is then retried
+keeps that attempt's outcome here (the stored result, which the dashboard shows, is the retry's).
 """
 
 from __future__ import annotations
