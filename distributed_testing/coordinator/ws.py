@@ -215,8 +215,8 @@ async def _serve(rt: Runtime, ws: web.WebSocketResponse, s: Session, reg: m.Regi
     rt.sessions[reg.worker_id] = s
     live = rt.state.workers[reg.worker_id].liveness
     s.send(m.Registered(worker_id=reg.worker_id, session_id=s.session_id, heartbeat_interval_s=live.interval_s,
-                        server_time=now, worker_ttl_s=live.ttl_s, batches=True,
-                        reports=True))
+                        server_time=now, worker_ttl_s=live.ttl_s, batches=reg.batches,
+                        reports=reg.reports))  # only to a worker that said it: an older one refuses them
     try:
         rt.execute(cmds)
     except NotLeader:

@@ -93,9 +93,11 @@ class Register(_Msg, frozen=True, tag="register"):
     task_network: TaskNetwork | None = None
     # This worker reads ``batch`` frames (within 11: a peer that omits it is sent none).
     batches: bool = False
+    # This worker streams ``reports`` messages (within 11: a peer that omits it is told nothing of them).
+    reports: bool = False
 
 
-class Registered(_Msg, frozen=True, tag="registered"):
+class Registered(_Msg, frozen=True, tag="registered", omit_defaults=True):
     """C→W, answer to ``Register``: the liveness contract of this session. The worker sends a
     heartbeat every ``heartbeat_interval_s`` and a WebSocket ping every ``worker_ttl_s``; the
     coordinator declares it dead after ``worker_ttl_s`` without any frame from it, and the worker
@@ -106,8 +108,10 @@ class Registered(_Msg, frozen=True, tag="registered"):
     heartbeat_interval_s: float
     server_time: float
     worker_ttl_s: float
-    batches: bool = False  # this coordinator reads ``batch`` frames (within 11; omitted: send none)
-    reports: bool = False  # this coordinator keeps ``reports`` messages (within 11; omitted: send none)
+    # Optional within 11, sent (true) only to a worker whose ``register`` said the same, so a
+    # worker built before them (it refuses unknown fields) reads none: omitted while false.
+    batches: bool = False  # this coordinator reads ``batch`` frames (omitted: send none)
+    reports: bool = False  # this coordinator keeps ``reports`` messages (omitted: send none)
 
 
 class Heartbeat(_Msg, frozen=True, tag="heartbeat"):

@@ -228,13 +228,15 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 @contextlib.asynccontextmanager
 async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
                      tags: Sequence[str] = (), max_concurrent: int = 1, accept_bundles: bool = False,
-                     batches: bool = False) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
+                     batches: bool = False,
+                     reports: bool = False) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, m.Registered]]:
     """A hand-driven worker: real handshake and signed ``register``, then no application message
     and no ping at all, so the coordinator declares it dead after its TTL (``registered`` says
     when). With ``autoping`` a background reader discards everything the coordinator sends (and
     would answer pings, which the coordinator does not send); without it the test reads. With
     ``batches`` it says it reads ``batch`` frames (the coordinator then sends what it has queued at
-    once as one)."""
+    once as one); with ``reports`` that it streams ``reports`` (``registered`` then says whether
+    the coordinator keeps them)."""
     session_ids: list[str] = []
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
@@ -251,7 +253,7 @@ async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping
         ch = Channel(derive_session_key(credential, session_ids[0]))
         reg = m.Register(worker_id=worker_id, name=worker_id, protocol_version=m.PROTOCOL_VERSION, hardware={},
                          capabilities=["cpu"], tags=list(tags), max_concurrent=max_concurrent,
-                         accept_bundles=accept_bundles, batches=batches)
+                         accept_bundles=accept_bundles, batches=batches, reports=reports)
         await ws.send_bytes(ch.seal(reg, time.time()))
         msg = await ws.receive(timeout=10)
         assert msg.type == aiohttp.WSMsgType.BINARY, msg

@@ -355,7 +355,8 @@ class WorkerAgent:
                           accept_bundles=self.shipped.accepting,
                           heartbeat_interval_s=self.config.heartbeat_interval_s or 0.0,
                           handlers=advertised_handlers(self.executors), pipeline_depth=self.config.pipeline_depth,
-                          task_network=shipped_network(self.config.sandbox, self.config.task_network), batches=True)
+                          task_network=shipped_network(self.config.sandbox, self.config.task_network), batches=True,
+                          reports=True)
 
     def _rendezvous_address(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Where other workers reach this one for a multi-node rendezvous: ``--interface``'s address,

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 
 from distributed_testing.protocol import messages as m
+from distributed_testing.protocol.codec import encode_envelope
 from distributed_testing.testing import next_message, raw_worker, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -51,3 +53,21 @@ async def test_a_workers_batch_is_handled_message_by_message(tmp_path: Path) -> 
             await ws.send_bytes(ws._dt_channel.seal(m.Batch([beat, done, bad]), now))  # type: ignore[attr-defined]
             assert (await c.wait(tid))["state"] == "succeeded"
             await wait_for(lambda: "w" not in c.runtime.sessions, what="the session to end at the bad token")
+
+
+async def test_registered_says_batches_and_reports_only_to_a_worker_that_announced_them(tmp_path: Path) -> None:
+    """A worker of protocol 11 built before ``registered.batches`` / ``.reports`` refuses unknown
+    fields: a worker that did not announce them gets a ``registered`` without them."""
+    old = msgspec.defstruct("Registered", [("worker_id", str), ("session_id", str), ("heartbeat_interval_s", float),
+                                           ("server_time", float), ("worker_ttl_s", float)],
+                            forbid_unknown_fields=True)
+    async with run_cluster(tmp_path, workers=0, worker_ttl_s=60.0) as c:
+        key = await c.create_key("worker")
+        async with raw_worker(c.base_url, key, "new", autoping=False, batches=True, reports=True) as (_, reply):
+            assert reply.batches and reply.reports
+        async with raw_worker(c.base_url, key, "old", autoping=False) as (_, reply):
+            assert not reply.batches and not reply.reports
+            payload = msgspec.msgpack.decode(encode_envelope(1, 0.0, reply))[2]
+            assert "batches" not in payload and "reports" not in payload, payload
+            del payload["type"]
+            msgspec.convert(payload, old)  # what such a worker reads: accepted
