@@ -35,18 +35,62 @@ class _Stream:
         self.sent = 0  # everything before this offset went out (or was left out)
 
 
-class OutputStreams:
-    """The output of this worker's running attempts. ``send`` queues a message on the current
-    session; ``ready`` says whether one is registered; ``current`` whether an attempt still runs
-    here (output of one that does not is dropped)."""
+class _Flushed:
+    """What output and test reports share: ``send`` queues a message on the current session;
+    ``ready`` says whether one is registered; ``current`` whether an attempt still runs here (what
+    one that does not wrote is dropped); one timer, armed by what is new; after a new session the
+    next flush sends each attempt's from its start again (:meth:`_restart`)."""
 
     def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
-                 current: Callable[[m.TaskRef], bool], keeps: Callable[[], bool] = lambda: True) -> None:
-        # keeps: whether the coordinator of the last ``registered`` keeps them; while not, none is held
-        self._send, self._ready, self._current, self._keeps = send, ready, current, keeps
-        self._streams: dict[m.TaskRef, _Stream] = {}
+                 current: Callable[[m.TaskRef], bool]) -> None:
+        self._send, self._ready, self._current = send, ready, current
         self._timer: asyncio.TimerHandle | None = None
         self._was_ready = True
+
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def _pending(self) -> bool:
+        raise NotImplementedError
+
+    def _restart(self) -> None:
+        raise NotImplementedError
+
+    def _may_send(self) -> bool:
+        """The timer fired: whether a session is registered to send to (if not, try again later
+        while anything is held); the first flush of a new session restarts every attempt's stream."""
+        self._timer = None
+        if not self._ready():
+            self._was_ready = False
+            if self._pending():
+                self._arm()
+            return False
+        if not self._was_ready:  # a new session: the coordinator holds nothing of ours
+            self._was_ready = True
+            self._restart()
+        return True
+
+    def session_ended(self) -> None:
+        """The session is over: the next one starts each attempt's stream again from its start."""
+        self._was_ready = False
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class OutputStreams(_Flushed):
+    """The output of this worker's running attempts (:class:`_Flushed`)."""
+
+    def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
+                 current: Callable[[m.TaskRef], bool]) -> None:
+        super().__init__(send, ready, current)
+        self._streams: dict[m.TaskRef, _Stream] = {}
 
     def sink(self, ref: m.TaskRef) -> Callable[[bytes], None]:
         """Where an executor writes ``ref``'s output (called on the event loop)."""
@@ -64,22 +108,17 @@ class OutputStreams:
         stream = self._streams.pop(ref, None)
         return None if stream is None or not stream.log.total else stream.log.to_json()
 
-    def _arm(self) -> None:
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+    def _pending(self) -> bool:
+        return bool(self._streams)
+
+    def _restart(self) -> None:
+        for s in self._streams.values():
+            s.sent = 0
 
     def flush(self) -> None:
         """Send what is new (the timer's callback; module docstring)."""
-        self._timer = None
-        if not self._ready():
-            self._was_ready = False
-            if self._streams:
-                self._arm()
+        if not self._may_send():
             return
-        if not self._was_ready:  # a new session: the coordinator holds nothing of ours
-            self._was_ready = True
-            for s in self._streams.values():
-                s.sent = 0
         chunks: list[m.OutputChunk] = []
         budget = MESSAGE_BYTES
         for ref, s in list(self._streams.items()):
@@ -101,20 +140,11 @@ class OutputStreams:
         if chunks:
             self._send(m.TaskOutput(chunks))
 
-    def session_ended(self) -> None:
-        """The session is over: the next one starts each attempt's output again from offset 0."""
-        self._was_ready = False
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
 
 REPORTS_KEPT_BYTES = 4 * 1024 * 1024  # of one attempt's streamed tests; past it the rest come with its result
 
 
-class ReportStreams:
+class ReportStreams(_Flushed):
     """Each running attempt's tests as they end (``reports`` messages; docs/protocol.md, "Test
     reports"), sent like output: one timer, every ``FLUSH_S`` what is new of each attempt, at most
     ``MESSAGE_BYTES`` in all; only while a session whose coordinator keeps them (``ready``) is
@@ -125,13 +155,11 @@ class ReportStreams:
 
     def __init__(self, send: Callable[[m.Message], None], ready: Callable[[], bool],
                  current: Callable[[m.TaskRef], bool], keeps: Callable[[], bool] = lambda: True) -> None:
-        # keeps: whether the coordinator of the last ``registered`` keeps them; while not, none is held
-        self._send, self._ready, self._current, self._keeps = send, ready, current, keeps
+        super().__init__(send, ready, current)
+        self._keeps = keeps  # whether the coordinator of the last ``registered`` keeps them; while not, none is held
         self._tests: dict[m.TaskRef, tuple[str, list[tuple[dict[str, Any], int]]]] = {}
         self._sent: dict[m.TaskRef, int] = {}
         self._bytes: dict[m.TaskRef, int] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._was_ready = True
 
     def sink(self, ref: m.TaskRef) -> Callable[[str, dict[str, Any]], None]:
         """Where an executor hands ``ref``'s ended tests: ``(tree, entry)``, on the event loop."""
@@ -155,25 +183,21 @@ class ReportStreams:
         self._sent.pop(ref, None)
         self._bytes.pop(ref, None)
 
-    def _arm(self) -> None:
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self.flush)
+    def _pending(self) -> bool:
+        return bool(self._tests)
+
+    def _restart(self) -> None:
+        self._sent.clear()
 
     def flush(self) -> None:
-        self._timer = None
         if not self._keeps():  # the coordinator registered with since keeps none: drop what is held
+            self._timer = None
             self._tests.clear()
             self._sent.clear()
             self._bytes.clear()
             return
-        if not self._ready():
-            self._was_ready = False
-            if self._tests:
-                self._arm()
+        if not self._may_send():
             return
-        if not self._was_ready:  # a new session: its coordinator holds none of them
-            self._was_ready = True
-            self._sent.clear()
         chunks: list[m.ReportsChunk] = []
         budget = MESSAGE_BYTES
         for ref, (tree, tests) in list(self._tests.items()):
@@ -192,12 +216,4 @@ class ReportStreams:
                 self._arm()  # the rest next time
         if chunks:
             self._send(m.TaskReports(chunks))
-
-    def session_ended(self) -> None:
-        self._was_ready = False
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
