@@ -46,6 +46,9 @@ async def test_network_drops_within_the_attempt_budget_are_survived(tmp_path: Pa
                                                await c.create_key("worker"), "--worker-id", "flaky",
                                                "--reconnect-attempts", "2", "--reconnect-interval", "0.05"])
             await sever_and_wait_for_reconnect(c, proxy, "flaky")
+            # the coordinator holds the new session before the worker has read its ``registered``
+            await wait_for(lambda: agent.registered.is_set() or c.agent_tasks[-1].done(), timeout=15,
+                           what="flaky to read its registration")
             assert agent.registered.is_set() and not c.agent_tasks[-1].done()
 
 
