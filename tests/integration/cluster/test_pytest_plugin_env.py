@@ -113,7 +113,10 @@ async def test_the_submitters_environment_runs_the_tests_on_two_workers_built_on
         assert f"pytest=={PYTEST}" in e["requirements"] and f"cloudpickle=={CLOUDPICKLE}" in e["requirements"], e
         assert not any(r.startswith(("aiohttp", "torch", "distributed")) for r in e["requirements"]), e
     assert len({e["digest"] for e in first + second}) == 1, (first, second)
-    assert [e["cached"] for e in first].count(False) == 1, first  # two workers, one build
+    # two workers, one build (the pyenvs check below): the task that built it is on record unless it was the
+    # other worker's session-starting task, cancelled when the first worker had run every chunk before that
+    # session was ready (a cancelled task records no result)
+    assert [e["cached"] for e in first].count(False) <= 1, first
     assert all(e["cached"] for e in second), second
     for run in (first, second):  # each worker's pytest session served its tasks of one run, and no other run's
         started = [e["worker"] for e in run if not e["session"]["reused"]]
