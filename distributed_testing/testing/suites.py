@@ -38,6 +38,14 @@ def plugin_args() -> list[str]:
     return [] if registered else ["-p", PLUGIN]
 
 
+def short_summary(out: str) -> tuple[list[str], str]:
+    """pytest's short test summary (``-r``) in ``out``: its lines, sorted (a fleet run reports tests in
+    the order they end on the workers, as xdist does, so only the set is local pytest's), and the
+    final line without its time."""
+    short = out.split("short test summary info")[1].splitlines()[1:]
+    return sorted(line for line in short if not line.startswith("=")), short[-1].rsplit(" in ", 1)[0]
+
+
 @dataclass(frozen=True)
 class Suite:
     """A project's test suite: its sdist's requirement, what its tests need beyond pytest, and

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.testing import run_cluster
-from distributed_testing.testing.suites import plugin_args
+from distributed_testing.testing.suites import plugin_args, short_summary
 from distributed_testing.worker.sandbox import available as sandbox_unavailable
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
@@ -184,13 +184,6 @@ def test_xfails():
 '''
 
 
-def _summary(out: str) -> tuple[list[str], str]:
-    """The short test summary's lines and the final line without its time."""
-    short = out.split("short test summary info")[1].splitlines()[1:]
-    lines = [line for line in short if not line.startswith("=")]
-    return lines, short[-1].rsplit(" in ", 1)[0]
-
-
 @pytest.mark.slow
 async def test_the_report_reads_as_local_pytests(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
@@ -205,7 +198,7 @@ async def test_the_report_reads_as_local_pytests(tmp_path: Path) -> None:
         key = await c.create_key("submitter")
         code, out = await _pytest(suite, c.base_url, key, "-rA")
     assert code == 1, out
-    assert _summary(out) == _summary(want), (out, want)
+    assert short_summary(out) == short_summary(want), (out, want)
     assert "FAILED test_fidelity.py::test_prints_and_fails - AssertionError: the answer i" in out
     for section in ("Captured stdout call", "to stdout", "Captured stderr call", "to stderr",
                     "Captured log call", "to the log", "warnings summary", "DeprecationWarning: mind the gap",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from distributed_testing.testing import run_cluster
-from distributed_testing.testing.suites import plugin_args
+from distributed_testing.testing.suites import plugin_args, short_summary
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300), pytest.mark.slow,
@@ -102,12 +102,6 @@ async def _pytest(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, str]
     return proc.returncode or 0, out.decode()
 
 
-def _summary(out: str) -> tuple[list[str], str]:
-    """The short test summary's lines and the final line without its time."""
-    short = out.split("short test summary info")[1].splitlines()[1:]
-    return [line for line in short if not line.startswith("=")], short[-1].rsplit(" in ", 1)[0]
-
-
 async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_path: Path) -> None:
     tests = _suite(tmp_path / "suite")
     env = {"PYTEST_ADDOPTS": "-m 'not gpu'"}
@@ -121,7 +115,7 @@ async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_pa
         env = {**env, "DT_API_KEY": key}
         code, out = await _pytest(tests, *plugin, "--dt-coordinator", c.base_url, "--dt-no-env", *ARGS, "test_options.py", env=env)
         assert code == 1, out
-        assert _summary(out) == _summary(want), (out, want)
+        assert short_summary(out) == short_summary(want), (out, want)
         assert re.search(r"^\[wv\] \[ *\d+%\] PASSED test_options.py::test_marker_from_the_ini", out, re.M), out
         for local in ("SKIPPED [1] test_options.py:39: not today", "\ntest_options.py:44: AssertionError",
                       f"{tests}/test_options.py:48: UserWarning: heads up"):
