@@ -31,12 +31,12 @@ tools' processes and inference threads inherit it, so other work waits while eit
 That needs root or ``CAP_SYS_NICE``; without it, ``auto`` says so once and measures at normal
 priority, and ``--priority fifo`` fails. ``--priority normal`` measures beside whatever runs.
 
-Ours runs each row in a process of its own (as each benchmark task runs in a child of its own on
-a worker), which converts the model once and compiles it afresh for every round, as every
-benchmark_app run does: on this VM where a compiled model lands in memory moved mlp's batch-1
-latency by 10-15 % from one compile to the next, for both tools, so one compile for all rounds
-was one draw against benchmark_app's eleven (and, in one process for all rows, mlp read 10-13 %
-over benchmark_app after the cnn rows, 0-3 % alone).
+Ours runs each round in a new process (as each benchmark task runs in a child of its own on a
+worker, and as each benchmark_app round is a process of its own), which converts the model (and
+quantizes it for int8) and compiles it: on this VM a process's state moved mlp's batch-1 latency
+between about 220 and 360 µs for the same code, for both tools and for the whole life of the
+process, so ours in one process per row was one draw of that state against benchmark_app's one
+per round (mlp fp32 b1 read 1.13x and 1.19x that way; benchmarks/RESULTS.md).
 
 Rounds are interleaved (ours and the tool alternate who goes first, one after the other). The
 ratio is the median of the rounds' paired ratios (ours / the tool's in the same round), with their
@@ -185,12 +185,9 @@ def ours(config: dict[str, Any], cache: dict[Any, Any]) -> dict[str, Any]:
 
 
 class OursChild:
-    """Ours for one row, in a process of its own, as each benchmark task runs in a child of its
-    own on a worker (an earlier row's models, threads and heap stay out of this row's figure):
-    it converts (and quantizes) once and saves the IR benchmark_app reads, then measures each
-    round from a fresh compile, as each benchmark_app run compiles afresh (where a compiled model
-    lands in memory moved mlp's batch-1 latency by 10-15 % between compiles on this VM, so one
-    compile for all rounds would be one draw against the app's many)."""
+    """Ours in a process of its own, as each benchmark task runs in a child of its own on a
+    worker: it converts (and quantizes) the model, saves the IR benchmark_app reads (``ir``), and
+    measures a fresh compile per ``measure``."""
 
     def __init__(self, config: dict[str, Any], batch: int, folder: Path) -> None:
         spec = json.dumps({"config": config, "batch": batch, "folder": str(folder)})
@@ -224,6 +221,16 @@ class OursChild:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def ours_fresh(config: dict[str, Any], batch: int, folder: Path) -> dict[str, Any]:
+    """One round of ours in a new process, as each benchmark_app round is one: on this VM a
+    process's state (not the compile) moved mlp's batch-1 latency between 212-230 and 307-358 µs
+    for the same code, for its whole life, so one process for all rounds was one draw of it
+    against benchmark_app's one per round (benchmarks/RESULTS.md, issue 39, 14:17-15:20)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with OursChild(config, batch, folder) as child:
+        return child.measure()
 
 
 CHILD_FLAG = "--ours-child"
@@ -288,16 +295,16 @@ def openvino_pairs(names: list[str], precisions: list[str], batches: list[int], 
             for batch in batches:
                 config = {**MODELS[name], "backend": "openvino", "precision": precision, "optimize_for": "latency",
                           "batch_sizes": [batch], "warmup": 10, "iterations": 50, "min_duration_s": seconds}
-                with OursChild(config, batch, folder) as child:
-                    xml, iop, inputs = child.ir
-                    mine: list[dict[str, Any]] = []
-                    app: list[dict[str, Any]] = []
-                    for index in range(rounds):
-                        if index % 2 == 0:
-                            mine.append(child.measure())
-                        app.append(run_benchmark_app(xml, iop, inputs, precision, seconds))
-                        if index % 2 == 1:
-                            mine.append(child.measure())
+                with OursChild(config, batch, folder) as first:  # the IR benchmark_app reads
+                    xml, iop, inputs = first.ir
+                mine: list[dict[str, Any]] = []
+                app: list[dict[str, Any]] = []
+                for index in range(rounds):
+                    if index % 2 == 0:
+                        mine.append(ours_fresh(config, batch, folder / f"round{index}"))
+                    app.append(run_benchmark_app(xml, iop, inputs, precision, seconds))
+                    if index % 2 == 1:
+                        mine.append(ours_fresh(config, batch, folder / f"round{index}"))
                 ratio, q1, q3 = paired(mine, app)
                 differ = {k: (mine[0]["properties"].get(k), app[0]["properties"].get(k)) for k in COMPARED
                           if mine[0]["properties"].get(k) != app[0]["properties"].get(k)}
