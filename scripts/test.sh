@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the tests; extra arguments go to pytest.
-#   bash scripts/test.sh          the whole suite (what .ci/run runs): the independent tests on three
+#   bash scripts/test.sh          the whole suite (what .ci/run runs): the independent tests on five
 #                                 processes (pytest-xdist; DT_TEST_PROCESSES=N for another number),
 #                                 then the `serial` ones (they measure time or CPU) alone. On two
-#                                 cores the tests wait more than they compute (about 1.0 of 2 cores
-#                                 busy with two processes), so a third one took the parallel phase
-#                                 from 551 s to 433 s on the same code, nothing failing
-#                                 (benchmarks/RESULTS.md, "Test suite time", fifth session)
+#                                 cores the tests wait more than they compute (workers' TTLs, child
+#                                 interpreters starting, polls): with three processes the parallel
+#                                 phase kept about 1.0 of the 2 cores busy; five took it from 519 s
+#                                 to 432 s on the same tree, the same tests failing and passing
+#                                 (benchmarks/RESULTS.md, "Test suite time", 2026-11-28)
 #   bash scripts/test.sh --fast   the fast tier, to run before every commit: unit tests and the
 #                                 in-process integration tests, no `slow` test (tests/conftest.py)
 #   bash scripts/test.sh --containers  the container tier (root, podman): installs podman and
@@ -38,7 +39,7 @@ if [ "$FAST" = 1 ]; then
   exec python -m pytest -q -p no:cacheprovider -p no:schemathesis -m "not slow" -n 2 "$@"
 fi
 status=0
-python -m pytest -q -p no:cacheprovider -m "not serial" -n "${DT_TEST_PROCESSES:-3}" --dist worksteal "$@" || status=$?
+python -m pytest -q -p no:cacheprovider -m "not serial" -n "${DT_TEST_PROCESSES:-5}" --dist worksteal "$@" || status=$?
 serial=0
 python -m pytest -q -p no:cacheprovider -m serial "$@" || serial=$?
 [ "$serial" = 5 ] && serial=0  # 5: no serial test among those selected
