@@ -7,12 +7,18 @@ becomes ``-p`` options and ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` ``--disable-plugin
 option, by its ``dest``:
 
 * **Sent** (:data:`SENT`): those that change what runs or how: ``-p`` (not this plugin, nor
-  ``no:cacheprovider``, which every task has), ``-o``, ``-W``, ``--import-mode``, ``-m``, ``-k``,
+  ``no:cacheprovider`` to the workers' own tree, where ``-p`` needs their operator's leave), ``-o``,
+  ``-W``, ``--import-mode``, ``-m``, ``-k``,
   ``--strict-markers``, ``--confcutdir``, the doctest options, ``--tb``/``-l`` (the traceback is
   built where the test runs), ``--log-level``, and the local verbosity as ``--verbosity=N``
   (assertion diffs depend on it). An option this list does not know (a conftest's, a plugin's)
   is sent too, always as ``--name=value``; a value that is an absolute path inside the tree is
   sent relative to where the task's pytest runs, one outside it is refused.
+* **Ignored paths** (:data:`IGNORES`): ``--ignore`` (relative to the tree) and ``--ignore-glob``:
+  the run's sessions collect the run's paths (as pytest did here) before they take the chunks'
+  tests, and must leave out what pytest left out here (an ignored folder's conftest, whose hooks
+  would act on every test, and modules imported for nothing); one outside the tree is dropped
+  (the workers have nothing there to ignore).
 * **Local** (:data:`LOCAL`): output, reporting, selection already made here (``-x``, ``--lf``,
   ``--deselect``, paths) and the files a report writes (``--junitxml``, ``--report-log``,
   ``--log-file``, ``--debug``, ``--basetemp``, ``--pastebin``), and ``-o cache_dir=...`` (the
@@ -56,8 +62,7 @@ LOCAL = frozenset({
     "verbose", "reportchars", "color", "code_highlight", "capture", "showcapture", "durations", "durations_min",
     "disable_warnings", "max_warnings", "no_header", "no_summary", "fold_skipped", "force_short_summary",
     "xfail_tb", "collectonly", "maxfail", "lf", "failedfirst", "newfirst", "last_failed_no_failures",
-    "cacheshow", "cacheclear", "stepwise", "stepwise_skip", "stepwise_reset", "deselect", "ignore", "ignore_glob",
-    "pyargs", "continue_on_collection_errors", "basetemp", "debug", "xmlpath", "junitprefix", "reportlog",
+    "cacheshow", "cacheclear", "stepwise", "stepwise_skip", "stepwise_reset", "deselect", "pyargs", "continue_on_collection_errors", "basetemp", "debug", "xmlpath", "junitprefix", "reportlog",
     "log_file", "log_file_level", "log_file_format", "log_file_date_format", "log_file_mode", "log_cli_level",
     "log_cli_format", "log_cli_date_format", "pastebin", "traceconfig", "setupshow", "showfixtures",
     "show_fixtures_per_test", "markers", "version", "help",
@@ -71,7 +76,8 @@ LOCAL = frozenset({
 REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace"}
 LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (the tasks' pytest has none)
 TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir"}
-ALWAYS_THERE = frozenset({"no:cacheprovider"})  # every task's pytest has it
+IGNORES = {"ignore": "--ignore", "ignore_glob": "--ignore-glob"}
+NO_CACHE = "no:cacheprovider"
 
 
 @dataclass(frozen=True)
@@ -108,12 +114,14 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
             rel = _tree_path(option, here / str(value), root)
             if not (dest == "rootdir" and rel == "."):  # the workers' own rootdir
                 args.append(f"{TREE_OPTIONS[dest]}={rel}")
+        elif dest in IGNORES:
+            args += _ignored(IGNORES[dest], here / str(value), root, base, glob=dest == "ignore_glob")
         elif dest == "plugins":
-            args += _plugin_args(str(value))
+            args += _plugin_args(str(value), shipped)
         else:
             args.append(_attached(option, action, value, dest in SENT, root, base))
     for name in filter(None, (p.strip() for p in env.get("PYTEST_PLUGINS", "").split(","))):
-        args += _plugin_args(name)
+        args += _plugin_args(name, shipped)
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         args.append("--disable-plugin-autoload")
     verbosity = int(getattr(config.option, "verbose", 0) or 0)
@@ -196,12 +204,25 @@ def _value(tokens: Sequence[str], i: int, action: argparse.Action) -> tuple[str 
     return (tokens[i], i + 1) if i < len(tokens) else (None, i)
 
 
-def _plugin_args(name: str) -> list[str]:
-    """``-p NAME`` unless NAME is this plugin or what every task has."""
+def _plugin_args(name: str, shipped: bool) -> list[str]:
+    """``-p NAME`` unless NAME is this plugin, or ``no:cacheprovider`` to the workers' own tree
+    (where ``-p`` needs their operator's leave; their tasks' cache is their own all the same)."""
     plugin = name.strip().removeprefix("no:")
-    if name.strip() in ALWAYS_THERE or plugin == OWN_PLUGIN or plugin.startswith(OWN_PLUGIN + "."):
+    if plugin == OWN_PLUGIN or plugin.startswith(OWN_PLUGIN + ".") or (name.strip() == NO_CACHE and not shipped):
         return []
     return ["-p", name.strip()]
+
+
+def _ignored(option: str, path: Path, root: Path, base: Path, *, glob: bool) -> list[str]:
+    """``--ignore`` (its path relative to the tree, as the worker takes it) or ``--ignore-glob``
+    (its pattern relative to ``base``, where the task's pytest runs and matches it from; one above
+    ``base`` is not sent: the worker checks such values from the tree's root); nothing for a path
+    outside the tree."""
+    if glob:  # a pattern: resolve() would read it as a path
+        pattern = os.path.relpath(os.path.normpath(path), base)
+        return [] if pattern == ".." or pattern.startswith("../") else [f"{option}={pattern}"]
+    rel = _inside(path, root)
+    return [] if rel is None else [f"{option}={rel}"]
 
 
 def _attached(option: str, action: argparse.Action, value: str | None, known: bool, root: Path, base: Path) -> str:

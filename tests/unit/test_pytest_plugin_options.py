@@ -42,18 +42,27 @@ def test_what_changes_the_run_travels_and_what_acts_here_stays(tree: Path, monke
     config = _config("-p", "no:asyncio", "-o", "xfail_strict=true", "-o", "cache_dir=/tmp/c", "-W", "error::DeprecationWarning",
                      "-k", "a and not b", "-mnot gpu", "--import-mode=importlib", "--strict-markers", "-vv", "-rA",
                      "--junitxml", str(tree.parent / "x.xml"), "-x", "--runslow", "--data-dir", str(tree / "data"),
-                     "--confcutdir", str(tree), "--basetemp=/tmp/bt", "--lf", "--deselect", "tests/test_a.py::x",
+                     "--confcutdir", str(tree), "--basetemp=/tmp/bt", "--ignore", "legacy", "--ignore=/elsewhere/x",
+                     "--ignore-glob=*_old.py", "--ignore-glob", str(tree / "tests" / "gen" / "*"),
+                     "--ignore-glob", str(tree.parent / "*"), "--lf", "--deselect", "tests/test_a.py::x",
                      "-c", "../pytest.ini", "--rootdir", "..", "test_a.py")
     env = {"PYTEST_ADDOPTS": "--tb=short -p no:cacheprovider", "PYTEST_PLUGINS": "myplugin"}
     inv = invocation(config, tree, env, shipped=True)
-    assert inv.args == ("--config-file=pytest.ini", "--rootdir=.", "--tb=short", "-p", "no:asyncio",
+    assert inv.args == ("--config-file=pytest.ini", "--rootdir=.", "--tb=short",
+                        "-p", "no:cacheprovider",  # no cache here: none there (the cache fixture fails alike)
+                        "-p", "no:asyncio",
                         "--override-ini=xfail_strict=true", "--pythonwarnings=error::DeprecationWarning",
                         "-ka and not b", "-mnot gpu", "--import-mode=importlib", "--strict-markers", "--runslow",
                         "--data-dir=../data",  # a path in the tree, from where the task's pytest runs
-                        "--confcutdir=.", "-p", "myplugin", "--verbosity=2")
+                        "--confcutdir=.",
+                        # the ignored paths: relative to the tree (--ignore) or to where pytest runs (a glob);
+                        # none outside the tree
+                        "--ignore=tests/legacy", "--ignore-glob=*_old.py", "--ignore-glob=gen/*",
+                        "-p", "myplugin", "--verbosity=2")
     assert inv.cwd == "tests" and inv.local_ids
     shared = invocation(config, tree, env, shipped=False)  # the workers' own tree: their rootdir and ini
     assert "--config-file=pytest.ini" in shared.args and not shared.local_ids
+    assert "no:cacheprovider" not in shared.args  # -p needs the operator's leave there
     assert not any(a.startswith("--rootdir") for a in shared.args)
 
 

@@ -180,7 +180,7 @@ class TestExecutor:
                            if shipped and ctx.scratch_dir is not None else None)  # outside the writable binds
                 argv = pytest_argv(target, root, spec.test_args, report_path, python,
                                    SHIPPED_PLUGINS if plugins else (MARKER_PLUGIN, pytest_report.__name__),
-                                   cwd=cwd)
+                                   cwd=cwd, cache_dir=Path(tmp) / "pytest-cache")
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                             ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
                 env = self._env
@@ -246,20 +246,32 @@ class TestExecutor:
 def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path | str,
                 python: str = sys.executable,
                 plugins: Sequence[str] = (MARKER_PLUGIN, pytest_report.__name__), *,
-                cwd: Path | None = None) -> list[str]:
+                cwd: Path | None = None, cache_dir: Path | None = None) -> list[str]:
     """The pytest command line: the root first (an allowed ``--rootdir`` overrides it) and ``-q``
     (a task's ``--verbosity`` overrides it), then the task's options, then the worker's (so they
     win), all before a ``--`` in ``test_args`` (after which pytest takes every token for a path).
     ``python`` runs it (a bundle's environment's); ``plugins`` are the module names of the marker
     and the report writer it loads. Paths in ``target`` and ``test_args``, relative to ``root``,
-    are made relative to ``cwd`` (default ``root``), where pytest runs."""
+    are made relative to ``cwd`` (default ``root``), where pytest runs. ``cache_dir``: the task's
+    own directory for pytest's cache (``-o cache_dir``, over the ini's: the ``cache`` fixture works
+    as it does locally, and nothing is written into the tree or outside the task's places),
+    unless ``test_args`` turn the cache off; None: no cache (``-p no:cacheprovider``)."""
     marker, report = plugins
-    ours = ["-p", "no:cacheprovider", "-p", f"no:{OWN_PLUGIN}", "-p", marker,
+    cached = cache_dir is not None and not _no_cache(test_args)
+    cache = ["-o", f"cache_dir={cache_dir}"] if cached else ["-p", "no:cacheprovider"]
+    ours = [*cache, "-p", f"no:{OWN_PLUGIN}", "-p", marker,
             "-p", report, f"{pytest_report.REPORT_OPTION}={report_path}"]
     args = rebase_test_paths([target, *test_args], root, cwd or root)
     target, test_args = args[0], args[1:]
     cut = test_args.index("--") if "--" in test_args else len(test_args)
     return [python, "-m", "pytest", target, f"--rootdir={root}", "-q", *test_args[:cut], *ours, *test_args[cut:]]
+
+
+def _no_cache(test_args: Sequence[str]) -> bool:
+    """Whether ``test_args`` turn pytest's cache off (``-p no:cacheprovider``, as pytest's
+    pre-parse reads ``-p``): then an ``-o cache_dir`` would name an option no plugin knows."""
+    return any(a == "-pno:cacheprovider" or (a == "-p" and b == "no:cacheprovider")
+               for a, b in zip(test_args, [*test_args[1:], ""], strict=True))
 
 
 def task_cwd(root: Path, cwd: str | None) -> Path:

@@ -157,7 +157,8 @@ class _Session:
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
-            argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd),
+            argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd,
+                                 cache_dir=scratch / "pytest-cache"),
                     "-p", SERVE_PLUGIN, f"{pytest_serve.SERVE_OPTION}={cmd_r}"]
             env = task_environ({**gpu_environ(base_env), **extra}, scratch)
             env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])

@@ -60,3 +60,16 @@ def test_the_task_runs_where_the_submitter_ran_or_at_the_root(tmp_path: Path) ->
     argv = pytest_argv("pkg/test_a.py", tmp_path, ["--verbosity=2", "pkg/test_b.py"], tmp_path / "r.jsonl",
                        "python", cwd=tmp_path / "sub")
     assert argv[3:8] == ["../pkg/test_a.py", f"--rootdir={tmp_path}", "-q", "--verbosity=2", "../pkg/test_b.py"]
+
+
+def test_a_task_has_its_own_cache_unless_its_options_turn_the_cache_off(tmp_path: Path) -> None:
+    """pytest's cache is the task's (the ``cache`` fixture works, the ini's ``cache_dir`` is known,
+    nothing is written into the tree); ``-p no:cacheprovider`` from the submitter leaves it off, as
+    it was there, and no ``cache_dir`` names an option no plugin knows."""
+    cache = tmp_path / "scratch" / "pytest-cache"
+    argv = pytest_argv("t.py", tmp_path, ["-k", "x"], tmp_path / "r.jsonl", "python", cache_dir=cache)
+    assert argv[argv.index("-o") + 1] == f"cache_dir={cache}" and "no:cacheprovider" not in argv
+    for off in (["-p", "no:cacheprovider"], ["-pno:cacheprovider"]):
+        argv = pytest_argv("t.py", tmp_path, off, tmp_path / "r.jsonl", "python", cache_dir=cache)
+        assert not any(a.startswith("cache_dir=") for a in argv) and "no:cacheprovider" in " ".join(argv)
+    assert "no:cacheprovider" in pytest_argv("t.py", tmp_path, [], tmp_path / "r.jsonl", "python")  # no place for one
