@@ -270,8 +270,9 @@ def pytest_argv(target: str, root: Path, test_args: list[str], report_path: Path
 def _no_cache(test_args: Sequence[str]) -> bool:
     """Whether ``test_args`` turn pytest's cache off (``-p no:cacheprovider``, as pytest's
     pre-parse reads ``-p``): then an ``-o cache_dir`` would name an option no plugin knows."""
-    return any(a == "-pno:cacheprovider" or (a == "-p" and b == "no:cacheprovider")
-               for a, b in zip(test_args, [*test_args[1:], ""], strict=True))
+    args = list(test_args)
+    return any(a == "-pno:cacheprovider" or (a == "-p" and args[i + 1:i + 2] == ["no:cacheprovider"])
+               for i, a in enumerate(args))
 
 
 def task_cwd(root: Path, cwd: str | None) -> Path:

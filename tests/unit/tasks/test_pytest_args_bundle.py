@@ -69,6 +69,10 @@ def test_a_task_has_its_own_cache_unless_its_options_turn_the_cache_off(tmp_path
     cache = tmp_path / "scratch" / "pytest-cache"
     argv = pytest_argv("t.py", tmp_path, ["-k", "x"], tmp_path / "r.jsonl", "python", cache_dir=cache)
     assert argv[argv.index("-o") + 1] == f"cache_dir={cache}" and "no:cacheprovider" not in argv
+    argv = pytest_argv("t.py", tmp_path, [], tmp_path / "r.jsonl", "python", cache_dir=cache)  # most tasks have no options
+    assert argv[argv.index("-o") + 1] == f"cache_dir={cache}" and "no:cacheprovider" not in argv
+    argv = pytest_argv("t.py", tmp_path, ["-p"], tmp_path / "r.jsonl", "python", cache_dir=cache)  # pytest's error to give
+    assert argv[argv.index("-o") + 1] == f"cache_dir={cache}"
     for off in (["-p", "no:cacheprovider"], ["-pno:cacheprovider"]):
         argv = pytest_argv("t.py", tmp_path, off, tmp_path / "r.jsonl", "python", cache_dir=cache)
         assert not any(a.startswith("cache_dir=") for a in argv) and "no:cacheprovider" in " ".join(argv)
