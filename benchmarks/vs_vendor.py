@@ -184,76 +184,45 @@ def ours(config: dict[str, Any], cache: dict[Any, Any]) -> dict[str, Any]:
     }
 
 
-class OursChild:
-    """Ours in a process of its own, as each benchmark task runs in a child of its own on a
-    worker: it converts (and quantizes) the model, saves the IR benchmark_app reads (``ir``), and
-    measures a fresh compile per ``measure``."""
-
-    def __init__(self, config: dict[str, Any], batch: int, folder: Path) -> None:
-        spec = json.dumps({"config": config, "batch": batch, "folder": str(folder)})
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, spec],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        xml, iop, inputs = self._read()
-        self.ir: tuple[Path, list[str], str] = (Path(xml), list(iop), str(inputs))
-
-    def _read(self) -> Any:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"vs_vendor: the measuring child ended ({self.proc.wait()}); its stderr is above")
-        return json.loads(line)
-
-    def measure(self) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("measure\n")
-        self.proc.stdin.flush()
-        return dict(self._read())
-
-    def __enter__(self) -> OursChild:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def ours_fresh(config: dict[str, Any], batch: int, folder: Path) -> dict[str, Any]:
-    """One round of ours in a new process, as each benchmark_app round is one: on this VM a
-    process's state (not the compile) moved mlp's batch-1 latency between 212-230 and 307-358 µs
-    for the same code, for its whole life, so one process for all rounds was one draw of it
-    against benchmark_app's one per round (benchmarks/RESULTS.md, issue 39, 14:17-15:20)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with OursChild(config, batch, folder) as child:
-        return child.measure()
-
-
 CHILD_FLAG = "--ours-child"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def in_child(config: dict[str, Any], batch: int, folder: Path, what: str) -> Any:
+    """``what`` for ``config`` at ``batch`` in a new process, as each benchmark task runs in a
+    child of its own on a worker: ``ir`` converts (and quantizes) the model and saves the IR
+    benchmark_app reads, giving ``(xml, iop, inputs)``; ``measure`` is one round of ours (convert,
+    compile, measure). One process per round, as each benchmark_app round is one: on this VM a
+    process's state moved mlp's batch-1 latency between 212-230 and 307-358 µs for the same code,
+    for its whole life, so one process for all rounds was one draw of it against benchmark_app's
+    one per round (benchmarks/RESULTS.md, issue 39, 14:17-15:20)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = json.dumps({"config": config, "batch": batch, "folder": str(folder), "what": what})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, spec],
+                          stdout=subprocess.PIPE, text=True, env=env, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise SystemExit(f"vs_vendor: the measuring child ({what}) ended with {done.returncode}; its stderr is above")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def ours_child(spec: dict[str, Any]) -> int:
-    """:class:`OursChild`'s side: one JSON line (the IR) after preparing, one per ``measure`` read."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # what the libraries print goes to stderr, not into the replies
+    """:func:`in_child`'s side: its one reply, a JSON line on the original stdout."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what the libraries print goes to stderr, not into the reply
     sys.stdout = sys.stderr
     config, batch = spec["config"], int(spec["batch"])
     torch.set_num_threads(1)  # as the parent: only the inputs are made with torch here
-    cache: dict[Any, Any] = {}
-    run_benchmark({**config, "min_duration_s": 0.1}, model_cache=cache)  # convert (and quantize) once
-    (prepared,) = cache.values()
-    xml, iop, inputs = save_static_ir(prepared, batch, SEED, Path(spec["folder"]))
-    engine: Any = prepared.engine
-    out.write(json.dumps([str(xml), iop, inputs]) + "\n")
-    for line in sys.stdin:
-        if line.strip() == "measure":
-            engine.release_compiled()
-            out.write(json.dumps(ours(config, cache), default=str) + "\n")
+    if spec["what"] == "ir":
+        cache: dict[Any, Any] = {}
+        run_benchmark({**config, "min_duration_s": 0.1}, model_cache=cache)  # convert (and quantize)
+        (prepared,) = cache.values()
+        xml, iop, inputs = save_static_ir(prepared, batch, SEED, Path(spec["folder"]))
+        reply: Any = [str(xml), iop, inputs]
+    else:
+        reply = ours(config, {})
+    out.write(json.dumps(reply, default=str) + "\n")
+    out.close()
     return 0
 
 
@@ -295,16 +264,15 @@ def openvino_pairs(names: list[str], precisions: list[str], batches: list[int], 
             for batch in batches:
                 config = {**MODELS[name], "backend": "openvino", "precision": precision, "optimize_for": "latency",
                           "batch_sizes": [batch], "warmup": 10, "iterations": 50, "min_duration_s": seconds}
-                with OursChild(config, batch, folder) as first:  # the IR benchmark_app reads
-                    xml, iop, inputs = first.ir
+                xml, iop, inputs = in_child(config, batch, folder, "ir")
                 mine: list[dict[str, Any]] = []
                 app: list[dict[str, Any]] = []
                 for index in range(rounds):
                     if index % 2 == 0:
-                        mine.append(ours_fresh(config, batch, folder / f"round{index}"))
+                        mine.append(in_child(config, batch, folder / f"round{index}", "measure"))
                     app.append(run_benchmark_app(xml, iop, inputs, precision, seconds))
                     if index % 2 == 1:
-                        mine.append(ours_fresh(config, batch, folder / f"round{index}"))
+                        mine.append(in_child(config, batch, folder / f"round{index}", "measure"))
                 ratio, q1, q3 = paired(mine, app)
                 differ = {k: (mine[0]["properties"].get(k), app[0]["properties"].get(k)) for k in COMPARED
                           if mine[0]["properties"].get(k) != app[0]["properties"].get(k)}

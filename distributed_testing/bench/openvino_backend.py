@@ -261,11 +261,6 @@ class OpenVINOEngine:
             arrays.append(inputs.kwargs[names[0]].numpy())
         return arrays
 
-    def release_compiled(self) -> None:
-        """Drop every compiled model (and the memory and threads it holds): the next workload
-        compiles again, as a fresh ``benchmark_app`` run does."""
-        self._compiled.clear()
-
     def compiled_for(self, arrays: list[Any]) -> tuple[Compiled, float]:
         """The model compiled for these arrays' shapes and the seconds this call spent compiling
         it (0.0 when it already was); refuses an inference precision other than the requested."""

@@ -62,7 +62,8 @@ LOCAL = frozenset({
     "verbose", "reportchars", "color", "code_highlight", "capture", "showcapture", "durations", "durations_min",
     "disable_warnings", "max_warnings", "no_header", "no_summary", "fold_skipped", "force_short_summary",
     "xfail_tb", "collectonly", "maxfail", "lf", "failedfirst", "newfirst", "last_failed_no_failures",
-    "cacheshow", "cacheclear", "stepwise", "stepwise_skip", "stepwise_reset", "deselect", "pyargs", "continue_on_collection_errors", "basetemp", "debug", "xmlpath", "junitprefix", "reportlog",
+    "cacheshow", "cacheclear", "stepwise", "stepwise_skip", "stepwise_reset", "deselect", "pyargs",
+    "continue_on_collection_errors", "basetemp", "debug", "xmlpath", "junitprefix", "reportlog",
     "log_file", "log_file_level", "log_file_format", "log_file_date_format", "log_file_mode", "log_cli_level",
     "log_cli_format", "log_cli_date_format", "pastebin", "traceconfig", "setupshow", "showfixtures",
     "show_fixtures_per_test", "markers", "version", "help",
@@ -74,7 +75,7 @@ LOCAL = frozenset({
     "json_report_summary", "json_report_verbosity",
 })
 REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace"}
-LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (the tasks' pytest has none)
+LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (each task's is its own)
 TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir"}
 IGNORES = {"ignore": "--ignore", "ignore_glob": "--ignore-glob"}
 NO_CACHE = "no:cacheprovider"
