@@ -2,11 +2,12 @@
 
 ``build_tree(cache, manifest, dest)`` makes every directory, links each file from the cache
 (``BlobCache.path``, or its executable twin for mode 0755) and then makes the directories
-read-only (0555). A cache on another filesystem than ``dest`` gets copies instead of links, and so
-does ``copy=True``: a worker with ``--sandbox none`` asks for it, because there the task runs as
-the worker's user (root, or the owner of the cache's files) outside any read-only mount, and could
-``chmod`` a linked file and write through it into the cache that later tasks' trees are built from. Every blob must be in the cache (the
-worker fetches the missing ones first). ``remove_tree`` undoes it.
+read-only (0555). A cache on another filesystem than ``dest`` gets copies instead of links.
+``copy=True`` builds one task's own tree instead: writable copies, like a checkout. A worker with
+``--sandbox none`` asks for it for every task, because there the task runs as the worker's user
+(root, or the owner of the cache's files) outside any read-only mount, and could ``chmod`` a linked
+file and write through it into the cache that later tasks' trees are built from. Every blob must be
+in the cache (the worker fetches the missing ones first). ``remove_tree`` undoes it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def build_tree(cache: BlobCache, m: Manifest, dest: Path, *, copy: bool = False)
     for f in m.files:
         src = cache.executable(f.digest) if f.mode == 0o755 else cache.path(f.digest)
         if copy:
-            _copy(src, dest / f.path, f.mode)
+            _own_copy(src, dest / f.path, f.mode | 0o200)
             continue
         try:
             link(src, dest / f.path)
@@ -35,31 +36,66 @@ def build_tree(cache: BlobCache, m: Manifest, dest: Path, *, copy: bool = False)
             if exc.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM):
                 raise
             _copy(src, dest / f.path, f.mode)
+    if copy:
+        return
     for d in reversed(dirs):
         os.chmod(dest / d, 0o555)
     os.chmod(dest, 0o555)
 
 
-def writable_view(src: Path, m: Manifest, dest: Path, *, copy: bool) -> None:
-    """A task's own view of the built tree ``src`` at ``dest``: every directory made anew (so the
-    task creates, renames and removes files in it as in a checkout), each file a hard link to
-    ``src``'s, or with ``copy`` a writable copy. Links are sound only where the task cannot change
-    the linked file: a child running as another user than the files' owner (a root worker's
-    sandbox, worker/sandbox.py) gets EACCES writing one in place and EPERM on ``chmod``; where the
-    child would own them (a worker not running as root), ``copy`` them. A file that cannot take
-    another link (EMLINK, EXDEV) is copied too: no other bundle can make this one's views fail."""
+# A file over this many bytes (data, weights) in a root worker's view stays a link its task reads but
+# cannot change; a copy of it per task would cost its size in time and disk (benchmarks/RESULTS.md,
+# "Writable views").
+LINK_OVER = 16 * 1024 * 1024
+
+
+def writable_view(src: Path, m: Manifest, dest: Path, *, link_large: bool) -> None:
+    """A task's own view of the built tree ``src`` at ``dest``, writable like a checkout: every
+    directory made anew (the task creates, renames and removes files in it) and every file a copy
+    the task may rewrite, ``chmod`` and ``os.utime`` (a suite that rewrites its own fixture or
+    touches a template to test a cache does that; a hard link owned by the worker gave EACCES and
+    EPERM). With ``link_large`` (a root worker, whose child runs as another user:
+    worker/sandbox.py hands it the copies) a file over :data:`LINK_OVER` bytes is a hard link to
+    ``src``'s instead, which that user can read but not change; a file that cannot take another
+    link (EMLINK, EXDEV) is copied. A worker not running as root never links: its child would own
+    the linked file and could change the blob cache through it."""
     dest = Path(dest)
     _make_dirs(m, dest)
     for f in m.files:
-        if not copy:
+        if link_large and f.size > LINK_OVER:
             try:
                 os.link(src / f.path, dest / f.path)
                 continue
-            except OSError as exc:  # a file linked to its limit (EMLINK: another bundle's 65,000 empty files)
+            except OSError as exc:
                 if exc.errno not in (errno.EMLINK, errno.EXDEV):
                     raise
-        shutil.copyfile(src / f.path, dest / f.path)  # the task's own: it may change it
-        os.chmod(dest / f.path, f.mode | 0o200)
+        _own_copy(src / f.path, dest / f.path, f.mode | 0o200)
+
+
+def _own_copy(src: Path, dest: Path, mode: int) -> None:
+    """``src`` copied to the new file ``dest`` with ``mode``: one open each and the kernel's
+    ``copy_file_range`` (about a fifth less time per file than ``shutil.copyfile`` plus ``chmod``)."""
+    fi = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fo = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        try:
+            left = os.fstat(fi).st_size
+            while left > 0:
+                try:
+                    n = os.copy_file_range(fi, fo, left)
+                except OSError as exc:  # a filesystem or kernel without it for these files
+                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.lseek(fo, os.lseek(fi, 0, os.SEEK_CUR), os.SEEK_SET)
+                    n = os.sendfile(fo, fi, None, left)
+                if n == 0:
+                    break
+                left -= n
+            os.fchmod(fo, mode)  # the umask took bits off the mode open() was given
+        finally:
+            os.close(fo)
+    finally:
+        os.close(fi)
 
 
 def _make_dirs(m: Manifest, dest: Path) -> list[str]:

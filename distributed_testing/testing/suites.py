@@ -72,6 +72,10 @@ SUITES = {
     # a src layout its tests import installed (from the tree: it travels as ./); its test group's dependencies
     "attrs": Suite("attrs", "attrs==26.1.0", ("hypothesis", "pympler", "cloudpickle"), ("tests",),
                    "installed from its tree", install_tree=True),
+    # suites that change their shipped files: a test rewrites its TOML fixture; one touches a template
+    "tomlkit": Suite("tomlkit", "tomlkit==0.15.2", (), ("tests",), "rewrites a shipped fixture"),
+    "jinja2": Suite("jinja2", "jinja2==3.1.6", ("markupsafe", "trio"), ("tests",),
+                    "installed from its tree; touches a shipped template", install_tree=True),
 }
 
 

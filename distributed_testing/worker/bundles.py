@@ -2,7 +2,7 @@
 
 ``BundleProvider.prepare(url, credential, digest, dest)`` reads the manifest (its digest checked),
 fetches the blobs not in the cache over the worker's own credential (each digest checked on
-arrival by ``BlobCache.put``), builds the read-only tree at ``dest`` from hard links (copies with
+arrival by ``BlobCache.put``), builds the tree at ``dest`` (the task's own writable copies: ``prepare`` serves
 ``--sandbox none``, :mod:`..bundles.tree`) and evicts the
 least recently used blobs beyond ``--cache-max-gb``. Blocking file work runs in a thread. Fetches
 of different tasks may overlap; a blob fetched twice is stored twice under the same name (the
@@ -12,10 +12,12 @@ rename keeps one).
 for reuse: built once, then handed to every later task of the same bundle at no cost (no fetch, no
 link), and removed, least recently used first, once more than ``MAX_TREES`` are kept and unused.
 A task never runs in it: under the sandbox each task gets its own writable view of it
-(:func:`..bundles.tree.writable_view`: fresh directories, the files hard links that the task's
-unprivileged user cannot change, or copies where the worker is not root), thrown away after the
-task, so tests that write beside themselves work as in a checkout and the kept tree stays as
-shipped. A worker with ``--sandbox none`` builds a fresh tree of copies per task (``prepare``). A validated
+(:func:`..bundles.tree.writable_view`: fresh directories and copies of the files that the task
+may rewrite, ``chmod`` and ``touch``; on a root worker files over 16 MiB are hard links its
+unprivileged user reads but cannot change), thrown away after the task, so tests that write
+beside themselves or change their own fixtures work as in a checkout and the kept tree stays as
+shipped. A worker with ``--sandbox none`` builds a fresh writable tree of copies per task
+(``prepare``). A validated
 manifest is remembered by its digest (``MAX_MANIFESTS``), so a task of a known bundle asks the
 coordinator for nothing.
 """
@@ -235,7 +237,7 @@ class ShippedCode:
                 else:  # the kept tree of this bundle, and the task's own writable view of it
                     kept, m = await stack.enter_async_context(self.provider.shared(base_url, credential, digest))
                     tree = top / "tree"
-                    await asyncio.to_thread(writable_view, kept, m, tree, copy=task_uid() is None)
+                    await asyncio.to_thread(writable_view, kept, m, tree, link_large=task_uid() is not None)
                 fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
                 wanted = [*_bundle_requirements(tree, m), *python]
                 if wanted and self.envs is not None:

@@ -28,7 +28,8 @@ the same table and a test holds both against a probe run inside the sandbox:
   bwrap keeps only ``CAP_SETUID``/``CAP_SETGID`` for ``setpriv``, which switches to that uid and so
   drops them too; the writable paths are handed to that uid (:func:`give`). A root child without
   capabilities could still read every root-owned ``0600`` file bound in by owner permission, and
-  ``chmod`` a file of its tree (hard links into the blob cache) to write through it. A worker
+  ``chmod`` a file of its tree that is a hard link into the blob cache (one over 16 MiB) to write
+  through it. A worker
   running as another user runs the child as that user (it cannot switch), without capabilities;
 * a scrubbed environment: ``--clearenv``, then only what the caller passes;
 * its network (``--task-network``): ``host`` shares the worker's; ``loopback`` a private network
@@ -105,8 +106,8 @@ ROOT_TABLE = (
      "the worker's installed packages"),
     ("this package's directory (distributed_testing/)", "read-only", "the children's own code; never the "
      "directory above it (an editable install's checkout)"),
-    ("the task's tree", "writable view", "the bundle: fresh directories of its own, the files links into the "
-     "blob cache that the task cannot change"),
+    ("the task's tree", "writable view", "the bundle: fresh directories and copies of the files, its own to "
+     "change (on a root worker a file over 16 MiB is a link into the blob cache it reads but cannot change)"),
     ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
     ("the scratch directory (HOME, TMPDIR)", "read-write", "removed after the task"),
     ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "

@@ -7,6 +7,8 @@ the per-test outcomes of local pytest with the same options, with no file writte
 * pyparsing 3.2.3: ``test_diagram`` writes HTML files into the tree (read-only before: 5 failures),
   and its tests need railroad-diagrams and jinja2, which the workers' Python lacks: they travel
   with the run as the submitter's environment.
+* tomlkit 0.15.2: ``test_toml_file`` rewrites a shipped TOML fixture (its files were read-only
+  links into the blob cache before: PermissionError).
 
 The submitter's environment is a virtual environment with the suite's test dependencies installed
 (distributed_testing/testing/suites.py); the workers run from this interpreter, in bwrap.
@@ -27,7 +29,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
 
-@pytest.mark.parametrize("name", ["toolz", "pyparsing"])
+@pytest.mark.parametrize("name", ["toolz", "pyparsing", "tomlkit"])
 async def test_a_registry_suite_through_two_bundle_workers_matches_local_pytest(tmp_path: Path, name: str) -> None:
     suite = SUITES[name]
     tree = await asyncio.to_thread(fetch, suite, tmp_path / "sdist")

@@ -5,8 +5,9 @@ one that ``ROOT_TABLE`` (printed in docs/security.md, held equal here) accounts 
 directory under ``/etc`` and ``/etc/shadow`` are absent; an editable install's checkout shows only
 the package; a root worker's child runs as uid 65534, also with ``--task-network none``, and cannot
 read a root-owned ``0600`` file bound in; ``/tmp`` and ``/dev/shm`` are bounded by the task's memory
-limit. Over a real worker, a shipped test writes beside itself and into ``.hypothesis/`` and the
-next task of the same bundle finds the tree as shipped.
+limit. Over a real worker, a shipped test writes beside itself and into ``.hypothesis/``, rewrites,
+``chmod``s and ``touch``es a shipped file, and the next task of the same bundle finds the tree as
+shipped.
 """
 
 from __future__ import annotations
@@ -157,15 +158,15 @@ WRITER = """import os, pathlib
 def test_writes_beside_itself():
     here = pathlib.Path(__file__).parent
     assert not (here / "report.html").exists() and not (here / ".hypothesis").exists(), "an earlier task's files"
+    assert (here / "data.txt").read_text() == "shipped", "an earlier task's change"
     (here / "report.html").write_text("<html/>")
     (here / ".hypothesis" / "examples").mkdir(parents=True)
     (here / ".hypothesis" / "examples" / "db").write_text("x")
     os.replace(here / "report.html", here / "renamed.html")
-    try:
-        (here / "data.txt").write_text("changed in place")
-    except PermissionError:
-        pass  # the shipped files themselves stay as shipped (root's 0444 under a root worker)
-    assert (here / "data.txt").read_text() in ("shipped", "changed in place")
+    (here / "data.txt").write_text("changed in place")  # a suite rewriting its own fixture (tomlkit)
+    os.utime(here / "data.txt", (1, 1))  # touching a template to test a cache by mtime (jinja2)
+    os.chmod(here / "data.txt", 0o600)
+    assert (here / "data.txt").read_text() == "changed in place" and os.stat(here / "data.txt").st_mtime == 1
 """
 
 
