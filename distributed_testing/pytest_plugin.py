@@ -15,7 +15,8 @@ and paths select as usual):
   ``--dist load`` feeds its workers). With ``--dt-shared-tree`` each chunk is a pytest process
   of its own: one chunk per worker slot with history, without it up to :data:`CHUNKS_PER_SLOT`
   per slot (one per :data:`MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
-  chunk is sent as its path, otherwise as node ids.
+  chunk is sent as its path, otherwise as node ids. In either mode a chunk is cut further where
+  its tests' reports would not fit one task's result (:data:`MAX_CHUNK_RESULT_BYTES`).
 * **Early and as they come.** From pytest's session start (before its header and collection),
   in threads beside the local collection: the slots and the run are asked for while the
   environment is captured and the bundle uploaded, and with a shipped tree one ``warm`` task per
@@ -102,6 +103,16 @@ HISTORY_KEY = "distributed_testing/durations"
 # pytest options under which a session runs no tests (it lists, shows or only collects): nothing is shipped
 NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow")
 UNKNOWN_DURATION_S = 0.05
+# A chunk's result carries every test's reports, and a result may carry at most MAX_OUTPUT_BYTES
+# (worker/core/output.py, 8 MiB) or the worker refuses it and every test of the chunk not yet
+# reported live becomes an error. A test's entry costs about RESULT_BYTES_PER_TEST plus
+# RESULT_BYTES_PER_ID_BYTE per byte of its node id, which its three reports repeat (their node id,
+# location and keywords); measured on packaging's 57,000 tests: 560 + 12.8 per byte. A chunk is cut
+# to at most MAX_CHUNK_RESULT_BYTES of such estimates, a quarter of the limit: room for the
+# tracebacks and captured output of tests that fail.
+RESULT_BYTES_PER_TEST = 700
+RESULT_BYTES_PER_ID_BYTE = 13
+MAX_CHUNK_RESULT_BYTES = 2 * 1024 * 1024
 
 
 def seconds(text: str) -> float:
@@ -215,7 +226,7 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     for g in groups.values():
         share = sum(cost[rid] for _, rid, _ in g)
         n = min(len(g), max(1, round(total_chunks * share / grand)))
-        for part in _split(g, [cost[rid] for _, rid, _ in g], n):
+        for part in (piece for run in _split(g, [cost[rid] for _, rid, _ in g], n) for piece in _fitting(run)):
             c = Chunk(part[0][2], [it for it, _, _ in part], [rid for _, rid, _ in part])
             c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
             c.cost = sum(cost[rid] for rid in c.remote_ids)
@@ -239,6 +250,16 @@ def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
             run, cut = [], cut + 1
     if run:
         yield run
+
+
+def _fitting(run: list[tuple[pytest.Item, str, dict[str, Any]]]) -> Iterator[list[tuple[pytest.Item, str, dict[str, Any]]]]:
+    """``run`` cut into contiguous pieces whose result fits (:data:`MAX_CHUNK_RESULT_BYTES`)."""
+    sizes = [RESULT_BYTES_PER_TEST + RESULT_BYTES_PER_ID_BYTE * len(rid.encode()) for _, rid, _ in run]
+    pieces = -(-sum(sizes) // MAX_CHUNK_RESULT_BYTES)
+    if pieces <= 1:
+        yield run
+    else:
+        yield from _split(run, [float(n) for n in sizes], min(pieces, len(run)))
 
 
 def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[str]) -> list[str]:

@@ -76,6 +76,25 @@ SUITES = {
     "tomlkit": Suite("tomlkit", "tomlkit==0.15.2", (), ("tests",), "rewrites a shipped fixture"),
     "jinja2": Suite("jinja2", "jinja2==3.1.6", ("markupsafe", "trio"), ("tests",),
                     "installed from its tree; touches a shipped template", install_tree=True),
+    # a suite of 64,000 tests with long parametrized ids: its chunks' reports must fit one result each
+    "packaging": Suite("packaging", "packaging==26.4", ("hypothesis", "pretend", "tomli_w", "pip"), (),
+                       "installed from its tree; addopts with -p no:tmpdir, -p no:logging; 64k tests",
+                       install_tree=True),
+    "parso": Suite("parso", "parso==0.8.7", (), (), "--doctest-modules, testpaths, usefixtures in pytest.ini"),
+    # numpy named: one of this package's dependencies, its link (module docstring) would make it
+    # importable locally only (no metadata, so it does not travel), and the numpy tests run only here
+    "tabulate": Suite("tabulate", "tabulate==0.10.0", ("wcwidth", "numpy"), ("--doctest-modules", "--ignore", "benchmark"),
+                      "its CLI tests run sys.executable"),
+    "idna": Suite("idna", "idna==3.20", ("hypothesis",), ("tests",), "a CLI test, hypothesis"),
+    "python-slugify": Suite("python-slugify", "python-slugify==9.2.0", ("text-unidecode",), ("tests",),
+                            "its CLI tests"),
+    "itsdangerous": Suite("itsdangerous", "itsdangerous==2.2.0", ("freezegun",), ("tests",),
+                          "installed from its tree", install_tree=True),
+    "simplejson": Suite("simplejson", "simplejson==4.3.0", (), ("simplejson",), "tests in the package"),
+    "text-unidecode": Suite("text-unidecode", "text-unidecode==1.3", (), ("test_unidecode.py",),
+                            "installed from its tree", install_tree=True),
+    "markdown": Suite("markdown", "markdown==3.11.3", ("pyyaml",), ("tests", "--ignore", "tests/test_legacy.py"),
+                      "unittest suites, data files; test_legacy turns every warning into an error at import"),
 }
 
 

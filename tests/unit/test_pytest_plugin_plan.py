@@ -6,7 +6,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distributed_testing.pytest_plugin import MAX_WATCHERS, MAX_WATCHERS_CAP, plan_chunks, watchers
+from distributed_testing.pytest_plugin import (
+    MAX_CHUNK_RESULT_BYTES,
+    MAX_WATCHERS,
+    MAX_WATCHERS_CAP,
+    RESULT_BYTES_PER_ID_BYTE,
+    RESULT_BYTES_PER_TEST,
+    plan_chunks,
+    watchers,
+)
+from distributed_testing.worker.core.output import MAX_OUTPUT_BYTES
 
 ROOT = Path("/suite")
 
@@ -85,3 +94,26 @@ def test_a_run_waits_for_as_many_tasks_at_once_as_it_has_slots_within_bounds() -
     assert watchers(500, 4) == MAX_WATCHERS == 32
     assert watchers(5000, 1000) == MAX_WATCHERS_CAP == 256
     assert watchers(10, 64) == 10 and watchers(0, 8) == 1
+
+
+def test_a_chunk_is_cut_where_its_tests_reports_would_not_fit_one_result() -> None:
+    """packaging's 64,000 tests in 16 chunks: a chunk's reports came to 9 MB, over the 8 MiB a result
+    may carry, and its tests not yet reported live became errors. Each chunk's estimate stays within
+    MAX_CHUNK_RESULT_BYTES, a quarter of that limit, in both modes and with history."""
+    long_id = "x" * 300
+    items = [Item(f"test_m{m}.py::test_{long_id}[{i}]") for m in range(2) for i in range(5000)]
+
+    def size(c: Any) -> int:
+        return sum(RESULT_BYTES_PER_TEST + RESULT_BYTES_PER_ID_BYTE * len(r) for r in c.remote_ids)
+
+    assert MAX_CHUNK_RESULT_BYTES * 4 <= MAX_OUTPUT_BYTES
+    history = {i.nodeid: 0.01 for i in items}
+    for kwargs, hist in (({"sessions": True}, {}), ({}, {}), ({}, history), ({"sessions": True}, history)):
+        chunks = plan_chunks(items, ROOT, 2, hist, set(), **kwargs)
+        assert all(size(c) <= MAX_CHUNK_RESULT_BYTES for c in chunks)
+        assert sorted(rid for c in chunks for rid in c.remote_ids) == sorted(i.nodeid for i in items)
+    shared = plan_chunks(items, ROOT, 2, history, set())
+    assert len(shared) > 2  # one per slot by time alone
+    assert shared[0].args[0].startswith("test_m0.py::")  # a module cut in two goes as node ids
+    small = plan_chunks(_items(4, 10), ROOT, 2, {}, set())
+    assert len(small) == 2  # a small suite's chunks are as before
