@@ -93,6 +93,9 @@ SUITES = {
     "simplejson": Suite("simplejson", "simplejson==4.3.0", (), ("simplejson",), "tests in the package"),
     "text-unidecode": Suite("text-unidecode", "text-unidecode==1.3", (), ("test_unidecode.py",),
                             "installed from its tree", install_tree=True),
+    "zipp": Suite("zipp", "zipp==4.1.2", ("jaraco.itertools", "jaraco.functools", "more_itertools",
+                                         "pytest-ignore-flaky", "jaraco.test"), ("--ignore", "tests/test_complexity.py"),
+                  "--import-mode importlib and --doctest-modules in pytest.ini; big-O (no wheel) left out"),
     "markdown": Suite("markdown", "markdown==3.11.3", ("pyyaml",), ("tests", "--ignore", "tests/test_legacy.py"),
                       "unittest suites, data files; test_legacy turns every warning into an error at import"),
 }
