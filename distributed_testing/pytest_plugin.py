@@ -340,6 +340,7 @@ class FleetRunner:
         self.partial: set[str] = set()
         self.durations: dict[str, float] = {}
         self.downed: list[Downed] = []
+        self.trimmed: list[str] = []  # tasks whose reports were cut to fit a result, and what went
         self.replayed: set[str] = set()  # tests reported while their chunk ran (node ids here)
         shipped = not config.getoption("--dt-shared-tree")
         from .plugin.invocation import invocation
@@ -563,12 +564,17 @@ class FleetRunner:
         durations: dict[str, float] = {}
         merge_downed(self.downed, report_task(pairs, task, self.root, durations,
                                               lambda: bool(session.shouldfail or session.shouldstop)))
+        trimmed = ((task.get("result") or {}).get("output") or {}).get("reports_trimmed")
+        if isinstance(trimmed, str):  # its reports were cut to fit one result (worker/executors/test.py)
+            self.trimmed.append(f"task {task['task_id']}: {trimmed}")
         by_id = dict(zip(ids, c.remote_ids, strict=True))
         self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         print_downed(terminalreporter, self.downed)
+        for line in self.trimmed:
+            terminalreporter.write_line(f"distributed_testing: {line}")
 
     def _save_history(self) -> None:
         cache = getattr(self.config, "cache", None)

@@ -154,13 +154,13 @@ def _fold(entry: dict[str, Any], data: dict[str, Any]) -> None:
         return
     entry["outcome"] = now
     longrepr = data.get("longrepr")
-    entry["message"] = _crash_message(longrepr) or (str(data.get("wasxfail")) if now == "xfailed" else None)
-    text = _longrepr_text(longrepr)
+    entry["message"] = crash_message(longrepr) or (str(data.get("wasxfail")) if now == "xfailed" else None)
+    text = longrepr_text(longrepr)
     if text:
         entry["longrepr"] = text
 
 
-def _crash_message(longrepr: Any) -> str | None:
+def crash_message(longrepr: Any) -> str | None:
     if isinstance(longrepr, dict):
         crash = longrepr.get("reprcrash") or {}
         return str(crash.get("message")) if crash.get("message") else None
@@ -169,7 +169,7 @@ def _crash_message(longrepr: Any) -> str | None:
     return longrepr.strip().splitlines()[-1] if isinstance(longrepr, str) and longrepr.strip() else None
 
 
-def _longrepr_text(longrepr: Any) -> str | None:
+def longrepr_text(longrepr: Any) -> str | None:
     """Plain text of a serialized longrepr, for readers of the task result that are not pytest."""
     if isinstance(longrepr, str):
         return longrepr

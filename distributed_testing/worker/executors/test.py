@@ -51,6 +51,7 @@ from distributed_testing.tasks.pytest_args import (
 )
 from distributed_testing.worker import confine
 from distributed_testing.worker.confine import Confinement
+from distributed_testing.worker.core.output import MAX_OUTPUT_BYTES
 from distributed_testing.worker.executors import pytest_report
 from distributed_testing.worker.executors.base import ExecOutcome, ExecutorSettings, TaskContext, task_python
 from distributed_testing.worker.executors.proc import (
@@ -310,10 +311,80 @@ class TestSummary:
         return sum(1 for t in self.tests if t["outcome"] == outcome)
 
     def as_output(self) -> dict[str, Any]:
-        """The counts and tests as the ``test`` task's output fields."""
+        """The counts and tests as the ``test`` task's output fields; where the tests' reports would
+        not fit a result (:func:`fit_reports`), trimmed until they do, with ``reports_trimmed``
+        saying what was left out."""
+        trimmed = fit_reports(self.tests, REPORTS_BUDGET_BYTES)
         return {"passed": self.count("passed"), "failed": self.count("failed"), "skipped": self.count("skipped"),
                 "xfailed": self.count("xfailed"), "errors": self.count("error"), "total": len(self.tests),
-                "duration_s": round(sum(t["duration_s"] for t in self.tests), 6), "tests": self.tests}
+                "duration_s": round(sum(t["duration_s"] for t in self.tests), 6), "tests": self.tests,
+                **({"reports_trimmed": trimmed} if trimmed else {})}
+
+
+# What one task's tests may take of a result (output.MAX_OUTPUT_BYTES, 8 MiB), less room for the
+# output's other fields (the stdout tail, the error text).
+REPORTS_BUDGET_BYTES = MAX_OUTPUT_BYTES - 256 * 1024
+# Each pass of fit_reports: what it leaves out, and the characters a captured section or a
+# traceback keeps (None: the section goes; 0: a traceback keeps only its crash line).
+_TRIM_PASSES: tuple[tuple[str, int | None, int | None], ...] = (
+    ("the captured output of tests that passed", None, None),
+    ("captured output and tracebacks beyond their last 2,000 characters", 2000, 2000),
+    ("captured output and tracebacks beyond their last 200 characters", 200, 200),
+    ("all captured output, and tracebacks beyond their crash line", 0, 0),
+)
+
+
+def fit_reports(tests: list[dict[str, Any]], budget: int) -> str | None:
+    """Trim ``tests`` (:func:`pytest_report.summarise`'s entries) in place until they encode to at
+    most ``budget`` bytes, so that every test's outcome reaches the submitter even when the whole
+    would be refused as too large (a chunk of a few thousand tests that all fail with a long
+    traceback: every one of them was otherwise reported as an error of the task, not as its own
+    failure). Passes, cheapest loss first: the captured output of passing tests, then every
+    captured section and traceback cut to its last 2,000 characters, then to 200, then sections
+    gone and tracebacks reduced to their crash line. The outcome, node id, duration, crash message
+    and location of every test stay. Returns what was left out (None: nothing, it fitted)."""
+    if _encoded_size(tests) <= budget:
+        return None
+    done = ""
+    for what, section_chars, longrepr_chars in _TRIM_PASSES:
+        for entry in tests:
+            if section_chars is None and entry["outcome"] != "passed":
+                continue
+            for report in entry["reports"]:
+                _trim_report(report, section_chars or 0, longrepr_chars, entry.get("message"))
+            if longrepr_chars is not None and isinstance(entry.get("longrepr"), str):
+                entry["longrepr"] = _tail(entry["longrepr"], longrepr_chars) or entry.get("message")
+        done = what
+        if _encoded_size(tests) <= budget:
+            break
+    return f"the tests' reports did not fit one result ({budget:,} bytes): left out {done}" + (
+        "" if done == _TRIM_PASSES[0][0] else " (and every pass before it)")
+
+
+def _trim_report(report: dict[str, Any], section_chars: int, longrepr_chars: int | None, message: str | None) -> None:
+    """One serialized report with its sections and its longrepr cut (:func:`fit_reports`); a cut
+    longrepr becomes plain text, which the submitter's pytest prints as it is."""
+    report["sections"] = [[name, _tail(str(text), section_chars)] for name, text in report.get("sections") or []
+                          if section_chars]
+    longrepr = report.get("longrepr")
+    if longrepr_chars is None or longrepr is None or (isinstance(longrepr, list) and len(longrepr) == 3):
+        return  # nothing to cut, or a skip's (path, line, reason)
+    if longrepr_chars == 0:  # its crash line: the test's message once an earlier pass made it text
+        crash = pytest_report.crash_message(longrepr) if isinstance(longrepr, dict) else message
+        report["longrepr"] = crash if crash is not None else _tail(str(longrepr), 200)
+    else:
+        report["longrepr"] = _tail(pytest_report.longrepr_text(longrepr) or str(longrepr), longrepr_chars)
+
+
+def _tail(text: str, chars: int) -> str:
+    return text if len(text) <= chars else "...\n" + text[-chars:] if chars else ""
+
+
+def _encoded_size(value: Any) -> int:
+    try:
+        return len(msgspec.msgpack.encode(value))
+    except (OverflowError, TypeError, ValueError, RecursionError):
+        return 0  # what cannot be encoded is refused by core.output.bound, whole
 
 
 def _read_summary(path: Path, under: Path) -> TestSummary:

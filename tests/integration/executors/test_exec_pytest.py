@@ -262,3 +262,31 @@ def test_a_log_line_of_the_tests_is_not_taken_for_pytests_error() -> None:
             "ERROR test_y.py - ModuleNotFoundError: No module named 'zzz'\n")
     assert pytest_errors(text) == ("ERROR: file or directory not found: nothere.py; "
                                     "ERROR test_y.py - ModuleNotFoundError: No module named 'zzz'")
+
+
+LOUD_FAILURES = """
+    import pytest
+
+    @pytest.mark.parametrize("n", range(150))
+    def test_loud(n):
+        print("o" * 20000)
+        assert n < 0, "x" * 20000
+"""
+
+
+def test_reports_too_large_for_one_result_are_trimmed_and_every_outcome_kept(tmp_path: Path) -> None:
+    """150 failing tests that each print 20,000 characters and fail with a 20,000-character message
+    give reports of more than a result may carry (8 MiB): the whole result was refused, and each
+    test came back as an error of the task. Trimmed, every test is its own failure."""
+    from distributed_testing.protocol.codec import free_form_payload
+    from distributed_testing.worker.core.output import MAX_OUTPUT_BYTES, bound
+
+    write(tmp_path, "test_loud.py", LOUD_FAILURES)
+    out = execute(ctx(tmp_path, "test_loud.py"))
+    assert out.status == "failed", out.error
+    tests = out.output["tests"]
+    assert len(tests) == 150 and {t["outcome"] for t in tests} == {"failed"}
+    assert all(t["message"].startswith("AssertionError: xxx") for t in tests)
+    assert "did not fit one result" in out.output["reports_trimmed"]
+    assert len(free_form_payload(out.output)) <= MAX_OUTPUT_BYTES
+    assert bound(out.status, out.output, out.error)[0] == "failed"
