@@ -489,16 +489,18 @@ class Group:
             self.known = _lease_row(known)
 
     async def close(self, *, leave: bool = True) -> None:
-        """Release the lease if held (call once nothing acts any more), drop this member's row,
-        close both connections."""
+        """Drop this member's row, then release the lease if held (call once nothing acts any
+        more), close both connections. The row goes first: the standby that takes the lease reads
+        the member list as it takes over, and with the row still there its cluster view named the
+        member that had left until its next heartbeat."""
         self.elected = False
-        if self.lease is not None:
-            await self.lease.release()
         conns = [c for c in (self._beat_conn, self._lease_conn) if c is not None]
         if leave and self._beat_conn is not None:
             with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
                 await self._beat_conn.execute("DELETE FROM dt_members WHERE member_id = $1", self.member_id,
                                               timeout=CLOSE_TIMEOUT_S)
+        if self.lease is not None:
+            await self.lease.release()
         for c in conns:
             with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
                 await c.close(timeout=2.0)

@@ -81,12 +81,10 @@ class EnvironmentProbe:
             async with asyncio.timeout(self.timeout_s):
                 out, err = await proc.communicate()
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            await _kill(proc)
             return self._unavailable(f"environment probe gave no answer within {self.timeout_s:g} s")
-        except asyncio.CancelledError:
-            proc.kill()
-            await proc.wait()
+        except asyncio.CancelledError:  # the worker stops (close): the probe goes with it
+            await _kill(proc)
             raise
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
@@ -150,3 +148,12 @@ class WithEnvironment:
 def with_environment(executors: dict[str, Executor], probe: EnvironmentProbe) -> dict[str, Executor]:
     """Every executor wrapped in :class:`WithEnvironment` sharing ``probe``."""
     return {kind: WithEnvironment(e, probe) for kind, e in executors.items()}
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    """Kill the probe and reap it; one that ended on its own meanwhile is fine (uvloop raises
+    ProcessLookupError for it: a worker stopping right after a refused registration ended with
+    that traceback instead of its message)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
