@@ -98,6 +98,14 @@ SUITES = {
                   "--import-mode importlib and --doctest-modules in pytest.ini; big-O (no wheel) left out"),
     "markdown": Suite("markdown", "markdown==3.11.3", ("pyyaml",), ("tests", "--ignore", "tests/test_legacy.py"),
                       "unittest suites, data files; test_legacy turns every warning into an error at import"),
+    "h11": Suite("h11", "h11==0.16.0", (), ("h11",), "tests in the package, data files beside them"),
+    "sqlparse": Suite("sqlparse", "sqlparse==0.6.1", (), ("tests",), "conftest fixtures reading data files"),
+    "markdown-it-py": Suite("markdown-it-py", "markdown-it-py==4.3.0",
+                            ("mdurl", "pytest-regressions", "pytest-timeout", "flit_core", "linkify-it-py", "requests"),
+                            ("tests",), "pytest-regressions data files, pytest-timeout from ini, xfail_strict"),
+    "semver": Suite("semver", "semver==3.1.2", ("pytest-cov",), (),
+                    "installed from its tree; .pytest.ini: --import-mode importlib, --doctest-glob, pythonpath, --cov",
+                    install_tree=True),
 }
 
 
