@@ -6,7 +6,8 @@ run), and what ``.gitignore`` and ``.dtignore`` files say (gitignore syntax, via
 Each directory's ignore files apply to paths below that directory, as git applies them; the
 ``.dtignore`` of a directory is read after its ``.gitignore``, so ``!pattern`` in it re-includes
 what git ignores (a generated file the tests need). A deeper directory's rules come after its
-parents' and so win.
+parents' and so win. One kind of ignored file travels all the same (``manifest._generated_version``):
+the version file setuptools-scm or hatch-vcs writes into a package at install, which it imports.
 """
 
 from __future__ import annotations
