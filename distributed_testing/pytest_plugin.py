@@ -39,8 +39,12 @@ and paths select as usual):
 * **So is the Python environment.** With a shipped tree, every task carries the distributions
   installed where this pytest runs (``name==version``; a local install inside the tree as
   ``./dir``; :mod:`.bundles.environment`) as its ``requirements.python``, and the workers run the
-  tests in an environment of that set alone, built once per worker host. A ``requirements.txt``
-  at the tree's root replaces the set (the worker reads it); ``--dt-no-env`` sends none.
+  tests in an environment of that set alone, built once per worker host, also where the tree
+  has a ``requirements.txt`` (projects keep one for other uses: glom's pins an older pytest, so
+  its shipped run collected other test ids than the local one). ``--dt-no-env`` sends none: the
+  workers then install the tree's ``requirements.txt`` if it has one, else run their own Python;
+  that file is also what travels where the environment cannot (more distributions than a task
+  carries, a local install outside the tree).
 * **So is the invocation.** The local options that change what runs or how (``-p``, ``-o``,
   ``-W``, ``-k``, ``-m``, conftest options, ``PYTEST_ADDOPTS``, ...) go with every task, a
   shipped tree's tasks get the local rootdir and ini file, and the tests run from the local
@@ -134,8 +138,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: upload the tree as a bundle; needs an --allow-code key and --accept-bundles workers)")
     group.addoption("--dt-no-env", action="store_true",
                     help="send no Python environment with a shipped tree (default: the distributions installed "
-                         "here travel, name==version, and the workers run the tests in that set; a "
-                         "requirements.txt at the tree's root replaces it)")
+                         "here travel, name==version, and the workers run the tests in that set; with this "
+                         "option they install the tree's requirements.txt if it has one, else use their own)")
     group.addoption("--dt-run-name", metavar="NAME",
                     help="name the session's run (default: the CI job's, as dt submit --run-name; else "
                          "'pytest <rootdir name>'); the run's line (its dashboard page with DT_DASHBOARD_URL) is printed")
@@ -435,18 +439,23 @@ class FleetRunner:
 
     def environment(self) -> list[str]:
         """The distributions the shipped tasks run in (:mod:`.bundles.environment`); none with
-        ``--dt-no-env`` or where the tree's own ``requirements.txt`` chooses (the worker reads it)."""
-        if self.config.getoption("--dt-no-env") or (self.root / "requirements.txt").is_file():
+        ``--dt-no-env`` (the worker then reads the tree's own ``requirements.txt``, if any)."""
+        if self.config.getoption("--dt-no-env"):
             return []
         from .bundles.environment import LocalInstallError, capture
         from .tasks import pyreqs
 
+        own_file = (self.root / "requirements.txt").is_file()  # used where the environment cannot travel
         try:
             python = capture(self.root)
         except LocalInstallError as exc:
+            if own_file:
+                return []
             raise pytest.UsageError(f"distributed_testing: the Python environment cannot travel: {exc} "
                                     "(--dt-no-env sends none)") from exc
         if len(python) > pyreqs.MAX_ENTRIES:
+            if own_file:
+                return []
             raise pytest.UsageError(f"distributed_testing: {len(python)} distributions are installed here, more than "
                                     f"a task may carry ({pyreqs.MAX_ENTRIES}): list what the tests need in a "
                                     "requirements.txt at the tree's root, or pass --dt-no-env")

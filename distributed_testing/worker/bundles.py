@@ -217,7 +217,7 @@ class ShippedCode:
     async def task(self, task_type: str, task_id: str, base_url: str, credential: str,
                    digest: str, python: Sequence[str] = ()) -> AsyncIterator[dict[str, Any]]:
         """The TaskContext fields of a bundle task (tree, scratch, sandbox and, with Python
-        requirements, the environment: the task's ``python`` list and the bundle's root
+        requirements, the environment: the task's ``python`` list, else the bundle's root
         ``requirements.txt``, see :mod:`.pyenv`); removed afterwards. ExecutionError names what is
         missing when this worker may not run it, or why its requirements could not be installed."""
         if not self.accepting or self.provider is None:
@@ -239,7 +239,8 @@ class ShippedCode:
                     tree = top / "tree"
                     await asyncio.to_thread(writable_view, kept, m, tree, link_large=task_uid() is not None)
                 fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
-                wanted = [*_bundle_requirements(tree, m), *python]
+                # the task's own list (the plugin's captured environment) replaces the bundle's file
+                wanted = list(python) if python else _bundle_requirements(tree, m)
                 if wanted and self.envs is not None:
                     # a test run's environment is its set alone: no worker plugin loads into it
                     env = await self.envs.ensure(wanted, tree, m, scratch, isolated=task_type == "test")

@@ -9,6 +9,10 @@ the per-test outcomes of local pytest with the same options, with no file writte
   with the run as the submitter's environment.
 * tomlkit 0.15.2: ``test_toml_file`` rewrites a shipped TOML fixture (its files were read-only
   links into the blob cache before: PermissionError).
+* toolz again, with a ``requirements.txt`` at its root that names a package no index has: a
+  project's own file (kept for other uses: glom's pins an older pytest) does not replace the
+  environment the plugin runs in (before, the workers installed the file instead: every test an
+  error).
 
 The submitter's environment is a virtual environment with the suite's test dependencies installed
 (distributed_testing/testing/suites.py); the workers run from this interpreter, in bwrap.
@@ -29,10 +33,14 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
 
 
-@pytest.mark.parametrize("name", ["toolz", "pyparsing", "tomlkit"])
-async def test_a_registry_suite_through_two_bundle_workers_matches_local_pytest(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(("name", "own_requirements"), [("toolz", False), ("pyparsing", False), ("tomlkit", False),
+                                                      ("toolz", True)])
+async def test_a_registry_suite_through_two_bundle_workers_matches_local_pytest(tmp_path: Path, name: str,
+                                                                               own_requirements: bool) -> None:
     suite = SUITES[name]
     tree = await asyncio.to_thread(fetch, suite, tmp_path / "sdist")
+    if own_requirements:
+        (tree / "requirements.txt").write_text("dt-no-such-distribution-anywhere==0.0.1\n")
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", list(suite.requirements))
     local = await asyncio.to_thread(run_pytest, python, tree, list(suite.args), tmp_path / "local.xml")
     assert local.outcomes and "passed" in local.outcomes.values(), local.output[-3000:]
