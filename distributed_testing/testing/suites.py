@@ -103,6 +103,10 @@ SUITES = {
     "markdown-it-py": Suite("markdown-it-py", "markdown-it-py==4.3.0",
                             ("mdurl", "pytest-regressions", "pytest-timeout", "flit_core", "linkify-it-py", "requests"),
                             ("tests",), "pytest-regressions data files, pytest-timeout from ini, xfail_strict"),
+    # its requirements.txt pins pytest 7.4.4 (whose ids of long parametrized strings differ): the
+    # environment the plugin runs in travels all the same
+    "glom": Suite("glom", "glom==25.12.0", ("attrs", "face", "boltons", "pyyaml", "tomli"), ("glom/test",),
+                  "its requirements.txt pins an older pytest"),
     "semver": Suite("semver", "semver==3.1.2", ("pytest-cov",), (),
                     "installed from its tree; .pytest.ini: --import-mode importlib, --doctest-glob, pythonpath, --cov",
                     install_tree=True),
