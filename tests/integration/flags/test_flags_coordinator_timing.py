@@ -181,7 +181,9 @@ async def test_max_heartbeat_interval_refuses_a_longer_interval_at_registration_
 async def run_until_disconnected(c: Cluster, start_cli_worker: StartWorker, *, max_retries: int) -> tuple[str, float]:
     """A sleep task running on worker w0 whose agent then goes away; returns (task id, when)."""
     await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"), "--worker-id", "w0"])
-    [tid] = await c.submit({"type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 1.0}},
+    # long enough to be running still once w1 has started (a CLI worker's start took over a second
+    # on a loaded 2-core machine: a 1 s task had succeeded on w0 by then)
+    [tid] = await c.submit({"type": "custom", "config": {"name": "sleep", "parameters": {"seconds": 8.0}},
                             "max_retries": max_retries})
     await wait_for(lambda: c.runtime.state.tasks[tid].state == "running", timeout=20, what="the task to run on w0")
     await start_cli_worker(c, ["--coordinator", c.base_url, "--api-key", await c.create_key("worker"), "--worker-id", "w1"])
@@ -204,7 +206,7 @@ async def test_worker_grace_requeues_a_lost_workers_task_after_the_grace(
         tid, gone_at = await run_until_disconnected(c, start_cli_worker, max_retries=1)
         await wait_for(lambda: c.runtime.state.tasks[tid].worker_id == "w1", timeout=6,
                        what="the task to be requeued to w1 after --worker-grace 1.5")
-        task = await c.wait(tid, timeout=20)
+        task = await c.wait(tid, timeout=40)
         assert (task["state"], task["outcome"]["worker_id"], task["attempt"]) == ("succeeded", "w1", 2)
         lost = lost_entry(task)
         assert "within 1.5s" in lost["cause"]
