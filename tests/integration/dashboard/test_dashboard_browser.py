@@ -201,7 +201,12 @@ async def test_failures_show_the_first_line_of_their_error_and_link_to_the_task(
         line = await page.inner_text(f"{cell} .err-line")  # the head, the cause pytest printed, the link
         assert line == f"{first} ModuleNotFoundError: No module named 'no_such_module_here' (full error)", line
         assert await page.get_attribute(f"{cell} a.more", "href") == f"tasks/{tid}"
-        box = await page.locator(f'#failures tr[data-id="{tid}"]').bounding_box()
+        box = None
+        for _ in range(50):  # the live page redraws its tables: a row can be between two draws
+            box = await page.locator(f'#failures tr[data-id="{tid}"]').bounding_box()
+            if box is not None:
+                break
+            await asyncio.sleep(0.1)
         assert box is not None and box["height"] < 120, box
         # an idle queue's axis starts at 0, not -1
         await page.wait_for_function("() => window.dtCharts?.['queue-chart']?.scales?.y")
