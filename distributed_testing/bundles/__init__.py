@@ -11,7 +11,8 @@ The contract (what ``dt submit --bundle``, the pytest plugin and the worker rely
   those bytes, is the bundle's name: ``"bundle": "<manifest digest>"`` in a task.
 * :func:`manifest.scan(root)` builds the manifest of a directory: ``.git/``, ``__pycache__/`` and ``.pytest_cache/`` are skipped, the
   ``.gitignore`` and ``.dtignore`` files of every directory are honoured (gitignore syntax, a
-  ``.dtignore`` read after the ``.gitignore`` beside it so it can re-include with ``!``), a symlink
+  ``.dtignore`` read after the ``.gitignore`` beside it so it can re-include with ``!``; what a
+  build wrote beside its sources ships even where a ``.gitignore`` lists it: :mod:`.ignore`), a symlink
   whose target leaves ``root`` raises :class:`~distributed_testing.errors.ValidationError` naming
   it, a symlink to a file inside ``root`` is shipped as that file's content, and a symlinked
   directory or a symlink loop is refused. Returns ``(manifest, {digest: local path})``.

@@ -136,6 +136,8 @@ def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], source
                                 f"{MAX_DEPTH} levels deep; a bundle's paths are at most {MAX_DEPTH} levels"}])
     with os.scandir(root / rel_dir) as it:
         entries = sorted(it, key=lambda e: e.name)
+    held_back: list[tuple[str, os.DirEntry[str]]] = []  # ignored files: shipped only if built from a shipped one
+    shipped: set[str] = set()
     for entry in entries:
         rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
         if entry.is_symlink():
@@ -143,8 +145,44 @@ def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], source
         elif entry.is_dir(follow_symlinks=False):
             if not rules.ignored(rel, True):
                 _walk(root, rel, rules.below(root, rel), files, sources)
-        elif entry.is_file(follow_symlinks=False) and (not rules.ignored(rel, False) or _generated_version(entry)):
+        elif entry.is_file(follow_symlinks=False):
+            by = rules.left_out_by(rel, False)
+            if by is None:
+                shipped.add(entry.name)
+                _add(rel, Path(entry.path), entry.stat(follow_symlinks=False).st_mode, files, sources)
+            elif by == ".gitignore":
+                held_back.append((rel, entry))
+    for rel, entry in held_back:
+        if _built_output(entry, shipped):
             _add(rel, Path(entry.path), entry.stat(follow_symlinks=False).st_mode, files, sources)
+
+
+def _built_output(entry: os.DirEntry[str], shipped: set[str]) -> bool:
+    """Whether a file a ``.gitignore`` leaves out is what a build wrote into the tree, which the
+    local run imports or reads, so that it ships all the same: a version file written at install
+    (:func:`_generated_version`), or an output beside the source it was built from, that source
+    shipped (``shipped``: the names of the directory's files that ship; :func:`_built_from`)."""
+    return any(source in shipped for source in _built_from(entry.name)) or _generated_version(entry)
+
+
+# What a build writes beside its source, and a .gitignore lists: an extension module compiled in
+# place (``name.cpython-311-x86_64-linux-gnu.so``, ``name.abi3.so``, ``name.pyd``) from
+# ``name.pyx``, ``name.c``, ... (Cython, a C extension, mypyc's ``name.py``), and a catalogue of
+# translations (``name.mo``) compiled from ``name.po``. The local run imports or opens them.
+_EXTENSION_SUFFIXES = (".so", ".pyd")
+_EXTENSION_SOURCES = (".pyx", ".py", ".c", ".cpp", ".cc", ".cxx")
+
+
+def _built_from(name: str) -> tuple[str, ...]:
+    """The names of the sources in the same directory that the ignored file ``name`` is built from,
+    where it is such an output: shipped with its source, since the local run has it (humanize's
+    compiled ``*.mo`` translations are ignored by git: 144 of its tests skipped on the workers)."""
+    if name.endswith(".mo"):
+        return (name[:-3] + ".po",)
+    if name.endswith(_EXTENSION_SUFFIXES):
+        stem = name.split(".", 1)[0]
+        return tuple(stem + suffix for suffix in _EXTENSION_SOURCES) if stem else ()
+    return ()
 
 
 # The head of the version file setuptools-scm (and hatch-vcs, vcs-versioning, which use its
