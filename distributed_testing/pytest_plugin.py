@@ -57,6 +57,10 @@ and paths select as usual):
   summary; ``-v`` names the worker on each test's line and ``--junitxml`` in a ``dt_worker``
   property. A task or module that failed as a whole is printed once with the tests it took down,
   each of which is an error of one line (:mod:`.plugin.replay`).
+* **Coverage.** Where pytest-cov measures the run (``--cov``, here or in ``addopts``) and the
+  environment travels, the workers' sessions measure the tests and send it back with each
+  chunk's result; the plugin writes it beside pytest-cov's data before pytest-cov ends the run,
+  so its report, files and ``--cov-fail-under`` are the whole run's (:mod:`.plugin.coverage`).
 * **Run control.** On Ctrl-C, ``-x`` / ``--maxfail``, ``--dt-timeout S`` (default 3600: the
   whole wait) or any error, every task this run queued and that has not finished is cancelled.
   A task that no connected worker can run (the coordinator says ``unschedulable``) for
@@ -347,9 +351,15 @@ class FleetRunner:
         self.trimmed: list[str] = []  # tasks whose reports were cut to fit a result, and what went
         self.replayed: set[str] = set()  # tests reported while their chunk ran (node ids here)
         shipped = not config.getoption("--dt-shared-tree")
+        from .plugin.coverage import Combined, measuring
         from .plugin.invocation import invocation
 
-        self.invocation = invocation(config, self.root, environ(), shipped=shipped)  # refusals before anything is sent
+        # pytest-cov measures where the tests run: on the workers, with the environment that carries it
+        self.cov_controller = measuring(config)
+        travels = shipped and not config.getoption("--dt-no-env")
+        self.coverage = Combined(self.root)
+        self.invocation = invocation(config, self.root, environ(), shipped=shipped,  # refusals before anything is sent
+                                     coverage=self.cov_controller is not None and travels)
         self._early: concurrent.futures.ThreadPoolExecutor | None = None
         self.run_ms = f"{int(time.time() * 1000):x}"  # in the tasks' ids
         self.run: dict[str, Any] = {}
@@ -479,6 +489,10 @@ class FleetRunner:
             raise pytest.UsageError(f"distributed_testing: {exc}") from exc
         finally:
             self._save_history()
+            if self.cov_controller is not None:  # before pytest-cov's end of the run combines its data files
+                said = self.coverage.write(self.cov_controller)
+                if said is not None:
+                    self.coverage.problems.append(said)
         return True
 
     @pytest.hookimpl
@@ -573,7 +587,10 @@ class FleetRunner:
         durations: dict[str, float] = {}
         merge_downed(self.downed, report_task(pairs, task, self.root, durations,
                                               lambda: bool(session.shouldfail or session.shouldstop)))
-        trimmed = ((task.get("result") or {}).get("output") or {}).get("reports_trimmed")
+        output = (task.get("result") or {}).get("output") or {}
+        if self.cov_controller is not None:
+            self.coverage.add(str(task["task_id"]), output)
+        trimmed = output.get("reports_trimmed")
         if isinstance(trimmed, str):  # its reports were cut to fit one result (worker/executors/test.py)
             self.trimmed.append(f"task {task['task_id']}: {trimmed}")
         by_id = dict(zip(ids, c.remote_ids, strict=True))
@@ -584,6 +601,9 @@ class FleetRunner:
         print_downed(terminalreporter, self.downed)
         for line in self.trimmed:
             terminalreporter.write_line(f"distributed_testing: {line}")
+        if self.ran:
+            for line in self.coverage.lines(self.cov_controller):
+                terminalreporter.write_line(f"distributed_testing: {line}")
 
     def _save_history(self) -> None:
         cache = getattr(self.config, "cache", None)

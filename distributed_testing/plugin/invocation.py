@@ -24,6 +24,11 @@ option, by its ``dest``:
   ``--log-file``, ``--debug``, ``--basetemp``, ``--pastebin``), and ``-o cache_dir=...`` (the
   cache, where the plugin keeps the tests' durations): they act here, on the replayed reports, or
   not at all; never sent.
+* **Coverage** (:data:`COVERAGE`): where pytest-cov measures the run and travels with it (a
+  shipped tree with its environment), ``--cov``, ``--cov-branch``, ``--cov-config`` (a path in the
+  tree), ``--cov-context`` and ``--no-cov`` are sent, with ``--cov-report=`` (no report there):
+  the workers' sessions measure and the plugin combines their data here (:mod:`.coverage`).
+  Otherwise they are local like pytest-cov's other options.
 * **Refused** (:data:`REFUSED`): the debugger options, which need the terminal of the process
   that runs the test. A refusal is a :class:`pytest.UsageError` raised before anything is sent.
 
@@ -76,7 +81,11 @@ LOCAL = frozenset({
 })
 REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace"}
 LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (each task's is its own)
-TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir"}
+TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir",
+                "cov_config": "--cov-config"}
+# pytest-cov's options that say what to measure: sent with ``coverage`` (the run's coverage is
+# measured on the workers and combined here: :mod:`.coverage`), else local like its others
+COVERAGE = frozenset({"cov_source", "cov_branch", "cov_config", "cov_context", "no_cov"})
 IGNORES = {"ignore": "--ignore", "ignore_glob": "--ignore-glob"}
 NO_CACHE = "no:cacheprovider"
 
@@ -93,9 +102,12 @@ class Invocation:
     local_ids: bool = False
 
 
-def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shipped: bool) -> Invocation:
+def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shipped: bool,
+               coverage: bool = False) -> Invocation:
     """The :class:`Invocation` of this pytest run for tasks that run ``root`` (the tree; shipped
-    as a bundle when ``shipped``). Raises :class:`pytest.UsageError` for what cannot travel."""
+    as a bundle when ``shipped``). ``coverage``: pytest-cov measures this run and travels with it,
+    so its options of :data:`COVERAGE` go too, with ``--cov-report=`` (the report is made here).
+    Raises :class:`pytest.UsageError` for what cannot travel."""
     root = root.resolve()
     here = Path(config.invocation_params.dir).resolve()
     cwd = _inside(here, root)
@@ -104,7 +116,10 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     args: list[str] = []
     for option, action, value in _options(tokens, _actions(config)):
         dest = action.dest
-        if option.startswith(OWN_OPTION_PREFIX) or dest in LOCAL or (shipped and dest in ("inifilename", "rootdir")):
+        if dest in COVERAGE and not coverage:
+            continue
+        if option.startswith(OWN_OPTION_PREFIX) or (dest in LOCAL and dest not in COVERAGE) or (
+                shipped and dest in ("inifilename", "rootdir")):
             continue
         if dest == "override_ini" and str(value).partition("=")[0].strip() in LOCAL_INI:
             continue
@@ -125,6 +140,8 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
         args += _plugin_args(name, shipped)
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         args.append("--disable-plugin-autoload")
+    if coverage:
+        args.append("--cov-report=")
     verbosity = int(getattr(config.option, "verbose", 0) or 0)
     if verbosity > 0:
         args.append(f"--verbosity={verbosity}")

@@ -24,8 +24,8 @@ The rule, token by token:
   ``--allow-test-options``. Any other short option is refused.
 * A task with a bundle runs in the bundle sandbox, where what its pytest loads or reads acts on
   that run alone: it may also use :data:`SANDBOXED` (``-p``, ``-o``, ``-W``, ``-c``,
-  ``--rootdir``, ``--confcutdir``, ``--import-mode``, ...), the paths of ``-c``, ``--rootdir``
-  and ``--confcutdir`` under its tree. Its other guarded options follow the rule above.
+  ``--rootdir``, ``--confcutdir``, ``--import-mode``, pytest-cov's ``--cov``, ...), the paths of
+  ``-c``, ``--rootdir``, ``--confcutdir`` and ``--cov-config`` under its tree. Its other guarded options follow the rule above.
 * Any other long option is taken as one a ``conftest.py`` under the test root defines (the README's
   ``["--batch-size", "4"]``) and passed on. pytest cannot tell us whether it takes a value, so the
   token after it, when not itself an option, is checked as a path; give such a value as
@@ -93,8 +93,10 @@ SANDBOXED = frozenset({
     "-p", "-o", "--override-ini", "-W", "--pythonwarnings", "-c", "--config-file", "--inifile", "--rootdir",
     "--confcutdir", "--import-mode", "--noconftest", "--keepduplicates", "--keep-duplicates",
     "--collect-in-virtualenv", "--assert", "--pyargs", "--disable-plugin-autoload",
+    # pytest-cov: the run's coverage is measured where its tests run, its data written in the task's tree
+    "--cov", "--cov-report", "--cov-config", "--cov-context",
 })
-TREE_PATHS = frozenset({"-c", "--config-file", "--inifile", "--rootdir", "--confcutdir"})
+TREE_PATHS = frozenset({"-c", "--config-file", "--inifile", "--rootdir", "--confcutdir", "--cov-config"})
 REBASED = TREE_PATHS | {"--ignore"}  # their values are paths, given relative to the test root
 
 

@@ -18,7 +18,9 @@ command argument pytest refuses (a path not found) gets ``{"kind": "error", "tas
 "message"}`` (the others run). Every command ends with all fixtures torn down (the last test of
 a command runs with no next item), so a command's tests see what they would see in a pytest of
 their own, and the process never holds a fixture between tasks. The end of FD's input ends the
-session.
+session. Where coverage measures this process (pytest-cov's ``--cov``, which the plugin passes on
+from the local run), ``done`` carries ``coverage``: what was measured since the previous command
+ended (:class:`_CoverageDelta`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class _Server:
         self.index: dict[tuple[str, str], pytest.Item] = {}  # what it collected at start
         self.by_path: dict[str, list[pytest.Item]] = {}  # the same, by file
         self.configured = time.time()  # the process started, pytest and the plugins imported, conftests loaded
+        self.coverage = _CoverageDelta()
 
     def _write(self, line: dict[str, Any]) -> None:
         writer = self.config.pluginmanager.get_plugin(WRITER_NAME)
@@ -167,9 +170,63 @@ class _Server:
         finally:
             with contextlib.suppress(Exception):  # after a stop: what the last test left set up
                 session._setupstate.teardown_exact(None)
-            self._write({"kind": "done", "task": task, "pid": os.getpid()})
+            done: dict[str, Any] = {"kind": "done", "task": task, "pid": os.getpid()}
+            measured = self.coverage.since()
+            if measured is not None:
+                done["coverage"] = measured
+            self._write(done)
 
 
 def _key(path: Any, nodeid: str) -> tuple[str, str]:
     """An item's key: its file, resolved, and the part of its node id after the file's."""
     return str(path.resolve()), nodeid.partition("::")[2]
+
+
+class _CoverageDelta:
+    """What coverage measured in this process since the last call, where something measures it
+    (``coverage.Coverage.current()``: pytest-cov's central controller starts one before the
+    conftests load): ``{"arcs": bool, "files": {absolute path: [[start, end], ...] line runs, or
+    [[from, to], ...] arcs}, "sites": [site-packages folders]}``; None where nothing measures. A
+    file with nothing new is left out, except the first time (a source file never imported is
+    reported at 0 %)."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, set[Any]] = {}
+
+    def since(self) -> dict[str, Any] | None:
+        import sys
+
+        module = sys.modules.get("coverage")
+        current = getattr(getattr(module, "Coverage", None), "current", None)
+        cov = current() if callable(current) else None
+        if cov is None:
+            return None
+        try:
+            data = cov.get_data()  # moves what the tracer holds into the data; measuring goes on
+            arcs = bool(data.has_arcs())
+            files: dict[str, Any] = {}
+            for path in data.measured_files():
+                now = set((data.arcs(path) if arcs else data.lines(path)) or ())
+                seen = self.sent.get(path)
+                new = now - seen if seen is not None else now
+                if seen is not None and not new:
+                    continue
+                self.sent.setdefault(path, set()).update(new)
+                files[path] = [list(a) for a in sorted(new)] if arcs else _runs(sorted(new))
+        except Exception as exc:  # coverage's own failure: the tests' outcomes stand; say why
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        import sysconfig
+
+        sites = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+        return {"arcs": arcs, "files": files, "sites": sites}
+
+
+def _runs(lines: list[int]) -> list[list[int]]:
+    """Sorted line numbers as ``[first, last]`` runs: a covered block is one pair."""
+    out: list[list[int]] = []
+    for n in lines:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out

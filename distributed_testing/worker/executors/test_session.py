@@ -290,6 +290,7 @@ class SessionPool:
         keep = False
         lines: list[dict[str, Any]] = []
         errors: list[str] = []
+        measured: list[dict[str, Any]] = []  # what coverage measured in the session for this task
         timeout = effective_timeout(spec.timeout_s, ctx.timeout_s)
         try:
             if spec.warm:  # started (or found) for the run's tests to come: nothing to run
@@ -303,7 +304,7 @@ class SessionPool:
             targets = self._targets(spec, ctx, root)
             assert session.proc is not None
             watch = MemoryWatch(session.proc.pid, ctx.max_memory_mb, self._poll_s) if ctx.max_memory_mb else None
-            limited = await run_limited(self._serve(session, spec, ctx, targets, reused, lines, errors),
+            limited = await run_limited(self._serve(session, spec, ctx, targets, reused, lines, errors, measured),
                                         timeout_s=timeout, watch=watch)
             keep = limited.verdict == "done" and session.alive()
             summary = TestSummary(pytest_report.summarise(lines))
@@ -312,6 +313,8 @@ class SessionPool:
                                       "session": {"reused": reused, "starts": session.starts}}
             if watch is not None:
                 output["peak_rss_mb"] = watch.peak_mb
+            if measured:
+                output["coverage"] = tree_coverage(measured, root)
             if "python_env" in session.fields:  # built (or found) for the session's first task; there for the rest
                 env = session.fields["python_env"]
                 output["python_env"] = {**env, "cached": True, "build_s": 0.0} if reused else env
@@ -371,7 +374,7 @@ class SessionPool:
         return s, False
 
     async def _serve(self, s: _Session, spec: TestConfig, ctx: TaskContext, targets: list[str], reused: bool,
-                     lines: list[dict[str, Any]], errors: list[str]) -> None:
+                     lines: list[dict[str, Any]], errors: list[str], measured: list[dict[str, Any]]) -> None:
         """Send the task's tests, collect their lines; restart the session after a crash."""
         maxfail = _maxfail(spec.test_args)
         begun: list[str] = []  # node ids that started in this task, in order
@@ -394,6 +397,8 @@ class SessionPool:
                 kind = line.get("kind")
                 if kind == "done" and line.get("task") == n:
                     streamed()
+                    if isinstance(line.get("coverage"), dict):
+                        measured.append(line["coverage"])
                     return
                 if kind == "start":
                     nodeid = str(line.get("nodeid"))
@@ -496,6 +501,42 @@ def _initial(spec: TestConfig, root: Path) -> list[str]:
             with contextlib.suppress(ExecutionError):
                 out.append(resolve_test_path(root, test))
     return out
+
+
+# A task's coverage (all its commands') may take at most this much of its result; over it, the
+# result says so instead, and the plugin says that its report misses this task's lines.
+MAX_COVERAGE_BYTES = 2 * 1024 * 1024
+
+
+def tree_coverage(measured: list[dict[str, Any]], root: Path) -> dict[str, Any]:
+    """What coverage measured for a task (the session's ``done`` lines: :mod:`.pytest_serve`), with
+    each file named where the submitter has it too: ``tree/REL`` (a file of the shipped tree,
+    relative to its root) or ``site/REL`` (of the environment's site-packages, relative to it);
+    files elsewhere (the worker's own) are left out. ``{"arcs", "files"}``, or ``{"error"}``."""
+    files: dict[str, list[Any]] = {}
+    arcs = False
+    for m in measured:
+        if "error" in m:
+            return {"error": f"coverage failed in the session: {m['error']}"}
+        arcs = bool(m.get("arcs"))
+        sites = [Path(p) for p in m.get("sites") or [] if isinstance(p, str)]
+        for path, data in (m.get("files") or {}).items():
+            where = _relative(Path(path), [("tree", root), *(("site", s) for s in sites)])
+            if where is not None and isinstance(data, list):
+                files.setdefault(where, []).extend(data)
+    out = {"arcs": arcs, "files": files}
+    size = len(json.dumps(out))
+    if size > MAX_COVERAGE_BYTES:
+        return {"error": f"the coverage of this task's tests ({size:,} bytes, {len(files):,} files) is over the "
+                         f"{MAX_COVERAGE_BYTES:,} bytes a result gives it"}
+    return out
+
+
+def _relative(path: Path, bases: list[tuple[str, Path]]) -> str | None:
+    for name, base in bases:
+        if path.is_relative_to(base):
+            return f"{name}/{path.relative_to(base).as_posix()}"
+    return None
 
 
 def _gist(text: str) -> str:

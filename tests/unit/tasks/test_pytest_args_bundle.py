@@ -14,7 +14,9 @@ from distributed_testing.worker.executors.test import pytest_argv, task_cwd
 
 LOCAL_INVOCATION = ["-p", "no:asyncio", "--override-ini=xfail_strict=true", "-Werror::DeprecationWarning",
                     "--config-file=sub/pytest.ini", "--rootdir=sub", "--confcutdir=sub", "--import-mode=importlib",
-                    "-kfast and not slow", "-mnot gpu", "--strict-markers", "--tb=short", "--runslow"]
+                    "-kfast and not slow", "-mnot gpu", "--strict-markers", "--tb=short", "--runslow",
+                    # pytest-cov, where the run's coverage travels (plugin/invocation.py COVERAGE)
+                    "--cov=pkg", "--cov", "--cov-branch", "--cov-config=sub/.coveragerc", "--cov-report=", "--no-cov"]
 
 
 def test_a_bundle_may_use_the_options_that_act_on_its_run_alone(tmp_path: Path) -> None:
@@ -22,13 +24,15 @@ def test_a_bundle_may_use_the_options_that_act_on_its_run_alone(tmp_path: Path) 
     assert refused_test_args(LOCAL_INVOCATION, root=tmp_path, bundle=True) == []
     refused = refused_test_args(LOCAL_INVOCATION, root=tmp_path)  # an operator's test root: today's rule
     assert [e.split("'")[1] for e in refused] == ["-p", "--override-ini", "-W", "--config-file", "--rootdir",
-                                                   "--confcutdir", "--import-mode"]
+                                                   "--confcutdir", "--import-mode", "--cov", "--cov",
+                                                   "--cov-config", "--cov-report"]
 
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["-c", "/etc/pytest.ini"], "outside the test root"),
     (["--rootdir=/"], "outside the test root"),
     (["--confcutdir", "../.."], "outside the test root"),
+    (["--cov-config=/etc/coveragerc"], "outside the test root"),
     (["--junitxml=/tmp/x.xml"], "--allow-test-options --junitxml"),
     (["--basetemp", "/tmp/x"], "--allow-test-options --basetemp"),
     (["--pdb"], "--allow-test-options --pdb"),
