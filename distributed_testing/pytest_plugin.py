@@ -10,13 +10,13 @@ and paths select as usual):
   ``distributed_testing/durations``, written after every run). With a shipped tree each worker
   runs the run's chunks in a pytest session it keeps for the run (``config.session``, the run's
   id; ``worker/executors/test_session.py``), which collects once and takes each chunk's node ids,
-  so a chunk costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, the longest first
+  so a chunk costs no pytest start: :data:`.plugin.chunks.SESSION_CHUNKS_PER_SLOT` per slot, the longest first
   when the history knows them, and a worker that is done takes the next (as pytest-xdist's
   ``--dist load`` feeds its workers). With ``--dt-shared-tree`` each chunk is a pytest process
-  of its own: one chunk per worker slot with history, without it up to :data:`CHUNKS_PER_SLOT`
-  per slot (one per :data:`MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
+  of its own: one chunk per worker slot with history, without it up to :data:`.plugin.chunks.CHUNKS_PER_SLOT`
+  per slot (one per :data:`.plugin.chunks.MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
   chunk is sent as its path, otherwise as node ids. In either mode a chunk is cut further where
-  its tests' reports would not fit one task's result (:data:`MAX_CHUNK_RESULT_BYTES`).
+  its tests' reports would not fit one task's result (:data:`.plugin.chunks.MAX_CHUNK_RESULT_BYTES`).
 * **Early and as they come.** From pytest's session start (before its header and collection),
   in threads beside the local collection: the slots and the run are asked for while the
   environment is captured and the bundle uploaded, and with a shipped tree one ``warm`` task per
@@ -77,8 +77,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +85,7 @@ import pytest
 
 from .config import environ
 from .errors import ValidationError
+from .plugin.chunks import Chunk, plan_chunks
 from .plugin.fleet import Fleet, _cancel_all, _client
 from .plugin.replay import Downed, merge_downed, print_downed, report_live, report_task
 from .plugin.watch import Live, News, watch
@@ -103,24 +103,10 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own: at least this many,
 MAX_WATCHERS_CAP = 256  # else one per worker slot (each running chunk's tests come live), at most this
-CHUNKS_PER_SLOT = 4
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
-SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
-MIN_CHUNK_TESTS = 500
 HISTORY_KEY = "distributed_testing/durations"
 # pytest options under which a session runs no tests (it lists, shows or only collects): nothing is shipped
 NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow")
-UNKNOWN_DURATION_S = 0.05
-# A chunk's result carries every test's reports, and a result may carry at most MAX_OUTPUT_BYTES
-# (worker/core/output.py, 8 MiB) or the worker refuses it and every test of the chunk not yet
-# reported live becomes an error. A test's entry costs about RESULT_BYTES_PER_TEST plus
-# RESULT_BYTES_PER_ID_BYTE per byte of its node id, which its three reports repeat (their node id,
-# location and keywords); measured on packaging's 57,000 tests: 560 + 12.8 per byte. A chunk is cut
-# to at most MAX_CHUNK_RESULT_BYTES of such estimates, a quarter of the limit: room for the
-# tracebacks and captured output of tests that fail.
-RESULT_BYTES_PER_TEST = 700
-RESULT_BYTES_PER_ID_BYTE = 13
-MAX_CHUNK_RESULT_BYTES = 2 * 1024 * 1024
 
 
 def seconds(text: str) -> float:
@@ -159,131 +145,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(FleetRunner(config), "distributed_testing-fleet")
 
 
-@dataclass
-class Chunk:
-    """One test task: tests with one requirement, run by one pytest process."""
-
-    requirements: dict[str, Any]
-    items: list[pytest.Item] = field(default_factory=list)
-    remote_ids: list[str] = field(default_factory=list)
-    args: list[str] = field(default_factory=list)
-    cost: float = 0.0  # its tests' estimated seconds
-
-
-def requirements_of(item: pytest.Item) -> dict[str, Any]:
-    """The ``dt`` marker as a task's ``requirements`` (empty without the marker)."""
-    marker = item.get_closest_marker("dt")
-    if marker is None:
-        return {}
-    unknown = set(marker.kwargs) - {"hardware", "tags"}
-    if marker.args or unknown:
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.dt takes hardware= and tags= only, "
-                                f"got {list(marker.args) + sorted(unknown)}")
-    hardware = marker.kwargs.get("hardware")
-    tags = marker.kwargs.get("tags", ())
-    req: dict[str, Any] = {}
-    if hardware:
-        req["hardware"] = [hardware] if isinstance(hardware, str) else list(hardware)
-    if tags:
-        req["tags"] = [tags] if isinstance(tags, str) else list(tags)
-    return req
-
-
-def remote_id(item: pytest.Item, root: Path) -> str:
-    """The item's node id relative to ``root`` (the worker's test root)."""
-    try:
-        rel = item.path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError as exc:
-        raise pytest.UsageError(f"{item.nodeid}: {item.path} is not under --dt-test-root {root}") from exc
-    _, sep, rest = item.nodeid.partition("::")
-    return rel + sep + rest
-
-
 def watchers(tasks: int, slots: int) -> int:
     """Threads that wait for a run's ``tasks`` at once: one per task, at most one per worker slot
     (a chunk's tests come live only while a watcher follows it, and at most ``slots`` chunks run at
     once) but never fewer than :data:`MAX_WATCHERS` nor more than :data:`MAX_WATCHERS_CAP`."""
     return max(1, min(tasks, max(MAX_WATCHERS, min(slots, MAX_WATCHERS_CAP))))
-
-
-def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: dict[str, float],
-                partial: set[str], *, sessions: bool = False) -> list[Chunk]:
-    """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
-    ``root``) some of whose tests were deselected here, so they are always sent as node ids.
-    ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
-    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, the
-    slowest first where the history knows their tests."""
-    groups: dict[str, list[tuple[pytest.Item, str, dict[str, Any]]]] = {}
-    for item in items:
-        req = requirements_of(item)
-        groups.setdefault(repr(sorted(req.items())), []).append((item, remote_id(item, root), req))
-    flat = [rid for g in groups.values() for _, rid, _ in g]
-    known = [history[r] for r in flat if r in history]
-    default = sorted(known)[len(known) // 2] if known else UNKNOWN_DURATION_S
-    with_history = len(known) >= 0.9 * len(flat)
-    # without history, smaller chunks let fast slots take more, but each costs a pytest start-up
-    total_chunks = slots if with_history else min(slots * CHUNKS_PER_SLOT, max(slots, len(flat) // MIN_CHUNK_TESTS))
-    if sessions:
-        total_chunks = max(1, min(len(flat), slots * SESSION_CHUNKS_PER_SLOT))
-    cost = {r: max(history.get(r, default), 1e-3) for r in flat}
-    grand = sum(cost.values())
-    per_module: dict[str, int] = {}
-    for rid in flat:
-        per_module[rid.partition("::")[0]] = per_module.get(rid.partition("::")[0], 0) + 1
-    chunks: list[Chunk] = []
-    for g in groups.values():
-        share = sum(cost[rid] for _, rid, _ in g)
-        n = min(len(g), max(1, round(total_chunks * share / grand)))
-        for part in (piece for run in _split(g, [cost[rid] for _, rid, _ in g], n) for piece in _fitting(run)):
-            c = Chunk(part[0][2], [it for it, _, _ in part], [rid for _, rid, _ in part])
-            c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
-            c.cost = sum(cost[rid] for rid in c.remote_ids)
-            chunks.append(c)
-    if sessions and with_history:  # the longest first, as a scheduler of known jobs would
-        chunks.sort(key=lambda c: -c.cost)
-    return chunks
-
-
-def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
-    """``seq`` cut into ``n`` contiguous runs of about equal total cost."""
-    target = sum(costs) / n
-    run: list[Any] = []
-    acc = 0.0
-    cut = 1
-    for x, c in zip(seq, costs, strict=True):
-        run.append(x)
-        acc += c
-        if acc >= target * cut * (1 - 1e-9) and cut < n:  # float sums fall just short
-            yield run
-            run, cut = [], cut + 1
-    if run:
-        yield run
-
-
-def _fitting(run: list[tuple[pytest.Item, str, dict[str, Any]]]) -> Iterator[list[tuple[pytest.Item, str, dict[str, Any]]]]:
-    """``run`` cut into contiguous pieces whose result fits (:data:`MAX_CHUNK_RESULT_BYTES`)."""
-    sizes = [RESULT_BYTES_PER_TEST + RESULT_BYTES_PER_ID_BYTE * len(rid.encode()) for _, rid, _ in run]
-    pieces = -(-sum(sizes) // MAX_CHUNK_RESULT_BYTES)
-    if pieces <= 1:
-        yield run
-    else:
-        yield from _split(run, [float(n) for n in sizes], min(pieces, len(run)))
-
-
-def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[str]) -> list[str]:
-    """pytest arguments for these tests: a module path where all its selected tests are here."""
-    here: dict[str, int] = {}
-    for rid in remote_ids:
-        here[rid.partition("::")[0]] = here.get(rid.partition("::")[0], 0) + 1
-    args: list[str] = []
-    for rid in remote_ids:
-        module = rid.partition("::")[0]
-        if module not in partial and here[module] == per_module[module]:
-            if not args or args[-1] != module:
-                args.append(module)
-        else:
-            args.append(rid)
-    return list(dict.fromkeys(args))
 
 
 def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,

@@ -6,15 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distributed_testing.pytest_plugin import (
+from distributed_testing.plugin.chunks import (
     MAX_CHUNK_RESULT_BYTES,
-    MAX_WATCHERS,
-    MAX_WATCHERS_CAP,
     RESULT_BYTES_PER_ID_BYTE,
     RESULT_BYTES_PER_TEST,
     plan_chunks,
-    watchers,
 )
+from distributed_testing.pytest_plugin import MAX_WATCHERS, MAX_WATCHERS_CAP, watchers
 from distributed_testing.worker.core.output import MAX_OUTPUT_BYTES
 
 ROOT = Path("/suite")
