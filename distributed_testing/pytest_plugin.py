@@ -50,6 +50,8 @@ and paths select as usual):
   shipped tree's tasks get the local rootdir and ini file, and the tests run from the local
   invocation directory's place in the tree (:mod:`.plugin.invocation`, which also says what stays
   here and what is refused).
+  pytest-xdist's ``-n`` (an ini file's ``addopts`` often has it) starts no workers, here or
+  there: the fleet takes its place.
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
   the worker (the form pytest-xdist uses) and are replayed here under the local node id, with the
   local paths: outcome, the remote traceback with its crash line in the short summary, captured
@@ -77,7 +79,8 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +108,7 @@ MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own: at l
 MAX_WATCHERS_CAP = 256  # else one per worker slot (each running chunk's tests come live), at most this
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
 HISTORY_KEY = "distributed_testing/durations"
+XDIST_OFF = "--numprocesses=0"  # sent where pytest-xdist travels: a session reading ``addopts = -n 2`` starts no workers
 # pytest options under which a session runs no tests (it lists, shows or only collects): nothing is shipped
 NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow")
 
@@ -143,6 +147,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", DT_MARKER)
     if config.getoption("--dt-coordinator"):
         config.pluginmanager.register(FleetRunner(config), "distributed_testing-fleet")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, None, None]:
+    """The fleet takes pytest-xdist's place: with ``--dt-coordinator`` its ``-n`` (often in an ini
+    file's ``addopts``) starts no local workers (set to 0 before xdist reads it; else xdist's
+    controller collected nothing, and no test ran), and the workers' sessions get ``-n 0`` too
+    (:data:`XDIST_OFF`)."""
+    if config.getoption("--dt-coordinator") and hasattr(config.option, "numprocesses"):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        config.option.distload = False
+    yield
 
 
 def watchers(tasks: int, slots: int) -> int:
@@ -226,6 +243,8 @@ class FleetRunner:
         self.coverage = Combined(self.root)
         self.invocation = invocation(config, self.root, environ(), shipped=shipped,  # refusals before anything is sent
                                      coverage=self.cov_controller is not None and travels)
+        if travels and config.pluginmanager.hasplugin("xdist"):
+            self.invocation = replace(self.invocation, args=(*self.invocation.args, XDIST_OFF))
         self._early: concurrent.futures.ThreadPoolExecutor | None = None
         self.run_ms = f"{int(time.time() * 1000):x}"  # in the tasks' ids
         self.run: dict[str, Any] = {}
