@@ -52,6 +52,8 @@ and paths select as usual):
   here and what is refused).
   pytest-xdist's ``-n`` (an ini file's ``addopts`` often has it) starts no workers, here or
   there: the fleet takes its place.
+  None of this shell's variables travel: ``--dt-env NAME[=VALUE]`` (repeatable) sets one for
+  the tests there (a test task's ``env``).
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
   the worker (the form pytest-xdist uses) and are replayed here under the local node id, with the
   local paths: outcome, the remote traceback with its crash line in the short summary, captured
@@ -79,7 +81,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +136,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="send no Python environment with a shipped tree (default: the distributions installed "
                          "here travel, name==version, and the workers run the tests in that set; with this "
                          "option they install the tree's requirements.txt if it has one, else use their own)")
+    group.addoption("--dt-env", action="append", default=[], metavar="NAME[=VALUE]",
+                    help="set this environment variable for the tests on the workers, repeatable: NAME=VALUE, or "
+                         "NAME for its value here (default: none of this shell's variables travel; a shipped "
+                         "tree's tests start from the sandbox's minimum)")
     group.addoption("--dt-run-name", metavar="NAME",
                     help="name the session's run (default: the CI job's, as dt submit --run-name; else "
                          "'pytest <rootdir name>'); the run's line (its dashboard page with DT_DASHBOARD_URL) is printed")
@@ -160,6 +166,28 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, None, None]:
         config.option.dist = "no"
         config.option.distload = False
     yield
+
+
+def task_env(given: Sequence[str], here: Mapping[str, str], *, shipped: bool) -> dict[str, str]:
+    """``--dt-env``'s variables (``NAME=VALUE``, or ``NAME`` for its value in ``here``); a
+    :class:`pytest.UsageError` names one that cannot be set."""
+    from .tasks.configs import env_errors
+
+    out: dict[str, str] = {}
+    for entry in given:
+        name, eq, value = entry.partition("=")
+        if not eq:
+            if name not in here:
+                raise pytest.UsageError(f"distributed_testing: --dt-env {name}: not set here (give NAME=VALUE)")
+            value = here[name]
+        out[name] = value
+    if out and not shipped:
+        raise pytest.UsageError("distributed_testing: --dt-env sets variables for a shipped tree's tests; with "
+                                "--dt-shared-tree the workers' operator sets their environment")
+    errors = env_errors(out)
+    if errors:
+        raise pytest.UsageError(f"distributed_testing: --dt-env {errors[0]}")
+    return out
 
 
 def watchers(tasks: int, slots: int) -> int:
@@ -243,6 +271,7 @@ class FleetRunner:
         self.coverage = Combined(self.root)
         self.invocation = invocation(config, self.root, environ(), shipped=shipped,  # refusals before anything is sent
                                      coverage=self.cov_controller is not None and travels)
+        self.task_env = task_env(config.getoption("--dt-env"), environ(), shipped=shipped)
         if travels and config.pluginmanager.hasplugin("xdist"):
             self.invocation = replace(self.invocation, args=(*self.invocation.args, XDIST_OFF))
         self._early: concurrent.futures.ThreadPoolExecutor | None = None
@@ -288,9 +317,16 @@ class FleetRunner:
             # outcome); the session key is the run's all the same: config.session
             warm = [with_fields(task_doc(Chunk({}, args=[collect[0]]), i, self.run_ms, maxfail, self.invocation,
                                          self.run["run_id"], collect, warm=True), fields) for i in range(slots)]
-            fleet.submit(warm)
+            fleet.submit(self._with_env(warm))
             self.warm = [d["task_id"] for d in warm]
         return fleet, slots, fields, line
+
+    def _with_env(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``docs`` with ``--dt-env``'s variables in each test task's config."""
+        if self.task_env:
+            for d in docs:
+                d["config"]["env"] = dict(self.task_env)
+        return docs
 
     def ship_tree(self, fleet: Fleet) -> tuple[dict[str, Any], str | None]:
         """Task fields that make the workers run this tree; merged into every task document:
@@ -403,7 +439,7 @@ class FleetRunner:
                 for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:
-            fleet.submit(docs)
+            fleet.submit(self._with_env(docs))
             self._wait_all(session, fleet, pending, slots)
         except BaseException:  # Ctrl-C or an error: nothing this run queued stays queued
             _cancel_all(fleet, [*pending, *self.warm], quiet=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -208,7 +209,9 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     session collects when it starts, before any test runs (the paths the run's pytest collected
     locally), as plain pytest collects everything first; default the task's own tests. ``warm``:
     the task only starts that session (it runs no test), so that it is ready when the run's tests
-    come; without a session to start it does nothing."""
+    come; without a session to start it does nothing. ``env``: environment variables the tests
+    run with, in a task with a bundle only (its sandbox starts from a fixed minimum, not the
+    worker's variables: :func:`env_errors` says which names a task may set)."""
 
     __test__ = False  # not a pytest test class
 
@@ -220,10 +223,44 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     session: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     collect: list[NonEmpty] = []
     warm: bool = False
+    env: dict[str, str] = {}
+
+
+MAX_TASK_ENV = 64  # variables a test task may set
+MAX_TASK_ENV_VALUE = 4096  # characters of one value
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What the worker sets for the sandbox (sandbox.task_environ: where the task's home, scratch and
+# Python environment are, the GPUs its limits allow) or that would change how its pytest starts,
+# loads code or what it passes on (its options travel as test_args, checked there): not a task's
+RESERVED_ENV = frozenset({
+    "PATH", "HOME", "TMPDIR", "TMP", "TEMP", "USER", "LOGNAME", "SHELL", "PWD", "VIRTUAL_ENV",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONSTARTUP",
+    "PYTHONEXECUTABLE", "PYTHONSAFEPATH", "PYTHONPLATLIBDIR",
+    "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_CURRENT_TEST",
+    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+})
+RESERVED_ENV_PREFIXES = ("DT_", "LD_")
+
+
+def env_errors(env: dict[str, str]) -> list[str]:
+    """Why a test task's ``env`` cannot be set, one line per variable (empty: it can)."""
+    out = []
+    if len(env) > MAX_TASK_ENV:
+        out.append(f"{len(env)} variables; at most {MAX_TASK_ENV}")
+    for name, value in env.items():
+        if not _ENV_NAME.fullmatch(name):
+            out.append(f"{name[:60]!r}: a variable's name is letters, digits and '_', not starting with a digit")
+        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+            out.append(f"{name}: set by the worker for the task's sandbox, or read by pytest or Python at start "
+                       f"(reserved: {', '.join(sorted(RESERVED_ENV))} and names starting with "
+                       f"{' or '.join(RESERVED_ENV_PREFIXES)}); pass pytest options as test_args")
+        elif "\x00" in value or len(value) > MAX_TASK_ENV_VALUE:
+            out.append(f"{name}: a value is at most {MAX_TASK_ENV_VALUE} characters, without NUL")
+    return out
 
 
 def check_test(raw: dict[str, Any], cfg: TestConfig) -> Problems:
-    out: Problems = []
+    out: Problems = [("env", e) for e in env_errors(cfg.env)]
     bad = bad_test_file(cfg.test_file) or path_error(None, cfg.test_file, "test_file")
     if bad is not None:
         out.append(("test_file", bad))

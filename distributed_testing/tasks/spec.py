@@ -218,6 +218,9 @@ def _check_config(spec: TaskSpec, prefix: str) -> None:
     errors += _free_form_errors(spec.config, _path(prefix, ["config"]))
     errors += _python_errors(spec, prefix)
     errors += _tag_errors(spec, prefix)
+    if getattr(cfg, "env", None) and spec.bundle is None:
+        errors.append({"field": _path(prefix, ["config", "env"]), "error": "needs a bundle: environment variables are "
+                       "set for shipped code, in its sandbox, only (dt submit --bundle DIR)"})
     if errors:
         raise ValidationError(errors)
 
