@@ -25,7 +25,7 @@ and paths select as usual):
   a thread per task waits for it on the coordinator (:mod:`.plugin.watch`): a session's chunk's
   tests are reported each as it ends there (``-v`` as xdist prints them), the rest of a chunk
   from its result when it finishes. Nothing is shipped under ``--collect-only``, ``--fixtures``,
-  ``--fixtures-per-test`` or ``--cache-show``.
+  ``--fixtures-per-test``, ``--cache-show`` or ``--setup-plan`` (pytest does them here).
 * ``@pytest.mark.dt(hardware="cuda", tags=["gpu-a"])`` (``hardware``: one name or a list)
   becomes the task's ``requirements``, so only workers that meet it run the test; tests with
   different requirements never share a chunk.
@@ -61,6 +61,15 @@ and paths select as usual):
   summary; ``-v`` names the worker on each test's line and ``--junitxml`` in a ``dt_worker``
   property. A task or module that failed as a whole is printed once with the tests it took down,
   each of which is an error of one line (:mod:`.plugin.replay`).
+* **What cannot be as here.** Tests are reported as they end on the workers (as with xdist):
+  ``-x``, ``--maxfail`` and ``--sw`` stop at the first failure reported here, and what other
+  chunks ended meanwhile is reported too (``--sw``'s next run goes on from that failure); ``-s``
+  writes each test's output, and live logging (``log_cli``) its log records, when the test is
+  reported, not while it runs (the workers capture them); ``--tb=native`` and ``--full-trace``
+  show the worker's paths in installed packages' frames; pytest-randomly's seed is the one its
+  header prints here, and pytest-json-report's per-stage details come from the workers.
+  ``--setup-show`` and ``--setup-only`` are refused (pytest prints their lines where the
+  fixtures are set up); ``--setup-plan`` sets nothing up and runs here.
 * **Coverage.** Where pytest-cov measures the run (``--cov``, here or in ``addopts``) and the
   environment travels, the workers' sessions measure the tests and send it back with each
   chunk's result; the plugin writes it beside pytest-cov's data before pytest-cov ends the run,
@@ -111,8 +120,9 @@ MAX_WATCHERS_CAP = 256  # else one per worker slot (each running chunk's tests c
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
 HISTORY_KEY = "distributed_testing/durations"
 XDIST_OFF = "--numprocesses=0"  # sent where pytest-xdist travels: a session reading ``addopts = -n 2`` starts no workers
-# pytest options under which a session runs no tests (it lists, shows or only collects): nothing is shipped
-NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow")
+# pytest options under which a session runs no tests (it lists, shows, only collects or, --setup-plan,
+# prints the fixtures it would set up without setting any up): nothing is shipped, pytest does it here
+NOT_A_RUN = ("collectonly", "showfixtures", "show_fixtures_per_test", "cacheshow", "setupplan")
 
 
 def seconds(text: str) -> float:
@@ -149,6 +159,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail the tests of a task no connected worker can run after S seconds (default 30)")
 
 
+@pytest.hookimpl(trylast=True)  # after the plugins' own: what they resolve there (pytest-randomly's seed) travels
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", DT_MARKER)
     if config.getoption("--dt-coordinator"):
@@ -393,10 +404,12 @@ class FleetRunner:
         return python
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
-        if session.config.option.collectonly or not session.items:
+        if any(getattr(session.config.option, name, False) for name in NOT_A_RUN):
+            return None  # pytest's own loop, here (it runs nothing)
+        if not session.items:
             return True
         from .cli.http import ApiError
 
@@ -414,6 +427,10 @@ class FleetRunner:
                 said = self.coverage.write(self.cov_controller)
                 if said is not None:
                     self.coverage.problems.append(said)
+        if session.shouldfail:  # as pytest's own loop ends: -x / --maxfail (exit code 1)
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:  # --sw's stop: an interruption (exit code 2, "Interrupted: ...")
+            raise session.Interrupted(session.shouldstop)
         return True
 
     @pytest.hookimpl

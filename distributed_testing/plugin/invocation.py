@@ -10,8 +10,9 @@ option, by its ``dest``:
   ``no:cacheprovider`` to the workers' own tree, where ``-p`` needs their operator's leave), ``-o``,
   ``-W``, ``--import-mode``, ``-m``, ``-k``,
   ``--strict-markers``, ``--confcutdir``, the doctest options, ``--tb``/``-l`` (the traceback is
-  built where the test runs), ``--log-level``, and the local verbosity as ``--verbosity=N``
-  (assertion diffs depend on it). An option this list does not know (a conftest's, a plugin's)
+  built where the test runs), ``--log-level``, ``--log-cli-level`` (the level the tests' log
+  records are captured at there, which the replay prints as live logs), and the local verbosity
+  as ``--verbosity=N`` (assertion diffs depend on it). An option this list does not know (a conftest's, a plugin's)
   is sent too, always as ``--name=value``; a value that is an absolute path inside the tree is
   sent relative to where the task's pytest runs, one outside it is refused.
 * **Ignored paths** (:data:`IGNORES`): ``--ignore`` (relative to the tree) and ``--ignore-glob``:
@@ -29,8 +30,13 @@ option, by its ``dest``:
   tree), ``--cov-context`` and ``--no-cov`` are sent, with ``--cov-report=`` (no report there):
   the workers' sessions measure and the plugin combines their data here (:mod:`.coverage`).
   Otherwise they are local like pytest-cov's other options.
+* **Settled here** (:func:`_settled`): pytest-randomly's seed, as it resolved here (the one its
+  header prints), and pytest-json-report's ``--json-report`` (its details are made where the
+  test runs; the workers write no file), where the environment travels.
 * **Refused** (:data:`REFUSED`): the debugger options, which need the terminal of the process
-  that runs the test. A refusal is a :class:`pytest.UsageError` raised before anything is sent.
+  that runs the test, and ``--setup-show`` / ``--setup-only``, whose lines pytest prints there
+  (``--setup-plan`` sets nothing up: pytest does it here, shipping nothing). A refusal is a
+  :class:`pytest.UsageError` raised before anything is sent.
 
 Paths (``-c``, ``--rootdir``, ``--confcutdir``) are sent relative to the tree (``root``: the
 workers' test root or the shipped bundle); one outside it is refused. A shipped tree also pins
@@ -59,8 +65,8 @@ SENT = frozenset({
     "plugins", "override_ini", "pythonwarnings", "importmode", "markexpr", "keyword", "strict", "strict_config",
     "strict_markers", "runxfail", "noconftest", "keepduplicates", "collect_in_virtualenv", "assertmode",
     "disable_plugin_autoload", "doctestmodules", "doctestglob", "doctestreport", "doctest_ignore_import_errors",
-    "doctest_continue_on_failure", "tbstyle", "showlocals", "fulltrace", "log_level", "log_format",
-    "log_date_format", "log_auto_indent", "logger_disable", "setuponly", "setupplan",
+    "doctest_continue_on_failure", "tbstyle", "showlocals", "fulltrace", "log_level", "log_cli_level", "log_format",
+    "log_date_format", "log_auto_indent", "logger_disable",
     "inifilename", "rootdir", "confcutdir",
 })
 LOCAL = frozenset({
@@ -69,8 +75,8 @@ LOCAL = frozenset({
     "xfail_tb", "collectonly", "maxfail", "lf", "failedfirst", "newfirst", "last_failed_no_failures",
     "cacheshow", "cacheclear", "stepwise", "stepwise_skip", "stepwise_reset", "deselect", "pyargs",
     "continue_on_collection_errors", "basetemp", "debug", "xmlpath", "junitprefix", "reportlog",
-    "log_file", "log_file_level", "log_file_format", "log_file_date_format", "log_file_mode", "log_cli_level",
-    "log_cli_format", "log_cli_date_format", "pastebin", "traceconfig", "setupshow", "showfixtures",
+    "log_file", "log_file_level", "log_file_format", "log_file_date_format", "log_file_mode",
+    "log_cli_format", "log_cli_date_format", "pastebin", "traceconfig", "setupplan", "showfixtures",
     "show_fixtures_per_test", "markers", "version", "help",
     # plugins whose options act in this process: pytest-xdist, pytest-cov, pytest-html, pytest-json-report
     "numprocesses", "maxprocesses", "dist", "tx", "px", "maxworkerrestart", "distload", "loadscopereorder",
@@ -79,7 +85,9 @@ LOCAL = frozenset({
     "self_contained_html", "json_report", "json_report_file", "json_report_indent", "json_report_omit",
     "json_report_summary", "json_report_verbosity",
 })
-REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace"}
+REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace",
+           # pytest prints what they show from the process that sets the fixtures up, not in the reports
+           "setupshow": "--setup-show", "setuponly": "--setup-only"}
 LOCAL_INI = frozenset({"cache_dir"})  # ``-o`` keys of what acts here: the cache (each task's is its own)
 TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcutdir": "--confcutdir",
                 "cov_config": "--cov-config"}
@@ -87,6 +95,7 @@ TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcut
 # measured on the workers and combined here: :mod:`.coverage`), else local like its others
 COVERAGE = frozenset({"cov_source", "cov_branch", "cov_config", "cov_context", "no_cov"})
 IGNORES = {"ignore": "--ignore", "ignore_glob": "--ignore-glob"}
+RANDOMLY_SEED = "randomly_seed"  # pytest-randomly's seed: sent as it resolved here (_settled)
 NO_CACHE = "no:cacheprovider"
 
 
@@ -114,8 +123,12 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     base = here if cwd is not None else root  # where the task's pytest resolves a relative value
     tokens = [*shlex.split(env.get("PYTEST_ADDOPTS", "")), *config.invocation_params.args]
     args: list[str] = []
+    seeded = False  # pytest-randomly's seed given: sent as it resolved here (_settled)
     for option, action, value in _options(tokens, _actions(config)):
         dest = action.dest
+        if dest == RANDOMLY_SEED:
+            seeded = True
+            continue
         if dest in COVERAGE and not coverage:
             continue
         if option.startswith(OWN_OPTION_PREFIX) or (dest in LOCAL and dest not in COVERAGE) or (
@@ -140,6 +153,7 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
         args += _plugin_args(name, shipped)
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         args.append("--disable-plugin-autoload")
+    args += _settled(config, seeded, travels=shipped and not config.getoption("--dt-no-env", False))
     if coverage:
         args.append("--cov-report=")
     verbosity = int(getattr(config.option, "verbose", 0) or 0)
@@ -150,6 +164,23 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
         pinned, local_ids = _pinned_config(config, root)
         args = pinned + args
     return Invocation(tuple(args), None if cwd in (None, ".") else cwd, local_ids)
+
+
+def _settled(config: pytest.Config, seeded: bool, *, travels: bool) -> list[str]:
+    """What plugins settled here that the workers must do alike: pytest-randomly's seed as it
+    resolved here (``default`` and ``last`` pick one here; the workers reseed each test with it, as
+    pytest-xdist's workers get their main's), and pytest-json-report's ``--json-report`` (its
+    per-stage streams, log records and ``json_metadata`` are made where the test runs and travel
+    in its reports; the workers write no file). Sent where the environment, which carries the
+    plugins, ``travels``, and a seed given here always."""
+    out = []
+    seed = getattr(config.option, RANDOMLY_SEED, None)
+    if isinstance(seed, int) and not isinstance(seed, bool) and config.pluginmanager.hasplugin("randomly") \
+            and (seeded or travels):
+        out.append(f"--randomly-seed={seed}")
+    if getattr(config.option, "json_report", False) is True and travels:
+        out += ["--json-report", "--json-report-file=none"]
+    return out
 
 
 def _actions(config: pytest.Config) -> Mapping[str, argparse.Action]:

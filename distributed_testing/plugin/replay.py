@@ -12,12 +12,22 @@
   down (:func:`print_downed`); each of those tests gets a one-line error naming it.
 * **A module skipped there** (``pytest.importorskip`` at module level, a missing import the
   suite skips) skips each of its tests with that reason and location.
+* **As pytest made them here.** A report's keywords are the local item's (the worker's tree has
+  another folder name); a failure pytest printed as text of its own (a doctest's, which has no
+  crash line) is that text again (:data:`TEXT_LONGREPR`), so the short summary shows no message
+  for it, as here; under ``-s`` (``--capture=no``; the workers capture all the same) each test's
+  captured stdout and stderr are written to this terminal as the test is reported, and its
+  reports carry no such sections, as a local ``-s`` run's; ``--capture=tee-sys`` writes them and
+  keeps them. With live logging on here (``log_cli``, ``--log-cli-level``) each phase's captured
+  log records are written under its ``live log`` heading as the test is reported (captured
+  there at the live level, in the captured format).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +38,10 @@ import pytest
 
 MAX_LISTED = 20
 ONE_LINE = 200
+# a serialized report's flag (set by the worker's report writer, worker/executors/pytest_report.py):
+# its longrepr string is the text of a failure representation that has no crash line
+TEXT_LONGREPR = "dt_text_longrepr"
+STREAMS = ("stdout", "stderr")
 
 
 @dataclass
@@ -200,32 +214,110 @@ def _gist(text: str, *, last: bool = False) -> str:
 def _emit(item: pytest.Item, reports: list[pytest.TestReport], warned: list[dict[str, Any]]) -> None:
     """The test's reports and warnings, as pytest's runner emits them."""
     hook = item.ihook
+    capture = getattr(item.config.option, "capture", None)
+    live = _live_log(item.config)
     hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for r in reports:
+        if capture in ("no", "tee-sys"):
+            _show_output(r, keep=capture == "tee-sys")
+        if live is not None:
+            _show_live_log(live, r)
         hook.pytest_runtest_logreport(report=r)
     for w in warned:
         _replay_warning(item, w)
     hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
+def _show_output(rep: pytest.TestReport, *, keep: bool) -> None:
+    """What the test wrote to stdout and stderr in this report's phase, written here as a local
+    ``-s`` run shows it while the test runs; without ``keep`` its captured sections go (a local
+    ``-s`` run captures nothing)."""
+    for stream, out in zip(STREAMS, (sys.stdout, sys.stderr), strict=True):
+        for name, text in rep.sections:
+            if name == f"Captured {stream} {rep.when}":
+                out.write(text)
+                out.flush()
+    if not keep:
+        rep.sections = [(name, text) for name, text in rep.sections
+                        if not any(name.startswith(f"Captured {stream} ") for stream in STREAMS)]
+
+
+def _json_report_omit(rep: pytest.TestReport, config: pytest.Config) -> None:
+    """pytest-json-report's per-stage details came from the worker (plugin/invocation.py sends its
+    ``--json-report``, not its ``--json-report-omit``, whose values argparse reads as many tokens):
+    what the local ``--json-report-omit`` leaves out (``streams``, ``log``) goes here."""
+    extra = getattr(rep, "_json_report_extra", None)
+    omit = getattr(config.option, "json_report_omit", None) or ()
+    if not isinstance(extra, dict) or not omit:
+        return
+    gone = ({"stdout", "stderr"} if "streams" in omit else set()) | ({"log"} if "log" in omit else set())
+    for stage in extra.values():
+        if isinstance(stage, dict):
+            for key in gone:
+                stage.pop(key, None)
+
+
+def _live_log(config: pytest.Config) -> Any:
+    """The terminal reporter where live logging is on here (``log_cli``, ``--log-cli-level``),
+    else None."""
+    if config.pluginmanager.get_plugin("logging-plugin") is None:  # -p no:logging
+        return None
+    if config.getoption("log_cli_level", None) is None and not config.getini("log_cli"):
+        return None
+    return config.pluginmanager.get_plugin("terminalreporter")
+
+
+def _show_live_log(reporter: Any, rep: pytest.TestReport) -> None:
+    """The log records the test's phase captured there (at ``--log-cli-level``, which travels),
+    under a ``live log`` heading as pytest's live logging writes them while the test runs."""
+    for name, text in rep.sections:
+        if name == f"Captured log {rep.when}" and text:
+            reporter.ensure_newline()
+            reporter.section(f"live log {rep.when}", sep="-", bold=True)
+            reporter.write(text if text.endswith("\n") else text + "\n")
+
+
+class _Text:
+    """A failure's representation that pytest serialized as its text (a doctest's
+    ``ReprFailDoctest``): printed as that text, with no crash line, as the original."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.split("\n"):
+            tw.line(line)
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class _Node:
     """What pytest reads from an xdist report's ``node``: ``gateway.id`` names the worker on a
-    test's ``-v`` line, ``_workerinfocache`` heads its traceback in the failures section; one per
-    worker, so junitxml keys a test's reports alike."""
+    test's ``-v`` line, ``_workerinfocache`` heads its traceback in the failures section (only a
+    report with a longrepr says it: a passing one's ``longreprtext`` stays empty, as here); equal
+    per worker, so junitxml keys a test's reports alike."""
 
-    def __init__(self, worker: str) -> None:
+    def __init__(self, worker: str, said: bool) -> None:
         self.gateway = self
         self.id = worker
-        self._workerinfocache = f"[{worker}] ran on distributed_testing worker {worker}"
+        self._workerinfocache = f"[{worker}] ran on distributed_testing worker {worker}" if said else ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Node) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
 
 
-_NODES: dict[str, _Node] = {}
+_NODES: dict[tuple[str, bool], _Node] = {}
 
 
 def _mark(rep: pytest.TestReport, worker: str) -> pytest.TestReport:
     rep.user_properties = [*rep.user_properties, ("dt_worker", worker)]
     if worker != "-":
-        rep.node = _NODES.setdefault(worker, _Node(worker))  # type: ignore[attr-defined]
+        said = rep.longrepr is not None
+        rep.node = _NODES.setdefault((worker, said), _Node(worker, said))  # type: ignore[attr-defined]
     return rep
 
 
@@ -234,10 +326,16 @@ def _replayed(item: pytest.Item, serialized: list[dict[str, Any]], worker: str) 
     for data in serialized:
         if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), a list after JSON
             data = {**data, "longrepr": tuple(data["longrepr"])}
+        text = data.get(TEXT_LONGREPR) and isinstance(data.get("longrepr"), str)
+        data = {k: v for k, v in data.items() if k != TEXT_LONGREPR}
         rep = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
         if not isinstance(rep, pytest.TestReport):
             continue
         rep.nodeid, rep.location = item.nodeid, item.location
+        rep.keywords = {k: 1 for k in item.keywords}  # the worker's would name its tree's folder
+        _json_report_omit(rep, item.config)
+        if text:
+            rep.longrepr = _Text(str(rep.longrepr))  # type: ignore[assignment]
         out.append(_mark(rep, worker))
     return out
 

@@ -93,6 +93,8 @@ SANDBOXED = frozenset({
     "-p", "-o", "--override-ini", "-W", "--pythonwarnings", "-c", "--config-file", "--inifile", "--rootdir",
     "--confcutdir", "--import-mode", "--noconftest", "--keepduplicates", "--keep-duplicates",
     "--collect-in-virtualenv", "--assert", "--pyargs", "--disable-plugin-autoload",
+    # pytest-json-report: the plugin's shipped runs make its details there (their file: none)
+    "--json-report", "--json-report-file",
     # pytest-cov: the run's coverage is measured where its tests run, its data written in the task's tree
     "--cov", "--cov-report", "--cov-config", "--cov-context",
 })

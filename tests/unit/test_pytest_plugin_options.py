@@ -69,6 +69,8 @@ def test_what_changes_the_run_travels_and_what_acts_here_stays(tree: Path, monke
 @pytest.mark.parametrize(("args", "needle"), [
     (["--pdb"], "--pdb needs the terminal of the process that runs the test"),
     (["--trace"], "--trace needs the terminal"),
+    (["--setup-show"], "--setup-show needs the terminal"),  # pytest prints its lines there, in no report
+    (["--setup-only"], "--setup-only needs the terminal"),
     (["--confcutdir", "/"], "--confcutdir / lies outside the tree the workers run"),
     (["--data-dir", "/srv/data"], "--data-dir /srv/data: a path outside the tree"),
 ])

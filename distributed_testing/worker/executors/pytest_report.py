@@ -8,7 +8,9 @@ Lines (``"kind"`` tags them):
 * ``report``: a test report (setup, call, teardown; subtest reports too) as pytest's own
   ``pytest_report_to_serializable`` makes it, the form pytest-xdist ships between processes, so
   the submitter's pytest rebuilds the same ``TestReport`` (node id, outcome, longrepr with its
-  crash line, captured stdout/stderr/log sections, ``wasxfail``, duration).
+  crash line, captured stdout/stderr/log sections, ``wasxfail``, duration). A longrepr pytest
+  turned into its text because it has no crash line (a doctest's failure) is flagged
+  (:data:`TEXT_LONGREPR`), so the replay prints it with no message in the short summary, as here.
 * ``collect``: a collection report that failed (an import error in a module) or skipped (a
   module-level ``pytest.importorskip``), the skip with its ``(path, line, reason)``.
 * ``warning``: a warning pytest recorded (message, category, file, line, when, node id).
@@ -28,6 +30,7 @@ import pytest
 
 MAX_SECTION_CHARS = 20000
 REPORT_OPTION = "--dt-report"
+TEXT_LONGREPR = "dt_text_longrepr"  # plugin/replay.py's (this module imports only pytest)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -60,6 +63,9 @@ class _Writer:
         data["sections"] = [[name, _cut(text)] for name, text in data.get("sections") or []]
         if isinstance(data.get("longrepr"), str):
             data["longrepr"] = _cut(data["longrepr"])
+            longrepr = report.longrepr
+            if hasattr(longrepr, "toterminal") and not hasattr(longrepr, "reprcrash"):
+                data[TEXT_LONGREPR] = True  # pytest made it text: a representation without a crash line
         return data
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
