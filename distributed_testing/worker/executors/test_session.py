@@ -360,16 +360,20 @@ class SessionPool:
             await s.close()
         stack = contextlib.AsyncExitStack()
         began = time.monotonic()
+        made: _Session | None = None  # its process may have started
         try:
             fields = await stack.enter_async_context(prepare())
             log.info("task %s: a session's tree, scratch and environment prepared in %.3f s", ctx.task_id,
                      time.monotonic() - began)
-            s = _Session(key, fields, stack, self._gen.get(key, 0))
+            s = made = _Session(key, fields, stack, self._gen.get(key, 0))
             s.initial = _initial(spec, s.root)
             self._live.add(s)
             await s.start(spec, ctx, self._env, self._extra)
             self.started += 1
         except BaseException:
+            if made is not None:  # cancelled while it collected (a run's warm task at its end): its process ends too
+                self._live.discard(made)
+                await asyncio.shield(made.stop())
             await stack.aclose()
             raise
         return s, False

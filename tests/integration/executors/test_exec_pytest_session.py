@@ -217,6 +217,31 @@ def test_a_session_dies_with_its_run_on_cancel_timeout_idle_and_worker_stop(tmp_
     run(body())
 
 
+def test_a_task_cancelled_while_its_session_collects_leaves_no_process(tmp_path: Path) -> None:
+    """A run's warm tasks still starting their sessions are cancelled when the run ends (and -x
+    cancels the rest): the session's process, which was collecting, ended only with the worker
+    before (a sandbox process left running over a removed tree)."""
+    tree = _tree(tmp_path)
+    (tree / "conftest.py").write_text("import time\n\ntime.sleep(60)\n")  # collecting takes a minute
+    pool = SessionPool({}, FAST_ENV, 0.2)
+    pids: list[int] = []
+
+    def started() -> bool:
+        pids[:] = _host_pids(pool)
+        return bool(pids)
+
+    async def body() -> None:
+        warm = asyncio.create_task(pool.run(_ctx("t1", "test_s.py", warm=True), _key("run-1"), _prepare(tmp_path, tree)))
+        await wait_until(started, what="the session's process to start")
+        warm.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await warm
+        assert pool.live() == 0
+        await wait_until(lambda: not pid_alive(pids[0]), what="the collecting session's process to end")
+
+    run(body())
+
+
 def test_the_key_of_a_session_names_run_submitter_bundle_environment_and_options() -> None:
     a = TaskAssignment("t1", 1, "test", {"test_file": "t.py", "session": "r1"}, bundle="b" * 64,
                        python=["x==1"], submitted_by="k1")
