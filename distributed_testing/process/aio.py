@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
@@ -87,3 +87,16 @@ def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
 
 
 __all__ = ["run", "loop_choice", "wake_within", "wait_event", "CHOICES", "HELP"]
+
+
+async def thread_to_end(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``asyncio.to_thread(fn, ...)`` whose cancellation waits for the thread to end before it
+    propagates: a thread cannot be stopped, so a cancelled caller's cleanup (removing the folder
+    the thread writes into, building the same tree again) would otherwise race it."""
+    job = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await job  # its own outcome does not matter any more: the cancel does
+        raise

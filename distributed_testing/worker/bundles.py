@@ -45,6 +45,7 @@ from ..bundles import manifest as mf
 from ..bundles.cache import BlobCache
 from ..bundles.tree import build_tree, remove_tree, writable_view
 from ..errors import ExecutionError
+from ..process.aio import thread_to_end
 from ..tasks import pyreqs
 from .confine import state_base
 from .pipconf import PipAccess
@@ -83,7 +84,7 @@ class BundleProvider:
         """A fresh tree of bundle ``digest`` at ``dest`` (the caller removes it)."""
         m = await self._fetch(base_url, credential, digest)
         async with self._lock:
-            await asyncio.to_thread(self._build, m, m.digests(), dest)
+            await thread_to_end(self._build, m, m.digests(), dest)
         return m
 
     @contextlib.asynccontextmanager
@@ -96,7 +97,7 @@ class BundleProvider:
                 m = await self._fetch(base_url, credential, digest)
                 path = self.trees_dir / digest
                 async with self._lock:
-                    await asyncio.to_thread(self._build, m, m.digests() | self._kept_digests(), path)
+                    await thread_to_end(self._build, m, m.digests() | self._kept_digests(), path)
                 t = self._trees[digest] = _Tree(path, m)
             t.users += 1
         try:
@@ -237,7 +238,7 @@ class ShippedCode:
                 else:  # the kept tree of this bundle, and the task's own writable view of it
                     kept, m = await stack.enter_async_context(self.provider.shared(base_url, credential, digest))
                     tree = top / "tree"
-                    await asyncio.to_thread(writable_view, kept, m, tree, link_large=task_uid() is not None)
+                    await thread_to_end(writable_view, kept, m, tree, link_large=task_uid() is not None)
                 fields: dict[str, Any] = {"bundle_root": tree, "scratch_dir": scratch, "sandbox": self.sandbox}
                 # the task's own list (the plugin's captured environment) replaces the bundle's file
                 wanted = list(python) if python else _bundle_requirements(tree, m)
