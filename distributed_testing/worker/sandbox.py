@@ -313,12 +313,20 @@ def available(bwrap: str = "bwrap") -> str | None:
     return None
 
 
-def task_environ(extra: Mapping[str, str], scratch: Path) -> dict[str, str]:
+def task_environ(extra: Mapping[str, str], scratch: Path, python: Path | None = None) -> dict[str, str]:
     """The whole environment of a sandboxed child: a fixed minimum, then the operator's extras
-    (``extra``: the worker's pytest environment settings), never the worker's own variables."""
+    (``extra``: the worker's pytest environment settings), never the worker's own variables.
+    ``python``: the interpreter of the task's own Python environment (``worker/pyenv.py``), which
+    is then activated as the submitter's was where pytest ran (a shell's ``activate``, tox, ``uv
+    run``): its scripts directory first on ``PATH``, ``VIRTUAL_ENV`` naming it. A test that runs
+    a console script of a distribution it ships with (python-dotenv's CLI tests run ``dotenv``)
+    finds that one, not none or the system's."""
     (scratch / "tmp").mkdir(exist_ok=True)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(scratch),
            "TMPDIR": str(scratch / "tmp"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
            "USER": TASK_USER, "LOGNAME": TASK_USER}
     env.update(extra)
+    if python is not None:  # not resolved: the link's place is the environment's (pyenv.PythonEnv.python)
+        env["PATH"] = os.pathsep.join([str(python.parent), *filter(None, [env.get("PATH")])])
+        env["VIRTUAL_ENV"] = str(python.parent.parent)
     return env

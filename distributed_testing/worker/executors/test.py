@@ -187,7 +187,7 @@ class TestExecutor:
                 env = self._env
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
-                    env = task_environ({**gpu_environ(self._env), **self._extra, **spec.env}, ctx.scratch_dir)
+                    env = task_environ({**gpu_environ(self._env), **self._extra, **spec.env}, ctx.scratch_dir, ctx.python)
                     assert plugins is not None
                     env_dirs = [*env_dirs, plugins]
                     env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])

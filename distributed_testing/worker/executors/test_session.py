@@ -161,7 +161,7 @@ class _Session:
             argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd,
                                  cache_dir=scratch / "pytest-cache"),
                     "-p", SERVE_PLUGIN, f"{pytest_serve.SERVE_OPTION}={cmd_r}"]
-            env = task_environ({**gpu_environ(base_env), **extra, **spec.env}, scratch)
+            env = task_environ({**gpu_environ(base_env), **extra, **spec.env}, scratch, self.fields.get("python"))
             env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
             argv = self.fields["sandbox"].wrap(argv, ro=[*env_dirs, plugins], rw=[root, scratch], cwd=cwd, env=env,
                                                devices=gpu_devices(), shm_mb=ctx.max_memory_mb)

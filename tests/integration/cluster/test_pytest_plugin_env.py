@@ -2,8 +2,10 @@
 workers in their sandboxes, with no file written by hand: the submitter's pytest runs in a
 virtual environment holding pytest 9.1.1 (not the workers' version) and cloudpickle (which the
 workers' Python lacks), and the suite that needs it passes there; the workers' own pytest plugins
-(pytest-asyncio, installed beside them) and packages do not load into the run; the two workers
-share one environment, built once, and the second run reuses it."""
+(pytest-asyncio, installed beside them) and packages do not load into the run; the environment is
+activated there as it is here (a test runs the ``pytest`` console script by name, as python-dotenv's
+CLI tests run ``dotenv``: not found there before); the two workers share one environment, built
+once, and the second run reuses it."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300), pytest.mark.slow,
 PYTEST = "9.1.1"  # the submitter's; the workers run another (their .venv's)
 CLOUDPICKLE = "3.1.2"
 SUITE = f'''import importlib.util
+import os
+import shutil
+import subprocess
+import sys
 
 import cloudpickle
 import pytest
@@ -42,6 +48,14 @@ def test_no_plugin_or_package_of_the_worker(request):
 
 def test_the_submitters_pytest():
     assert pytest.__version__ == {PYTEST!r}
+
+
+def test_the_environment_is_activated():
+    found = shutil.which("pytest")
+    assert found is not None and os.path.realpath(found) == os.path.realpath(os.path.join(sys.prefix, "bin", "pytest"))
+    assert os.path.realpath(os.environ["VIRTUAL_ENV"]) == os.path.realpath(sys.prefix)
+    done = subprocess.run(["pytest", "--version"], capture_output=True, text=True, check=True)
+    assert {PYTEST!r} in done.stdout + done.stderr
 '''
 
 
@@ -88,7 +102,7 @@ async def _envs(c: Any) -> list[dict[str, Any]]:
 async def test_the_submitters_environment_runs_the_tests_on_two_workers_built_once(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    for name in ("test_a.py", "test_b.py"):  # six tests: a chunk each, served by each worker's pytest session
+    for name in ("test_a.py", "test_b.py"):  # eight tests: a chunk each, served by each worker's pytest session
         (suite / name).write_text(SUITE)
     python = await _submitter_python(tmp_path / "submitter")
     state = tmp_path / "state"  # both workers' state folder: one pyenvs/ for the host
@@ -99,15 +113,17 @@ async def test_the_submitters_environment_runs_the_tests_on_two_workers_built_on
         key = await c.create_key("submitter", allow_code=True)
         argv = (str(python), "-m", "pytest", "-p", "no:cacheprovider", "-p", "distributed_testing.pytest_plugin",
                 "--dt-coordinator", c.base_url, "-rA")
-        env = {"DT_API_KEY": key, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # this interpreter's plugins stay out
+        env = {"DT_API_KEY": key, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # this interpreter's plugins stay out
+               # the environment activated, as a user's shell has it
+               "VIRTUAL_ENV": str(python.parent.parent), "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", os.defpath)])}
         code, out = await _run(*argv, cwd=suite, env=env)
-        assert code == 0 and "6 passed" in out, out
+        assert code == 0 and "8 passed" in out, out
         first = await _envs(c)
         code, out = await _run(*argv, cwd=suite, env=env)
-        assert code == 0 and "6 passed" in out, out
+        assert code == 0 and "8 passed" in out, out
         second = [e for e in await _envs(c) if e["task_id"] not in {f["task_id"] for f in first}]
-    # six tests' tasks, and those that started a session early (one per slot, unless the run was over first)
-    assert 6 <= len(first) <= 8 and 6 <= len(second) <= 8, (first, second)
+    # eight tests' tasks, and those that started a session early (one per slot, unless the run was over first)
+    assert 8 <= len(first) <= 10 and 8 <= len(second) <= 10, (first, second)
     for e in first + second:
         assert e["isolated"] is True, e
         assert f"pytest=={PYTEST}" in e["requirements"] and f"cloudpickle=={CLOUDPICKLE}" in e["requirements"], e
