@@ -110,6 +110,45 @@ SUITES = {
     "semver": Suite("semver", "semver==3.1.2", ("pytest-cov",), (),
                     "installed from its tree; .pytest.ini: --import-mode importlib, --doctest-glob, pythonpath, --cov",
                     install_tree=True),
+    # a pytest plugin's suite: pytester, in-process and in subprocesses
+    "pytest-mock": Suite("pytest-mock", "pytest-mock==3.17.0", ("pytest-asyncio", "mock"), ("tests",),
+                         "installed from its tree; pytester in-process and subprocess", install_tree=True),
+    # installed from its tree over the pluggy pytest itself runs on
+    "pluggy": Suite("pluggy", "pluggy==1.7.0", ("pytest-benchmark",), (), "installed from its tree; -r a in tox.ini",
+                    install_tree=True),
+    "click": Suite("click", "click==8.5.1", (), (), "installed from its tree; CliRunner, addopts -m, filterwarnings error",
+                   install_tree=True),
+    # its CLI tests run its console script by name (the environment is activated on the workers too);
+    # one test skips for root, and here pytest runs as root, a root worker's sandboxed tests as nobody
+    "python-dotenv": Suite("python-dotenv", "python-dotenv==1.2.4", ("click", "ipython"),
+                           ("--deselect", "tests/test_main.py::test_set_key_permission_error"),
+                           "installed from its tree; runs its console script", install_tree=True),
+    # rich named: this package's dependency, linked without metadata, would not travel (module docstring)
+    "structlog": Suite("structlog", "structlog==26.1.0", ("pytest-asyncio", "pytest-randomly", "simplejson",
+                                                         "time-machine", "rich"), (),
+                       "installed from its tree; pytest-randomly, --import-mode importlib, --strict-config",
+                       install_tree=True),
+    # two tests skip for root ("Cannot make a file unreadable here"), as in python-dotenv; its conftest
+    # marks with pytest-cov's no_cover; three tests fail on this host's tz data, here and there alike
+    "python-dateutil": Suite("python-dateutil", "python-dateutil==4.0.0",
+                             ("freezegun", "hypothesis", "attrs", "pytest-cov"), ("tests", "-k", "not unreadable"),
+                             "installed from its tree; 5,341 tests", install_tree=True),
+    # two test ids hold the time of collection (datetime.now() in a parametrize): never the same in two
+    # processes, so neither pytest-xdist's workers nor ours find them; left out by -k
+    "marshmallow": Suite("marshmallow", "marshmallow==4.4.0", ("simplejson",),
+                         ("tests", "-k", "not test_invalid_datetime_deserialization"), "installed from its tree",
+                         install_tree=True),
+    "boltons": Suite("boltons", "boltons==26.2.0", (), ("--doctest-modules", "boltons", "tests"),
+                     "doctests of the tree's package"),
+    # its C extension built from the tree on both sides; its mypy tests run mypy by name
+    "wrapt": Suite("wrapt", "wrapt==2.5.2", ("mypy",), ("tests",), "installed from its tree (C extension)",
+                   install_tree=True),
+    "msgpack": Suite("msgpack", "msgpack==1.2.4", (), ("test",), "the tree's package, its pure-Python fallback"),
+    # filterwarnings = error, and today's pytest-asyncio warns at configure unless its loop scope is set
+    "blinker": Suite("blinker", "blinker==1.9.0", ("pytest-asyncio",),
+                     ("-o", "asyncio_default_fixture_loop_scope=function"), "installed from its tree; asyncio_mode auto",
+                     install_tree=True),
+    "cachetools": Suite("cachetools", "cachetools==8.0.2", (), ("tests",), "installed from its tree", install_tree=True),
 }
 
 
@@ -214,13 +253,17 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def run_pytest(python: Path, tree: Path, args: list[str], junit: Path, env: dict[str, str] | None = None,
                cache: Path | None = None) -> Run:
-    """pytest in ``tree`` with ``args`` and this package's plugin loadable; its wall time and outcomes.
-    ``cache``: pytest's cache directory (where the plugin keeps the tests' durations), else none."""
+    """pytest in ``tree`` with ``args`` and this package's plugin loadable, in the virtual
+    environment of ``python`` activated (its scripts first on ``PATH``, as a user's shell, tox or
+    ``uv run`` has them); its wall time and outcomes. ``cache``: pytest's cache directory (where
+    the plugin keeps the tests' durations), else none."""
     caching = ["-o", f"cache_dir={cache}"] if cache is not None else ["-p", "no:cacheprovider"]
     argv = [str(python), "-m", "pytest", "-p", PLUGIN, "-q", *caching, f"--junitxml={junit}", *args]
+    activated = {"VIRTUAL_ENV": str(python.parent.parent),
+                 "PATH": os.pathsep.join([str(python.parent), *filter(None, [os.environ.get("PATH")])])}
     started = time.monotonic()
-    done = subprocess.run(argv, cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    done = subprocess.run(argv, cwd=tree, env={**os.environ, **activated, **(env or {})}, capture_output=True,
+                          text=True, timeout=1800, check=False)
     took = time.monotonic() - started
     if not junit.exists():
         raise RuntimeError(f"pytest wrote no report (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
