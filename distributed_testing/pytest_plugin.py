@@ -69,7 +69,9 @@ and paths select as usual):
   show the worker's paths in installed packages' frames; pytest-randomly's seed is the one its
   header prints here, and pytest-json-report's per-stage details come from the workers.
   ``--setup-show`` and ``--setup-only`` are refused (pytest prints their lines where the
-  fixtures are set up); ``--setup-plan`` sets nothing up and runs here.
+  fixtures are set up); ``--setup-plan`` sets nothing up and runs here. A worker running as root
+  runs shipped tests as an unprivileged user (its sandbox), so a test that skips for root here
+  (one that makes a file unreadable to its owner) runs there.
 * **Coverage.** Where pytest-cov measures the run (``--cov``, here or in ``addopts``) and the
   environment travels, the workers' sessions measure the tests and send it back with each
   chunk's result; the plugin writes it beside pytest-cov's data before pytest-cov ends the run,
