@@ -1,6 +1,7 @@
 """``--dt-env`` through the plugin: the variables it names reach the tests on the workers (``NAME=VALUE``,
 or ``NAME`` for its value where pytest runs), and nothing else of the submitter's shell does (a
-variable exported here and not named is absent there, as the worker's own are)."""
+variable exported here and not named is absent there, as the worker's own are) but ``CI`` and
+``BUILD_NUMBER``, which pytest reads to show whole assertion diffs on CI."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def test_named():
 
 def test_unnamed_stays_here():
     assert "APP_SECRET" not in os.environ
+
+
+def test_what_pytest_reads_to_tell_ci_travels():
+    assert os.environ.get("CI") == "true" and "BUILD_NUMBER" not in os.environ
 '''
 
 
@@ -41,7 +46,8 @@ async def test_named_variables_reach_the_workers_tests_and_no_others(tmp_path: P
             await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
                                db_path=tmp_path / "state" / f"{w}.duckdb")
         key = await c.create_key("submitter", allow_code=True)
-        env = {**os.environ, "DT_API_KEY": key, "APP_REGION": "eu west", "APP_SECRET": "s3cret"}
+        env = {**os.environ, "DT_API_KEY": key, "APP_REGION": "eu west", "APP_SECRET": "s3cret", "CI": "true"}
+        env.pop("BUILD_NUMBER", None)
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run([str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-rA",
@@ -51,6 +57,6 @@ async def test_named_variables_reach_the_workers_tests_and_no_others(tmp_path: P
         done = await asyncio.to_thread(run, "--dt-env", "APP_STAGE=staging", "--dt-env", "APP_REGION")
         refused = await asyncio.to_thread(run, "--dt-env", "PATH=/tmp", "--dt-env", "APP_STAGE=x")
         unset = await asyncio.to_thread(run, "--dt-env", "APP_NOT_SET_ANYWHERE")
-    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
     assert refused.returncode == 4 and "--dt-env PATH: set by the worker" in refused.stderr, refused.stderr[-2000:]
     assert unset.returncode == 4 and "APP_NOT_SET_ANYWHERE: not set here" in unset.stderr, unset.stderr[-2000:]
