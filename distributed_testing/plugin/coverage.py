@@ -7,7 +7,7 @@ pytest-cov), the plugin passes pytest-cov's options that say what to measure on 
 (:data:`.invocation.COVERAGE`, with ``--cov-report=``: no report there). Each worker's session
 sends, with each task's result, what coverage measured since its previous task
 (``worker/executors/pytest_serve.py``), its files named by where the submitter has them
-(``tree/REL``, ``site/REL``: ``worker/executors/test_session.py``). :class:`Combined` gathers
+(``tree/REL``, ``site/REL``: ``worker/executors/session_coverage.py``). :class:`Combined` gathers
 them and, before pytest-cov's own end of the run, writes them as a parallel data file beside
 pytest-cov's (``.coverage.dt.HOST.PID.N``), which pytest-cov combines with its own as it
 combines a subprocess's: its report, ``--cov-fail-under`` and its data files are then the run's.
@@ -68,6 +68,7 @@ class Combined:
         self.arcs: bool | None = None
         self.tasks = 0  # tasks that sent coverage
         self.unplaced: set[str] = set()  # files measured there that are not here
+        self._placed: dict[str, str | None] = {}  # each name's place here, looked up once per run
         self.problems: list[str] = []
 
     def add(self, task_id: str, output: dict[str, Any]) -> None:
@@ -87,9 +88,10 @@ class Combined:
                                  f"measured {'arcs' if self.arcs else 'lines'}; left out")
             return
         for name, data in (cov.get("files") or {}).items():
-            path = self._place(str(name))
+            name = str(name)
+            path = self._placed[name] if name in self._placed else self._placed.setdefault(name, self._place(name))
             if path is None:
-                self.unplaced.add(str(name))
+                self.unplaced.add(name)
                 continue
             got = self.files.setdefault(path, set())
             if arcs:
