@@ -35,4 +35,5 @@ async def test_each_batch_size_is_reported_to_its_own_task_as_it_finishes() -> N
     assert parsed["a"] == [("1", "fp32", "1", "3"), ("4", "fp32", "2", "3"), ("8", "fp32", "3", "3")]
     assert parsed["b"] == [("2", "int8", "1", "1")]
     median = outcomes[0].output["batch_results"][1]["latency_ms"]["median"]
-    assert f"{median:.3f}"[:4] in heard["a"][1][1]  # the line's figure is the batch size's median
+    figure = f"{median:.2f}" if median >= 1 else f"{median:.3f}"  # rounded as the line rounds it, not cut
+    assert f": {figure} ms" in heard["a"][1][1]  # the line's figure is the batch size's median
