@@ -157,16 +157,18 @@ def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path,
                 for r in range(rounds):
                     local_python = pythons["new"]
                     runs: dict[str, Any] = {}
-                    collect = run_pytest(local_python, tree, [*suite.args, "--collect-only"], work / f"{name}-co.xml")
-                    runs["local"] = run_pytest(local_python, tree, list(suite.args), work / f"{name}-local.xml")
-                    runs["-n 2"] = run_pytest(local_python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml")
+                    collect = run_pytest(local_python, tree, [*suite.args, "--collect-only"], work / f"{name}-co.xml",
+                                         suite.env)
+                    runs["local"] = run_pytest(local_python, tree, list(suite.args), work / f"{name}-local.xml", suite.env)
+                    runs["-n 2"] = run_pytest(local_python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml",
+                                              suite.env)
                     fixed: dict[str, float | None] = {}
                     for label in ("1st", "2nd"):
                         for impl in impls:
                             url, key = clusters[impl]
                             since = time.time()
-                            run = run_pytest(pythons[impl], tree, [*suite.args, "--dt-coordinator", url],
-                                             work / f"{name}-{impl}-{label}.xml", {"DT_API_KEY": key},
+                            run = run_pytest(pythons[impl], tree, [*suite.fleet_args, "--dt-coordinator", url],
+                                             work / f"{name}-{impl}-{label}.xml", {**suite.env, "DT_API_KEY": key},
                                              # an older plugin sends -o cache_dir to the workers, whose pytest refuses it
                                              cache=work / f"cache-{name}-{impl.replace(' ', '-')}-r{r}"
                                              if impl.startswith("new") else None)

@@ -55,11 +55,11 @@ def main() -> None:
                 suite = SUITES[name]
                 tree = fetch(suite, work / "sdists")
                 python = submitter_env(work / f"venv-{name}", [*suite.requirements, "pytest-xdist"])
-                runs = {"local": run_pytest(python, tree, list(suite.args), work / f"{name}-local.xml")}
-                runs["-n 2"] = run_pytest(python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml")
+                runs = {"local": run_pytest(python, tree, list(suite.args), work / f"{name}-local.xml", suite.env)}
+                runs["-n 2"] = run_pytest(python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml", suite.env)
                 for label in ("cluster, 1st", "cluster, 2nd"):
-                    runs[label] = run_pytest(python, tree, [*suite.args, "--dt-coordinator", url],
-                                             work / f"{name}-{label[-3:]}.xml", {"DT_API_KEY": key})
+                    runs[label] = run_pytest(python, tree, [*suite.fleet_args, "--dt-coordinator", url],
+                                             work / f"{name}-{label[-3:]}.xml", {**suite.env, "DT_API_KEY": key})
                 for label, run in runs.items():
                     print(f"{name:15} {label:13} {summary(run, runs['local'])}", flush=True)
                 rows.append((name, runs))

@@ -59,6 +59,12 @@ class Suite:
     env: dict[str, str] = field(default_factory=dict)
     install_tree: bool = False  # its tests import the package installed from the tree (a src layout)
 
+    @property
+    def fleet_args(self) -> tuple[str, ...]:
+        """The arguments of a ``--dt-coordinator`` run: ``env``'s variables (set for every run of
+        the suite) travel with ``--dt-env NAME``, since the submitter's environment does not."""
+        return (*self.args, *(arg for name in self.env for arg in ("--dt-env", name)))
+
 
 SUITES = {
     # pytest-asyncio sits beside pytest here and breaks toolz's collection: the user turns it off
