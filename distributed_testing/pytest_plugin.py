@@ -414,7 +414,8 @@ class FleetRunner:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
-            raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+            errors = session.testsfailed  # worded as pytest's own loop words it
+            raise session.Interrupted(f"{errors} error{'s' if errors != 1 else ''} during collection")
         if any(getattr(session.config.option, name, False) for name in NOT_A_RUN):
             return None  # pytest's own loop, here (it runs nothing)
         if not session.items:

@@ -21,7 +21,8 @@ chunk may have passed meanwhile, as with xdist). What this found and proves fixe
 * live logging (``--log-cli-level``, ``log_cli``) printed no ``live log`` section;
 * ``--setup-plan`` (which sets nothing up) was shipped and printed nothing; ``--setup-show`` and
   ``--setup-only``, whose lines pytest prints from the process that sets the fixtures up, are
-  now refused before anything is sent.
+  now refused before anything is sent;
+* a collection error's ``Interrupted: 1 error(s) during collection`` (pytest: ``1 error``).
 
 Equal without a change: the final line's counts, ``--lf`` and ``--ff`` after a plugin run (the
 cache's ``lastfailed``), ``--durations``, ``--tb`` styles, ``-q``/``-vv`` (``-v`` names the worker
@@ -338,4 +339,9 @@ async def test_usual_options_and_plugins_act_through_the_plugin_as_in_a_local_ru
                                          "-k", "flaky or sleeps or test_pass")
         if "1 rerun" not in got or "Timeout (>1.0s) from pytest-timeout" not in got:
             differ.append(f"--reruns / --timeout: not seen\n{got[-2000:]}")
+        for tree in (mine, here):  # a module that fails to import: nothing runs, worded as pytest words it
+            (tree / "tests" / "test_zz_broken.py").write_text("import a_module_nobody_has\n")
+        (_, want), (_, got) = await both("a collection error", *NO_RANDOMLY, "-rA", "tests")
+        if "Interrupted: 1 error during collection" not in got:
+            differ.append(f"a collection error: not worded as pytest's\n{got[-2000:]}")
     assert not differ, "\n\n".join(differ)
