@@ -24,7 +24,9 @@ option, by its ``dest``:
   ``--deselect``, paths) and the files a report writes (``--junitxml``, ``--report-log``,
   ``--log-file``, ``--debug``, ``--basetemp``, ``--pastebin``), and ``-o cache_dir=...`` (the
   cache, where the plugin keeps the tests' durations): they act here, on the replayed reports, or
-  not at all; never sent.
+  not at all; never sent. A shipped run with ``--junitxml`` sends ``--junitxml=/dev/null``: the
+  XML is written here, but the fixtures junitxml changes where the test runs (``record_property``
+  warns under ``junit_family=xunit2``) act there as here.
 * **Coverage** (:data:`COVERAGE`): where pytest-cov measures the run and travels with it (a
   shipped tree with its environment), ``--cov``, ``--cov-branch``, ``--cov-config`` (a path in the
   tree), ``--cov-context`` and ``--no-cov`` are sent, with ``--cov-report=`` (no report there):
@@ -154,6 +156,10 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         args.append("--disable-plugin-autoload")
     args += _settled(config, seeded, travels=shipped and not config.getoption("--dt-no-env", False))
+    if shipped and getattr(config.option, "xmlpath", None):
+        # the file is written here; junitxml active there makes its fixtures act alike
+        # (record_property warns under xunit2, record_xml_attribute is experimental)
+        args.append(f"--junitxml={os.devnull}")
     if coverage:
         args.append("--cov-report=")
     verbosity = int(getattr(config.option, "verbose", 0) or 0)

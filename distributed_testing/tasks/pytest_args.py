@@ -24,7 +24,7 @@ The rule, token by token:
   ``--allow-test-options``. Any other short option is refused.
 * A task with a bundle runs in the bundle sandbox, where what its pytest loads or reads acts on
   that run alone: it may also use :data:`SANDBOXED` (``-p``, ``-o``, ``-W``, ``-c``,
-  ``--rootdir``, ``--confcutdir``, ``--import-mode``, pytest-cov's ``--cov``, ...), the paths of
+  ``--rootdir``, ``--confcutdir``, ``--import-mode``, ``--junitxml``, pytest-cov's ``--cov``, ...), the paths of
   ``-c``, ``--rootdir``, ``--confcutdir`` and ``--cov-config`` under its tree. Its other guarded options follow the rule above.
 * Any other long option is taken as one a ``conftest.py`` under the test root defines (the README's
   ``["--batch-size", "4"]``) and passed on. pytest cannot tell us whether it takes a value, so the
@@ -95,6 +95,8 @@ SANDBOXED = frozenset({
     "--collect-in-virtualenv", "--assert", "--pyargs", "--disable-plugin-autoload",
     # pytest-json-report: the plugin's shipped runs make its details there (their file: none)
     "--json-report", "--json-report-file",
+    # junitxml: the plugin's shipped runs turn it on there (file /dev/null) so its fixtures act alike
+    "--junitxml", "--junit-xml",
     # pytest-cov: the run's coverage is measured where its tests run, its data written in the task's tree
     "--cov", "--cov-report", "--cov-config", "--cov-context",
 })

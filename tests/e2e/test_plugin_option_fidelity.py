@@ -22,6 +22,8 @@ chunk may have passed meanwhile, as with xdist). What this found and proves fixe
 * ``--setup-plan`` (which sets nothing up) was shipped and printed nothing; ``--setup-show`` and
   ``--setup-only``, whose lines pytest prints from the process that sets the fixtures up, are
   now refused before anything is sent;
+* ``record_property`` under ``--junitxml`` warned here only (junitxml was not active where the
+  test ran: the warning, and under ``-W error`` the failure, were missing);
 * a collection error's ``Interrupted: 1 error(s) during collection`` (pytest: ``1 error``).
 
 Equal without a change: the final line's counts, ``--lf`` and ``--ff`` after a plugin run (the
@@ -160,6 +162,10 @@ def test_random_value():
 
 def test_logs():
     logging.getLogger("proj").info("logged info")
+
+
+def test_records(record_property):
+    record_property("kind", "fidelity")  # under --junitxml (xunit2): pytest's PytestWarning, there as here
 
 
 @pytest.mark.sleepy

@@ -58,12 +58,14 @@ def test_what_changes_the_run_travels_and_what_acts_here_stays(tree: Path, monke
                         # the ignored paths: relative to the tree (--ignore) or to where pytest runs (a glob);
                         # none outside the tree
                         "--ignore=tests/legacy", "--ignore-glob=*_old.py", "--ignore-glob=gen/*",
-                        "-p", "myplugin", "--verbosity=2")
+                        "-p", "myplugin",
+                        "--junitxml=/dev/null",  # the XML is written here; junitxml acts there too
+                        "--verbosity=2")
     assert inv.cwd == "tests" and inv.local_ids
     shared = invocation(config, tree, env, shipped=False)  # the workers' own tree: their rootdir and ini
     assert "--config-file=pytest.ini" in shared.args and not shared.local_ids
     assert "no:cacheprovider" not in shared.args  # -p needs the operator's leave there
-    assert not any(a.startswith("--rootdir") for a in shared.args)
+    assert not any(a.startswith(("--rootdir", "--junitxml")) for a in shared.args)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -33,7 +33,7 @@ def test_a_bundle_may_use_the_options_that_act_on_its_run_alone(tmp_path: Path) 
     (["--rootdir=/"], "outside the test root"),
     (["--confcutdir", "../.."], "outside the test root"),
     (["--cov-config=/etc/coveragerc"], "outside the test root"),
-    (["--junitxml=/tmp/x.xml"], "--allow-test-options --junitxml"),
+    (["--report-log=/tmp/x.json"], "--allow-test-options --report-log"),
     (["--basetemp", "/tmp/x"], "--allow-test-options --basetemp"),
     (["--pdb"], "--allow-test-options --pdb"),
     (["--dt-coordinator=http://x:1"], "own pytest plugin"),
