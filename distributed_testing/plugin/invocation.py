@@ -12,7 +12,8 @@ option, by its ``dest``:
   ``--strict-markers``, ``--confcutdir``, the doctest options, ``--tb``/``-l`` (the traceback is
   built where the test runs), ``--log-level``, ``--log-cli-level`` (the level the tests' log
   records are captured at there, which the replay prints as live logs), and the local verbosity
-  as ``--verbosity=N`` (assertion diffs depend on it). An option this list does not know (a conftest's, a plugin's)
+  as ``--verbosity=N``, always (assertion diffs depend on it, and so does what pytest's subtests
+  write into a test's captured output). An option this list does not know (a conftest's, a plugin's)
   is sent too, always as ``--name=value``; a value that is an absolute path inside the tree is
   sent relative to where the task's pytest runs, one outside it is refused.
 * **Ignored paths** (:data:`IGNORES`): ``--ignore`` (relative to the tree) and ``--ignore-glob``:
@@ -162,9 +163,9 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
         args.append(f"--junitxml={os.devnull}")
     if coverage:
         args.append("--cov-report=")
-    verbosity = int(getattr(config.option, "verbose", 0) or 0)
-    if verbosity > 0:
-        args.append(f"--verbosity={verbosity}")
+    # always: the workers' pytest is -q by default, and what a test captures can depend on it
+    # (pytest's subtests write their progress letters into the test's output at -q, not at 0)
+    args.append(f"--verbosity={int(getattr(config.option, 'verbose', 0) or 0)}")
     local_ids = False
     if shipped:
         pinned, local_ids = _pinned_config(config, root)

@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import sys
@@ -333,11 +334,24 @@ def _replayed(item: pytest.Item, serialized: list[dict[str, Any]], worker: str) 
             continue
         rep.nodeid, rep.location = item.nodeid, item.location
         rep.keywords = {k: 1 for k in item.keywords}  # the worker's would name its tree's folder
+        _subtest_kwargs(rep, data)
         _json_report_omit(rep, item.config)
         if text:
             rep.longrepr = _Text(str(rep.longrepr))  # type: ignore[assignment]
         out.append(_mark(rep, worker))
     return out
+
+
+def _subtest_kwargs(rep: pytest.TestReport, data: dict[str, Any]) -> None:
+    """A subtest report's parameters as the worker's report had them. pytest's subtests turn them
+    into reprs when the report is made, and again when it is read back from JSON
+    (``SubtestContext.__post_init__``), so ``subTest(i=2)`` would read ``SUBFAILED(i='2')`` here
+    where a local run says ``(i=2)``; the worker's values are those reprs already."""
+    sent = (data.get("_subtest.context") or {}).get("kwargs")
+    context = getattr(rep, "context", None)
+    if isinstance(sent, dict) and context is not None and hasattr(context, "kwargs"):
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(context, "kwargs", dict(sent))  # a frozen dataclass's field
 
 
 def _replay_warning(item: pytest.Item, w: dict[str, Any]) -> None:

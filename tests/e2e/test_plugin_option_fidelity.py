@@ -24,6 +24,10 @@ chunk may have passed meanwhile, as with xdist). What this found and proves fixe
   now refused before anything is sent;
 * ``record_property`` under ``--junitxml`` warned here only (junitxml was not active where the
   test ran: the warning, and under ``-W error`` the failure, were missing);
+* a unittest ``subTest``'s captured output (pytest's subtests write their progress letters into
+  it, by verbosity: the workers ran at ``-q`` where the local run had none);
+* a subtest's parameters: ``SUBFAILED(i='2')`` for a local ``(i=2)`` (pytest's ``SubtestContext``
+  makes them reprs again when a report is read back from JSON);
 * a collection error's ``Interrupted: 1 error(s) during collection`` (pytest: ``1 error``).
 
 Equal without a change: the final line's counts, ``--lf`` and ``--ff`` after a plugin run (the
@@ -92,6 +96,7 @@ def broken():
 import random
 import sys
 import time
+import unittest
 import warnings
 
 import pytest
@@ -162,6 +167,13 @@ def test_random_value():
 
 def test_logs():
     logging.getLogger("proj").info("logged info")
+
+
+class TestCases(unittest.TestCase):
+    def test_subtests(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertLess(i, 2)
 
 
 def test_records(record_property):
@@ -345,6 +357,12 @@ async def test_usual_options_and_plugins_act_through_the_plugin_as_in_a_local_ru
                                          "-k", "flaky or sleeps or test_pass")
         if "1 rerun" not in got or "Timeout (>1.0s) from pytest-timeout" not in got:
             differ.append(f"--reruns / --timeout: not seen\n{got[-2000:]}")
+        # pytest's subtests write progress letters into the test's captured output, by verbosity
+        for flags in (("-rA",), ("-rA", "-q"), ("-rA", "-v")):
+            (_, want), (_, got) = await both(f"subtests {flags}", *NO_RANDOMLY, *flags, "-k", "subtests")
+            passes = [re.findall(r"Captured stdout call -+\n(.*?)\n=", out, re.S) for out in (want, got)]
+            if passes[0] != passes[1]:
+                differ.append(f"subtests {flags}: captured {passes[0]} here, {passes[1]} there")
         for tree in (mine, here):  # a module that fails to import: nothing runs, worded as pytest words it
             (tree / "tests" / "test_zz_broken.py").write_text("import a_module_nobody_has\n")
         (_, want), (_, got) = await both("a collection error", *NO_RANDOMLY, "-rA", "tests")
