@@ -235,6 +235,8 @@ def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocatio
         config = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
     if inv.cwd is not None:
         config["cwd"] = inv.cwd
+    if inv.safe_path:  # started as the pytest command: the workers' pytest starts alike
+        config["safe_path"] = True
     doc: dict[str, Any] = {"task_id": f"{'session' if warm else 'pytest'}-{run_id}-{index}", "type": "test",
                            "config": config}
     if c.requirements:

@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,20 @@ class Invocation:
     args: tuple[str, ...] = ()
     cwd: str | None = None
     local_ids: bool = False
+    safe_path: bool = False  # the local pytest started without its directory first on sys.path
+
+
+def started_safe(here: Path) -> bool:
+    """Whether this pytest started without its working directory ``here`` first on ``sys.path``:
+    the ``pytest`` command (a console script: its own folder is first), or Python's ``-P``. ``python
+    -m pytest`` and ``python -c`` put the directory they start in there, and a script calling
+    ``pytest.main()`` its own folder (which may be ``here``)."""
+    if sys.flags.safe_path:
+        return True
+    main = sys.argv[0] if sys.argv else ""
+    if main in ("", "-c") or Path(main).name == "__main__.py":
+        return False
+    return Path(main).resolve().parent != here.resolve()
 
 
 def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shipped: bool,
@@ -170,7 +185,7 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     if shipped:
         pinned, local_ids = _pinned_config(config, root)
         args = pinned + args
-    return Invocation(tuple(args), None if cwd in (None, ".") else cwd, local_ids)
+    return Invocation(tuple(args), None if cwd in (None, ".") else cwd, local_ids, started_safe(here))
 
 
 def _settled(config: pytest.Config, seeded: bool, *, travels: bool) -> list[str]:

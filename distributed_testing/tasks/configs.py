@@ -211,7 +211,11 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     the task only starts that session (it runs no test), so that it is ready when the run's tests
     come; without a session to start it does nothing. ``env``: environment variables the tests
     run with, in a task with a bundle only (its sandbox starts from a fixed minimum, not the
-    worker's variables: :func:`env_errors` says which names a task may set)."""
+    worker's variables: :func:`env_errors` says which names a task may set). ``safe_path``: start
+    pytest without its working directory first on ``sys.path`` (Python's ``-P``), as the ``pytest``
+    command starts; default as ``python -m pytest`` does, with it there. The pytest plugin sets it
+    from how the local pytest was started: a package in the tree then shadows the installed one
+    (built, with its compiled parts) there exactly where it did here."""
 
     __test__ = False  # not a pytest test class
 
@@ -224,6 +228,7 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     collect: list[NonEmpty] = []
     warm: bool = False
     env: dict[str, str] = {}
+    safe_path: bool = False
 
 
 MAX_TASK_ENV = 64  # variables a test task may set

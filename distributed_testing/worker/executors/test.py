@@ -184,10 +184,11 @@ class TestExecutor:
                                    cwd=cwd, cache_dir=Path(tmp) / "pytest-cache")
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                             ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
-                env = self._env
+                env = started_as(spec, self._env)
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
-                    env = task_environ({**gpu_environ(self._env), **self._extra, **spec.env}, ctx.scratch_dir, ctx.python)
+                    env = started_as(spec, task_environ({**gpu_environ(self._env), **self._extra, **spec.env},
+                                                        ctx.scratch_dir, ctx.python))
                     assert plugins is not None
                     env_dirs = [*env_dirs, plugins]
                     env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
@@ -286,6 +287,12 @@ def task_cwd(root: Path, cwd: str | None) -> Path:
         raise ExecutionError(bad)
     found = (root / cwd).resolve()
     return found if found.is_dir() else root
+
+
+def started_as(spec: TestConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for the task's pytest, started as the submitter's was: ``safe_path`` (the ``pytest``
+    command, or ``-P``) keeps its working directory off the front of ``sys.path``."""
+    return {**env, "PYTHONSAFEPATH": "1"} if spec.safe_path else dict(env)
 
 
 def standalone_plugins(dest: Path) -> Path:

@@ -74,6 +74,7 @@ from distributed_testing.worker.executors.test import (
     pytest_errors,
     resolve_test_path,
     standalone_plugins,
+    started_as,
     task_cwd,
 )
 from distributed_testing.worker.sandbox import gpu_devices, gpu_environ, task_environ
@@ -110,7 +111,8 @@ def session_key(a: TaskAssignment) -> SessionKey | None:
     if a.type != "test" or a.bundle is None or not isinstance(cfg.get("session"), str) or not run:
         return None
     options = {"test_args": cfg.get("test_args") or [], "cwd": cfg.get("cwd"), "max_memory_mb": a.max_memory_mb,
-               "collect": cfg.get("collect") or [], "env": cfg.get("env") or {}}
+               "collect": cfg.get("collect") or [], "env": cfg.get("env") or {},
+               "safe_path": bool(cfg.get("safe_path"))}
     return SessionKey(str(run), a.submitted_by, a.bundle, _digest(sorted(a.python)), _digest(options))
 
 
@@ -161,7 +163,8 @@ class _Session:
             argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd,
                                  cache_dir=scratch / "pytest-cache"),
                     "-p", SERVE_PLUGIN, f"{pytest_serve.SERVE_OPTION}={cmd_r}"]
-            env = task_environ({**gpu_environ(base_env), **extra, **spec.env}, scratch, self.fields.get("python"))
+            env = started_as(spec, task_environ({**gpu_environ(base_env), **extra, **spec.env}, scratch,
+                                                self.fields.get("python")))
             env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
             argv = self.fields["sandbox"].wrap(argv, ro=[*env_dirs, plugins], rw=[root, scratch], cwd=cwd, env=env,
                                                devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
