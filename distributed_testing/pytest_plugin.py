@@ -51,7 +51,9 @@ and paths select as usual):
   invocation directory's place in the tree (:mod:`.plugin.invocation`, which also says what stays
   here and what is refused).
   pytest-xdist's ``-n`` (an ini file's ``addopts`` often has it) starts no workers, here or
-  there: the fleet takes its place.
+  there: the fleet takes its place, and its ``--dist loadscope``, ``loadfile`` or ``loadgroup``
+  still hold: no chunk cuts such a group (a class, a module, an ``xdist_group``), whose tests
+  then run in one worker's session, in order (:mod:`.plugin.chunks`).
   None of this shell's variables travel but ``CI`` and ``BUILD_NUMBER`` (pytest reads them to
   show whole assertion diffs on CI): ``--dt-env NAME[=VALUE]`` (repeatable) sets one for the
   tests there (a test task's ``env``).
@@ -102,7 +104,7 @@ import pytest
 
 from .config import environ
 from .errors import ValidationError
-from .plugin.chunks import Chunk, plan_chunks
+from .plugin.chunks import Chunk, dist_scope, plan_chunks
 from .plugin.fleet import Fleet, _cancel_all, _client
 from .plugin.replay import Downed, merge_downed, print_downed, report_live, report_task
 from .plugin.watch import Live, News, watch
@@ -125,6 +127,7 @@ HISTORY_KEY = "distributed_testing/durations"
 # the variables pytest itself reads to tell a CI run (_pytest.assertion.util.running_on_ci): set here,
 # they travel, so the workers' assertion diffs and short summary are as long as the local run's
 PYTEST_READS = ("CI", "BUILD_NUMBER")
+DIST = pytest.StashKey[str]()  # pytest-xdist's --dist as given, before the fleet took xdist's place
 XDIST_OFF = "--numprocesses=0"  # sent where pytest-xdist travels: a session reading ``addopts = -n 2`` starts no workers
 # pytest options under which a session runs no tests (it lists, shows, only collects or, --setup-plan,
 # prints the fixtures it would set up without setting any up): nothing is shipped, pytest does it here
@@ -179,6 +182,7 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, None, None]:
     controller collected nothing, and no test ran), and the workers' sessions get ``-n 0`` too
     (:data:`XDIST_OFF`)."""
     if config.getoption("--dt-coordinator") and hasattr(config.option, "numprocesses"):
+        config.stash[DIST] = config.option.dist  # its groups still hold: no chunk cuts one (.plugin.chunks)
         config.option.numprocesses = 0
         config.option.dist = "no"
         config.option.distload = False
@@ -456,7 +460,8 @@ class FleetRunner:
         cache = getattr(self.config, "cache", None)  # absent with -p no:cacheprovider
         history = cache.get(HISTORY_KEY, {}) if cache is not None else {}
         shipped = "bundle" in fields
-        chunks = plan_chunks(session.items, self.root, slots, history, self.partial, sessions=shipped)
+        chunks = plan_chunks(session.items, self.root, slots, history, self.partial, sessions=shipped,
+                             scope=dist_scope(self.config.stash.get(DIST, None)))
         run_id = self.run_ms
         run = self.start_run(fleet)
         self.ran = True

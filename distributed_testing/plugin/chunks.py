@@ -1,9 +1,16 @@
 """How a plugin run's selected tests are cut into chunks, one ``test`` task each
-(:func:`plan_chunks`; the rules are in ``pytest_plugin``'s docstring, "Spread by test")."""
+(:func:`plan_chunks`; the rules are in ``pytest_plugin``'s docstring, "Spread by test").
+
+Chunks are cut anywhere in collection order, unless pytest-xdist's ``--dist`` asked for groups
+(:func:`dist_scope`): ``loadscope`` keeps a class's tests (a module's functions) in one chunk,
+``loadfile`` a module's, ``loadgroup`` those of one ``xdist_group`` mark, gathered where its
+first test is, as xdist sends each such group to one of its workers. A group is cut only where
+its tests' reports would not fit one task's result.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,15 +73,47 @@ def remote_id(item: pytest.Item, root: Path) -> str:
     return rel + sep + rest
 
 
+Scope = Callable[[pytest.Item], str | None]
+
+
+def dist_scope(dist: str | None) -> Scope | None:
+    """The group of a test that pytest-xdist's ``--dist`` mode ``dist`` sends to one worker (its
+    ``LoadScopeScheduling``, ``LoadFileScheduling``, ``LoadGroupScheduling``), None for a test
+    of no group; None for the modes that group nothing."""
+    if dist == "loadscope":
+        return lambda item: item.nodeid.rsplit("::", 1)[0]
+    if dist == "loadfile":
+        return lambda item: item.nodeid.split("::", 1)[0]
+    if dist == "loadgroup":
+        def group(item: pytest.Item) -> str | None:
+            names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+            return "@" + "_".join(sorted(names)) if names else None
+        return group
+    return None
+
+
+def _gathered(items: list[pytest.Item], scope: Scope) -> list[tuple[pytest.Item, str | None]]:
+    """``items`` with their groups, each group's tests moved to where its first one is."""
+    keyed = [(i, item, scope(item)) for i, item in enumerate(items)]
+    first: dict[str, int] = {}
+    for i, _, key in keyed:
+        if key is not None:
+            first.setdefault(key, i)
+    return [(item, key) for _, item, key in sorted(keyed, key=lambda t: t[0] if t[2] is None else first[t[2]])]
+
+
 def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: dict[str, float],
-                partial: set[str], *, sessions: bool = False) -> list[Chunk]:
+                partial: set[str], *, sessions: bool = False, scope: Scope | None = None) -> list[Chunk]:
     """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
     ``root``) some of whose tests were deselected here, so they are always sent as node ids.
     ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
     costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, the
-    slowest first where the history knows their tests."""
+    slowest first where the history knows their tests. ``scope``: the group of each test
+    (:func:`dist_scope`), which no chunk boundary cuts."""
+    keyed = _gathered(list(items), scope) if scope is not None else [(item, None) for item in items]
+    keys = {id(item): key for item, key in keyed}
     groups: dict[str, list[tuple[pytest.Item, str, dict[str, Any]]]] = {}
-    for item in items:
+    for item, _ in keyed:
         req = requirements_of(item)
         groups.setdefault(repr(sorted(req.items())), []).append((item, remote_id(item, root), req))
     flat = [rid for g in groups.values() for _, rid, _ in g]
@@ -94,7 +133,8 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     for g in groups.values():
         share = sum(cost[rid] for _, rid, _ in g)
         n = min(len(g), max(1, round(total_chunks * share / grand)))
-        for part in (piece for run in _split(g, [cost[rid] for _, rid, _ in g], n) for piece in _fitting(run)):
+        runs = _split(g, [cost[rid] for _, rid, _ in g], n, [keys[id(it)] for it, _, _ in g])
+        for part in (piece for run in runs for piece in _fitting(run)):
             c = Chunk(part[0][2], [it for it, _, _ in part], [rid for _, rid, _ in part])
             c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
             c.cost = sum(cost[rid] for rid in c.remote_ids)
@@ -104,18 +144,27 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     return chunks
 
 
-def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
-    """``seq`` cut into ``n`` contiguous runs of about equal total cost."""
+def _split(seq: list[Any], costs: list[float], n: int, keys: list[str | None] | None = None) -> Iterator[list[Any]]:
+    """``seq`` cut into ``n`` contiguous runs of about equal total cost (fewer where ``keys``, the
+    group of each element, keeps a group whole: a run ends only where the next element's group
+    differs from this one's, or either has none)."""
     target = sum(costs) / n
     run: list[Any] = []
     acc = 0.0
     cut = 1
-    for x, c in zip(seq, costs, strict=True):
+    deferred = False
+    for i, (x, c) in enumerate(zip(seq, costs, strict=True)):
         run.append(x)
         acc += c
-        if acc >= target * cut * (1 - 1e-9) and cut < n:  # float sums fall just short
+        due = acc >= target * cut * (1 - 1e-9) and cut < n  # float sums fall just short
+        if due and keys is not None and i + 1 < len(seq) and keys[i] is not None and keys[i] == keys[i + 1]:
+            deferred = True
+        elif due:
             yield run
             run, cut = [], cut + 1
+            while deferred and cut < n and acc >= target * cut * (1 - 1e-9):  # a group ran past more cuts
+                cut += 1
+            deferred = False
     if run:
         yield run
 

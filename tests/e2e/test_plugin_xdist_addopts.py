@@ -3,6 +3,10 @@
 takes xdist's place here (no local xdist workers), and the workers' sessions, which read the same
 ini file, run their chunks without starting xdist workers of their own.
 
+Its ``--dist loadscope`` (xdist's remedy for a suite whose tests in a class depend on each other, as
+pathspec 1.1.1's do) still holds: no chunk cuts a class, whose tests then run in one worker's
+session, in order (before, a chunk boundary inside the class failed the tests past it).
+
 The submitter's environment is a virtual environment with pytest-xdist installed (it travels with
 the run); the workers run from this interpreter, in bwrap.
 """
@@ -70,3 +74,50 @@ async def test_the_fleet_takes_xdists_place_when_the_ini_file_asks_for_it(tmp_pa
     assert "created:" not in remote, remote[-3000:]  # no xdist workers here
     assert re.search(r"\[w[12]\] .*PASSED", remote), remote[-3000:]  # the fleet's workers ran them
     assert "no xdist worker" in remote, remote[-3000:]  # nor there: the failing test says where it ran
+
+
+ORDERED = '''\
+import pytest
+
+SETUPS = []
+
+
+@pytest.fixture(scope="class")
+def shared():
+    SETUPS.append(1)
+    return len(SETUPS)
+
+
+class TestOrdered:
+    def test_0_first(self, shared):
+        type(self).ready = True
+
+    @pytest.mark.parametrize("n", range(24))
+    def test_1_later(self, shared, n):
+        assert getattr(type(self), "ready", False), "test_0_first ran elsewhere"
+        assert shared == 1, "the class fixture was set up again: the class was cut"
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_alone(n):
+    pass
+'''
+
+
+async def test_xdists_dist_loadscope_keeps_a_class_in_one_chunk_on_the_fleet(tmp_path: Path) -> None:
+    tree = tmp_path / "proj"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_ordered.py").write_text(ORDERED)
+    (tree / "pytest.ini").write_text("[pytest]\ntestpaths = tests\naddopts = -n 2 --dist loadscope\n")
+    python = await asyncio.to_thread(submitter_env, tmp_path / "venv", ["pytest-xdist"])
+    code, local = await asyncio.to_thread(_pytest, python, tree, [])
+    assert code == 0 and "33 passed" in local, local[-3000:]
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        for w in ("w1", "w2"):
+            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
+                               db_path=tmp_path / "state" / f"{w}.duckdb")
+        key = await c.create_key("submitter", allow_code=True)
+        rcode, remote = await asyncio.to_thread(_pytest, python, tree, ["-v", "--dt-coordinator", c.base_url],
+                                                {"DT_API_KEY": key})
+    assert rcode == code and _outcomes(remote) == _outcomes(local), remote[-4000:]
+    assert re.search(r"\[w[12]\] .*PASSED", remote), remote[-3000:]  # the fleet's workers ran them

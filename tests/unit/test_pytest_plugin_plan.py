@@ -10,6 +10,7 @@ from distributed_testing.plugin.chunks import (
     MAX_CHUNK_RESULT_BYTES,
     RESULT_BYTES_PER_ID_BYTE,
     RESULT_BYTES_PER_TEST,
+    dist_scope,
     plan_chunks,
 )
 from distributed_testing.pytest_plugin import MAX_WATCHERS, MAX_WATCHERS_CAP, watchers
@@ -28,6 +29,7 @@ class Marker:
 class Item:
     nodeid: str
     marker: Marker | None = None
+    group: Marker | None = None  # an xdist_group mark
     path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -35,6 +37,9 @@ class Item:
 
     def get_closest_marker(self, name: str) -> Marker | None:
         return self.marker
+
+    def iter_markers(self, name: str) -> list[Marker]:
+        return [self.group] if name == "xdist_group" and self.group is not None else []
 
 
 def _items(modules: int, per: int) -> list[Any]:
@@ -115,3 +120,38 @@ def test_a_chunk_is_cut_where_its_tests_reports_would_not_fit_one_result() -> No
     assert shared[0].args[0].startswith("test_m0.py::")  # a module cut in two goes as node ids
     small = plan_chunks(_items(4, 10), ROOT, 2, {}, set())
     assert len(small) == 2  # a small suite's chunks are as before
+
+
+def test_xdists_dist_groups_are_never_cut_by_a_chunk() -> None:
+    """pathspec 1.1.1's IterTreeTest: its first test sets a class attribute the others read, so a chunk
+    boundary inside the class failed the tests past it (on another worker, or a later command). xdist
+    has --dist loadscope / loadfile / loadgroup for such suites; with the fleet in xdist's place they
+    still hold: no chunk cuts a group, and the tests keep their order."""
+    items = [*(Item(f"test_a.py::TestC::test_{i}") for i in range(20)), *(Item(f"test_a.py::test_f{i}") for i in range(20)),
+             *(Item(f"test_b.py::TestD::test_{i}") for i in range(20))]
+    ids = [i.nodeid for i in items]
+    plain = plan_chunks(items, ROOT, 2, {}, set(), sessions=True)
+    assert len(plain) == 16 and any(c.remote_ids[0].startswith("test_a.py::TestC::test_") and c.remote_ids[0] != ids[0]
+                                    for c in plain)  # without --dist the class is cut
+    for dist, group in (("loadscope", lambda r: r.rsplit("::", 1)[0]), ("loadfile", lambda r: r.split("::")[0])):
+        chunks = plan_chunks(items, ROOT, 2, {}, set(), sessions=True, scope=dist_scope(dist))
+        assert [rid for c in chunks for rid in c.remote_ids] == ids  # collection order
+        owners: dict[str, set[int]] = {}
+        for n, c in enumerate(chunks):
+            for rid in c.remote_ids:
+                owners.setdefault(group(rid), set()).add(n)
+        assert all(len(v) == 1 for v in owners.values()), (dist, owners)
+        assert len(chunks) > 1 or dist == "loadfile"
+    scoped = plan_chunks(items, ROOT, 2, {}, set(), sessions=True, scope=dist_scope("loadscope"))
+    assert [len(c.remote_ids) for c in scoped] == [20, 20, 20]  # a class, a module's functions (xdist's scopes)
+    assert dist_scope("load") is None and dist_scope("no") is None and dist_scope(None) is None
+
+
+def test_loadgroup_gathers_an_xdist_group_from_any_module_into_one_chunk() -> None:
+    grouped = Marker({"name": "db"})
+    items = [Item("test_a.py::test_0", group=grouped), *(Item(f"test_a.py::test_{i}") for i in range(1, 10)),
+             Item("test_b.py::test_0", group=Marker({}, ("db",))), *(Item(f"test_b.py::test_{i}") for i in range(1, 10))]
+    chunks = plan_chunks(items, ROOT, 2, {}, set(), sessions=True, scope=dist_scope("loadgroup"))
+    assert chunks[0].remote_ids == ["test_a.py::test_0", "test_b.py::test_0"]  # where its first test was
+    assert sorted(rid for c in chunks for rid in c.remote_ids) == sorted(i.nodeid for i in items)
+    assert len(chunks) > 10 and all(len(c.remote_ids) <= 2 for c in chunks[1:])  # the others cut as before
