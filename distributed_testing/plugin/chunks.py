@@ -107,8 +107,8 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
     ``root``) some of whose tests were deselected here, so they are always sent as node ids.
     ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
-    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, the
-    slowest first where the history knows their tests. ``scope``: the group of each test
+    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, in
+    collection order. ``scope``: the group of each test
     (:func:`dist_scope`), which no chunk boundary cuts."""
     keyed = _gathered(list(items), scope) if scope is not None else [(item, None) for item in items]
     keys = {id(item): key for item, key in keyed}
@@ -139,8 +139,10 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
             c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
             c.cost = sum(cost[rid] for rid in c.remote_ids)
             chunks.append(c)
-    if sessions and with_history:  # the longest first, as a scheduler of known jobs would
-        chunks.sort(key=lambda c: -c.cost)
+    # in collection order, never the longest first: workers take chunks in the order sent, so each
+    # session runs its tests in collection order, as each pytest (and each xdist worker) does; a
+    # test that needs an earlier one to have run, or a later one not yet (six's test_lazy: a module
+    # not imported yet), holds as it does there. The chunks are of about equal time anyway.
     return chunks
 
 

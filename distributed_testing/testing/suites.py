@@ -194,9 +194,9 @@ SUITES = {
     "pathspec": Suite("pathspec", "pathspec==1.1.1", ("pytest-xdist",), ("tests", "--dist", "loadscope"),
                       "unittest suites; order-dependent class: --dist loadscope"),
     # test_lazy asserts html.parser is not imported yet: it passes where it runs before
-    # test_move_items[html_parser] in its process, as in collection order; a session's chunks run
-    # the longest first once there is history, so it failed in one fleet run of five; left out by -k
-    "six": Suite("six", "six==1.17.0", (), ("-k", "not test_lazy"), "[tool:pytest] in setup.cfg"),
+    # test_move_items[html_parser] in its process, as in collection order (a session's chunks ran
+    # the longest first once there was history: it failed in one fleet run of five, now in order)
+    "six": Suite("six", "six==1.17.0", (), (), "[tool:pytest] in setup.cfg; an order-sensitive test"),
 }
 
 
