@@ -6,7 +6,8 @@ round by round so that the load of a shared machine hits every mode alike.
 sdist (``distributed_testing/testing/suites.py``), runs it locally, with ``-n 2``, and through the
 plugin twice with a shipped tree (``--accept-bundles`` workers, bwrap): the first run builds the
 submitter's environment on the workers, the second finds it cached and has the first's durations
-(pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
+(pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). A
+suite's ``env`` (what its user exports) is set in every mode and named by ``--dt-env`` for the fleet. ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
 cluster modes a second time with that checkout's coordinator, workers and plugin, in the same
 rounds, so old and new meet the same load. Prints, per round and in a table: the wall times, the
 ratio to ``-n 2``, whether every test's outcome (JUnit) equals the local run's, and the fixed cost
@@ -157,16 +158,19 @@ def bench_registry(names: list[str], rounds: int, base: Path | None, work: Path,
                 for r in range(rounds):
                     local_python = pythons["new"]
                     runs: dict[str, Any] = {}
-                    collect = run_pytest(local_python, tree, [*suite.args, "--collect-only"], work / f"{name}-co.xml")
-                    runs["local"] = run_pytest(local_python, tree, list(suite.args), work / f"{name}-local.xml")
-                    runs["-n 2"] = run_pytest(local_python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml")
+                    env = dict(suite.env)  # what its user exports; named by --dt-env for the fleet
+                    sent = [arg for var in env for arg in ("--dt-env", var)]
+                    collect = run_pytest(local_python, tree, [*suite.args, "--collect-only"], work / f"{name}-co.xml",
+                                         env)
+                    runs["local"] = run_pytest(local_python, tree, list(suite.args), work / f"{name}-local.xml", env)
+                    runs["-n 2"] = run_pytest(local_python, tree, [*suite.args, "-n", "2"], work / f"{name}-n2.xml", env)
                     fixed: dict[str, float | None] = {}
                     for label in ("1st", "2nd"):
                         for impl in impls:
                             url, key = clusters[impl]
                             since = time.time()
-                            run = run_pytest(pythons[impl], tree, [*suite.args, "--dt-coordinator", url],
-                                             work / f"{name}-{impl}-{label}.xml", {"DT_API_KEY": key},
+                            run = run_pytest(pythons[impl], tree, [*suite.args, *sent, "--dt-coordinator", url],
+                                             work / f"{name}-{impl}-{label}.xml", {**env, "DT_API_KEY": key},
                                              # an older plugin sends -o cache_dir to the workers, whose pytest refuses it
                                              cache=work / f"cache-{name}-{impl.replace(' ', '-')}-r{r}"
                                              if impl.startswith("new") else None)

@@ -56,7 +56,7 @@ class Suite:
     requirements: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     note: str = ""
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # exported by its user; the fleet gets each by --dt-env
     install_tree: bool = False  # its tests import the package installed from the tree (a src layout)
 
 
@@ -170,6 +170,11 @@ SUITES = {
     # its 27 timing tests (growth ratios of wall times) fail by the machine's load, here and there alike
     "mistune": Suite("mistune", "mistune==3.4.0", (), ("-k", "not (quickly or forever or linear or quadratically or rescan)"),
                      "pythonpath in its ini, fixture files, filterwarnings error"),
+    # its conftest asserts its C extension is loaded unless WCWIDTH_PYTHON is set: the tests import the
+    # tree's package, whose extension is built into the environment's copy only (1,714 errors without)
+    "wcwidth": Suite("wcwidth", "wcwidth==0.9.4", ("pytest-cov",), (),
+                     "installed from its tree; --cov and --doctest-modules in addopts; WCWIDTH_PYTHON=1",
+                     env={"WCWIDTH_PYTHON": "1"}, install_tree=True),
     # the modules that need no server (redis, valkey, memcached, mongodb, dynamodb)
     "cachelib": Suite("cachelib", "cachelib==0.17.0", ("pytest-xprocess",),
                       ("tests/test_simple_cache.py", "tests/test_file_system_cache.py", "tests/test_serializers.py",
