@@ -6,7 +6,8 @@ round by round so that the load of a shared machine hits every mode alike.
 sdist (``distributed_testing/testing/suites.py``), runs it locally, with ``-n 2``, and through the
 plugin twice with a shipped tree (``--accept-bundles`` workers, bwrap): the first run builds the
 submitter's environment on the workers, the second finds it cached and has the first's durations
-(pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
+(pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). A
+suite's ``env`` (what its user exports) is set in every mode and named by ``--dt-env`` for the fleet. ``--base DIR`` (an older checkout, ``git worktree add DIR COMMIT``) runs the
 cluster modes a second time with that checkout's coordinator, workers and plugin, in the same
 rounds, so old and new meet the same load. Prints, per round and in a table: the wall times, the
 ratio to ``-n 2``, whether every test's outcome (JUnit) equals the local run's, and the fixed cost

@@ -56,8 +56,10 @@ and paths select as usual):
   still hold: no chunk cuts such a group (a class, a module, an ``xdist_group``), whose tests
   then run in one worker's session, in order (:mod:`.plugin.chunks`).
   None of this shell's variables travel but ``CI`` and ``BUILD_NUMBER`` (pytest reads them to
-  show whole assertion diffs on CI): ``--dt-env NAME[=VALUE]`` (repeatable) sets one for the
-  tests there (a test task's ``env``).
+  show whole assertion diffs on CI) and ``PYTHONHASHSEED`` (the order of a set of strings, so of
+  the tests a suite parametrizes over one, and their ids: without it the workers collected other
+  ids than the local run): ``--dt-env NAME[=VALUE]`` (repeatable) sets one for the tests there
+  (a test task's ``env``).
 * **The report is local pytest's.** Each test's reports come back as pytest serialized them on
   the worker (the form pytest-xdist uses) and are replayed here under the local node id, with the
   local paths: outcome, the remote traceback with its crash line in the short summary, captured
@@ -125,9 +127,10 @@ MAX_WATCHERS = 32  # tasks waited for at once, each by a thread of its own: at l
 MAX_WATCHERS_CAP = 256  # else one per worker slot (each running chunk's tests come live), at most this
 MAX_COLLECT = 1000  # arguments a run's sessions are told to collect first, at most
 HISTORY_KEY = "distributed_testing/durations"
-# the variables pytest itself reads to tell a CI run (_pytest.assertion.util.running_on_ci): set here,
-# they travel, so the workers' assertion diffs and short summary are as long as the local run's
-PYTEST_READS = ("CI", "BUILD_NUMBER")
+# set here, they travel: the variables pytest itself reads to tell a CI run (_pytest.assertion.util.
+# running_on_ci), so the workers' assertion diffs and short summary are as long as the local run's, and
+# Python's hash seed, which orders a set of strings (a parametrize over one: the tests' ids and order)
+TRAVEL_WHEN_SET = ("CI", "BUILD_NUMBER", "PYTHONHASHSEED")
 DIST = pytest.StashKey[str]()  # pytest-xdist's --dist as given, before the fleet took xdist's place
 XDIST_OFF = "--numprocesses=0"  # sent where pytest-xdist travels: a session reading ``addopts = -n 2`` starts no workers
 # pytest options under which a session runs no tests (it lists, shows, only collects or, --setup-plan,
@@ -206,8 +209,8 @@ def task_env(given: Sequence[str], here: Mapping[str, str], *, shipped: bool) ->
     if out and not shipped:
         raise pytest.UsageError("distributed_testing: --dt-env sets variables for a shipped tree's tests; with "
                                 "--dt-shared-tree the workers' operator sets their environment")
-    if shipped:  # pytest's own output depends on them: full assertion diffs and summary lines on CI
-        out.update({name: here[name] for name in PYTEST_READS if name in here and name not in out})
+    if shipped:  # what pytest shows (CI) and collects (the hash seed) depends on them
+        out.update({name: here[name] for name in TRAVEL_WHEN_SET if name in here and name not in out})
     errors = env_errors(out)
     if errors:
         raise pytest.UsageError(f"distributed_testing: --dt-env {errors[0]}")

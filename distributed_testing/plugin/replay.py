@@ -202,13 +202,16 @@ def _gist(text: str, *, last: bool = False) -> str:
     """One line of ``text`` for a test's error: its first (a task's error leads with its reason),
     or with ``last`` its last (a collection error ends with the exception), cut to :data:`ONE_LINE`.
     A first line that only heads what follows (``pytest exit code 4 (usage error):``) gets the
-    exception the output ends with (its last ``E`` line)."""
+    exception the output ends with (its last ``E`` line), else the line after it (pytest's
+    refusal of a node id: ``not found: PATH::NAME``)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()] or ["no reason given"]
     raised = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
     if last:
         line = raised[-1] if raised else lines[-1]
+    elif lines[0].endswith(":") and (raised or len(lines) > 1):
+        line = f"{lines[0]} {raised[-1] if raised else lines[1]}"
     else:
-        line = f"{lines[0]} {raised[-1]}" if lines[0].endswith(":") and raised else lines[0]
+        line = lines[0]
     return line if len(line) <= ONE_LINE else line[:ONE_LINE - 3] + "..."
 
 

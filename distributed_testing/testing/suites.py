@@ -56,7 +56,7 @@ class Suite:
     requirements: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     note: str = ""
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # exported by its user; the fleet gets each by --dt-env
     install_tree: bool = False  # its tests import the package installed from the tree (a src layout)
 
     @property
@@ -197,6 +197,37 @@ SUITES = {
     # test_move_items[html_parser] in its process, as in collection order (a session's chunks ran
     # the longest first once there was history: it failed in one fleet run of five, now in order)
     "six": Suite("six", "six==1.17.0", (), (), "[tool:pytest] in setup.cfg; an order-sensitive test"),
+    # legacy tests whose conftest makes one item per data file (the item's path is the data file)
+    "pyyaml": Suite("pyyaml", "pyyaml==6.0.3", (), ("tests",), "installed from its tree; a conftest collector",
+                    install_tree=True),
+    "tenacity": Suite("tenacity", "tenacity==9.2.1", ("tornado", "trio", "typeguard"), ("tests",), "asyncio, trio, tornado"),
+    "decorator": Suite("decorator", "decorator==5.3.1", (), ("tests/test.py",), "installed from its tree",
+                       install_tree=True),
+    # test_date parametrizes over a set of tuples holding None, whose hash on Python < 3.12 is its address:
+    # its ids change from process to process even under one PYTHONHASHSEED (pytest-xdist differs too)
+    "isodate": Suite("isodate", "isodate==0.7.2", (), ("--ignore", "tests/test_date.py"),
+                     "installed from its tree; filterwarnings error", install_tree=True),
+    "jsonpointer": Suite("jsonpointer", "jsonpointer==3.12", (), ("tests.py",), "unittest module at the root"),
+    # one test reloads pyrsistent: the tests after it in its process see other classes (RecursionError in
+    # record_test when a run's history put vector_test's chunk first, before chunks went in collection
+    # order); left out by --deselect
+    "pyrsistent": Suite("pyrsistent", "pyrsistent==0.20.0", ("hypothesis",),
+                        ("tests", "--deselect",
+                         "tests/vector_test.py::test_python_no_c_extension_with_environment_variable"),
+                        "the tree's package, *_test.py"),
+    # its 27 timing tests (growth ratios of wall times) fail by the machine's load, here and there alike
+    "mistune": Suite("mistune", "mistune==3.4.0", (), ("-k", "not (quickly or forever or linear or quadratically or rescan)"),
+                     "pythonpath in its ini, fixture files, filterwarnings error"),
+    # its conftest asserts its C extension is loaded unless WCWIDTH_PYTHON is set: the tests import the
+    # tree's package, whose extension is built into the environment's copy only (1,714 errors without)
+    "wcwidth": Suite("wcwidth", "wcwidth==0.9.4", ("pytest-cov",), (),
+                     "installed from its tree; --cov and --doctest-modules in addopts; WCWIDTH_PYTHON=1",
+                     env={"WCWIDTH_PYTHON": "1"}, install_tree=True),
+    # the modules that need no server (redis, valkey, memcached, mongodb, dynamodb)
+    "cachelib": Suite("cachelib", "cachelib==0.17.0", ("pytest-xprocess",),
+                      ("tests/test_simple_cache.py", "tests/test_file_system_cache.py", "tests/test_serializers.py",
+                       "tests/test_base_cache.py", "tests/test_uwsgi_cache.py"),
+                      "installed from its tree; filterwarnings error", install_tree=True),
 }
 
 

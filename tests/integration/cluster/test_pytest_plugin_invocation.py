@@ -4,7 +4,9 @@ real coordinator and a bundle worker in its sandbox: a suite that needs ``-p no:
 ``PYTEST_ADDOPTS``), its ini's markers and its invocation directory gives local pytest's per-test
 outcomes, with local paths and each ``-v`` line naming the worker; a task that fails as a whole
 (its conftest cannot import there) is printed once, and a module skipped there for a missing
-import is a skip with that reason."""
+import is a skip with that reason. A test whose id the workers do not collect (an id made of the
+collecting process's pid; isodate's from a set's order) is an error whose one line says pytest's
+``not found``: it said only ``pytest usage error in its session:`` before."""
 
 from __future__ import annotations
 
@@ -88,6 +90,10 @@ def _suite(root: Path) -> Path:
     (tests / "test_options.py").write_text(OPTIONS)
     (tests / "broken" / "conftest.py").write_text("import localdep\n")
     (tests / "broken" / "test_b.py").write_text("".join(f"def test_{i}():\n    pass\n\n\n" for i in range(3)))
+    (tests / "ids").mkdir()
+    (tests / "ids" / "test_pid.py").write_text(
+        "import os\n\nimport pytest\n\n\n@pytest.mark.parametrize('n', [1], ids=[f'pid{os.getpid()}'])\n"
+        "def test_pid(n):\n    pass\n")
     (tests / "opt" / "test_optional.py").write_text(
         "import pytest\n\nlocaldep = pytest.importorskip('localdep')\npytestmark = pytest.mark.dt(tags=['opt'])\n\n\n"
         "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
@@ -123,6 +129,7 @@ async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_pa
         assert "/trees/" not in out, out  # no path of the worker's
 
         code, out = await _pytest(tests, *plugin, "--dt-coordinator", c.base_url, "--dt-no-env", "-rA", "broken", "opt", env=env)
+        pid_code, pid_out = await _pytest(tests, *plugin, "--dt-coordinator", c.base_url, "--dt-no-env", "ids", env=env)
     assert code == 1 and "3 errors" in out and "2 skipped" in out, out
     conftest = f"ImportError while loading conftest '{tests}/broken/conftest.py'"  # the cause, with the local path
     assert out.count(conftest) == 1 and out.count("distributed_testing: failed as a whole") == 1, out
@@ -130,4 +137,6 @@ async def test_a_shipped_run_takes_the_local_options_and_reports_as_local(tmp_pa
     said = "[dt worker wv] pytest usage error in its session: ModuleNotFoundError: No module named 'localdep'"
     assert out.count(f"\n{said} (not run: task pytest-") == 3, out  # each test's one line
     assert "SKIPPED [2] opt/test_optional.py:3: could not import 'localdep'" in out, out
+    said = f"[dt worker wv] pytest usage error in its session: not found: {tests}/ids/test_pid.py::test_pid"
+    assert pid_code == 1 and "1 error" in pid_out and f"\n{said} (not run: task pytest-" in pid_out, pid_out
     assert "/trees/" not in out, out
