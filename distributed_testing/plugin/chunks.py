@@ -105,15 +105,19 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
 
 
 def _split(seq: list[Any], costs: list[float], n: int) -> Iterator[list[Any]]:
-    """``seq`` cut into ``n`` contiguous runs of about equal total cost."""
+    """``seq`` (``(item, remote id, requirements)`` tuples) cut into at most ``n`` contiguous runs
+    of about equal total cost, never between two items of one node id: a node id sent to a
+    worker selects every item it names (a conftest's own items may share one), as pytest's
+    argument does, so they travel in one chunk."""
     target = sum(costs) / n
     run: list[Any] = []
     acc = 0.0
     cut = 1
-    for x, c in zip(seq, costs, strict=True):
+    for i, (x, c) in enumerate(zip(seq, costs, strict=True)):
         run.append(x)
         acc += c
-        if acc >= target * cut * (1 - 1e-9) and cut < n:  # float sums fall just short
+        same_next = i + 1 < len(seq) and seq[i + 1][1] == x[1]
+        if acc >= target * cut * (1 - 1e-9) and cut < n and not same_next:  # float sums fall just short
             yield run
             run, cut = [], cut + 1
     if run:
