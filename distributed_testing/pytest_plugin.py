@@ -10,9 +10,10 @@ and paths select as usual):
   ``distributed_testing/durations``, written after every run). With a shipped tree each worker
   runs the run's chunks in a pytest session it keeps for the run (``config.session``, the run's
   id; ``worker/executors/test_session.py``), which collects once and takes each chunk's node ids,
-  so a chunk costs no pytest start: :data:`.plugin.chunks.SESSION_CHUNKS_PER_SLOT` per slot, the longest first
-  when the history knows them, and a worker that is done takes the next (as pytest-xdist's
-  ``--dist load`` feeds its workers). With ``--dt-shared-tree`` each chunk is a pytest process
+  so a chunk costs no pytest start: :data:`.plugin.chunks.SESSION_CHUNKS_PER_SLOT` per slot, sent in
+  collection order, and a worker that is done takes the next (as pytest-xdist's ``--dist load``
+  feeds its workers: each session runs its tests in the order pytest collected them, so a later
+  module that changes what an earlier one reads runs after it, as here). With ``--dt-shared-tree`` each chunk is a pytest process
   of its own: one chunk per worker slot with history, without it up to :data:`.plugin.chunks.CHUNKS_PER_SLOT`
   per slot (one per :data:`.plugin.chunks.MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
   chunk is sent as its path, otherwise as node ids. In either mode a chunk is cut further where

@@ -71,8 +71,12 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
     ``root``) some of whose tests were deselected here, so they are always sent as node ids.
     ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
-    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, the
-    slowest first where the history knows their tests."""
+    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids. Chunks
+    keep collection order (the coordinator hands a run's tasks out first come, first served), so
+    each session runs its tests in the order pytest collected them, as each pytest-xdist worker
+    does: sent the slowest first, a session ran a later module before an earlier one, and a suite
+    whose later module changes what an earlier one reads (freezegun's ``test_utils``) failed
+    where it passes locally."""
     groups: dict[str, list[tuple[pytest.Item, str, dict[str, Any]]]] = {}
     for item in items:
         req = requirements_of(item)
@@ -99,8 +103,6 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
             c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
             c.cost = sum(cost[rid] for rid in c.remote_ids)
             chunks.append(c)
-    if sessions and with_history:  # the longest first, as a scheduler of known jobs would
-        chunks.sort(key=lambda c: -c.cost)
     return chunks
 
 

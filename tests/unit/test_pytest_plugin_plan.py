@@ -73,17 +73,17 @@ def test_a_module_with_deselected_tests_goes_as_node_ids_and_requirements_never_
     assert chunks[1].requirements == {"hardware": ["cuda"]}
 
 
-def test_a_shipped_run_gets_small_chunks_of_node_ids_the_slowest_first() -> None:
+def test_a_shipped_run_gets_small_chunks_of_node_ids_in_collection_order() -> None:
     items = _items(4, 10)
     chunks = plan_chunks(items, ROOT, 2, {}, set(), sessions=True)
     assert len(chunks) == 16  # eight per slot: a session's chunk costs a command, not a pytest start
     assert [rid for c in chunks for rid in c.remote_ids] == [i.nodeid for i in items]  # collection order
     assert all(c.args == c.remote_ids for c in chunks)  # node ids, never a module path
     history = {i.nodeid: (5.0 if i.nodeid.startswith("test_m3") else 0.1) for i in items}
-    slow_first = plan_chunks(items, ROOT, 2, history, set(), sessions=True)
-    assert [c.cost for c in slow_first] == sorted((c.cost for c in slow_first), reverse=True)
-    assert sorted(rid for c in slow_first for rid in c.remote_ids) == sorted(i.nodeid for i in items)
-    assert slow_first[-1].remote_ids == ["test_m3.py::test_9"]  # a slow test alone, the fast ones together
+    known = plan_chunks(items, ROOT, 2, history, set(), sessions=True)
+    # collection order with durations known too: a session runs its tests in pytest's order
+    assert [rid for c in known for rid in c.remote_ids] == [i.nodeid for i in items]
+    assert known[-1].remote_ids == ["test_m3.py::test_9"]  # a slow test alone, the fast ones together
 
 
 def test_a_run_waits_for_as_many_tasks_at_once_as_it_has_slots_within_bounds() -> None:
@@ -115,3 +115,12 @@ def test_a_chunk_is_cut_where_its_tests_reports_would_not_fit_one_result() -> No
     assert shared[0].args[0].startswith("test_m0.py::")  # a module cut in two goes as node ids
     small = plan_chunks(_items(4, 10), ROOT, 2, {}, set())
     assert len(small) == 2  # a small suite's chunks are as before
+
+
+def test_items_of_one_node_id_are_never_cut_apart() -> None:
+    """A node id sent to a session selects every item it names (a conftest's own items may share
+    one): they travel in one chunk, which then runs each once."""
+    items: list[Any] = [Item(f"t.cases::name{i // 4}") for i in range(12)]
+    chunks = plan_chunks(items, ROOT, 2, {}, set(), sessions=True)
+    assert len(chunks) == 3
+    assert [c.remote_ids for c in chunks] == [[f"t.cases::name{n}"] * 4 for n in range(3)]
