@@ -214,10 +214,13 @@ def print_downed(reporter: Any, downed: Sequence[Downed]) -> None:
 def _gist(text: str, *, last: bool = False) -> str:
     """One line of ``text`` for a test's error: its first (a task's error leads with its reason),
     or with ``last`` its last (a collection error ends with the exception), cut to :data:`ONE_LINE`.
-    A first line that only heads what follows (``pytest exit code 4 (usage error):``) gets the
-    exception the output ends with (its last ``E`` line)."""
+    A first line that only heads what follows (``pytest exit code 4 (usage error):``, ``installing
+    the task's Python requirements failed (pip install exit code 1):``) gets the exception the
+    output ends with (its last ``E`` line) or pip's last ``ERROR:`` line (``No matching
+    distribution found for x==1``: the workers install wheels only)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()] or ["no reason given"]
-    raised = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
+    raised = [line.removeprefix("E ").removeprefix("ERROR: ").strip() for line in lines
+              if line.startswith(("E ", "ERROR: "))]
     if last:
         line = raised[-1] if raised else lines[-1]
     else:
