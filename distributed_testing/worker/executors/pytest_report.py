@@ -119,8 +119,10 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``warnings``. A module that failed to collect is one ``error`` entry under its node id, one
     skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``. Items that
     share a node id (a conftest's own items, ``--keep-duplicates``) are an entry each: a test's
-    final teardown report (not a pytest-rerunfailures ``rerun``) ends its entry, and the next
-    report of that node id begins another; a warning goes to the node id's last entry (pytest
+    final teardown report ends its entry, and the next report of that node id begins another. A
+    teardown is not final where its attempt (pytest-rerunfailures' ``rerun`` index, on each of its
+    reports) had a ``rerun`` report: the test runs again (rerunfailures 16 logs that attempt's
+    teardown as passed, older ones a ``rerun`` teardown or none); a warning goes to the node id's last entry (pytest
     records a test's warnings after its teardown)."""
     entries: list[dict[str, Any]] = []
     last: dict[str, dict[str, Any]] = {}  # each node id's latest entry
@@ -135,7 +137,9 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             e["reports"].append(data)
             e["duration_s"] = round(e["duration_s"] + float(data.get("duration") or 0.0), 6)
             _fold(e, data)
-            if data.get("when") == "teardown" and data.get("outcome") != "rerun":
+            if data.get("outcome") == "rerun":  # this attempt runs again (pytest-rerunfailures' attempt index)
+                e.setdefault("rerun_attempts", set()).add(data.get("rerun"))
+            elif data.get("when") == "teardown" and data.get("rerun") not in e.get("rerun_attempts", ()):
                 e["ended"] = True
         elif kind == "warning":
             nodeid = str(line.get("nodeid") or "")
@@ -152,6 +156,7 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             e.update(outcome="error", longrepr=line.get("longrepr"), message="collection failed")
     for e in entries:
         e.pop("ended", None)
+        e.pop("rerun_attempts", None)
     return [e for e in entries if e["reports"] or e["outcome"] == "error" or "skip" in e]
 
 
