@@ -11,9 +11,9 @@ and paths select as usual):
   runs the run's chunks in a pytest session it keeps for the run (``config.session``, the run's
   id; ``worker/executors/test_session.py``), which collects once and takes each chunk's node ids,
   so a chunk costs no pytest start: :data:`.plugin.chunks.SESSION_CHUNKS_PER_SLOT` per slot, sent in
-  collection order (so each session runs its tests in that order, as each pytest and each xdist
-  worker does), and a worker that is done takes the next (as pytest-xdist's ``--dist load``
-  feeds its workers). With ``--dt-shared-tree`` each chunk is a pytest process
+  collection order, and a worker that is done takes the next (as pytest-xdist's ``--dist load``
+  feeds its workers: each session runs its tests in the order pytest collected them, so a later
+  module that changes what an earlier one reads runs after it, as here). With ``--dt-shared-tree`` each chunk is a pytest process
   of its own: one chunk per worker slot with history, without it up to :data:`.plugin.chunks.CHUNKS_PER_SLOT`
   per slot (one per :data:`.plugin.chunks.MIN_CHUNK_TESTS` tests, at least one per slot); a whole module in one
   chunk is sent as its path, otherwise as node ids. In either mode a chunk is cut further where
@@ -289,7 +289,7 @@ class FleetRunner:
         self.durations: dict[str, float] = {}
         self.downed: list[Downed] = []
         self.trimmed: list[str] = []  # tasks whose reports were cut to fit a result, and what went
-        self.replayed: set[str] = set()  # tests reported while their chunk ran (node ids here)
+        self.replayed: set[pytest.Item] = set()  # tests reported while their chunk ran
         shipped = not config.getoption("--dt-shared-tree")
         from .plugin.coverage import Combined, measuring
         from .plugin.invocation import invocation
@@ -530,21 +530,23 @@ class FleetRunner:
     def _report_live(self, session: pytest.Session, c: Chunk, live: Live) -> None:
         """Tests of a running chunk that ended there: each reported now, once (:mod:`.plugin.watch`)."""
         ids = self._ids(c)
-        items = {k: it for k, it in zip(ids, c.items, strict=True) if it.nodeid not in self.replayed}
+        items: dict[str, list[pytest.Item]] = {}  # a node id may name several items (report_live)
+        for k, it in zip(ids, c.items, strict=True):
+            if it not in self.replayed:
+                items.setdefault(k, []).append(it)
         durations: dict[str, float] = {}
         done = report_live(items, live.tests, live.worker, live.tree, self.root, durations,
                            lambda: bool(session.shouldfail or session.shouldstop))
-        self.replayed.update(it.nodeid for it in done)
+        self.replayed.update(done)
         by_id = dict(zip(ids, c.remote_ids, strict=True))
         self.durations.update({by_id[k]: v for k, v in durations.items()})  # history is keyed by tree path
 
     def _report(self, session: pytest.Session, c: Chunk, task: dict[str, Any]) -> None:
         """A finished chunk: each test not reported live, from its result."""
         ids = self._ids(c)
-        pairs = [(it, k) for it, k in zip(c.items, ids, strict=True) if it.nodeid not in self.replayed]
         durations: dict[str, float] = {}
-        merge_downed(self.downed, report_task(pairs, task, self.root, durations,
-                                              lambda: bool(session.shouldfail or session.shouldstop)))
+        merge_downed(self.downed, report_task(list(zip(c.items, ids, strict=True)), task, self.root, durations,
+                                              lambda: bool(session.shouldfail or session.shouldstop), self.replayed))
         output = (task.get("result") or {}).get("output") or {}
         if self.cov_controller is not None:
             self.coverage.add(str(task["task_id"]), output)

@@ -107,8 +107,12 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
     """Cut ``items`` into chunks (see the module docstring). ``partial``: module paths (relative to
     ``root``) some of whose tests were deselected here, so they are always sent as node ids.
     ``sessions``: the workers' pytest sessions serve the chunks (a shipped tree), so a chunk
-    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids, in
-    collection order. ``scope``: the group of each test
+    costs no pytest start: :data:`SESSION_CHUNKS_PER_SLOT` per slot, sent as node ids. Chunks
+    keep collection order (the coordinator hands a run's tasks out first come, first served), so
+    each session runs its tests in the order pytest collected them, as each pytest-xdist worker
+    does: sent the slowest first, a session ran a later module before an earlier one, and a suite
+    whose later module changes what an earlier one reads (freezegun's ``test_utils``, six's
+    ``test_lazy``) failed where it passes locally. ``scope``: the group of each test
     (:func:`dist_scope`), which no chunk boundary cuts."""
     keyed = _gathered(list(items), scope) if scope is not None else [(item, None) for item in items]
     keys = {id(item): key for item, key in keyed}
@@ -139,17 +143,16 @@ def plan_chunks(items: Iterable[pytest.Item], root: Path, slots: int, history: d
             c.args = list(c.remote_ids) if sessions else _compress(c.remote_ids, per_module, partial)
             c.cost = sum(cost[rid] for rid in c.remote_ids)
             chunks.append(c)
-    # in collection order, never the longest first: workers take chunks in the order sent, so each
-    # session runs its tests in collection order, as each pytest (and each xdist worker) does; a
-    # test that needs an earlier one to have run, or a later one not yet (six's test_lazy: a module
-    # not imported yet), holds as it does there. The chunks are of about equal time anyway.
     return chunks
 
 
 def _split(seq: list[Any], costs: list[float], n: int, keys: list[str | None] | None = None) -> Iterator[list[Any]]:
-    """``seq`` cut into ``n`` contiguous runs of about equal total cost (fewer where ``keys``, the
-    group of each element, keeps a group whole: a run ends only where the next element's group
-    differs from this one's, or either has none)."""
+    """``seq`` (``(item, remote id, requirements)`` tuples) cut into ``n`` contiguous runs of about
+    equal total cost, fewer where a run may not end: never between two items of one node id (a
+    node id sent to a worker selects every item it names, as pytest's argument does, and a
+    conftest's own items may share one), nor inside a group of ``keys`` (the group of each
+    element: xdist's ``--dist`` scope; a run ends only where the next element's group differs from
+    this one's, or either has none)."""
     target = sum(costs) / n
     run: list[Any] = []
     acc = 0.0
@@ -159,7 +162,9 @@ def _split(seq: list[Any], costs: list[float], n: int, keys: list[str | None] | 
         run.append(x)
         acc += c
         due = acc >= target * cut * (1 - 1e-9) and cut < n  # float sums fall just short
-        if due and keys is not None and i + 1 < len(seq) and keys[i] is not None and keys[i] == keys[i + 1]:
+        whole = i + 1 < len(seq) and (seq[i + 1][1] == x[1] or (
+            keys is not None and keys[i] is not None and keys[i] == keys[i + 1]))
+        if due and whole:
             deferred = True
         elif due:
             yield run

@@ -30,7 +30,7 @@ import importlib
 import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -89,21 +89,33 @@ class LocalPaths:
 
 
 def report_task(pairs: Sequence[tuple[pytest.Item, str]], task: dict[str, Any], local_root: Path,
-                durations: dict[str, float], stop: Callable[[], bool]) -> list[Downed]:
+                durations: dict[str, float], stop: Callable[[], bool],
+                done: Collection[pytest.Item] = ()) -> list[Downed]:
     """Report each ``(item, id)`` of one finished task (``id``: the node id the worker reports it
-    under; its duration goes into ``durations``) and return what failed as a whole. Stops early
-    when ``stop()`` says so (``-x``)."""
+    under; its duration goes into ``durations``) but those in ``done`` (reported live), and return
+    what failed as a whole. Items that share a node id take its entries in order, the k-th item
+    the k-th entry (the worker runs them in the task's order). Stops early when ``stop()`` says
+    so (``-x``)."""
     result = task.get("result") or {}
     output = result.get("output") or {}
     worker = str(result.get("worker_id") or "-")
     local = LocalPaths(output.get("tree"), local_root)
-    by_id = {t.get("nodeid"): t for t in output.get("tests") or [] if isinstance(t, dict)}
+    runs: dict[Any, list[dict[str, Any]]] = {}
+    for t in output.get("tests") or []:
+        if isinstance(t, dict):
+            runs.setdefault(t.get("nodeid"), []).append(t)
+    by_id = {k: v[0] for k, v in runs.items()}
+    taken: dict[str, int] = {}
     outcome = task.get("outcome") or {}
     cause = local(str(outcome.get("error") or result.get("error") or "no result"))
     whole = Downed(f"task {task['task_id']} ({task.get('state')}) on worker {worker}", cause)
     modules: dict[str, Downed] = {}
     for item, key in pairs:
-        entry = by_id.get(key)
+        n = taken[key] = taken.get(key, -1) + 1
+        if item in done:
+            continue
+        entries = runs.get(key) or []
+        entry = entries[n] if n < len(entries) else None
         module_id, module = _collector(by_id, key)
         if entry is not None:
             durations[key] = float(entry.get("duration_s") or 0.0)
@@ -135,19 +147,21 @@ def _stand_in(item: pytest.Item, task_id: str, entry: dict[str, Any] | None, mod
     return _synthesized(item, "error", worker, f"{_gist(whole.cause)} (not run: task {task_id})")
 
 
-def report_live(items: dict[str, pytest.Item], tests: Sequence[dict[str, Any]], worker: str, tree: object,
+def report_live(items: dict[str, list[pytest.Item]], tests: Sequence[dict[str, Any]], worker: str, tree: object,
                 local_root: Path, durations: dict[str, float], stop: Callable[[], bool]) -> list[pytest.Item]:
     """Report the tests of a running task that ended there (``tests``: their entries as its result
-    will carry them) whose node id is in ``items`` (the worker's id: the item); the items
+    will carry them) whose node id is in ``items`` (the worker's id: the items not reported yet
+    that it names, in order; an entry takes the first, and leaves the list); the items
     reported. Stops early when ``stop()`` says so (``-x``). An entry that is not a finished test's
     (no final teardown report: a rerun's so far; a node id that is no string) is left to the
     result."""
     local = LocalPaths(tree, local_root)
     done = []
     for entry in tests:
-        item = items.get(entry["nodeid"]) if _finished(entry) else None
-        if item is None or item in done:
+        waiting = items.get(entry["nodeid"]) if _finished(entry) else None
+        if not waiting:
             continue
+        item = waiting.pop(0)
         took = entry.get("duration_s")
         durations[entry["nodeid"]] = float(took) if isinstance(took, (int, float)) else 0.0
         _replay_entry(item, entry, worker, local)
@@ -201,11 +215,14 @@ def print_downed(reporter: Any, downed: Sequence[Downed]) -> None:
 def _gist(text: str, *, last: bool = False) -> str:
     """One line of ``text`` for a test's error: its first (a task's error leads with its reason),
     or with ``last`` its last (a collection error ends with the exception), cut to :data:`ONE_LINE`.
-    A first line that only heads what follows (``pytest exit code 4 (usage error):``) gets the
-    exception the output ends with (its last ``E`` line), else the line after it (pytest's
-    refusal of a node id: ``not found: PATH::NAME``)."""
+    A first line that only heads what follows (``pytest exit code 4 (usage error):``, ``installing
+    the task's Python requirements failed (pip install exit code 1):``) gets the exception the
+    output ends with (its last ``E`` line), pip's last ``ERROR:`` line (``No matching distribution
+    found for x==1``: the workers install wheels only), else the line after it (pytest's refusal
+    of a node id: ``not found: PATH::NAME``)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()] or ["no reason given"]
-    raised = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
+    raised = [line.removeprefix("E ").removeprefix("ERROR: ").strip() for line in lines
+              if line.startswith(("E ", "ERROR: "))]
     if last:
         line = raised[-1] if raised else lines[-1]
     elif lines[0].endswith(":") and (raised or len(lines) > 1):

@@ -228,6 +228,41 @@ SUITES = {
                       ("tests/test_simple_cache.py", "tests/test_file_system_cache.py", "tests/test_serializers.py",
                        "tests/test_base_cache.py", "tests/test_uwsgi_cache.py"),
                       "installed from its tree; filterwarnings error", install_tree=True),
+    # a conftest that collects a data file into items of its own, many of them under one node id; its
+    # pytest_collect_file takes the py.path argument pytest 9 no longer has
+    "docopt-ng": Suite("docopt-ng", "docopt-ng==0.9.0", ("pytest<9",), ("tests",),
+                       "installed from its tree; custom items from testcases.docopt", install_tree=True),
+    # its own pytest plugin (an entry point, installed from the tree) and import hook
+    "typeguard": Suite("typeguard", "typeguard==4.6.0", ("typing_extensions", "mypy"), (),
+                       "installed from its tree; its pytest11 plugin; filterwarnings error, xfail_strict",
+                       install_tree=True),
+    # golden files: conftests in tests/snippets and tests/examplefiles collect data files as items.
+    # tests/contrast needs wcag-contrast-ratio, which publishes no wheel: the workers install wheels
+    # only (docs/security.md), so with it every shipped task failed at its pip step; left out
+    "pygments": Suite("pygments", "pygments==2.21.0", (), ("--ignore", "tests/contrast"),
+                      "installed from its tree over pytest's own pygments; golden data files", install_tree=True),
+    # idna named (its idn-hostname format checker): this package's dependency, linked without metadata,
+    # would be importable locally only, as numpy for tabulate (module docstring)
+    "jsonschema": Suite("jsonschema", "jsonschema==4.26.0", ("referencing", "jsonschema-specifications", "attrs",
+                                                             "rpds-py", "jsonpath-ng", "idna"), ("jsonschema",),
+                        "installed from its tree; tests in the package, the JSON-Schema-Test-Suite in json/",
+                        install_tree=True),
+    # addopts -v -W=error --durations=0, pytest-timeout from the ini, python_files tests_*.py; order-
+    # dependent (test_monitoring_and_cleanup hangs after tests_tqdm, locally too); numpy and rich named,
+    # as for tabulate and structlog; its two tests_perf tests skip under load ("cpu time not reliable")
+    "tqdm": Suite("tqdm", "tqdm==4.70.1", ("pytest-timeout", "pytest-asyncio", "numpy", "rich"), (),
+                  "-W=error, --durations in addopts, timeout=30 in the ini"),
+    # order-dependent: test_utils reloads freezegun.api under a mocked platform, the modules after it skip
+    "freezegun": Suite("freezegun", "freezegun==1.5.5", ("python-dateutil",), ("tests",), "patches time"),
+    # it mocks requests; pytest-httpserver listens on the loopback for its passthrough tests. requests
+    # reads REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE as its default verify, which test_fail_matchers_error
+    # compares with True: set in this shell (not on the workers: a shell's variables do not travel), the
+    # test failed here only; empty on both sides, as in a clean shell
+    "responses": Suite("responses", "responses==0.26.3", ("requests", "urllib3", "pytest-httpserver", "pytest-asyncio",
+                                                          "tomli-w", "pyyaml"), ("responses", "--asyncio-mode=auto"),
+                       "tests in the package; tox.ini's filterwarnings error",
+                       env={"REQUESTS_CA_BUNDLE": "", "CURL_CA_BUNDLE": ""}),
+    "pyasn1": Suite("pyasn1", "pyasn1==0.6.5", (), ("tests",), "unittest suites in nested packages"),
 }
 
 
@@ -321,12 +356,19 @@ class Run:
 
 
 def outcomes(junit: Path) -> dict[str, str]:
-    """Each test case's outcome in a JUnit report (passed, failed, error, skipped), by class and name."""
+    """Each test case's outcome in a JUnit report (passed, failed, error, skipped), by class and name;
+    a name's second and later cases (items that share a node id: docopt-ng's) as ``name #N``, so a
+    run that reports one more or fewer of them, or another outcome for one, differs."""
     out: dict[str, str] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
         outcome = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
-        out[f"{case.get('classname')}::{case.get('name')}"] = {"failure": "failed"}.get(outcome, outcome)
+        key = name = f"{case.get('classname')}::{case.get('name')}"
+        n = 1
+        while key in out:
+            n += 1
+            key = f"{name} #{n}"
+        out[key] = {"failure": "failed"}.get(outcome, outcome)
     return out
 
 

@@ -28,7 +28,7 @@ class _NotToReplay:
 
 
 def test_an_entry_with_no_final_outcome_or_a_bad_node_id_is_left_to_the_result(tmp_path: Path) -> None:
-    items: dict[str, Any] = {"t.py::test_a": _NotToReplay(), "5": _NotToReplay(), "t.py::test_b": _NotToReplay()}
+    items: dict[str, Any] = {"t.py::test_a": [_NotToReplay()], "5": [_NotToReplay()], "t.py::test_b": [_NotToReplay()]}
     tests: list[Any] = [_entry("t.py::test_a", ("setup", "passed"), ("call", "rerun")),  # a rerun's first run: it runs again
              _entry("t.py::test_b", ("setup", "passed"), ("call", "passed"), ("teardown", "rerun")),
              _entry(5, ("setup", "passed"), ("call", "passed"), ("teardown", "passed")),  # a node id that is no string

@@ -155,3 +155,12 @@ def test_loadgroup_gathers_an_xdist_group_from_any_module_into_one_chunk() -> No
     assert chunks[0].remote_ids == ["test_a.py::test_0", "test_b.py::test_0"]  # where its first test was
     assert sorted(rid for c in chunks for rid in c.remote_ids) == sorted(i.nodeid for i in items)
     assert len(chunks) > 10 and all(len(c.remote_ids) <= 2 for c in chunks[1:])  # the others cut as before
+
+
+def test_items_of_one_node_id_are_never_cut_apart() -> None:
+    """A node id sent to a session selects every item it names (a conftest's own items may share
+    one): they travel in one chunk, which then runs each once."""
+    items: list[Any] = [Item(f"t.cases::name{i // 4}") for i in range(12)]
+    chunks = plan_chunks(items, ROOT, 2, {}, set(), sessions=True)
+    assert len(chunks) == 3
+    assert [c.remote_ids for c in chunks] == [[f"t.cases::name{n}"] * 4 for n in range(3)]

@@ -113,35 +113,58 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 
 def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per test node id, in the order they ran: ``nodeid`` (exactly as pytest wrote it),
+    """One entry per test run, in the order they ran: ``nodeid`` (exactly as pytest wrote it),
     ``outcome`` (passed, failed, skipped, xfailed, error), ``duration_s``, ``message`` (the crash
     line), ``longrepr`` for a test that did not pass, ``reports`` (the serialized reports) and
     ``warnings``. A module that failed to collect is one ``error`` entry under its node id, one
-    skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``."""
-    entries: dict[str, dict[str, Any]] = {}
+    skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``. Items that
+    share a node id (a conftest's own items, ``--keep-duplicates``) are an entry each: a test's
+    final teardown report ends its entry, and the next report of that node id begins another. A
+    teardown is not final where its attempt (pytest-rerunfailures' ``rerun`` index, on each of its
+    reports) had a ``rerun`` report: the test runs again (rerunfailures 16 logs that attempt's
+    teardown as passed, older ones a ``rerun`` teardown or none); a warning goes to the node id's last entry (pytest
+    records a test's warnings after its teardown)."""
+    entries: list[dict[str, Any]] = []
+    last: dict[str, dict[str, Any]] = {}  # each node id's latest entry
     for line in lines:
         kind = line.get("kind")
         if kind == "report":
             data = line.get("data") or {}
-            e = _entry(entries, str(data.get("nodeid")))
+            nodeid = str(data.get("nodeid"))
+            e = last.get(nodeid)
+            if e is None or e.get("ended"):
+                e = _entry(entries, last, nodeid)
             e["reports"].append(data)
             e["duration_s"] = round(e["duration_s"] + float(data.get("duration") or 0.0), 6)
             _fold(e, data)
+            if data.get("outcome") == "rerun":  # this attempt runs again (pytest-rerunfailures' attempt index)
+                e.setdefault("rerun_attempts", set()).add(data.get("rerun"))
+            elif data.get("when") == "teardown" and data.get("rerun") not in e.get("rerun_attempts", ()):
+                e["ended"] = True
         elif kind == "warning":
-            _entry(entries, str(line.get("nodeid") or "")).setdefault("warnings", []).append(line)
+            nodeid = str(line.get("nodeid") or "")
+            (last.get(nodeid) or _entry(entries, last, nodeid)).setdefault("warnings", []).append(line)
         elif kind == "collect" and line.get("outcome") == "skipped":
             skip = list(line.get("skip") or [None, None, "Skipped"])
             reason = str(skip[2]).removeprefix("Skipped: ")
-            _entry(entries, str(line.get("nodeid"))).update(outcome="skipped", skip=skip, message=reason, longrepr=reason)
+            nodeid = str(line.get("nodeid"))
+            (last.get(nodeid) or _entry(entries, last, nodeid)).update(outcome="skipped", skip=skip, message=reason,
+                                                                      longrepr=reason)
         elif kind == "collect":
-            e = _entry(entries, str(line.get("nodeid")))
+            nodeid = str(line.get("nodeid"))
+            e = last.get(nodeid) or _entry(entries, last, nodeid)
             e.update(outcome="error", longrepr=line.get("longrepr"), message="collection failed")
-    return [e for e in entries.values() if e["reports"] or e["outcome"] == "error" or "skip" in e]
+    for e in entries:
+        e.pop("ended", None)
+        e.pop("rerun_attempts", None)
+    return [e for e in entries if e["reports"] or e["outcome"] == "error" or "skip" in e]
 
 
-def _entry(entries: dict[str, dict[str, Any]], nodeid: str) -> dict[str, Any]:
-    return entries.setdefault(nodeid, {"nodeid": nodeid, "outcome": "passed", "duration_s": 0.0,
-                                       "message": None, "reports": []})
+def _entry(entries: list[dict[str, Any]], last: dict[str, dict[str, Any]], nodeid: str) -> dict[str, Any]:
+    e: dict[str, Any] = {"nodeid": nodeid, "outcome": "passed", "duration_s": 0.0, "message": None, "reports": []}
+    entries.append(e)
+    last[nodeid] = e
+    return e
 
 
 _RANK = {"passed": 0, "xfailed": 1, "skipped": 2, "failed": 3, "error": 4}

@@ -8,7 +8,8 @@ has it collect the run's paths once, before any test runs, as plain pytest does 
 whose conftest fails to import, or that pytest refuses, is left for later), then say ``{"kind":
 "ready"}``. Each other, ``{"task": N, "args": [test paths or node ids], "skip": [node ids],
 "maxfail": K}``, takes the items of ``args`` from that collection (an argument it did not
-collect is collected then), leaves out those of ``skip`` (those a crashed session already ran),
+collect is collected then; a node id takes every item it names, as pytest's own argument does:
+a conftest's items may share one), leaves out those of ``skip`` (those a crashed session already ran),
 and runs the rest in order, stopping after ``K`` failures (0: never). What it says goes through
 the report writer (:mod:`.pytest_report`, ``--dt-report=fd:M``), in its lines:
 ``{"kind": "collected", "task": N, "nodeids": [...]}`` after collecting, ``{"kind": "start",
@@ -53,7 +54,8 @@ class _Server:
     def __init__(self, config: pytest.Config, fd: int) -> None:
         self.config = config
         self.fd = fd
-        self.index: dict[tuple[str, str], pytest.Item] = {}  # what it collected at start
+        self.index: dict[tuple[str, str], list[pytest.Item]] = {}  # what it collected at start (a node id
+        # may name several items: a conftest's own, --keep-duplicates)
         self.by_path: dict[str, list[pytest.Item]] = {}  # the same, by file
         self.configured = time.time()  # the process started, pytest and the plugins imported, conftests loaded
         self.coverage = _CoverageDelta()
@@ -74,9 +76,10 @@ class _Server:
         tests are collected when asked for, and fail there as they would alone)."""
         started = time.time()
         items, _ = self._collect(session, None, args)
-        self.index = {_key(item.path, item.nodeid): item for item in items}
-        for (path, _), item in self.index.items():
-            self.by_path.setdefault(path, []).append(item)
+        for item in items:
+            key = _key(item.path, item.nodeid)
+            self.index.setdefault(key, []).append(item)
+            self.by_path.setdefault(key[0], []).append(item)
         self._write({"kind": "ready", "collected": len(self.index), "configured": self.configured,
                      "collect_s": round(time.time() - started, 3)})
 
@@ -133,16 +136,17 @@ class _Server:
 
     def _collected(self, args: list[str]) -> tuple[list[pytest.Item], list[str]]:
         """The items of ``args`` (node ids, or module paths) the session collected at start, and
-        the arguments it did not (collected on demand)."""
+        the arguments it did not (collected on demand). A node id selects every item it names, as
+        pytest's own argument does (an argument given twice, once)."""
         here = self.config.invocation_params.dir
         found: list[pytest.Item] = []
         missing: list[str] = []
-        for arg in args:
+        for arg in dict.fromkeys(args):
             part, sep, rest = arg.partition("::")
             path = str((here / part).resolve())
-            item = self.index.get((path, rest)) if sep else None
-            if item is not None:
-                found.append(item)
+            named = self.index.get((path, rest)) if sep else None
+            if named:
+                found += named
             elif not sep and path in self.by_path:
                 found += self.by_path[path]
             else:

@@ -62,3 +62,28 @@ def test_a_line_cut_short_by_a_kill_is_dropped(tmp_path: Path) -> None:
                     '{"kind": "report", "data": {"nodeid": "t.py::b", "wh')
     [entry] = pytest_report.summarise(pytest_report.read_lines(path))
     assert entry["nodeid"] == "t.py::a" and entry["outcome"] == "passed"
+
+
+def _rep(nodeid: str, when: str, outcome: str, attempt: int | None = None) -> dict[str, object]:
+    return {"kind": "report", "data": {"nodeid": nodeid, "when": when, "outcome": outcome, "duration": 0.0,
+                                       "longrepr": None, **({} if attempt is None else {"rerun": attempt})}}
+
+
+def test_items_sharing_a_node_id_are_an_entry_each_in_the_order_they_ran() -> None:
+    """A conftest's items may share a node id (docopt-ng's cases): each run is its own entry, a
+    rerun (pytest-rerunfailures) stays in its test's entry, a warning goes to the latest run."""
+    t = "t.cases::shared"
+    lines = [_rep(t, "setup", "passed"), _rep(t, "call", "passed"), _rep(t, "teardown", "passed"),
+             _rep(t, "setup", "passed"), _rep(t, "call", "rerun"), _rep(t, "teardown", "rerun"),
+             _rep(t, "setup", "passed"), _rep(t, "call", "failed"), _rep(t, "teardown", "passed"),
+             {"kind": "warning", "nodeid": t, "message": "w"},
+             _rep("t.cases::other", "setup", "passed"), _rep("t.cases::other", "teardown", "passed")]
+    entries = pytest_report.summarise(lines)
+    assert [(e["nodeid"], e["outcome"], len(e["reports"])) for e in entries] == [
+        (t, "passed", 3), (t, "failed", 6), ("t.cases::other", "passed", 2)]
+    assert "warnings" in entries[1] and "warnings" not in entries[0]
+    # pytest-rerunfailures 16: the attempt that reruns logs its teardown as passed; each report has its attempt
+    flaky = "t.py::test_flaky"
+    rerun = [_rep(flaky, "setup", "passed", 0), _rep(flaky, "call", "rerun", 0), _rep(flaky, "teardown", "passed", 0),
+             _rep(flaky, "setup", "passed", 1), _rep(flaky, "call", "passed", 1), _rep(flaky, "teardown", "passed", 1)]
+    assert [(e["outcome"], len(e["reports"])) for e in pytest_report.summarise(rerun)] == [("passed", 6)]
