@@ -55,6 +55,17 @@ def _outcomes(out: str) -> list[str]:
     return sorted(re.findall(r"^(PASSED|FAILED|SKIPPED|ERROR) (\S+)", out, re.M))  # type: ignore[arg-type]
 
 
+async def _through_two_workers(tmp_path: Path, python: Path, tree: Path) -> tuple[int, str]:
+    """``pytest -v`` in ``tree`` through two one-slot bundle workers: its exit code and output."""
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        for w in ("w1", "w2"):
+            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
+                               db_path=tmp_path / "state" / f"{w}.duckdb")
+        key = await c.create_key("submitter", allow_code=True)
+        return await asyncio.to_thread(_pytest, python, tree, ["-v", "--dt-coordinator", c.base_url],
+                                       {"DT_API_KEY": key})
+
+
 async def test_the_fleet_takes_xdists_place_when_the_ini_file_asks_for_it(tmp_path: Path) -> None:
     tree = tmp_path / "proj"
     (tree / "tests").mkdir(parents=True)
@@ -63,13 +74,7 @@ async def test_the_fleet_takes_xdists_place_when_the_ini_file_asks_for_it(tmp_pa
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", ["pytest-xdist"])
     code, local = await asyncio.to_thread(_pytest, python, tree, [])
     assert "created: 2/2 workers" in local and code == 1, local[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
-        rcode, remote = await asyncio.to_thread(_pytest, python, tree, ["-v", "--dt-coordinator", c.base_url],
-                                                {"DT_API_KEY": key})
+    rcode, remote = await _through_two_workers(tmp_path, python, tree)
     assert rcode == code and _outcomes(remote) == _outcomes(local), remote[-4000:]
     assert "created:" not in remote, remote[-3000:]  # no xdist workers here
     assert re.search(r"\[w[12]\] .*PASSED", remote), remote[-3000:]  # the fleet's workers ran them
@@ -112,12 +117,6 @@ async def test_xdists_dist_loadscope_keeps_a_class_in_one_chunk_on_the_fleet(tmp
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", ["pytest-xdist"])
     code, local = await asyncio.to_thread(_pytest, python, tree, [])
     assert code == 0 and "33 passed" in local, local[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
-        rcode, remote = await asyncio.to_thread(_pytest, python, tree, ["-v", "--dt-coordinator", c.base_url],
-                                                {"DT_API_KEY": key})
+    rcode, remote = await _through_two_workers(tmp_path, python, tree)
     assert rcode == code and _outcomes(remote) == _outcomes(local), remote[-4000:]
     assert re.search(r"\[w[12]\] .*PASSED", remote), remote[-3000:]  # the fleet's workers ran them
