@@ -89,7 +89,9 @@ class Combined:
             return
         for name, data in (cov.get("files") or {}).items():
             name = str(name)
-            path = self._placed[name] if name in self._placed else self._placed.setdefault(name, self._place(name))
+            if name not in self._placed:
+                self._placed[name] = self._place(name)
+            path = self._placed[name]
             if path is None:
                 self.unplaced.add(name)
                 continue

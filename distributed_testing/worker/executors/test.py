@@ -184,7 +184,6 @@ class TestExecutor:
                                    cwd=cwd, cache_dir=Path(tmp) / "pytest-cache")
                 logger.info("task %s: running pytest on %d argument(s) (cwd %s, timeout %s)",
                             ctx.task_id, len(spec.test_args) + 1, cwd, timeout)
-                env = started_as(spec, self._env)
                 if shipped:  # shipped code: the bundle sandbox's allow-list
                     assert ctx.scratch_dir is not None
                     env = started_as(spec, task_environ({**gpu_environ(self._env), **self._extra, **spec.env},
@@ -195,9 +194,11 @@ class TestExecutor:
                     argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, ctx.scratch_dir], cwd=cwd, env=env,
                                             devices=gpu_devices(),  # its GPU tests, as the operator's
                                             shm_mb=ctx.max_memory_mb)
-                elif own is not None and self._confine is not None:  # the operator's tests: the deny-list
-                    env = self._confine.environ(env, own)
-                    argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests
+                else:
+                    env = started_as(spec, self._env)
+                    if own is not None and self._confine is not None:  # the operator's tests: the deny-list
+                        env = self._confine.environ(env, own)
+                        argv = self._confine.wrap(argv, rw=[own], cwd=cwd, devices=gpu_devices())  # GPU tests
                 verdict, code, tail, watch = await self._run_pytest(argv, cwd, timeout, ctx.max_memory_mb, env,
                                                                     ctx.output)
                 # the child owned tmp: read its report as a task's file (no link, no FIFO, bounded)
