@@ -20,6 +20,7 @@ surrogates), and a config may nest at most ``MAX_NESTING`` levels and hold only 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import uuid
 from typing import Annotated, Any, Literal
@@ -89,6 +90,11 @@ def _variants(registry: kinds.Registry) -> list[type[msgspec.Struct]]:
 def _build_schema(registry: kinds.Registry) -> dict[str, Any]:
     variants = _variants(registry)
     (_, defs) = msgspec.json.schema_components(variants, ref_template="#/$defs/{name}")
+    for d in defs.values():
+        # a struct's docstring as inspect.cleandoc reads it, whichever msgspec wrote the schema
+        # (0.23 dedents a docstring's lines; earlier releases kept their indentation)
+        if isinstance(d.get("description"), str):
+            d["description"] = inspect.cleandoc(d["description"])
     for v in variants:
         d = defs[v.__name__]
         d["required"] = sorted(set(d.get("required", [])) | {"type", "config"})
