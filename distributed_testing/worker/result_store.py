@@ -3,7 +3,8 @@
 ``add`` registers the result as unacknowledged at once and returns a future that completes once
 it is durable (with ``--db-path``: in the worker's journal, then checkpointed into its DuckDB
 file); ``unacked`` lists what must be (re)sent after a reconnect;
-``ack`` forgets what the coordinator has on disk. Without a database path the store lives in
+``ack`` forgets what the coordinator has on disk; ``settled`` records results acknowledged before
+they were added (with ``--db-path``, for the file's history). Without a database path the store lives in
 memory: it survives reconnects, not a worker crash.
 """
 
@@ -27,6 +28,11 @@ class ResultStore(Protocol):
     def add(self, result: m.TaskResult) -> asyncio.Future[None]: ...
 
     def ack(self, refs: list[m.TaskRef]) -> None: ...
+
+    def settled(self, results: list[m.TaskResult]) -> asyncio.Future[None]:
+        """Record results the coordinator acknowledged before they were added (history only: they
+        are never re-sent); the future completes as ``add``'s does."""
+        ...
 
     async def unacked(self) -> list[m.TaskResult]: ...
 
@@ -55,13 +61,14 @@ class MemoryResultStore:
 
     def add(self, result: m.TaskResult) -> asyncio.Future[None]:
         self._pending[(result.task_id, result.attempt)] = result
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        return _done()
 
     def ack(self, refs: list[m.TaskRef]) -> None:
         for r in refs:
             self._pending.pop((r.task_id, r.attempt), None)
+
+    def settled(self, results: list[m.TaskResult]) -> asyncio.Future[None]:
+        return _done()  # in memory only the unacknowledged are kept: nothing to record
 
     async def unacked(self) -> list[m.TaskResult]:
         return list(self._pending.values())
@@ -81,3 +88,10 @@ class MemoryResultStore:
 
     async def take_interrupted(self) -> list[RunningRecord]:
         return []
+
+
+def _done() -> asyncio.Future[None]:
+    """A future already complete: in memory a write is durable as soon as it is made."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done

@@ -166,6 +166,14 @@ class DuckDBResultStore:
             self._journal.append(list(acks), sync=False).add_done_callback(_log_failure)
             self._unapplied.extend(acks)
 
+    def settled(self, results: list[m.TaskResult]) -> asyncio.Future[None]:
+        now = time.time()
+        recs: list[OutRecord] = [OutResult(r, now) for r in results]
+        recs += [OutAck(r.task_id, r.attempt, now) for r in results]
+        fut = self._journal.append(recs, sync=False)
+        self._unapplied.extend(recs)
+        return fut
+
     async def unacked(self) -> list[m.TaskResult]:
         return list(self._pending.values())
 
@@ -176,9 +184,16 @@ class DuckDBResultStore:
         """Move everything journalled so far into DuckDB in one transaction, then drop those
         segments. On failure the segments stay and are replayed at the next start."""
         records, self._unapplied = self._unapplied, []
-        upto = await self._journal.rotate()
-        if records:
-            await self._db(self._apply, records)
+        try:
+            upto = await self._journal.rotate()
+            if records:
+                await self._db(self._apply, records)
+        except asyncio.CancelledError:
+            # ``close`` stopped the loop mid-checkpoint: the records go back ahead of the newer
+            # ones, for its final checkpoint (applying them twice changes nothing). A failure
+            # leaves them to the journal's replay at the next start, as the docstring says.
+            self._unapplied[:0] = records
+            raise
         await asyncio.to_thread(self._journal.drop_segments, upto)
 
     async def _checkpoint_loop(self) -> None:

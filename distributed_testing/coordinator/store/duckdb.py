@@ -66,6 +66,7 @@ from .duckdbsql import (
 )
 from .duckdbsql import get_runs as get_runs_sync
 from .duckdbsql import query_runs as query_runs_sync
+from .duckdbsql import rollback as _rollback
 from .duckdbsql import run_stats as run_stats_sync
 from .filters import describe, holds
 from .memory import page_of_runs, result_order_key, stats_of, validate_query
@@ -247,15 +248,15 @@ class DuckDBStore:
             work(con)
             con.execute("COMMIT")
         except _Retry:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
         except duckdb.Error as exc:
-            con.execute("ROLLBACK")
+            _rollback(con)
             if retry and isinstance(exc, duckdb.ConstraintException):
                 raise _Retry(str(exc)) from exc
             raise StoreError(f"DuckDB transaction on {self.path} failed: {exc}") from exc
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
 
     def _load_snapshot_sync(self) -> Snapshot:

@@ -335,3 +335,10 @@ def run_stats(con: duckdb.DuckDBPyConnection, run_ids: list[str],
             f"WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND {NOT_PENDING_SQL} GROUP BY run_id, state",
             [run_ids]).fetchall()
     return [(r, st, int(n), d, u) for r, st, n, d, u in rows]
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction; one DuckDB already ended (a COMMIT that failed on a full
+    disk aborts it) raises nothing here, so the failure that ended it is the one reported."""
+    with contextlib.suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")

@@ -21,7 +21,7 @@ started only while fewer than ``slots`` runs are under way, in the order assigne
 reports nothing unless its attempt was cancelled by the coordinator, see ``cancel``; a chain's
 one attempt: ``Kill.task_id``); :class:`Withdraw` a chained attempt that has not begun (a
 take-back); :class:`Keep` a result in the result store until acknowledged, :class:`Forget` the
-acknowledged ones, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
+acknowledged ones, :class:`Settle` (record as acknowledged) the ones acknowledged before they were kept, :class:`ResendKept` everything kept (after registering); :class:`RecordStarted`
 / :class:`RecordFinished` running attempts in the result store (for ``--recover``); :class:`FlushSoon`
 (call ``flush`` once the current loop iteration is done, so everything finished meanwhile goes in
 one message); :class:`ArmHold` / :class:`DisarmHold` the result hold (``hold_expired`` after it);
@@ -108,6 +108,14 @@ class Forget:
 
 
 @dataclass(frozen=True, slots=True)
+class Settle:
+    """These results were acknowledged before they were kept (their confirm came with or after the
+    ack): write them to the result store's history as acknowledged, never to be re-sent."""
+
+    results: list[m.TaskResult]
+
+
+@dataclass(frozen=True, slots=True)
 class ResendKept:
     """Send every result the result store keeps (just registered: they were never acknowledged)."""
 
@@ -144,7 +152,7 @@ class Warn:
     text: str
 
 
-Instruction = (Send | Start | Kill | Withdraw | Keep | Forget | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold
+Instruction = (Send | Start | Kill | Withdraw | Keep | Forget | Settle | ResendKept | RecordStarted | RecordFinished | FlushSoon | ArmHold
                | DisarmHold | Warn)
 
 
@@ -465,13 +473,18 @@ class WorkerState:
 
     def ack(self, msg: m.ResultAck) -> list[Instruction]:
         """These results are durable at the coordinator, and so are their assignments: an
-        unlogged one is settled (no result store entry needed); then ``confirm_upto`` applies."""
+        unlogged one is settled (never kept for a re-send, only recorded in the result store's
+        history as acknowledged); then ``confirm_upto`` applies."""
+        settled: list[m.TaskResult] = []
         for r in msg.tasks if self.unlogged else ():
             key = (r.task_id, r.attempt)
-            if self.unlogged.pop(key, None) is not None:
+            if (done := self.unlogged.pop(key, None)) is not None:
+                settled.append(done)
                 self.unconfirmed.pop(key, None)
                 self.quiet_started.discard(key)
-        out = self.confirm(msg.confirm_upto) if msg.confirm_upto else []
+        out: list[Instruction] = [Settle(settled)] if settled else []
+        if msg.confirm_upto:
+            out += self.confirm(msg.confirm_upto)
         out.append(Forget(msg.tasks))
         if self.unacked_sent:
             self.unacked_sent.difference_update((r.task_id, r.attempt) for r in msg.tasks)

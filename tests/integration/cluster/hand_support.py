@@ -81,7 +81,7 @@ class HandCoordinator:
 
 
 @contextlib.asynccontextmanager
-async def hand_session(tmp_path: Path, executors: dict[str, Any] | None = None
+async def hand_session(tmp_path: Path, executors: dict[str, Any] | None = None, result_store: Any = None
                        ) -> AsyncIterator[tuple[HandCoordinator, WorkerAgent]]:
     coord = HandCoordinator()
     app = web.Application()
@@ -93,7 +93,8 @@ async def hand_session(tmp_path: Path, executors: dict[str, Any] | None = None
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     config = WorkerConfig(coordinator_url=url, api_key=KEY, name="w", worker_id="w", max_concurrent_tasks=4,
                           heartbeat_interval_s=60.0, reconnect_interval_s=0.1, test_root=tmp_path)
-    agent = WorkerAgent(config, executors or default_executors(4, cache_dir=tmp_path / "cache"), MemoryResultStore(), {}, ["cpu"],
+    agent = WorkerAgent(config, executors or default_executors(4, cache_dir=tmp_path / "cache"),
+                        result_store or MemoryResultStore(), {}, ["cpu"],
                         Credentials(url, api_key=KEY))
     run = asyncio.create_task(agent.run())
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import duckdb
 import pytest
 from hand_support import hand_session
 
@@ -17,6 +18,7 @@ from distributed_testing.protocol import messages as m
 from distributed_testing.testing import wait_for
 from distributed_testing.worker import runs as runs_mod
 from distributed_testing.worker.executors.base import ExecOutcome, TaskContext
+from distributed_testing.worker.result_store_duckdb import DuckDBResultStore
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 SLEEP = {"name": "sleep", "parameters": {"seconds": 30}}
@@ -133,6 +135,26 @@ async def test_an_ack_settles_a_result_sent_before_its_confirm(tmp_path: Path) -
         await coord.send(m.Confirm(1))
         await asyncio.sleep(0.2)
         assert agent.result_store.unacked_refs() == [] and agent.state.unconfirmed == {}
+
+
+async def test_a_result_acknowledged_before_its_confirm_is_in_the_outbox_history(tmp_path: Path) -> None:
+    """``--db-path``'s file is the history of everything the worker ran: a result the ack settled
+    before the confirm came (never kept for a re-send) is written there too, as acknowledged."""
+    db = tmp_path / "w.duckdb"
+    store = DuckDBResultStore(db)
+    await store.open()
+    try:
+        async with hand_session(tmp_path, {"custom": Gated()}, store) as (coord, agent):
+            await coord.assign("a", provisional=1)
+            assert await coord.results() == ["a"]
+            await coord.send(m.ResultAck([m.TaskRef("a", 1)], confirm_upto=1))  # the confirm rides on the ack
+            await wait_for(lambda: not agent.state.unconfirmed, what="the ack")
+    finally:
+        await store.close()
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT task_id, attempt, status, acked_at IS NOT NULL FROM worker_results").fetchall()
+    assert rows == [("a", 1, "succeeded", True)]
+    assert store.unacked_refs() == []
 
 
 async def test_a_drain_sends_a_result_held_before_its_confirm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from distributed_testing.worker.core.state import (
     RecordStarted,
     ResendKept,
     Send,
+    Settle,
     Start,
     Warn,
     WorkerState,
@@ -131,8 +132,9 @@ def test_an_ack_settles_a_result_sent_before_its_confirm() -> None:
     s.assign(m.AssignTasks([a("a")], provisional=1))
     s.finished(result("a"))
     s.flush(NOW)
-    s.ack(m.ResultAck([m.TaskRef("a", 1)]))
+    out = s.ack(m.ResultAck([m.TaskRef("a", 1)]))
     assert s.unlogged == {} and s.unconfirmed == {}
+    assert [i for i in out if isinstance(i, Settle)] == [Settle([result("a")])]  # in the history, as acknowledged
     assert kept(s.confirm(1)) == []
 
 
@@ -144,6 +146,7 @@ def test_an_ack_carrying_a_confirm_settles_its_results_and_confirms_the_rest() -
     s.assign(m.AssignTasks([a("b")], provisional=2))
     out = s.ack(m.ResultAck([m.TaskRef("a", 1)], confirm_upto=2))
     assert kept(out) == [] and s.unconfirmed == {}
+    assert [r.task_id for i in out if isinstance(i, Settle) for r in i.results] == ["a"]
     assert kept(s.finished(result("b"))) == [("b", 1)]
 
 
