@@ -144,7 +144,7 @@ class WorkerConfig:
     max_concurrent_tasks: int = 1
     # --pipeline-depth: tasks the coordinator may send beyond the slots, to wait here and start as
     # slots free (it decides how many from the durations it observes; docs/protocol.md, "Pipelining")
-    pipeline_depth: int = 64
+    pipeline_depth: int = 256
     task_timeout_s: float | None = None
     cache_models: bool = False
     mixed_precision: bool = False

@@ -153,16 +153,16 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             doc="preset of concurrency, task timeout and limits (table below)"),
     Setting("--max-concurrent-tasks", type=int, lo=1, metavar="N", help="tasks run at once (default 1, or the profile's)",
             doc="tasks at once (default 1, or the profile's)"),
-    Setting("--pipeline-depth", type=int, env="DT_PIPELINE_DEPTH", lo=0, hi=MAX_PIPELINE_DEPTH, default=64,
+    Setting("--pipeline-depth", type=int, env="DT_PIPELINE_DEPTH", lo=0, hi=MAX_PIPELINE_DEPTH, default=MAX_PIPELINE_DEPTH,
             metavar="N",
             help="short tasks the coordinator may send beyond --max-concurrent-tasks, queued here to start "
                  "as slots free, so a worker does not wait a round trip between millisecond tasks; the "
                  "coordinator sends fewer (none for tasks of 20 ms or more) and never queues anything "
                  f"behind a benchmark or training task; 0 turns pipelining off (0..{MAX_PIPELINE_DEPTH}, "
-                 "default 64)",
+                 f"default {MAX_PIPELINE_DEPTH})",
             doc="short tasks the coordinator may send beyond the slots, queued to start as slots free, so a "
                 f"one-slot worker does not wait a round trip between millisecond tasks (0..{MAX_PIPELINE_DEPTH}, "
-                "default 64; 0: off). The coordinator sends fewer, none once tasks take 20 ms, never queues "
+                f"default {MAX_PIPELINE_DEPTH}; 0: off). The coordinator sends fewer, none once tasks take 20 ms, never queues "
                 "anything behind a benchmark or training task, and takes queued tasks back for an idle worker "
                 "(see [docs/protocol.md](docs/protocol.md#pipelining))"),
     Setting("--task-timeout", type=float, lo=0, lo_open=True, metavar="S", field="task_timeout_s",

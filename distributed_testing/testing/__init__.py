@@ -226,6 +226,16 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 
 
 @contextlib.asynccontextmanager
+async def bundle_cluster(tmp: Path) -> AsyncIterator[tuple[Cluster, str]]:
+    """A coordinator with one one-slot ``--accept-bundles`` worker (``w1``, its outbox under
+    ``tmp/state``) and a submitter key that may ship code: what a plugin run's test ships to."""
+    async with run_cluster(tmp / "c", workers=0) as c:
+        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
+                           db_path=tmp / "state" / "w1.duckdb")
+        yield c, await c.create_key("submitter", allow_code=True)
+
+
+@contextlib.asynccontextmanager
 async def raw_worker(base_url: str, credential: str, worker_id: str, *, autoping: bool = True,
                      tags: Sequence[str] = (), max_concurrent: int = 1, accept_bundles: bool = False,
                      batches: bool = False,
@@ -299,9 +309,24 @@ async def next_message(ws: aiohttp.ClientWebSocketResponse, kind: type[M] | None
 
 
 def free_port() -> int:
+    """A port free now, for a server the test starts (another process may take it meanwhile: for
+    an address where nothing must listen, :func:`refusing_port`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_HELD: list[socket.socket] = []
+
+
+def refusing_port() -> int:
+    """A loopback port where nothing listens for the rest of this process: it stays bound (never
+    listening), so every connection to it is refused and no parallel test's server can take it, as
+    a freed port once was mid-test."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _HELD.append(s)
+    return int(s.getsockname()[1])
 
 
 async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

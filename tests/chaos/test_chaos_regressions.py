@@ -15,7 +15,7 @@ from distributed_testing.coordinator.core.rows import Snapshot
 from distributed_testing.coordinator.core.state import CoordinatorState
 from distributed_testing.protocol import messages as m
 from distributed_testing.tasks import spec as specs
-from distributed_testing.testing import CPU_HARDWARE, free_port, wait_for
+from distributed_testing.testing import CPU_HARDWARE, refusing_port, wait_for
 from distributed_testing.worker.agent import WorkerAgent
 from distributed_testing.worker.auth import Credentials
 from distributed_testing.worker.result_store import MemoryResultStore
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def unreachable_agent(tmp: Path) -> WorkerAgent:
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: every connect is refused
+    url = f"http://127.0.0.1:{refusing_port()}"  # nothing listens: every connect is refused
     config = WorkerConfig(coordinator_url=url, api_key="dtk_a_b", worker_id="orphan", test_root=tmp,
                           reconnect_interval_s=30.0, reconnect_attempts=5)
     return WorkerAgent(config, {}, MemoryResultStore(), CPU_HARDWARE, ["cpu"], Credentials(url, api_key="dtk_a_b"))

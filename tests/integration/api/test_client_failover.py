@@ -21,7 +21,7 @@ from distributed_testing.cli.submit import all_have_ids, with_task_ids
 from distributed_testing.client import FIRST_BYTE_S, ROUND_BACKOFF
 from distributed_testing.coordinator import group
 from distributed_testing.protocol import timing
-from distributed_testing.testing import free_port
+from distributed_testing.testing import refusing_port
 
 Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON body (None: drop the connection)
 
@@ -67,7 +67,7 @@ def ok(method: str, path: str, body: bytes) -> Answer:
 
 
 def dead() -> str:
-    return f"http://127.0.0.1:{free_port()}"
+    return f"http://127.0.0.1:{refusing_port()}"
 
 
 def cluster_view(*urls: str) -> Answer:

@@ -27,6 +27,7 @@ from distributed_testing.testing import (  # noqa: F401 (re-exported)
     pump,
     python_without_accelerators,
     raw_worker,
+    refusing_port,
     run_cluster,
     wait_for,
 )

@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from flags_support import DT_VARS, ROOT, free_port, worker_config
+from flags_support import DT_VARS, ROOT, refusing_port, worker_config
 from test_flags_dt_cli import DT, noop, run_dt, sleep, summary_rows, task_file, unrunnable
 
 from distributed_testing.cli import dt, submit
@@ -167,7 +167,7 @@ def test_ctrl_c_during_the_wait_says_what_keeps_running_and_how_to_cancel_it(run
 
 def test_a_worker_that_never_reached_a_coordinator_exits_1_with_one_line_saying_so(
         fast_hardware: None, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{refusing_port()}"  # nothing listens there
     argv = ["--coordinator", url, "--api-key", "dtk_a_b", "--reconnect-attempts", "2", "--reconnect-interval", "0.05"]
     worker_config(argv)  # a valid configuration: what follows is the connects running out
     assert worker_cli.main(argv) == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flags_support import ThreadCluster, free_port
+from flags_support import ThreadCluster, refusing_port
 
 from distributed_testing.cli import dt
 from distributed_testing.coordinator.core.rows import ResultRow
@@ -325,7 +325,7 @@ def test_variables_name_the_coordinator_and_key(run_dt: DT, clean_env: pytest.Mo
 
 
 def test_flags_win_over_variables(run_dt: DT, clean_env: pytest.MonkeyPatch) -> None:
-    closed = f"http://127.0.0.1:{free_port()}"
+    closed = f"http://127.0.0.1:{refusing_port()}"
     clean_env.setenv("DT_COORDINATOR_URL", closed)
     clean_env.setenv("DT_API_KEY", "dtk_bogus_key")
     assert run_dt("keys", "list")[0] == 0  # both flags beat both (unusable) variables
@@ -340,7 +340,7 @@ def test_flags_win_over_variables(run_dt: DT, clean_env: pytest.MonkeyPatch) -> 
 
 
 def test_unreachable_coordinator_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch) -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{refusing_port()}"
     assert dt.main(["--coordinator", url, "--api-key", "dtk_a_b", "workers"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and f"dt: cannot reach coordinator at {url}" in err and "refused" in err.lower()
@@ -376,7 +376,7 @@ def test_seconds_flags_refuse_what_is_not_a_positive_finite_number_naming_the_fl
     """Refused by dt itself, before any request: nan and inf would otherwise be sent as invalid
     JSON ("not valid JSON"), and 0 or -1 come back named by the API field, not the flag."""
     with pytest.raises(SystemExit) as exited:
-        dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "dtk_a_b", *argv])
+        dt.main(["--coordinator", f"http://127.0.0.1:{refusing_port()}", "--api-key", "dtk_a_b", *argv])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {argv[-2]}: must be a finite number of seconds > 0: {argv[-1]!r}" in err, err
@@ -393,7 +393,7 @@ def test_a_report_file_that_cannot_be_written_is_refused_before_anything_is_subm
     """Found at once (exit 2), not after a wait of an hour as a traceback that reads as a failed task."""
     (tmp_path / "tasks.json").write_text('{"type": "custom", "config": {"name": "noop"}}')
     with pytest.raises(SystemExit) as exited:  # an unreachable coordinator: nothing was sent before the refusal
-        dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "dtk_a_b",
+        dt.main(["--coordinator", f"http://127.0.0.1:{refusing_port()}", "--api-key", "dtk_a_b",
                  *(a.format(tmp=tmp_path) for a in command), flag, target.format(tmp=tmp_path)])
     assert exited.value.code == 2
     assert f"argument {flag}: " in (err := capsys.readouterr().err) and why in err, err
@@ -428,7 +428,7 @@ def test_a_task_file_python_reads_but_json_does_not_allow_is_refused_naming_why(
     some byte, and deep nesting was a RecursionError traceback."""
     path = tmp_path / "tasks.json"
     path.write_text(text)
-    assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "submit", str(path)]) == 2
+    assert dt.main(["--coordinator", f"http://127.0.0.1:{refusing_port()}", "--api-key", "k", "submit", str(path)]) == 2
     assert f"dt: {path}: not valid JSON: {said}" in capsys.readouterr().err
 
 
@@ -439,7 +439,7 @@ def test_a_task_file_python_reads_but_json_does_not_allow_is_refused_naming_why(
 ])
 def test_compare_policy_flags_are_refused_in_the_percent_they_are_given_in(
         capsys: pytest.CaptureFixture[str], clean_env: pytest.MonkeyPatch, argv: list[str], said: str) -> None:
-    assert dt.main(["--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "k", "compare", "t1", *argv]) == 2
+    assert dt.main(["--coordinator", f"http://127.0.0.1:{refusing_port()}", "--api-key", "k", "compare", "t1", *argv]) == 2
     assert f"dt: {said}" in capsys.readouterr().err
 
 

@@ -196,6 +196,8 @@ async def test_db_path_and_dt_db_path_keep_results_in_the_workers_duckdb_file(
         await start_cli_worker(c, await cli(c, "--worker-id", "flagdb", "--tags", "flagdb", "--db-path", str(flag_db)))
         await start_cli_worker(c, ["--coordinator", c.base_url, "--worker-id", "envdb", "--tags", "envdb"],
                                env={"DT_API_KEY": await c.create_key("worker"), "DT_DB_PATH": str(env_db)})
+        # no-ops: they usually end before their assignment's confirm, and are acknowledged before
+        # it (settled, never kept for a re-send), yet are in the file's history all the same
         a, b = await c.submit([noop_task(task_id="on-flag-db", tags=["flagdb"]),
                                noop_task(task_id="on-env-db", tags=["envdb"])])
         assert [t["state"] for t in await wait_all(c, [a, b])] == ["succeeded", "succeeded"]

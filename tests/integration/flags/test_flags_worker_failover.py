@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from flags_support import StartWorker
 
-from distributed_testing.testing import fake_coordinator, free_port, run_cluster, wait_for
+from distributed_testing.testing import fake_coordinator, refusing_port, run_cluster, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 NOOP = {"type": "custom", "config": {"name": "noop"}}
@@ -45,7 +45,7 @@ def handshakes(seen: list[web.Request]) -> list[web.Request]:
 
 async def test_a_worker_given_a_dead_coordinator_first_connects_to_the_next(tmp_path: Path,
                                                                            start_cli_worker: StartWorker) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{refusing_port()}"
     async with run_cluster(tmp_path, workers=0) as c:
         agent = await start_cli_worker(c, ["--coordinator", f"{dead},{c.base_url}", "--api-key",
                                            await c.create_key("worker"), "--worker-id", "two-urls",
@@ -70,7 +70,7 @@ async def test_high_availability_never_gives_up_and_switches_without_backoff(tmp
     --high-availability it goes round the group (a dead member, a standby that knows no leader
     yet) until the standby names one, and a 60 s --reconnect-interval never delays it: its pause
     between rounds starts at 0.1 s."""
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = f"http://127.0.0.1:{refusing_port()}"
     async with run_cluster(tmp_path, workers=0) as c, standby([None] * 3 + [c.base_url]) as (url, seen):
         agent = await start_cli_worker(c, ["--coordinator", f"{dead},{url}", "--api-key",
                                            await c.create_key("worker"), "--worker-id", "ha",

@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import psutil
 import pytest
-from flags_support import ROOT, Procs, StartWorker, free_port, worker_config, workers_by_id
+from flags_support import ROOT, Procs, StartWorker, refusing_port, worker_config, workers_by_id
 
 from distributed_testing.errors import ConfigError
 from distributed_testing.protocol import messages as m
@@ -323,7 +323,7 @@ def test_reset_state_deletes_the_outbox_journal_and_cache_at_start(tmp_path: Pat
     (cache / "models").mkdir(parents=True)
     (cache / "models" / "m.bin").write_bytes(b"x")
     log = tmp_path / "worker.log"
-    p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{free_port()}",
+    p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{refusing_port()}",
                      "--api-key", "dtk_x_y", "--reconnect-attempts", "1", "--db-path", str(db), "--reset-state"],
                     log, env=hidden_accelerators(tmp_path), drop_env=["DT_API_KEY", "DT_COORDINATOR_URL", "DT_DB_PATH"])
     assert p.wait(50) == 1, log.read_text()  # nothing listens: gives up after resetting and starting

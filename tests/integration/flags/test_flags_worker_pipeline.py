@@ -40,7 +40,7 @@ async def test_the_default_depth_pipelines_and_zero_by_flag_or_variable_turns_it
         await start("env-off", env={"DT_PIPELINE_DEPTH": "0"})
         listed = await workers_by_id(c)
         assert {w: listed[w]["pipeline"]["depth"] for w in ("default", "flag-off", "env-off")} == {
-            "default": 64, "flag-off": 0, "env-off": 0}
+            "default": 256, "flag-off": 0, "env-off": 0}
 
         ids = {w: await c.submit([noop(w) for _ in range(40)]) for w in ("default", "flag-off", "env-off")}
         done = await asyncio.gather(*(c.wait(i, 60) for group in ids.values() for i in group))
@@ -48,5 +48,6 @@ async def test_the_default_depth_pipelines_and_zero_by_flag_or_variable_turns_it
         assert sent_ahead(c, ids["default"]) > 0  # millisecond tasks: it held some ahead of its slot
         assert sent_ahead(c, ids["flag-off"]) == 0 and sent_ahead(c, ids["env-off"]) == 0
         listed = await workers_by_id(c)
-        assert listed["default"]["pipeline"]["window"] > 0
+        # the default worker's window now follows its last durations (a no-op past the 20 ms budget
+        # on a loaded machine closes it: seen in CI), so only the switched-off ones' is fixed
         assert listed["flag-off"]["pipeline"]["window"] == 0 and listed["env-off"]["pipeline"]["window"] == 0

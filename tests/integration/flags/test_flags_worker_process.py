@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from flags_support import ROOT, Procs, free_port
+from flags_support import ROOT, Procs, refusing_port
 
 from distributed_testing.testing import hidden_accelerators
 
@@ -20,7 +20,7 @@ RETRY = re.compile(r"attempt (\d+), retrying in ([0-9.]+)s")
 
 
 def test_worker_gives_up_after_reconnect_attempts_and_exits_1(tmp_path: Path, procs: Procs) -> None:
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{refusing_port()}"  # nothing listens there
     logs = {name: tmp_path / f"{name}.log" for name in ("debug", "warning")}
     runs = {
         "debug": procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", url, "--api-key", "dtk_x_y",

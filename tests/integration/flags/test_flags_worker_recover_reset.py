@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from flags_support import ROOT, Procs, free_port, worker_config
+from flags_support import ROOT, Procs, refusing_port, worker_config
 
 from distributed_testing.protocol import messages as m
 from distributed_testing.testing import hidden_accelerators, raw_worker, run_cluster, wait_for
@@ -50,7 +50,10 @@ def test_recover_and_reset_state_together_are_accepted(tmp_path: Path) -> None:
 async def test_recover_with_reset_state_reports_then_resets_then_serves(tmp_path: Path, procs: Procs) -> None:
     db = tmp_path / "state" / "w.duckdb"
     await crashed_outbox(db)
-    async with run_cluster(tmp_path, workers=0) as c:
+    # the raw worker's close disconnects rw at once; its restarted process must register within
+    # the grace, or the coordinator loses rw and gives ``done`` to it again as attempt 2: the
+    # default 10 s was too short for a worker's start under a full parallel run's load
+    async with run_cluster(tmp_path, workers=0, worker_grace_s=120.0) as c:
         key = await c.create_key("worker")
         await c.submit([{"task_id": t, "type": "custom", "config": {"name": "noop"}, "max_retries": 1,
                          "requirements": {"tags": ["rw"]}} for t in ("ghost", "done")])
@@ -76,7 +79,7 @@ async def test_recover_with_reset_state_reports_then_resets_then_serves(tmp_path
     at = [text.find(s) for s in steps]
     assert all(i >= 0 for i in at) and at == sorted(at), text
     assert text.count("registered with coordinator as rw") == 2  # the reporting session, then the fresh one
-    assert outbox_rows(db) == [("ghost", 2, "succeeded")]  # a fresh outbox: the old rows are gone
+    assert outbox_rows(db) == [("ghost", 2, "succeeded")], text  # a fresh outbox: the old rows are gone
     assert not (db.parent / "w-cache" / "model.bin").exists()
 
 
@@ -86,7 +89,7 @@ def test_recover_with_reset_state_deletes_nothing_it_could_not_report(tmp_path: 
     db = tmp_path / "state" / "w.duckdb"
     asyncio.run(crashed_outbox(db))
     log = tmp_path / "worker.log"
-    p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{free_port()}",
+    p = procs.start([str(ROOT / "run_worker_example.py"), "--coordinator", f"http://127.0.0.1:{refusing_port()}",
                      "--reconnect-attempts", "1", "--db-path", str(db), "--recover", "--reset-state", "--api-key", "dtk_x_y"],
                     log, env=hidden_accelerators(tmp_path), drop_env=DROP)
     assert p.wait(60) == 1, log.read_text()  # nothing listens: gives up, keeps everything

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flags_support import free_port
+from flags_support import refusing_port
 
 from distributed_testing.cli import worker as worker_cli
 
@@ -41,7 +41,7 @@ def test_bad_values_exit_2_naming_the_flag_or_variable(
 
 def test_no_credentials_at_all_is_a_clear_startup_error(
         clean_env: pytest.MonkeyPatch, fast_hardware: None, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{free_port()}")
+    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{refusing_port()}")
     assert code == 2
     assert "dt-worker: no credentials: pass --api-key (or DT_API_KEY), --token or --token-file" in err
 
@@ -49,7 +49,7 @@ def test_no_credentials_at_all_is_a_clear_startup_error(
 @pytest.mark.parametrize("extra", [["--token", "a.b.c"], ["--token-file", "/some/file"]])
 def test_two_kinds_of_credential_at_once_is_an_error(
         clean_env: pytest.MonkeyPatch, fast_hardware: None, capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
-    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{free_port()}", "--api-key", "dtk_a_b", *extra)
+    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{refusing_port()}", "--api-key", "dtk_a_b", *extra)
     assert code == 2
     assert f"dt-worker: give only one of --api-key, {extra[0]}" in err
 
@@ -57,7 +57,7 @@ def test_two_kinds_of_credential_at_once_is_an_error(
 def test_dt_api_key_variable_counts_as_a_credential(
         clean_env: pytest.MonkeyPatch, fast_hardware: None, capsys: pytest.CaptureFixture[str]) -> None:
     clean_env.setenv("DT_API_KEY", "dtk_a_b")  # nothing listens: the worker gets past the credential check
-    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{free_port()}", "--reconnect-attempts", "1")
+    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{refusing_port()}", "--reconnect-attempts", "1")
     assert code == 1
     assert "no credentials" not in err
 
@@ -69,6 +69,6 @@ def test_unreadable_or_empty_token_file_exits_2_naming_token_file(
     path = tmp_path / "token"
     if content is not None:
         path.write_text(content)
-    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{free_port()}", "--token-file", str(path))
+    code, err = run_main(capsys, "--coordinator", f"http://127.0.0.1:{refusing_port()}", "--token-file", str(path))
     assert code == 2
     assert "dt-worker: --token-file: " in err and str(path) in err

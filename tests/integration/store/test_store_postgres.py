@@ -17,7 +17,7 @@ from distributed_testing.coordinator.store import postgres
 from distributed_testing.coordinator.store.base import SCHEMA_VERSION, ResultQuery
 from distributed_testing.coordinator.store.postgres import PostgresStore
 from distributed_testing.errors import Fenced, StoreError
-from distributed_testing.testing import free_port, pg_database, wait_for
+from distributed_testing.testing import pg_database, refusing_port, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,7 +146,7 @@ async def test_tables_that_differ_from_the_record_types_are_refused(store: Postg
 
 @pytest.mark.asyncio
 async def test_an_unreachable_server_is_a_clear_error() -> None:
-    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    url = f"postgresql://postgres@127.0.0.1:{refusing_port()}/nothing"
     with pytest.raises(StoreError, match=f"cannot connect to PostgreSQL at {url}"):
         await PostgresStore(url, connect_timeout_s=2).open()
 
@@ -324,7 +324,7 @@ async def test_a_connection_not_back_in_time_fails_the_batch_and_stops_the_write
     await store.open()
     watch = asyncio.create_task(store.watch())
     await store.append([task("t0")])
-    store.url = f"postgresql://postgres@127.0.0.1:{free_port()}/gone"  # where the server "went": nothing listens
+    store.url = f"postgresql://postgres@127.0.0.1:{refusing_port()}/gone"  # where the server "went": nothing listens
     await admin.fetchval("SELECT pg_terminate_backend($1)", writer_pid(store))
     with pytest.raises(StoreError, match="could not write to .* for 0.5 s"):
         await store.append([task("t1", seq=1)])

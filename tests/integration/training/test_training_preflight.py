@@ -1,5 +1,6 @@
 import socket
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,7 +16,18 @@ pytestmark = pytest.mark.timeout(20)
 CONFIG = {"model": "mlp", "nodes": 2, "batch_size": 8, "steps": 1}
 
 
-def test_closed_port_fails_fast_naming_both_ends(free_port: int, tmp_path: Path) -> None:
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port nothing listens on, held (bound, never listening) for the test, so a parallel test
+    cannot start a listener on it meanwhile (a freed port was once taken by another test's
+    pre-flight master, which then answered instead of refusing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def test_closed_port_fails_fast_naming_both_ends(closed_port: int, tmp_path: Path) -> None:
+    free_port = closed_port
     assignment = NodeAssignment(node_rank=1, nnodes=2, master_addr="127.0.0.1", master_port=free_port, interface="lo")
     start = time.monotonic()
     with pytest.raises(PreflightError) as info:

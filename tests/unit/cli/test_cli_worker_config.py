@@ -28,7 +28,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert re.fullmatch(r"worker-[0-9a-f]{12}", c.worker_id) and cfg().worker_id != c.worker_id
     assert c.tags == () and c.test_root == tmp_path.resolve()
     assert (c.heartbeat_interval_s, c.reconnect_attempts, c.reconnect_interval_s, c.max_concurrent_tasks) == (None, 10, 1.0, 1)  # None: the coordinator's interval
-    assert c.pipeline_depth == 64
+    assert c.pipeline_depth == 256
 
 
 @pytest.mark.parametrize(("argv", "field", "value"), [
