@@ -65,8 +65,10 @@ and paths select as usual):
   local paths: outcome, the remote traceback with its crash line in the short summary, captured
   stdout/stderr/log sections, subtests, xfail reasons and durations; warnings reach the warnings
   summary; ``-v`` names the worker on each test's line and ``--junitxml`` in a ``dt_worker``
-  property. A task or module that failed as a whole is printed once with the tests it took down,
-  each of which is an error of one line (:mod:`.plugin.replay`).
+  property; the ``<testsuite>`` properties recorded there (``record_testsuite_property``,
+  hypothesis's statistics) are in the local report, each name and value once. A task or module
+  that failed as a whole is printed once with the tests it took down, each of which is an error
+  of one line (:mod:`.plugin.replay`).
 * **What cannot be as here.** Tests are reported as they end on the workers (as with xdist):
   ``-x``, ``--maxfail`` and ``--sw`` stop at the first failure reported here, and what other
   chunks ended meanwhile is reported too (``--sw``'s next run goes on from that failure); ``-s``
@@ -245,6 +247,8 @@ def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocatio
         config["cwd"] = inv.cwd
     if inv.safe_path:  # started as the pytest command: the workers' pytest starts alike
         config["safe_path"] = True
+    if session is not None and not inv.write_bytecode:  # -B or PYTHONDONTWRITEBYTECODE here: none there
+        config["write_bytecode"] = False
     doc: dict[str, Any] = {"task_id": f"{'session' if warm else 'pytest'}-{run_id}-{index}", "type": "test",
                            "config": config}
     if c.requirements:
@@ -290,6 +294,7 @@ class FleetRunner:
         self.downed: list[Downed] = []
         self.trimmed: list[str] = []  # tasks whose reports were cut to fit a result, and what went
         self.replayed: set[pytest.Item] = set()  # tests reported while their chunk ran
+        self.live_seen: dict[str, tuple[Any, dict[str, int]]] = {}  # task id: its attempt, entries per node id
         shipped = not config.getoption("--dt-shared-tree")
         from .plugin.coverage import Combined, measuring
         from .plugin.invocation import invocation
@@ -308,6 +313,7 @@ class FleetRunner:
         self.run: dict[str, Any] = {}
         self.warm: list[str] = []  # the tasks that start the workers' sessions early
         self.ran = False
+        self.benchmarked = False  # pytest-benchmark's benchmarks were among the tests (run disabled there)
         self._shipping: concurrent.futures.Future[tuple[Fleet, int, dict[str, Any], str | None]]
 
     @pytest.hookimpl
@@ -431,6 +437,12 @@ class FleetRunner:
         if not session.items:
             return True
         from .cli.http import ApiError
+        from .plugin.invocation import BENCHMARK_OFF
+
+        # pytest-benchmark's benchmarks among them run disabled there where the invocation says so
+        # (plugin/invocation.py, where the environment travels): said at the end
+        self.benchmarked = BENCHMARK_OFF in self.invocation.args and any(
+            "benchmark" in getattr(item, "fixturenames", ()) for item in session.items)
 
         try:
             fleet, slots, fields, line = self._shipping.result()
@@ -513,7 +525,7 @@ class FleetRunner:
                     raise t
                 if isinstance(t, Live):
                     if task_id in pending:
-                        self._report_live(session, pending[task_id], t)
+                        self._report_live(session, task_id, pending[task_id], t)
                 elif task_id in pending:
                     self._report(session, pending.pop(task_id), t)
                 if session.shouldfail or session.shouldstop:
@@ -527,15 +539,18 @@ class FleetRunner:
         the local rootdir, else ids from the tree."""
         return [it.nodeid for it in c.items] if self.invocation.local_ids else c.remote_ids
 
-    def _report_live(self, session: pytest.Session, c: Chunk, live: Live) -> None:
+    def _report_live(self, session: pytest.Session, task_id: str, c: Chunk, live: Live) -> None:
         """Tests of a running chunk that ended there: each reported now, once (:mod:`.plugin.watch`)."""
         ids = self._ids(c)
         items: dict[str, list[pytest.Item]] = {}  # a node id may name several items (report_live)
         for k, it in zip(ids, c.items, strict=True):
-            if it not in self.replayed:
-                items.setdefault(k, []).append(it)
+            items.setdefault(k, []).append(it)
+        attempt, seen = self.live_seen.get(task_id, (live.attempt, {}))
+        if attempt != live.attempt:  # a retry's entries start again at its first test
+            seen = {}
+        self.live_seen[task_id] = (live.attempt, seen)
         durations: dict[str, float] = {}
-        done = report_live(items, live.tests, live.worker, live.tree, self.root, durations,
+        done = report_live(items, seen, self.replayed, live.tests, live.worker, live.tree, self.root, durations,
                            lambda: bool(session.shouldfail or session.shouldstop))
         self.replayed.update(done)
         by_id = dict(zip(ids, c.remote_ids, strict=True))
@@ -564,6 +579,12 @@ class FleetRunner:
         if self.ran:
             for line in self.coverage.lines(self.cov_controller):
                 terminalreporter.write_line(f"distributed_testing: {line}")
+        if self.benchmarked:
+            terminalreporter.write_line(
+                "distributed_testing: pytest-benchmark's benchmarks ran on the fleet disabled (each benchmarked "
+                "function once, untimed), as under pytest-xdist: timings taken on other machines would not compare "
+                "with this one's, so no benchmark table, --benchmark-json, --benchmark-autosave or "
+                "--benchmark-compare-fail here; run without --dt-coordinator to benchmark")
 
     def _save_history(self) -> None:
         cache = getattr(self.config, "cache", None)

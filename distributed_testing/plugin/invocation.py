@@ -36,6 +36,13 @@ option, by its ``dest``:
 * **Settled here** (:func:`_settled`): pytest-randomly's seed, as it resolved here (the one its
   header prints), and pytest-json-report's ``--json-report`` (its details are made where the
   test runs; the workers write no file), where the environment travels.
+* **Benchmarks** (pytest-benchmark): they run disabled on the fleet, as pytest-benchmark turns
+  itself off under pytest-xdist (``--benchmark-disable`` is sent where the environment travels:
+  each benchmarked function runs once, untimed). Timings taken on other machines would not
+  compare with those here, and its table, ``--benchmark-json``, ``--benchmark-autosave`` and
+  ``--benchmark-compare-fail`` act on the benchmarks of this process, which runs none; the plugin
+  says so at the end of a run that had any (:func:`benchmarks_active`). ``--benchmark-only``
+  (which runs nothing but benchmarks) is refused.
 * **Refused** (:data:`REFUSED`): the debugger options, which need the terminal of the process
   that runs the test, and ``--setup-show`` / ``--setup-only``, whose lines pytest prints there
   (``--setup-plan`` sets nothing up: pytest does it here, shipping nothing). A refusal is a
@@ -88,6 +95,11 @@ LOCAL = frozenset({
     "no_cov", "cov_fail_under", "cov_append", "cov_branch", "cov_context", "cov_precision", "htmlpath", "css",
     "self_contained_html", "json_report", "json_report_file", "json_report_indent", "json_report_omit",
     "json_report_summary", "json_report_verbosity",
+    # pytest-benchmark's saving, comparing and display: they act on this process's benchmarks (the
+    # fleet runs them disabled: BENCHMARK_OFF)
+    "benchmark_save", "benchmark_autosave", "benchmark_save_data", "benchmark_json", "benchmark_compare",
+    "benchmark_compare_fail", "benchmark_histogram", "benchmark_storage", "benchmark_cprofile_dump",
+    "benchmark_columns", "benchmark_sort", "benchmark_group_by", "benchmark_name",
 })
 REFUSED = {"usepdb": "--pdb", "usepdb_cls": "--pdbcls", "trace": "--trace",
            # pytest prints what they show from the process that sets the fixtures up, not in the reports
@@ -100,6 +112,7 @@ TREE_OPTIONS = {"inifilename": "--config-file", "rootdir": "--rootdir", "confcut
 COVERAGE = frozenset({"cov_source", "cov_branch", "cov_config", "cov_context", "no_cov"})
 IGNORES = {"ignore": "--ignore", "ignore_glob": "--ignore-glob"}
 RANDOMLY_SEED = "randomly_seed"  # pytest-randomly's seed: sent as it resolved here (_settled)
+BENCHMARK_OFF = "--benchmark-disable"  # pytest-benchmark on the fleet, as under pytest-xdist (benchmarks_active)
 NO_CACHE = "no:cacheprovider"
 
 
@@ -114,6 +127,7 @@ class Invocation:
     cwd: str | None = None
     local_ids: bool = False
     safe_path: bool = False  # the local pytest started without its directory first on sys.path
+    write_bytecode: bool = True  # the local pytest writes byte code (no -B, no PYTHONDONTWRITEBYTECODE)
 
 
 def started_safe(here: Path) -> bool:
@@ -135,6 +149,10 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     as a bundle when ``shipped``). ``coverage``: pytest-cov measures this run and travels with it,
     so its options of :data:`COVERAGE` go too, with ``--cov-report=`` (the report is made here).
     Raises :class:`pytest.UsageError` for what cannot travel."""
+    if getattr(config.option, "benchmark_only", False):  # from the command line or an ini's addopts
+        raise pytest.UsageError("distributed_testing: --benchmark-only runs nothing but pytest-benchmark's benchmarks, "
+                                "and the fleet runs them disabled, as pytest-xdist does (timings taken on other "
+                                "machines would not compare with this one's): run it without --dt-coordinator")
     root = root.resolve()
     here = Path(config.invocation_params.dir).resolve()
     cwd = _inside(here, root)
@@ -185,7 +203,8 @@ def invocation(config: pytest.Config, root: Path, env: Mapping[str, str], *, shi
     if shipped:
         pinned, local_ids = _pinned_config(config, root)
         args = pinned + args
-    return Invocation(tuple(args), None if cwd in (None, ".") else cwd, local_ids, started_safe(here))
+    return Invocation(tuple(args), None if cwd in (None, ".") else cwd, local_ids, started_safe(here),
+                      not sys.dont_write_bytecode)
 
 
 def _settled(config: pytest.Config, seeded: bool, *, travels: bool) -> list[str]:
@@ -202,7 +221,19 @@ def _settled(config: pytest.Config, seeded: bool, *, travels: bool) -> list[str]
         out.append(f"--randomly-seed={seed}")
     if getattr(config.option, "json_report", False) is True and travels:
         out += ["--json-report", "--json-report-file=none"]
+    if benchmarks_active(config) and travels:
+        out.append(BENCHMARK_OFF)
     return out
+
+
+def benchmarks_active(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark is loaded here and would time this run's benchmarks (neither
+    ``--benchmark-disable`` nor ``--benchmark-skip``): the fleet runs them disabled."""
+    option = config.option
+    if not hasattr(option, "benchmark_disable"):
+        return False
+    disabled = option.benchmark_disable and not getattr(option, "benchmark_enable", False)
+    return not disabled and not getattr(option, "benchmark_skip", False)
 
 
 def _actions(config: pytest.Config) -> Mapping[str, argparse.Action]:

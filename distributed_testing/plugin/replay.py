@@ -3,7 +3,9 @@
 * Each test's reports come back as pytest serialized them on the worker (the form pytest-xdist
   uses) and are replayed under the local node id; with ``-v`` the terminal line names the worker
   (``[w1] [ 50%] PASSED t.py::test_a``, as xdist's ``[gw0]``), and ``--junitxml`` gets a
-  ``dt_worker`` property.
+  ``dt_worker`` property; the ``<testsuite>`` properties the tests or plugins recorded there
+  (``record_testsuite_property``, hypothesis's statistics) are added to the local report's, each
+  name and value once (a session fixture's is recorded once per worker session there).
 * **Local paths.** The worker's path of the tree (the task output's ``tree``) is replaced by the
   local root everywhere in the reports and warnings (tracebacks, skip locations, warnings'
   files) and in a task's error.
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from _pytest.junitxml import xml_key
 
 MAX_LISTED = 20
 ONE_LINE = 200
@@ -147,28 +150,37 @@ def _stand_in(item: pytest.Item, task_id: str, entry: dict[str, Any] | None, mod
     return _synthesized(item, "error", worker, f"{_gist(whole.cause)} (not run: task {task_id})")
 
 
-def report_live(items: dict[str, list[pytest.Item]], tests: Sequence[dict[str, Any]], worker: str, tree: object,
-                local_root: Path, durations: dict[str, float], stop: Callable[[], bool]) -> list[pytest.Item]:
-    """Report the tests of a running task that ended there (``tests``: their entries as its result
-    will carry them) whose node id is in ``items`` (the worker's id: the items not reported yet
-    that it names, in order; an entry takes the first, and leaves the list); the items
-    reported. Stops early when ``stop()`` says so (``-x``). An entry that is not a finished test's
-    (no final teardown report: a rerun's so far; a node id that is no string) is left to the
-    result."""
+def report_live(items: dict[str, list[pytest.Item]], seen: dict[str, int], done: Collection[pytest.Item],
+                tests: Sequence[dict[str, Any]], worker: str, tree: object, local_root: Path, durations: dict[str, float],
+                stop: Callable[[], bool]) -> list[pytest.Item]:
+    """Report the tests of a running task's attempt that ended there (``tests``: their entries as
+    its result will carry them, in the order they ran) and return the items reported.
+    ``items``: the task's items under each node id the worker reports, in the task's order;
+    ``seen``: how many finished entries of each node id this attempt has had so far (updated).
+    The k-th finished entry of a node id is its k-th item, as in the result (:func:`report_task`):
+    items that share a node id each take their own entry, and a retried attempt's entries, which
+    start again at its first test, land on the items they ran, so one reported already (in
+    ``done``) is not reported again. Stops early when ``stop()`` says so (``-x``). An entry that
+    is not a finished test's (no final teardown report: a rerun's so far; a node id that is no
+    string) is left to the result."""
     local = LocalPaths(tree, local_root)
-    done = []
+    reported = []
     for entry in tests:
-        waiting = items.get(entry["nodeid"]) if _finished(entry) else None
-        if not waiting:
+        if not _finished(entry):
             continue
-        item = waiting.pop(0)
+        key = entry["nodeid"]
+        n = seen[key] = seen.get(key, -1) + 1
+        named = items.get(key) or []
+        item = named[n] if n < len(named) else None
+        if item is None or item in done:
+            continue
         took = entry.get("duration_s")
-        durations[entry["nodeid"]] = float(took) if isinstance(took, (int, float)) else 0.0
+        durations[key] = float(took) if isinstance(took, (int, float)) else 0.0
         _replay_entry(item, entry, worker, local)
-        done.append(item)
+        reported.append(item)
         if stop():
             break
-    return done
+    return reported
 
 
 def _finished(entry: Any) -> bool:
@@ -183,7 +195,24 @@ def _finished(entry: Any) -> bool:
 
 def _replay_entry(item: pytest.Item, entry: dict[str, Any], worker: str, local: LocalPaths) -> None:
     """A test's own reports and warnings, as the worker's pytest serialized them."""
+    _suite_properties(item.config, entry.get("suite_properties"))
     _emit(item, _replayed(item, local(entry["reports"]), worker), [local(w) for w in entry.get("warnings") or []])
+
+
+_ADDED = pytest.StashKey[set[tuple[str, str]]]()  # the suite properties added from the workers' entries
+
+
+def _suite_properties(config: pytest.Config, recorded: Any) -> None:
+    """The ``<testsuite>`` properties recorded while a test ran there, added to the local JUnit
+    report's (``--junitxml``); a name and value already added from another entry, once."""
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not isinstance(recorded, list):
+        return
+    added = config.stash.setdefault(_ADDED, set())
+    for pair in recorded:
+        if isinstance(pair, list) and len(pair) == 2 and (key := (str(pair[0]), str(pair[1]))) not in added:
+            added.add(key)
+            xml.add_global_property(*key)
 
 
 def _collector(by_id: dict[Any, dict[str, Any]], key: str) -> tuple[str, dict[str, Any] | None]:

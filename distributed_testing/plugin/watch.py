@@ -27,12 +27,14 @@ POLL_S = 0.5
 
 @dataclass
 class Live:
-    """Tests of a running task that ended on ``worker`` (entries as its result will carry them;
-    ``tree``: the worker's path of the tree they name)."""
+    """Tests of a running task's ``attempt`` that ended on ``worker`` (entries as its result will
+    carry them, the next after those of the attempt's earlier pages; ``tree``: the worker's path of
+    the tree they name)."""
 
     worker: str
     tree: str | None
     tests: list[dict[str, Any]]
+    attempt: Any = None
 
 
 News = queue.Queue[tuple[str, "dict[str, Any] | Live | BaseException"]]
@@ -56,7 +58,8 @@ def watch(fleet: Fleet, task_id: str, news: News, stop: threading.Event, stuck_a
                     continue
                 attempt, after = page.get("attempt"), int(page.get("next") or 0)
                 if page.get("tests"):
-                    news.put((task_id, Live(str(page.get("worker_id") or "-"), page.get("tree"), page["tests"])))
+                    worker = str(page.get("worker_id") or "-")
+                    news.put((task_id, Live(worker, page.get("tree"), page["tests"], attempt)))
                 if page.get("complete"):
                     news.put((task_id, fleet.finished(task_id)))
                     return

@@ -41,9 +41,10 @@ def plugin_args() -> list[str]:
 def short_summary(out: str) -> tuple[list[str], str]:
     """pytest's short test summary (``-r``) in ``out``: its lines, sorted (a fleet run reports tests in
     the order they end on the workers, as xdist does, so only the set is local pytest's), and the
-    final line without its time."""
+    final line without its time or the ``=`` around it (their width follows the time's: a run of
+    10 s or more has one fewer)."""
     short = out.split("short test summary info")[1].splitlines()[1:]
-    return sorted(line for line in short if not line.startswith("=")), short[-1].rsplit(" in ", 1)[0]
+    return sorted(line for line in short if not line.startswith("=")), short[-1].strip("= ").rsplit(" in ", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,95 @@ SUITES = {
                        "tests in the package; tox.ini's filterwarnings error",
                        env={"REQUESTS_CA_BUNDLE": "", "CURL_CA_BUNDLE": ""}),
     "pyasn1": Suite("pyasn1", "pyasn1==0.6.5", (), ("tests",), "unittest suites in nested packages"),
+    # its tests live inside the src-layout package: run from the installed tree
+    "croniter": Suite("croniter", "croniter==7.0.0", ("python-dateutil", "pytz"), ("src/croniter/tests",),
+                      "installed from its tree; tests inside the package", install_tree=True),
+    # pytz named: without it 41 of its tests skip ("pytz unavailable")
+    "schedule": Suite("schedule", "schedule==1.2.2", ("pytz",), ("test_schedule.py",),
+                      "mocks datetime; one module at the root"),
+    # python_files in pytest.ini names its two modules; its CLI tests run sys.executable -c
+    "jsonpatch": Suite("jsonpatch", "jsonpatch==1.48", ("jsonpointer", "hypothesis", "simplejson"), (),
+                       "python_files = tests.py property_tests.py; CLI in subprocesses, hypothesis"),
+    # python_files = "__main__.py": one module that star-imports every test module of the package.
+    # Js2Py (its test-requirements.txt) left out: its pyjsparser has no wheel, and workers install
+    # wheels only (worker/pyenv.py); its nearley tests skip without it, on both sides
+    "lark": Suite("lark", "lark==1.3.1", ("interegular>=0.3.1,<0.4.0", "regex"), (),
+                  "testpaths and python_files = __main__.py in pyproject.toml; data files (grammars)"),
+    # its dev extra's test imports: numpy, pandas, polars, pydantic (the 'slow' ones skip without --runslow)
+    "deepdiff": Suite("deepdiff", "deepdiff==9.1.0", ("orderly-set", "cachebox", "numpy", "pandas", "polars",
+                                                     "pydantic", "pytz", "uuid6", "python-dateutil", "click",
+                                                     "pyyaml", "orjson", "tomli-w", "jsonpickle", "pytest-benchmark",
+                                                     "python-dotenv"), ("tests",),
+                      "a root conftest.py that appends tests/ to sys.path; fixture files; addopts --pdbcls"),
+    "webencodings": Suite("webencodings", "webencodings==0.6.1", (), ("tests",), "one small module"),
+    # beautifulsoup4 requires soupsieve: the copy installed from the tree is the one it gets
+    "soupsieve": Suite("soupsieve", "soupsieve==4.1.3", ("beautifulsoup4", "lxml", "html5lib"), ("tests",),
+                       "installed from its tree (hatchling with a build hook); bs4, lxml, html5lib",
+                       install_tree=True),
+    # its API tests run sys.executable -m pyflakes; test_permissionDenied skips for root, and here
+    # pytest runs as root, a root worker's sandboxed tests as nobody (as python-dotenv's): left out
+    "pyflakes": Suite("pyflakes", "pyflakes==4.1.0", (),
+                      ("pyflakes/test", "--deselect", "pyflakes/test/test_api.py::CheckTests::test_permissionDenied"),
+                      "tests in the package; a CLI in subprocesses"),
+    # tox.ini's addopts: -v, pytest-cov with --cov-fail-under=99, --junitxml=junit.xml, junit_family=legacy
+    "arrow": Suite("arrow", "arrow==1.4.0", ("python-dateutil", "tzdata", "dateparser==1.*", "pytest-cov", "pytest-mock",
+                                             "pytz==2025.2", "simplejson==3.*"), (),
+                   "[pytest] in tox.ini: --cov-fail-under, its own --junitxml, junit_family=legacy"),
+    "pytz": Suite("pytz", "pytz==2025.2", (), ("pytz/tests",), "tests in the package; zoneinfo data files"),
+    # a src layout with compiled .mo catalogues in its sdist; [tool.pytest] (pytest 9's TOML table):
+    # --doctest-modules, testpaths src and tests, filterwarnings error; its benchmarks via pytest-codspeed
+    "humanize": Suite("humanize", "humanize==4.17.0", ("freezegun", "pytest-codspeed", "pytest-benchmark"), (),
+                      "installed from its tree; [tool.pytest] in pyproject.toml, doctests, i18n catalogues",
+                      install_tree=True),
+    "xmltodict": Suite("xmltodict", "xmltodict==1.0.4", (), ("tests",), "a single module at the root"),
+    "voluptuous": Suite("voluptuous", "voluptuous==0.16.0", (), (),
+                        "tests in the package: python_files tests.py, --doctest-glob=*.md -v in addopts"),
+    # its conftest sets locales and registers a hypothesis profile; its en_US fixture fails where that locale
+    # is missing (59 errors on this host, here and there alike); hypothesis's statistics in the JUnit report
+    "natsort": Suite("natsort", "natsort==8.4.0", ("hypothesis", "pytest-mock"), ("tests",),
+                     "hypothesis, locale fixtures"),
+    # its tests extra: pytest-sugar (a terminal reporter) and pytest-mypy-plugins (YAML cases run mypy);
+    # numpy (its tests-numpy extra) named, as for tabulate: unnamed, its 16 numpy tests ran here only
+    "pyhamcrest": Suite("pyhamcrest", "pyhamcrest==2.1.0", ("pytest-sugar", "pytest-mypy-plugins", "mypy",
+                                                           "types-mock", "numpy"), (),
+                        "installed from its tree; -ra, xfail_strict; pytest-sugar; YAML cases of pytest-mypy-plugins",
+                        install_tree=True),
+    # its sdist ships tests/__pycache__ (pytest 6 and 7 rewrites, other interpreters')
+    "funcy": Suite("funcy", "funcy==2.1", ("whatever",), ("tests",), "stale __pycache__ in the sdist"),
+    # a src layout; its test group and the optional formats of its preconf converters; [tool.pytest]
+    # addopts name pytest-benchmark's options
+    "cattrs": Suite("cattrs", "cattrs==26.2.1", ("attrs", "typing_extensions", "hypothesis", "pytest-benchmark",
+                                                 "immutables", "ujson", "orjson", "msgpack", "pyyaml", "tomlkit",
+                                                 "cbor2", "pymongo", "msgspec", "tomli-w"), ("tests",),
+                    "installed from its tree; hypothesis-heavy; every preconf format", install_tree=True),
+    # sixth batch of unseen suites (2026-11-29)
+    "ordered-set": Suite("ordered-set", "ordered-set==4.1.0", (), (),
+                         "pytest.ini addopts: --doctest-modules, --doctest-glob README.md and *.py"),
+    "parse": Suite("parse", "parse==1.22.4", ("pytest-cov",), (),
+                   "[tool.pytest] addopts: --cov, --doctest-modules, --doctest-glob README.rst"),
+    "prettytable": Suite("prettytable", "prettytable==3.18.0", ("wcwidth", "pytest-lazy-fixtures", "pytest-cov"),
+                         ("tests",), "installed from its tree (src layout); conftest imports a test module",
+                         install_tree=True),
+    "pyee": Suite("pyee", "pyee==13.0.1", ("pytest-asyncio", "pytest-trio", "trio", "twisted"), (),
+                  "addopts --verbose -s, testpaths; asyncio, trio and twisted emitters"),
+    "termcolor": Suite("termcolor", "termcolor==3.3.0", (), (), "installed from its tree (src layout); testpaths",
+                       install_tree=True),
+    "texttable": Suite("texttable", "texttable==1.7.2", (), ("tests.py",), "one test module at the root"),
+    "asttokens": Suite("asttokens", "asttokens==3.0.2", ("astroid",), (),
+                       "[tool:pytest] addopts: --ignore tests/testdata, --strict-markers, -m 'not slow'"),
+    "mako": Suite("mako", "mako==1.4.3", ("markupsafe", "beaker", "pygments", "babel", "dogpile.cache"), (),
+                  "[tool.pytest] python_files 'test/*test_*.py', addopts --tb native -r fxX -p warnings; "
+                  "its tests dependency group"),
+    "pyjwt": Suite("pyjwt", "pyjwt==2.15.1", ("cryptography",), (), "addopts -ra, filterwarnings error, testpaths"),
+    "executing": Suite("executing", "executing==2.3.0", ("pysource-minimize", "asttokens", "ipython", "littleutils",
+                                                       "rich"), ("tests",),
+                       "its tests extra; test_pytest checks executing under pytest's assertion rewriting"),
+    "validators": Suite("validators", "validators==0.36.0", ("eth-hash[pycryptodome]",), ("tests",),
+                        "installed from its tree (src layout); its crypto-eth-addresses extra", install_tree=True),
+    "python-json-logger": Suite("python-json-logger", "python-json-logger==4.2.0", ("orjson", "msgspec", "freezegun"),
+                                ("tests",), "installed from its tree (src layout); orjson and msgspec encoders",
+                                install_tree=True),
+    "uritemplate": Suite("uritemplate", "uritemplate==4.2.0", (), ("tests",), "JSON fixtures beside the tests"),
 }
 
 

@@ -28,7 +28,11 @@ chunk may have passed meanwhile, as with xdist). What this found and proves fixe
   it, by verbosity: the workers ran at ``-q`` where the local run had none);
 * a subtest's parameters: ``SUBFAILED(i='2')`` for a local ``(i=2)`` (pytest's ``SubtestContext``
   makes them reprs again when a report is read back from JSON);
-* a collection error's ``Interrupted: 1 error(s) during collection`` (pytest: ``1 error``).
+* a collection error's ``Interrupted: 1 error(s) during collection`` (pytest: ``1 error``);
+* under load, ``-x`` stopped at a test reported "not run" instead of at its failure: a session's
+  task stopped by ``--maxfail`` left it stopped for its next task (pytest 8+ ignores unsetting
+  ``Session.shouldfail``), which ran one test and ended
+  (``test_exec_pytest_session.py::test_a_task_stopped_by_maxfail_...``).
 
 Equal without a change: the final line's counts, ``--lf`` and ``--ff`` after a plugin run (the
 cache's ``lastfailed``), ``--durations``, ``--tb`` styles, ``-q``/``-vv`` (``-v`` names the worker
@@ -53,7 +57,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, outcomes, short_summary, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -258,7 +262,7 @@ def _summary(out: str) -> tuple[list[str], str]:
     ``--setup-plan``) by its final line alone."""
     if "short test summary info" in out:
         return short_summary(out)
-    return [], out.strip().splitlines()[-1].rsplit(" in ", 1)[0]
+    return [], out.strip().splitlines()[-1].strip("= ").rsplit(" in ", 1)[0]
 
 
 def _stopped(out: str) -> list[str]:
@@ -282,10 +286,7 @@ async def test_usual_options_and_plugins_act_through_the_plugin_as_in_a_local_ru
     mine, here = _project(tmp_path / "mine"), tmp_path / "here"
     shutil.copytree(mine, here)
     differ: list[str] = []
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
-                           db_path=tmp_path / "state" / "w1.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path) as (c, key):
         fleet = ["--dt-coordinator", c.base_url]
 
         async def both(what: str, *args: str, local: tuple[str, ...] = (),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -42,10 +42,7 @@ async def test_a_session_runs_its_chunks_in_collection_order_with_durations_know
     local = await asyncio.to_thread(subprocess.run, [str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
                                                      "-q"], cwd=tree, capture_output=True, text=True, timeout=300)
     assert "7 passed" in local.stdout, local.stdout[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
-                           db_path=tmp_path / "state" / "w1.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path) as (c, key):
         env = {**os.environ, "DT_API_KEY": key}
         runs = []
         for _ in range(2):  # the second has the first's durations (pytest's cache)

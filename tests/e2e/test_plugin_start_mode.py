@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -41,10 +41,7 @@ async def test_the_workers_pytest_starts_as_the_local_one_did(tmp_path: Path) ->
     (tree / "tests").mkdir()
     (tree / "tests" / "test_start.py").write_text(TESTS)
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", [])
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
-                           db_path=tmp_path / "state" / "w1.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path) as (c, key):
 
         def run(start: str, *fleet: str) -> subprocess.CompletedProcess[str]:
             head = [str(python.parent / "pytest")] if start == "command" else [str(python), "-m", "pytest"]

@@ -89,3 +89,43 @@ def test_a_shipped_tree_must_hold_the_ini_pytest_read(tree: Path) -> None:
     with pytest.raises(pytest.UsageError, match=r"leaves out of the bundle; re-include it with '!pytest.ini'"):
         invocation(_config(), tree, {}, shipped=True)
     assert invocation(_config(), tree / "tests", {}, shipped=False).args == ("--verbosity=0",)  # the workers' tree: theirs to hold
+
+
+# pytest-benchmark's options as it declares them (5.x), in a conftest standing in for the plugin
+BENCHMARK_OPTIONS = ("\n\ndef pytest_addoption(parser):\n"
+                     "    for flag in ('--benchmark-disable', '--benchmark-enable', '--benchmark-skip', '--benchmark-only',\n"
+                     "                 '--benchmark-autosave'):\n"
+                     "        parser.addoption(flag, action='store_true', default=False)\n"
+                     "    parser.addoption('--benchmark-json')\n"
+                     "    parser.addoption('--benchmark-compare-fail', action='append')\n"
+                     "    parser.addoption('--benchmark-min-rounds', type=int, default=5)\n")
+
+
+@pytest.fixture
+def benchmarking(tree: Path) -> Path:
+    (tree / "tests" / "conftest.py").write_text(BENCHMARK_OPTIONS)
+    return tree
+
+
+def test_benchmarks_run_disabled_on_the_fleet_and_their_saving_stays_here(benchmarking: Path) -> None:
+    """As pytest-benchmark turns itself off under pytest-xdist: the workers' pytest gets
+    ``--benchmark-disable`` where the environment (which carries the plugin) travels; what saves or
+    compares this process's benchmarks is not sent."""
+    config = _config("--benchmark-json", "b.json", "--benchmark-compare-fail=min:5%", "--benchmark-autosave",
+                     "--benchmark-min-rounds=3")
+    args = invocation(config, benchmarking, {}, shipped=True).args
+    assert "--benchmark-disable" in args and "--benchmark-min-rounds=3" in args
+    assert not any(a.startswith(("--benchmark-json", "--benchmark-compare", "--benchmark-autosave")) for a in args)
+    assert "--benchmark-disable" not in invocation(config, benchmarking, {}, shipped=False).args  # not its plugins
+    for already in (["--benchmark-disable"], ["--benchmark-skip"]):  # timed nowhere: sent as given, nothing added
+        assert invocation(_config(*already), benchmarking, {}, shipped=True).args.count("--benchmark-disable") \
+            == already.count("--benchmark-disable")
+
+
+def test_benchmark_only_is_refused(benchmarking: Path) -> None:
+    with pytest.raises(pytest.UsageError, match="--benchmark-only runs nothing but pytest-benchmark's benchmarks"):
+        invocation(_config("--benchmark-only"), benchmarking, {}, shipped=True)
+
+
+def test_no_benchmark_option_without_pytest_benchmark(tree: Path) -> None:
+    assert not any(a.startswith("--benchmark") for a in invocation(_config(), tree, {}, shipped=True).args)

@@ -14,6 +14,11 @@ Lines (``"kind"`` tags them):
 * ``collect``: a collection report that failed (an import error in a module) or skipped (a
   module-level ``pytest.importorskip``), the skip with its ``(path, line, reason)``.
 * ``warning``: a warning pytest recorded (message, category, file, line, when, node id).
+* ``suite_property``: a ``<testsuite>`` property of the JUnit report (``record_testsuite_property``,
+  a plugin's ``add_global_property``: hypothesis's statistics) recorded since the last report,
+  written before the report it came before (so it is in that test's lines, which end with its
+  teardown). A shipped run with ``--junitxml`` has the workers' pytest write its XML to
+  ``/dev/null`` (``plugin/invocation.py``): the submitter adds these to its own.
 
 Each captured section and each longrepr text is cut to its last :data:`MAX_SECTION_CHARS`
 characters, so one chatty test cannot swell the task's result past the frame limit.
@@ -23,6 +28,7 @@ characters, so one chatty test cannot swell the task's result past the frame lim
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +59,7 @@ class _Writer:
         # fd:N: a pipe the process was handed (a session's replies, pytest_serve.py), else a file
         self.out: IO[str] = (open(int(path[3:]), "a", encoding="utf-8") if path.startswith("fd:")  # noqa: SIM115
                              else Path(path).open("a", encoding="utf-8"))
+        self.properties_sent = 0  # of the JUnit report's global properties
 
     def write(self, line: dict[str, Any]) -> None:
         self.out.write(json.dumps(line, default=str) + "\n")
@@ -69,7 +76,17 @@ class _Writer:
         return data
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._suite_properties(report.nodeid)  # before the report: in its entry when the test ends
         self.write({"kind": "report", "data": self._serial(report)})
+
+    def _suite_properties(self, nodeid: str) -> None:
+        """The JUnit report's ``<testsuite>`` properties recorded since the last report, each a line."""
+        recorded = getattr(_junit_xml(self.config), "global_properties", None)
+        if not isinstance(recorded, list) or len(recorded) <= self.properties_sent:
+            return
+        for name, value in recorded[self.properties_sent:]:
+            self.write({"kind": "suite_property", "nodeid": nodeid, "name": str(name), "value": str(value)})
+        self.properties_sent = len(recorded)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -88,6 +105,15 @@ class _Writer:
 
     def pytest_unconfigure(self) -> None:
         self.out.close()
+
+
+def _junit_xml(config: pytest.Config) -> Any:
+    """The session's JUnit report (``--junitxml``), else None (also under a pytest older than 7,
+    which has no ``stash``: the test's environment brings its own pytest). Its key is read from
+    pytest's junitxml plugin, loaded already where there is a report (this module imports only pytest)."""
+    key = getattr(sys.modules.get("_pytest.junitxml"), "xml_key", None)
+    stash = getattr(config, "stash", None)
+    return None if key is None or stash is None else stash.get(key, None)
 
 
 def _cut(text: str) -> str:
@@ -115,9 +141,9 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per test run, in the order they ran: ``nodeid`` (exactly as pytest wrote it),
     ``outcome`` (passed, failed, skipped, xfailed, error), ``duration_s``, ``message`` (the crash
-    line), ``longrepr`` for a test that did not pass, ``reports`` (the serialized reports) and
-    ``warnings``. A module that failed to collect is one ``error`` entry under its node id, one
-    skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``. Items that
+    line), ``longrepr`` for a test that did not pass, ``reports`` (the serialized reports),
+    ``warnings`` and ``suite_properties`` (``[name, value]`` pairs recorded while it ran). A module
+    that failed to collect is one ``error`` entry under its node id, one skipped as a whole one ``skipped`` entry with ``skip``: its ``(path, line, reason)``. Items that
     share a node id (a conftest's own items, ``--keep-duplicates``) are an entry each: a test's
     final teardown report ends its entry, and the next report of that node id begins another. A
     teardown is not final where its attempt (pytest-rerunfailures' ``rerun`` index, on each of its
@@ -126,6 +152,7 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     records a test's warnings after its teardown)."""
     entries: list[dict[str, Any]] = []
     last: dict[str, dict[str, Any]] = {}  # each node id's latest entry
+    pending: list[list[str]] = []  # suite properties whose report is next
     for line in lines:
         kind = line.get("kind")
         if kind == "report":
@@ -135,6 +162,9 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if e is None or e.get("ended"):
                 e = _entry(entries, last, nodeid)
             e["reports"].append(data)
+            if pending:
+                e.setdefault("suite_properties", []).extend(pending)
+                pending = []
             e["duration_s"] = round(e["duration_s"] + float(data.get("duration") or 0.0), 6)
             _fold(e, data)
             if data.get("outcome") == "rerun":  # this attempt runs again (pytest-rerunfailures' attempt index)
@@ -144,6 +174,8 @@ def summarise(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "warning":
             nodeid = str(line.get("nodeid") or "")
             (last.get(nodeid) or _entry(entries, last, nodeid)).setdefault("warnings", []).append(line)
+        elif kind == "suite_property":  # the next report's entry takes it
+            pending.append([str(line.get("name")), str(line.get("value"))])
         elif kind == "collect" and line.get("outcome") == "skipped":
             skip = list(line.get("skip") or [None, None, "Skipped"])
             reason = str(skip[2]).removeprefix("Skipped: ")

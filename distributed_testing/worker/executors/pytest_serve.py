@@ -155,6 +155,9 @@ class _Server:
 
     def _serve(self, session: pytest.Session, cmd: dict[str, Any]) -> None:
         task = cmd.get("task")
+        session.testsfailed = 0  # before collecting: pytest's collection ends a stopped session
+        _unstop(session)
+        self.config.option.maxfail = int(cmd.get("maxfail") or 0)  # read by pytest's Session per report
         ready, wanted = self._collected([str(a) for a in cmd.get("args") or []])
         items, refused = self._collect(session, task, wanted) if wanted else ([], [])
         for message in refused:
@@ -162,9 +165,6 @@ class _Server:
         skip = set(cmd.get("skip") or ())
         items = [i for i in ready + items if i.nodeid not in skip]
         self._write({"kind": "collected", "task": task, "nodeids": [i.nodeid for i in items]})
-        session.testsfailed = 0
-        session.shouldfail = session.shouldstop = False
-        self.config.option.maxfail = int(cmd.get("maxfail") or 0)  # read by pytest's Session per report
         try:
             for n, item in enumerate(items):
                 nextitem = items[n + 1] if n + 1 < len(items) else None
@@ -234,3 +234,14 @@ def _runs(lines: list[int]) -> list[list[int]]:
         else:
             out.append([n, n])
     return out
+
+
+def _unstop(session: pytest.Session) -> None:
+    """A new command starts unstopped, whatever stopped the previous one (``--maxfail``, ``-x``).
+    pytest 8+ ignores setting ``shouldfail`` / ``shouldstop`` back to False once set (its own loop
+    never goes on after a stop), so its private fields are reset where they exist."""
+    for name in ("shouldfail", "shouldstop"):
+        if hasattr(session, f"_{name}"):
+            setattr(session, f"_{name}", False)
+        else:
+            setattr(session, name, False)

@@ -87,3 +87,16 @@ def test_items_sharing_a_node_id_are_an_entry_each_in_the_order_they_ran() -> No
     rerun = [_rep(flaky, "setup", "passed", 0), _rep(flaky, "call", "rerun", 0), _rep(flaky, "teardown", "passed", 0),
              _rep(flaky, "setup", "passed", 1), _rep(flaky, "call", "passed", 1), _rep(flaky, "teardown", "passed", 1)]
     assert [(e["outcome"], len(e["reports"])) for e in pytest_report.summarise(rerun)] == [("passed", 6)]
+
+
+def test_suite_properties_go_to_the_entry_of_the_report_they_came_before() -> None:
+    """A ``<testsuite>`` property (``record_testsuite_property``, hypothesis's statistics) is written
+    before the report it preceded, so it is in the lines of the test it was recorded in, which end
+    with that test's teardown (a session's streamed slices end there): the test's entry carries it."""
+    prop = [{"kind": "suite_property", "nodeid": "t.py::test_a", "name": "ARCH", "value": "PPC"},
+            {"kind": "suite_property", "nodeid": "t.py::test_a", "name": "stats-a", "value": "ran"}]
+    lines = [prop[0], _rep("t.py::test_a", "setup", "passed"), _rep("t.py::test_a", "call", "passed"), prop[1],
+             _rep("t.py::test_a", "teardown", "passed"), *(_rep("t.py::test_b", w, "passed")
+                                                         for w in ("setup", "call", "teardown"))]
+    a, b = pytest_report.summarise(lines)
+    assert a["suite_properties"] == [["ARCH", "PPC"], ["stats-a", "ran"]] and "suite_properties" not in b
