@@ -215,7 +215,12 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     pytest without its working directory first on ``sys.path`` (Python's ``-P``), as the ``pytest``
     command starts; default as ``python -m pytest`` does, with it there. The pytest plugin sets it
     from how the local pytest was started: a package in the tree then shadows the installed one
-    (built, with its compiled parts) there exactly where it did here."""
+    (built, with its compiled parts) there exactly where it did here. ``write_bytecode``: whether
+    a session's pytest writes byte code into its tree (``__pycache__``), which its worker keeps
+    for the next session of the submitter's key, tree and environment (``bundles/bytecode.py``);
+    ``false`` as Python's ``-B`` or ``PYTHONDONTWRITEBYTECODE``, and then none is kept or given to
+    it. The pytest plugin sets it from the local pytest (``sys.dont_write_bytecode``). A pytest
+    of a task's own never writes any (its tree is thrown away)."""
 
     __test__ = False  # not a pytest test class
 
@@ -229,6 +234,7 @@ class TestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     warm: bool = False
     env: dict[str, str] = {}
     safe_path: bool = False
+    write_bytecode: bool = True
 
 
 MAX_TASK_ENV = 64  # variables a test task may set

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -42,6 +43,7 @@ import aiohttp
 
 from ..bundles import digest as dg
 from ..bundles import manifest as mf
+from ..bundles.bytecode import BytecodeStore, entry_key
 from ..bundles.cache import BlobCache
 from ..bundles.tree import build_tree, remove_tree, writable_view
 from ..errors import ExecutionError
@@ -185,13 +187,14 @@ class ShippedCode:
     operator's explicit choice logged as a warning at every start."""
 
     def __init__(self, accept: bool, sandbox: Any, refusal: str | None, provider: BundleProvider | None,
-                 work_root: Path, envs: PythonEnvs | None = None) -> None:
+                 work_root: Path, envs: PythonEnvs | None = None, bytecode: BytecodeStore | None = None) -> None:
         self.accepting = accept and refusal is None
         self.sandbox = sandbox
         self.refusal = refusal
         self.provider = provider
         self.work_root = work_root
         self.envs = envs
+        self.bytecode = bytecode  # kept between a submitter's pytest sessions of one tree (bundles/bytecode.py)
 
     @classmethod
     def at_start(cls, config: Any, ssl_context: ssl.SSLContext | None) -> ShippedCode:
@@ -212,15 +215,19 @@ class ShippedCode:
         (root / "tasks").mkdir(parents=True, exist_ok=True)
         envs = PythonEnvs(state_base(config) / "pyenvs", box,  # shared by this host's workers: built once
                           pip=PipAccess.of_host(os.environ))  # the operator's pip settings, for the wheels step
-        return cls(True, box, refusal, provider, root / "tasks", envs)
+        return cls(True, box, refusal, provider, root / "tasks", envs, BytecodeStore(root / "bytecode"))
 
     @contextlib.asynccontextmanager
-    async def task(self, task_type: str, task_id: str, base_url: str, credential: str,
-                   digest: str, python: Sequence[str] = ()) -> AsyncIterator[dict[str, Any]]:
+    async def task(self, task_type: str, task_id: str, base_url: str, credential: str, digest: str,
+                   python: Sequence[str] = (), session_of: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """The TaskContext fields of a bundle task (tree, scratch, sandbox and, with Python
         requirements, the environment: the task's ``python`` list, else the bundle's root
         ``requirements.txt``, see :mod:`.pyenv`); removed afterwards. ExecutionError names what is
-        missing when this worker may not run it, or why its requirements could not be installed."""
+        missing when this worker may not run it, or why its requirements could not be installed.
+        ``session_of``: the key id of the submitter whose pytest session this is: in a sandbox its
+        view is seeded with the byte code that key's last session of the tree and environment
+        kept, and what this one compiled is kept when it ends (:mod:`..bundles.bytecode`); the
+        fields' ``keep_bytecode`` keeps it earlier (the session, once it has collected)."""
         if not self.accepting or self.provider is None:
             raise ExecutionError("this worker does not run shipped code: " + (
                 self.refusal or "it was not started with --accept-bundles"))
@@ -228,6 +235,7 @@ class ShippedCode:
             raise ExecutionError(f"a bundle runs in {', '.join(sorted(SHIPPED_KINDS))} tasks only, not {task_type!r}")
         top = Path(tempfile.mkdtemp(prefix=f"{_safe(task_id)}-", dir=self.work_root))
         held: str | None = None  # the Python environment this task holds while it runs
+        kept_as: str | None = None  # the byte code store's entry for this session's view
         try:
             async with contextlib.AsyncExitStack() as stack:
                 scratch = top / "scratch"
@@ -247,11 +255,25 @@ class ShippedCode:
                     env = await self.envs.ensure(wanted, tree, m, scratch, isolated=task_type == "test")
                     held = env.digest
                     fields.update(python=env.python, python_env=env.report())
+                if session_of is not None and self.bytecode is not None and self.sandbox.mode != "none":
+                    kept_as = entry_key(session_of, digest, held or "")
+                    await thread_to_end(self.bytecode.seed, kept_as, tree)
+                    fields["keep_bytecode"] = functools.partial(self._keep_bytecode, kept_as, tree)
                 yield fields
         finally:
             if held is not None and self.envs is not None:
                 self.envs.release(held)
+            if kept_as is not None:  # what the session compiled after its collection, too
+                await self._keep_bytecode(kept_as, top / "tree")
             await asyncio.to_thread(_remove, top)
+
+    async def _keep_bytecode(self, key: str, tree: Path) -> None:
+        """Keep the byte code under a session's view ``tree`` as entry ``key`` (:mod:`..bundles.bytecode`)."""
+        assert self.bytecode is not None
+        try:
+            await asyncio.to_thread(self.bytecode.keep, key, tree)
+        except OSError as exc:
+            log.warning("byte code of a pytest session in %s not kept: %s", tree, exc)
 
 
 def _bundle_requirements(tree: Path, m: mf.Manifest) -> list[str]:

@@ -39,6 +39,7 @@ from .core.state import (
     RecordStarted,
     ResendKept,
     Send,
+    Settle,
     Start,
     Warn,
     Withdraw,
@@ -201,6 +202,10 @@ class Runs:
     def _do_forget(self, ins: Instruction) -> None:
         assert isinstance(ins, Forget)
         self.result_store.ack(ins.refs)
+
+    def _do_settle(self, ins: Instruction) -> asyncio.Future[None]:
+        assert isinstance(ins, Settle)
+        return self.result_store.settled(ins.results)
 
     def _do_resend_kept(self, ins: Instruction) -> asyncio.Future[None]:
         """Re-send what the result store keeps; the returned future completes once it is queued."""
@@ -406,7 +411,10 @@ class Runs:
         """The shipped fields of bundle task ``a`` (``ShippedCode.task``), held while the block runs."""
         assert a.bundle is not None
         cred = await self.credentials.current()
-        async with self.shipped.task(a.type, a.task_id, self.candidates.current, cred, a.bundle, a.python) as fields:
+        cfg = a.config if isinstance(a.config, dict) else {}
+        keeps = cfg.get("write_bytecode") is not False  # the session writes byte code: kept for the next
+        async with self.shipped.task(a.type, a.task_id, self.candidates.current, cred, a.bundle, a.python,
+                                     session_of=(a.submitted_by or "") if keeps else None) as fields:
             yield fields
 
     # ---------------------------------------------------------------- recovery
@@ -448,6 +456,7 @@ _INSTRUCTIONS: dict[type[Any], Callable[[Runs, Instruction], asyncio.Future[None
     Kill: Runs._do_kill,
     Withdraw: Runs._do_withdraw,
     Keep: Runs._do_keep,
+    Settle: Runs._do_settle,
     Forget: Runs._do_forget,
     ResendKept: Runs._do_resend_kept,
     RecordStarted: Runs._do_record_started,

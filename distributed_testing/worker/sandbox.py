@@ -106,8 +106,10 @@ ROOT_TABLE = (
      "the worker's installed packages"),
     ("this package's directory (distributed_testing/)", "read-only", "the children's own code; never the "
      "directory above it (an editable install's checkout)"),
-    ("the task's tree", "writable view", "the bundle: fresh directories and copies of the files, its own to "
-     "change (on a root worker a file over 16 MiB is a link into the blob cache it reads but cannot change)"),
+    ("the task's tree", "writable view", "the bundle: fresh directories and copies of the files (each dated "
+     "2000-01-01), its own to change (on a root worker a file over 16 MiB is a link into the blob cache it reads "
+     "but cannot change); a pytest session's also holds the byte code its key's last session of the same tree and "
+     "environment compiled (bundles/bytecode.py)"),
     ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
     ("the scratch directory (HOME, TMPDIR)", "read-write", "removed after the task"),
     ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "

@@ -27,6 +27,10 @@ handed a task of another key, so no test sees another run's, or another submitte
   its task; a session idle for :data:`IDLE_S` seconds ends (the run is over, or this worker is
   not given its tasks any more); ``close()`` (the worker stops) kills every session. A session
   that ended removes its tree and scratch directory and releases its environment.
+* **Its byte code is kept.** A session writes ``__pycache__`` into its tree (unless the task says
+  ``write_bytecode: false``: the submitter's pytest wrote none) and the worker keeps it, once the
+  session has collected and when it ends, for the next session of the same key, bundle and
+  environment, whose tree starts with it (``bundles/bytecode.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,7 +116,7 @@ def session_key(a: TaskAssignment) -> SessionKey | None:
         return None
     options = {"test_args": cfg.get("test_args") or [], "cwd": cfg.get("cwd"), "max_memory_mb": a.max_memory_mb,
                "collect": cfg.get("collect") or [], "env": cfg.get("env") or {},
-               "safe_path": bool(cfg.get("safe_path"))}
+               "safe_path": bool(cfg.get("safe_path")), "write_bytecode": cfg.get("write_bytecode") is not False}
     return SessionKey(str(run), a.submitted_by, a.bundle, _digest(sorted(a.python)), _digest(options))
 
 
@@ -129,6 +133,9 @@ class _Session:
 
     def __init__(self, key: SessionKey, fields: dict[str, Any], stack: contextlib.AsyncExitStack, gen: int) -> None:
         self.key = key
+        # its byte code is kept for the next session of its key and tree (bundles/bytecode.py)
+        self.keep_bytecode: Callable[[], Coroutine[Any, Any, None]] | None = fields.pop("keep_bytecode", None)
+        self.keeping: asyncio.Task[None] | None = None
         self.fields = fields
         self.stack = stack
         self.gen = gen
@@ -163,8 +170,10 @@ class _Session:
             argv = [*pytest_argv(".", root, list(spec.test_args), f"fd:{rep_w}", python, SHIPPED_PLUGINS, cwd=cwd,
                                  cache_dir=scratch / "pytest-cache"),
                     "-p", SERVE_PLUGIN, f"{pytest_serve.SERVE_OPTION}={cmd_r}"]
-            env = started_as(spec, task_environ({**gpu_environ(base_env), **extra, **spec.env}, scratch,
-                                                self.fields.get("python")))
+            given = {**gpu_environ(base_env), **extra, **spec.env}
+            env = started_as(spec, task_environ(given, scratch, self.fields.get("python")))
+            if self.keep_bytecode is not None and "PYTHONDONTWRITEBYTECODE" not in given:  # kept for the next session
+                del env["PYTHONDONTWRITEBYTECODE"]
             env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
             argv = self.fields["sandbox"].wrap(argv, ro=[*env_dirs, plugins], rw=[root, scratch], cwd=cwd, env=env,
                                                devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
@@ -195,6 +204,8 @@ class _Session:
                 if isinstance(configured, float) and isinstance(collect_s, float):
                     log.info("pytest session %d of run %s ready: %.3f s to start pytest, %.3f s to collect %s tests",
                              self.proc.pid, self.key.run, configured - spawned, collect_s, line.get("collected"))
+                if self.keep_bytecode is not None and self.keeping is None:  # its collection's, for the next run
+                    self.keeping = asyncio.create_task(self.keep_bytecode())
                 return
         code = await self.stop(wait_s=_EXIT_WAIT_S)
         meaning = PYTEST_EXIT.get(code) if code is not None else None
@@ -419,7 +430,7 @@ class SessionPool:
                     collected = True
                 elif kind == "error":
                     errors.append(str(line.get("message")))
-                elif kind in ("report", "collect", "warning"):
+                elif kind in ("report", "collect", "warning", "suite_property"):
                     lines.append(line)
                     data = line.get("data") or {}
                     if current is not None and data.get("nodeid") == current["nodeid"]:

@@ -141,6 +141,31 @@ def test_tasks_of_one_run_share_a_session_that_collects_once_and_never_serves_an
     assert len(pids) == 3 and all(not pid_alive(p) for p in pids)  # close() ended them
 
 
+def test_a_task_stopped_by_maxfail_does_not_stop_the_next_task_of_its_session(tmp_path: Path) -> None:
+    """``-x`` stops a task at its first failure; the session's next task runs all of its tests.
+    pytest (8+) ignores unsetting ``Session.shouldfail`` once set, so each later task of the session
+    stopped after its first test: the session process ended and was restarted for the rest (and, as
+    seen in a CI run under load, a task "succeeded" with a test not run, and the plugin's run stopped
+    at that missing test instead of at its failure)."""
+    tree = _tree(tmp_path)
+    pool = SessionPool({}, FAST_ENV, 0.2)
+    prepare = _prepare(tmp_path, tree)
+
+    async def body() -> Any:
+        stopped = await pool.run(_ctx("t1", "test_s.py::test_fails", "test_s.py::test_a", test_args=["-x"]),
+                                 _key("run-1"), prepare)
+        after = await pool.run(_ctx("t2", "test_s.py::test_a", "test_s.py::test_b", test_args=["-x"]),
+                               _key("run-1"), prepare)
+        await pool.close()
+        return stopped, after
+
+    stopped, after = run(body())
+    assert _outcomes(stopped) == {"test_s.py::test_fails": "failed"}  # -x: test_a never ran in it
+    assert after.output["session"] == {"reused": True, "starts": 1}  # no restart: it went on serving
+    assert _outcomes(after) == {"test_s.py::test_a": "passed", "test_s.py::test_b": "passed"}
+    assert after.status == "succeeded"
+
+
 def test_a_test_that_ends_the_session_is_its_failure_and_the_task_goes_on(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     pool = SessionPool({}, FAST_ENV, 0.2)
