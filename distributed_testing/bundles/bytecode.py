@@ -22,8 +22,10 @@ wrote.
   compiling view's path in a rewritten test module's code (its tracebacks would name another
   session's tree), so its rewritten ``.pyc`` files (``*-pytest-X.Y.Z.pyc``) are kept only for
   pytest 9.2 or newer; importlib corrects a plain module's path itself.
-* **Bounded.** At most :data:`MAX_ENTRIES` entries, the least recently used removed first. Any
-  failure to keep or seed is logged and costs only the compile it would have saved.
+* **Bounded.** At most :data:`MAX_ENTRIES` entries holding :data:`MAX_STORE_BYTES` in all (each
+  entry records its size), the least recently used removed first: a submitter who keeps changing
+  the tree (a new bundle each run) cannot fill the worker's disk. Any failure to keep or seed is
+  logged and costs only the compile it would have saved.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ log = logging.getLogger(__name__)
 VIEW_MTIME = 946684800  # 2000-01-01 00:00 UTC: the modification time of every file of a task's view
 MAX_ENTRIES = 32
 MAX_FILES = 20_000
-MAX_BYTES = 64 * 1024 * 1024
+MAX_BYTES = 64 * 1024 * 1024  # one entry's
+MAX_STORE_BYTES = 256 * 1024 * 1024  # all entries'
+SIZE_FILE = ".bytes"  # an entry's size, beside its directories (seeding reads only __pycache__ ones)
 CACHE_DIR = "__pycache__"
 # a pytest-rewritten module's byte code: NAME.TAG-pytest-X.Y.Z.pyc
 _PYTEST_TAG = re.compile(r"-pytest-(\d+)\.(\d+)")
@@ -68,9 +72,10 @@ def keepable(name: str) -> bool:
 class BytecodeStore:
     """Entries of kept byte code under ``root`` (module docstring)."""
 
-    def __init__(self, root: Path, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, root: Path, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_STORE_BYTES) -> None:
         self.root = Path(root)
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
 
     def seed(self, key: str, tree: Path) -> int:
         """Copy entry ``key``'s files into ``tree`` (a view being made, nothing of the task runs in
@@ -127,6 +132,7 @@ class BytecodeStore:
             for rel, data in found:
                 (new / rel).parent.mkdir(parents=True, exist_ok=True)
                 (new / rel).write_bytes(data)
+            (new / SIZE_FILE).write_text(str(total))
             self._swap_in(new, key)
         finally:
             shutil.rmtree(new, ignore_errors=True)  # gone already once it is the entry
@@ -147,16 +153,29 @@ class BytecodeStore:
         shutil.rmtree(aside, ignore_errors=True)
 
     def _evict(self) -> None:
+        """Remove the least recently used entries beyond ``max_entries`` or ``max_bytes`` in all."""
         entries = []
         for p in self.root.iterdir():
             if p.name.startswith("."):
                 continue
             try:
-                entries.append((p.stat().st_mtime, p))
+                entries.append((p.stat().st_mtime, p, _size(p)))
             except FileNotFoundError:
                 continue
-        for _, p in sorted(entries)[:max(0, len(entries) - self.max_entries)]:
-            shutil.rmtree(p, ignore_errors=True)
+        held = 0
+        for n, (_, p, size) in enumerate(sorted(entries, key=lambda e: e[0], reverse=True)):
+            held += size
+            if n >= self.max_entries or (n > 0 and held > self.max_bytes):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _size(entry: Path) -> int:
+    """The bytes entry ``entry`` holds, as its keep recorded them (an entry without a record
+    counts as full: :data:`MAX_BYTES`)."""
+    try:
+        return int((entry / SIZE_FILE).read_text())
+    except (OSError, ValueError):
+        return MAX_BYTES
 
 
 def _plain_dir(path: Path) -> bool:

@@ -55,7 +55,7 @@ def test_links_fifos_and_other_files_are_not_kept(tmp_path: Path) -> None:
     store = BytecodeStore(tmp_path / "store")
     assert store.keep("k", view) == 2
     kept = sorted(str(p.relative_to(tmp_path / "store" / "k")) for p in (tmp_path / "store" / "k").rglob("*")
-                  if p.is_file())
+                  if p.is_file() and p.name != bytecode.SIZE_FILE)
     assert kept == ["__pycache__/test_a.cpython-311-pytest-9.2.0.pyc", "pkg/__pycache__/mod.cpython-311.pyc"]
 
 
@@ -94,3 +94,23 @@ def test_the_least_recently_used_entries_go_first(tmp_path: Path) -> None:
     store.seed("a", tmp_path / "seeded")  # "a" used now: "b" is the least recently used
     store.keep("c", view)
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["a", "c"]
+
+
+def test_the_store_holds_at_most_its_bytes_the_least_recently_used_going_first(tmp_path: Path) -> None:
+    # each entry of _view holds 9 bytes ("mod" and "test_a"): two fit in 20, not three
+    store = BytecodeStore(tmp_path / "store", max_bytes=20)
+    view = _view(tmp_path / "view")
+    for n, key in enumerate(("a", "b", "c")):
+        store.keep(key, view)
+        os.utime(tmp_path / "store" / key, (1000 + n, 1000 + n))
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["b", "c"]
+    assert (tmp_path / "store" / "c" / bytecode.SIZE_FILE).read_text() == "9"
+    (tmp_path / "seeded").mkdir()
+    assert store.seed("c", tmp_path / "seeded") == 1  # the top's test module (no pkg/ there); not the size record
+    assert not (tmp_path / "seeded" / bytecode.SIZE_FILE).exists()
+
+
+def test_an_entry_over_the_whole_budget_alone_is_still_kept(tmp_path: Path) -> None:
+    store = BytecodeStore(tmp_path / "store", max_bytes=5)
+    store.keep("a", _view(tmp_path / "view"))
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["a"]  # the newest stays
