@@ -226,12 +226,14 @@ async def run_cluster(tmp: Path, workers: int = 1, *, store: Store | None = None
 
 
 @contextlib.asynccontextmanager
-async def bundle_cluster(tmp: Path) -> AsyncIterator[tuple[Cluster, str]]:
-    """A coordinator with one one-slot ``--accept-bundles`` worker (``w1``, its outbox under
-    ``tmp/state``) and a submitter key that may ship code: what a plugin run's test ships to."""
+async def bundle_cluster(tmp: Path, workers: int = 1) -> AsyncIterator[tuple[Cluster, str]]:
+    """A coordinator with ``workers`` one-slot ``--accept-bundles`` workers (``w1``, ``w2``, ...,
+    their outboxes under ``tmp/state``) and a submitter key that may ship code: what a plugin
+    run's test ships to."""
     async with run_cluster(tmp / "c", workers=0) as c:
-        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
-                           db_path=tmp / "state" / "w1.duckdb")
+        for i in range(1, workers + 1):
+            await c.add_worker(worker_id=f"w{i}", accept_bundles=True, max_concurrent_tasks=1,
+                               db_path=tmp / "state" / f"w{i}.duckdb")
         yield c, await c.create_key("submitter", allow_code=True)
 
 

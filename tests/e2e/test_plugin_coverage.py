@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -83,11 +83,7 @@ async def test_the_runs_coverage_is_measured_on_the_workers_and_reported_as_loca
         "fail-under": ["--cov-report=term-missing", "--cov-fail-under=90"],
     }
     local = {name: await asyncio.to_thread(_pytest, python, tree, args) for name, args in runs.items()}
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path, workers=2) as (c, key):
         remote = {name: await asyncio.to_thread(_pytest, python, tree, [*args, "--dt-coordinator", c.base_url],
                                                 {"DT_API_KEY": key})
                   for name, args in runs.items()}

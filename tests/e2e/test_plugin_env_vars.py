@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -54,11 +54,7 @@ async def test_named_variables_reach_the_workers_tests_and_no_others(tmp_path: P
     tree.mkdir()
     (tree / "test_env.py").write_text(TESTS)
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", [])
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path, workers=2) as (c, key):
         env = {**os.environ, "DT_API_KEY": key, "APP_REGION": "eu west", "APP_SECRET": "s3cret", "CI": "true",
                "PYTHONHASHSEED": "1234"}
         env.pop("BUILD_NUMBER", None)

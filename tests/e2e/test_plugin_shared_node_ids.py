@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, short_summary, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -70,11 +70,7 @@ async def test_items_of_one_node_id_each_run_once_with_their_own_outcome(tmp_pat
 
     local = await asyncio.to_thread(run)
     assert "1 failed, 12 passed" in local.stdout, local.stdout[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path, workers=2) as (c, key):
         remote = await asyncio.to_thread(run, "--dt-coordinator", c.base_url, env={"DT_API_KEY": key})
     said = local.stdout[-3000:] + "\n----- through the plugin -----\n" + remote.stdout[-3000:] + remote.stderr[-2000:]
     assert remote.returncode == local.returncode == 1, said

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import PLUGIN, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -57,11 +57,7 @@ def _outcomes(out: str) -> list[str]:
 
 async def _through_two_workers(tmp_path: Path, python: Path, tree: Path) -> tuple[int, str]:
     """``pytest -v`` in ``tree`` through two one-slot bundle workers: its exit code and output."""
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path, workers=2) as (c, key):
         return await asyncio.to_thread(_pytest, python, tree, ["-v", "--dt-coordinator", c.base_url],
                                        {"DT_API_KEY": key})
 

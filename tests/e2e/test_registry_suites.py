@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import SUITES, fetch, run_pytest, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -44,11 +44,7 @@ async def test_a_registry_suite_through_two_bundle_workers_matches_local_pytest(
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", list(suite.requirements))
     local = await asyncio.to_thread(run_pytest, python, tree, list(suite.args), tmp_path / "local.xml")
     assert local.outcomes and "passed" in local.outcomes.values(), local.output[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        for w in ("w1", "w2"):
-            await c.add_worker(worker_id=w, accept_bundles=True, max_concurrent_tasks=1,
-                               db_path=tmp_path / "state" / f"{w}.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path, workers=2) as (c, key):
         remote = await asyncio.to_thread(run_pytest, python, tree, [*suite.args, "--dt-coordinator", c.base_url],
                                          tmp_path / "remote.xml", {"DT_API_KEY": key})
     differ = {t: (o, remote.outcomes.get(t)) for t, o in local.outcomes.items() if remote.outcomes.get(t) != o}
