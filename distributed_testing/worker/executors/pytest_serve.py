@@ -6,14 +6,17 @@ copy of it in an environment without this package.
 It reads commands from descriptor FD, one JSON line each. The first, ``{"collect": [paths]}``,
 has it collect the run's paths once, before any test runs, as plain pytest does (an argument
 whose conftest fails to import, or that pytest refuses, is left for later), then say ``{"kind":
-"ready"}``. Each other, ``{"task": N, "args": [test paths or node ids], "skip": [node ids],
+"ready"}``. Each other, ``{"task": N, "args": [test paths or node ids], "skip_first": S,
 "maxfail": K}``, takes the items of ``args`` from that collection (an argument it did not
 collect is collected then; a node id takes every item it names, as pytest's own argument does:
-a conftest's items may share one), leaves out those of ``skip`` (those a crashed session already ran),
-and runs the rest in order, stopping after ``K`` failures (0: never). What it says goes through
+a conftest's items may share one), leaves out the first ``S`` of them (those a crashed session
+already began: the same arguments collect the same items in the same order), and runs the rest
+in order, stopping after ``K`` failures (0: never). What it says goes through
 the report writer (:mod:`.pytest_report`, ``--dt-report=fd:M``), in its lines:
 ``{"kind": "collected", "task": N, "nodeids": [...]}`` after collecting, ``{"kind": "start",
-"nodeid", "location"}`` before each test (so a test that ends the process is known), the writer's
+"nodeid", "location", "index"}`` before each test (so a test that ends the process is known;
+``index``: its place among the command's items after the skipped ones, which a rerun of it by
+pytest-rerunfailures repeats), the writer's
 own report, collect and warning lines as they happen, then ``{"kind": "done", "task": N}``; a
 command argument pytest refuses (a path not found) gets ``{"kind": "error", "task": N,
 "message"}`` (the others run). Every command ends with all fixtures torn down (the last test of
@@ -59,6 +62,7 @@ class _Server:
         self.by_path: dict[str, list[pytest.Item]] = {}  # the same, by file
         self.configured = time.time()  # the process started, pytest and the plugins imported, conftests loaded
         self.coverage = _CoverageDelta()
+        self.running = -1  # the index of the item running among the current command's (start lines)
 
     def _write(self, line: dict[str, Any]) -> None:
         writer = self.config.pluginmanager.get_plugin(WRITER_NAME)
@@ -101,7 +105,7 @@ class _Server:
         return items, refused
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self._write({"kind": "start", "nodeid": nodeid, "location": list(location)})
+        self._write({"kind": "start", "nodeid": nodeid, "location": list(location), "index": self.running})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -162,11 +166,11 @@ class _Server:
         items, refused = self._collect(session, task, wanted) if wanted else ([], [])
         for message in refused:
             self._write({"kind": "error", "task": task, "message": message})
-        skip = set(cmd.get("skip") or ())
-        items = [i for i in ready + items if i.nodeid not in skip]
+        items = (ready + items)[int(cmd.get("skip_first") or 0):]
         self._write({"kind": "collected", "task": task, "nodeids": [i.nodeid for i in items]})
         try:
             for n, item in enumerate(items):
+                self.running = n
                 nextitem = items[n + 1] if n + 1 < len(items) else None
                 item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
                 if session.shouldfail or session.shouldstop:

@@ -396,7 +396,8 @@ class SessionPool:
                      lines: list[dict[str, Any]], errors: list[str], measured: list[dict[str, Any]]) -> None:
         """Send the task's tests, collect their lines; restart the session after a crash."""
         maxfail = _maxfail(spec.test_args)
-        begun: list[str] = []  # node ids that started in this task, in order
+        begun = 0  # the task's items begun by sessions that then ended (skipped by the next one)
+        running = -1  # the index of the item the current session last started
         retried = False
         ended = [0]  # lines before this index belong to tests already handed to ctx.reports
 
@@ -409,7 +410,8 @@ class SessionPool:
 
         while True:
             n = s.served
-            s.send({"task": n, "args": targets, "skip": begun, "maxfail": maxfail})
+            s.send({"task": n, "args": targets, "skip_first": begun, "maxfail": maxfail})
+            running = -1
             current: dict[str, Any] | None = None
             collected = False
             while (line := await s.line()) is not None:
@@ -421,9 +423,10 @@ class SessionPool:
                     return
                 if kind == "start":
                     nodeid = str(line.get("nodeid"))
-                    if not begun or begun[-1] != nodeid:  # the test before it ended: its reports are in
-                        streamed()  # (not at a rerun's start of the same test: pytest-rerunfailures')
-                        begun.append(nodeid)
+                    index = line.get("index")
+                    if index != running:  # the test before it ended: its reports are in (a rerun of
+                        streamed()  # the same item by pytest-rerunfailures repeats its index)
+                        running = index if isinstance(index, int) else running + 1
                     current = {"nodeid": nodeid, "location": line.get("location"), "setup": False,
                                "since": s.tail.total_bytes}
                 elif kind == "collected":
@@ -451,6 +454,7 @@ class SessionPool:
                 streamed()
                 log.warning("task %s: %s ended the pytest session (%s); restarting it for the rest",
                             ctx.task_id, current["nodeid"], how)
+            begun += running + 1  # the crashed item too: it is reported failed, not run again
             s.tail = OutputTail(_TAIL_BYTES, sink=s.tail.sink)
             await s.start(spec, ctx, self._env, self._extra)
             self.started += 1

@@ -189,6 +189,55 @@ def test_a_test_that_ends_the_session_is_its_failure_and_the_task_goes_on(tmp_pa
     assert pool.started == 3  # the first start, one after each crash; the next task reused the last
 
 
+CASES_CONFTEST = """
+    import os
+    import pytest
+
+    def pytest_collect_file(file_path, parent):
+        if file_path.suffix == ".cases":
+            return CasesFile.from_parent(parent, path=file_path)
+
+    class CasesFile(pytest.File):
+        def collect(self):
+            for line in self.path.read_text().splitlines():
+                name, _, what = line.partition(" ")
+                yield CaseItem.from_parent(self, name=name, what=what)
+
+    class CaseItem(pytest.Item):
+        def __init__(self, *, what, **kwargs):
+            super().__init__(**kwargs)
+            self.what = what
+
+        def runtest(self):
+            if self.what == "exit":
+                os._exit(3)
+            assert self.what == "ok"
+"""
+
+
+def test_after_a_crash_the_items_that_share_the_crashed_tests_node_id_still_run(tmp_path: Path) -> None:
+    # a conftest's items may share one node id (docopt-ng's cases): the restarted session goes on
+    # after the crashed item, not after every item of its node id
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "conftest.py").write_text(textwrap.dedent(CASES_CONFTEST))
+    (tree / "test_c.cases").write_text("shared ok\nshared exit\nshared ok\nshared fails\nother ok\n")
+    pool = SessionPool({}, FAST_ENV, 0.2)
+
+    async def body() -> Any:
+        out = await pool.run(_ctx("t1", "test_c.cases"), _key("run-1"), _prepare(tmp_path, tree))
+        await pool.close()
+        return out
+
+    out = run(body())
+    ran = [(t["nodeid"], t["outcome"]) for t in out.output["tests"]]
+    assert ran == [("test_c.cases::shared", "passed"), ("test_c.cases::shared", "failed"),
+                   ("test_c.cases::shared", "passed"), ("test_c.cases::shared", "failed"),
+                   ("test_c.cases::other", "passed")], ran
+    assert "exit code 3" in out.output["tests"][1]["message"]
+    assert pool.started == 2
+
+
 def test_a_session_dies_with_its_run_on_cancel_timeout_idle_and_worker_stop(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     pool = SessionPool({}, FAST_ENV, 0.2, idle_s=1.0)
