@@ -68,7 +68,11 @@ and paths select as usual):
   property; the ``<testsuite>`` properties recorded there (``record_testsuite_property``,
   hypothesis's statistics) are in the local report, each name and value once. A task or module
   that failed as a whole is printed once with the tests it took down, each of which is an error
-  of one line (:mod:`.plugin.replay`).
+  of one line (:mod:`.plugin.replay`). A node id that holds the tree's absolute path (a
+  parametrize over its data files with ``ids=str``) is sent with the worker's path in its place
+  and read back under the local one (:func:`portable_id`); pytest 9.2 names an automatic id of a
+  str over 100 characters by its argument and index (``path0``), so where only one side's path
+  makes it that long the ids still differ: give such tests ids of their own.
 * **What cannot be as here.** Tests are reported as they end on the workers (as with xdist):
   ``-x``, ``--maxfail`` and ``--sw`` stop at the first failure reported here, and what other
   chunks ended meanwhile is reported too (``--sw``'s next run goes on from that failure); ``-s``
@@ -98,6 +102,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import threading
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -226,23 +231,39 @@ def watchers(tasks: int, slots: int) -> int:
     return max(1, min(tasks, max(MAX_WATCHERS, min(slots, MAX_WATCHERS_CAP))))
 
 
+def portable_id(arg: str, root: Path) -> str:
+    """A node id with the local tree's path in its part after ``::`` (a parametrize over the
+    tree's files with ``ids=str``) written as ``TREE_MARK``, which the worker replaces with its
+    own tree's path (``tasks/pytest_args.py``); its results come back under its id there, which
+    the replay maps back (:class:`.plugin.replay.LocalPaths`)."""
+    from .tasks.pytest_args import TREE_MARK
+
+    path, sep, node = arg.partition("::")
+    if not sep or str(root) not in node:
+        return arg
+    return path + sep + re.sub(re.escape(str(root).rstrip("/")) + r"(?![\w.-])", lambda _: TREE_MARK, node)
+
+
 def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,
-             session: str | None = None, collect: Sequence[str] = (), *, warm: bool = False) -> dict[str, Any]:
+             session: str | None = None, collect: Sequence[str] = (), *, warm: bool = False,
+             root: Path | None = None) -> dict[str, Any]:
     """The chunk's task. ``maxfail`` (``-x`` is 1) stops the chunk's pytest too, so its results
     come back without running the rest of it; ``inv``: the local invocation's options and
     directory (:mod:`.plugin.invocation`); ``session``: the run whose pytest sessions serve it on
     the workers (a shipped tree): its tests go in ``tests``, the options alone in ``test_args``,
     and ``collect`` (:func:`collect_paths`) says what the session collects before any test runs;
-    ``warm``: a task that only starts a session (``session-RUN-N``), sent while pytest collects here."""
+    ``warm``: a task that only starts a session (``session-RUN-N``), sent while pytest collects here.
+    ``root``: the local tree, whose path in a node id goes as the workers' own (:func:`portable_id`)."""
     # collected here: a module failing to import there must not cost the whole chunk
     flags = ["--continue-on-collection-errors", *([f"--maxfail={maxfail}"] if maxfail > 0 else [])]
     inv = inv or Invocation()
+    args = [portable_id(a, root) for a in c.args] if root is not None else c.args
     config: dict[str, Any]
     if session is not None:
-        config = {"test_file": c.args[0], "tests": c.args[1:], "test_args": [*flags, *inv.args], "session": session,
+        config = {"test_file": args[0], "tests": args[1:], "test_args": [*flags, *inv.args], "session": session,
                   **({"collect": list(collect)} if collect else {}), **({"warm": True} if warm else {})}
     else:  # the paths before the local options: each of those holds its value, so no path reads as one
-        config = {"test_file": c.args[0], "test_args": [*flags, *c.args[1:], *inv.args]}
+        config = {"test_file": args[0], "test_args": [*flags, *args[1:], *inv.args]}
     if inv.cwd is not None:
         config["cwd"] = inv.cwd
     if inv.safe_path:  # started as the pytest command: the workers' pytest starts alike
@@ -484,7 +505,8 @@ class FleetRunner:
         extra = {**fields, "run_id": run}
         maxfail = int(self.config.getoption("maxfail") or 0)
         collect = collect_paths(self.config, self.root) if shipped else []
-        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation, run if shipped else None, collect), extra)
+        docs = [with_fields(task_doc(c, i, run_id, maxfail, self.invocation, run if shipped else None, collect,
+                                     root=self.root), extra)
                 for i, c in enumerate(chunks)]
         pending = {d["task_id"]: c for d, c in zip(docs, chunks, strict=True)}  # known before the submit returns
         try:

@@ -105,8 +105,8 @@ def report_task(pairs: Sequence[tuple[pytest.Item, str]], task: dict[str, Any], 
     local = LocalPaths(output.get("tree"), local_root)
     runs: dict[Any, list[dict[str, Any]]] = {}
     for t in output.get("tests") or []:
-        if isinstance(t, dict):
-            runs.setdefault(t.get("nodeid"), []).append(t)
+        if isinstance(t, dict):  # an id that holds the tree's path, under the local one (task_doc's portable_id)
+            runs.setdefault(local(t.get("nodeid")), []).append(t)
     by_id = {k: v[0] for k, v in runs.items()}
     taken: dict[str, int] = {}
     outcome = task.get("outcome") or {}
@@ -168,7 +168,7 @@ def report_live(items: dict[str, list[pytest.Item]], seen: dict[str, int], done:
     for entry in tests:
         if not _finished(entry):
             continue
-        key = entry["nodeid"]
+        key = local(entry["nodeid"])  # an id that holds the tree's path: the local one
         n = seen[key] = seen.get(key, -1) + 1
         named = items.get(key) or []
         item = named[n] if n < len(named) else None

@@ -269,18 +269,31 @@ def refused_test_args(args: Sequence[str], allowed: Iterable[str] = (), root: Pa
     return errors
 
 
+# In a node id's part after '::', the path of the tree where the test runs: a test whose id holds
+# its tree's absolute path (a parametrize over data files, ``ids=str``) has another id on each
+# machine, so the pytest plugin sends such an id with its local root as this mark
+TREE_MARK = "{dt-tree}"
+
+
 def rebase_test_paths(args: Sequence[str], root: Path, cwd: Path) -> list[str]:
     """``args`` for a pytest that runs in ``cwd`` (under ``root``): each relative test path, and
     the value of each option of :data:`REBASED`, given relative to ``root``, made relative to
-    ``cwd``. A bare token after an option pytest's core does not know may be that option's value
-    and is left as it is (give such values as ``--name=value``)."""
-    out = list(args)
+    ``cwd``; :data:`TREE_MARK` in a node id becomes ``root``. A bare token after an option
+    pytest's core does not know may be that option's value and is left as it is (give such values
+    as ``--name=value``)."""
+    out = [_placed(a, root) for a in args]
     if cwd == root:
         return out
-    for a in _scan(args):
+    for a in _scan(out):
         if a.value is not None and (a.kind == "path" or (a.kind == "option" and a.name in REBASED)):
             out[a.at] = a.prefix + _rebase(a.value, root, cwd)
     return out
+
+
+def _placed(arg: str, root: Path) -> str:
+    """``arg`` with :data:`TREE_MARK` in its node id's part replaced by ``root``."""
+    path, sep, node = arg.partition("::")
+    return path + sep + node.replace(TREE_MARK, str(root)) if sep and TREE_MARK in node else arg
 
 
 def _rebase(arg: str, root: Path, cwd: Path) -> str:

@@ -81,3 +81,19 @@ def test_a_task_has_its_own_cache_unless_its_options_turn_the_cache_off(tmp_path
         argv = pytest_argv("t.py", tmp_path, off, tmp_path / "r.jsonl", "python", cache_dir=cache)
         assert not any(a.startswith("cache_dir=") for a in argv) and "no:cacheprovider" in " ".join(argv)
     assert "no:cacheprovider" in pytest_argv("t.py", tmp_path, [], tmp_path / "r.jsonl", "python")  # no place for one
+
+
+def test_a_node_id_that_holds_the_local_tree_travels_as_the_workers_own(tmp_path: Path) -> None:
+    from distributed_testing.pytest_plugin import portable_id
+    from distributed_testing.tasks.pytest_args import TREE_MARK
+
+    local = Path("/home/me/proj")
+    sent = portable_id(f"t.py::test_f[{local}/data/a.txt-{local}2/x]", local)
+    assert sent == f"t.py::test_f[{TREE_MARK}/data/a.txt-{local}2/x]"  # another directory's path is not the tree's
+    assert portable_id("t.py::test_plain", local) == "t.py::test_plain"
+    assert portable_id(f"{local}/t.py", local) == f"{local}/t.py"  # a path argument is no node id
+    worker = tmp_path / "tree"
+    (worker / "sub").mkdir(parents=True)
+    assert rebase_test_paths([sent, "-k", "x"], worker, worker) == [f"t.py::test_f[{worker}/data/a.txt-{local}2/x]",
+                                                                   "-k", "x"]
+    assert rebase_test_paths([sent], worker, worker / "sub") == [f"../t.py::test_f[{worker}/data/a.txt-{local}2/x]"]
