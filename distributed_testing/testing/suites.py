@@ -357,8 +357,9 @@ SUITES = {
     "colorama": Suite("colorama", "colorama==0.4.6", (), ("colorama/tests",),
                       "tests in the package (*_test.py); patches sys.stdout and os.environ"),
     # six of its modules are scripts that import each other by bare name or pickle at import, and fail to
-    # collect under pytest (locally too): its user goes on past them
-    "dill": Suite("dill", "dill==0.4.1", (), ("dill/tests", "--continue-on-collection-errors"),
+    # collect under pytest (locally too): its user goes on past them. attrs named (test_attr imports it):
+    # this package's dependency, linked without metadata, it was importable locally only, as numpy for tabulate
+    "dill": Suite("dill", "dill==0.4.1", ("attrs",), ("dill/tests", "--continue-on-collection-errors"),
                   "tests in the package; pickles functions, modules and sessions; collection errors"),
     "humanfriendly": Suite("humanfriendly", "humanfriendly==10.0", ("capturer", "coloredlogs", "docutils", "mock",
                                                                    "pytest-cov"), ("humanfriendly/tests.py",),
@@ -380,11 +381,16 @@ SUITES = {
                    "installed from its tree; a root conftest whose pytest_collect_file makes items of .rst and .py "
                    "regions; testpaths tests and docs; -p no:doctest", install_tree=True),
     # its own pytest11 plugin, installed from the tree; numpy named, as for tabulate
+    # test_remote_data_url fetches https://www.astropy.org (--remote-data): the sandbox has no network; left out
     "pytest-doctestplus": Suite("pytest-doctestplus", "pytest-doctestplus==1.7.1",
-                                ("numpy", "pytest-remotedata", "setuptools", "sphinx"), (),
+                                ("numpy", "pytest-remotedata", "setuptools", "sphinx"),
+                                ("--deselect", "tests/test_doctestplus.py::test_remote_data_url"),
                                 "installed from its tree (its pytest11 plugin); testpaths, xfail_strict, "
                                 "filterwarnings error; .rst and .py doctests; pytester", install_tree=True),
-    "hyperlink": Suite("hyperlink", "hyperlink==21.0.0", ("idna", "hypothesis"), ("--doctest-modules", "src/hyperlink"),
+    # two or three of its hypothesis tests fail today's health check (filter_too_much) by chance from run to
+    # run, here and there alike: a fixed --hypothesis-seed makes each run draw the same inputs
+    "hyperlink": Suite("hyperlink", "hyperlink==21.0.0", ("idna", "hypothesis"),
+                       ("--doctest-modules", "src/hyperlink", "--hypothesis-seed=0"),
                        "installed from its tree; tests inside the src-layout package, doctests", install_tree=True),
 }
 
