@@ -372,12 +372,11 @@ SUITES = {
     # A document's examples share one namespace (a later code block reads a name an earlier one set): a
     # chunk boundary inside docs/markdown.rst failed an example there (NameError), as pytest-xdist's
     # --dist load can; --dist loadfile (the remedy, as pathspec's loadscope) keeps each document in one
-    # chunk. Left out by -k: 303 tests its conftest parametrizes with the absolute path of each .py file
-    # of the tree as the id; a worker's tree is elsewhere, so its session collects other ids and refused
-    # every one of them ("not found"): an open defect of ours (benchmarks/RESULTS.md, batch A)
+    # chunk. 303 tests its conftest parametrizes with the absolute path of each .py file of the tree as
+    # the id: a worker's tree is elsewhere, so they go with its path in the local one's place (portable_id)
     "sybil": Suite("sybil", "sybil==10.1.0", ("pytest-cov", "seedir", "testfixtures<12", "pyyaml", "myst-parser", "mypy",
                                               "pytest-xdist"),
-                   ("--dist", "loadfile", "-k", "not (test_all_docstest_examples_extracted or test_all_docstrings_extracted)"),
+                   ("--dist", "loadfile"),
                    "installed from its tree; a root conftest whose pytest_collect_file makes items of .rst and .py "
                    "regions; testpaths tests and docs; -p no:doctest", install_tree=True),
     # its own pytest11 plugin, installed from the tree; numpy named, as for tabulate
