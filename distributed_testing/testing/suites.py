@@ -361,14 +361,27 @@ SUITES = {
                    ("-k", "not test_path_convert_failures and not test_file_error"),
                    "installed from its tree; [tool.pytest] strict_xfail, filterwarnings error; CLI tests run "
                    "sys.executable -m coverage run", install_tree=True),
+    # blockbuster (optional in its conftest) needs forbiddenfruit, which publishes no wheel: with it every
+    # fleet test was an error naming it. tests/test_sockets.py resolves localhost to IPv6 and IPv4 and binds
+    # both: this host resolves neither (74 errors and 35 failures locally): left out. Also left out (by -k,
+    # from one run, not yet rerun with it): test_is_socket binds an AF_UNIX socket in tmp_path, longer than
+    # its 108 bytes in a worker's scratch directory; test_is_block_device finds no block device in the
+    # sandbox's /dev (skipped there); two pytester tests give their subprocess 3 s (timed out there, under
+    # load); test_keyboard_interrupt_does_not_resume_test failed here (and under -n 2), passed there: not known why
     "anyio": Suite("anyio", "anyio==4.16.0", ("trio", "hypothesis", "psutil", "pytest-mock", "pytest-timeout", "trustme",
-                                              "truststore", "uvloop", "blockbuster"), ("-m", "not network"),
+                                              "truststore", "uvloop"),
+                   ("-m", "not network", "--ignore", "tests/test_sockets.py", "-k",
+                    "not test_is_socket and not test_is_block_device and not test_keyboardinterrupt_during_test"
+                    " and not test_dynamic_async_fixture_access_does_not_hang"
+                    " and not test_keyboard_interrupt_does_not_resume_test"),
                    "installed from its tree; its own pytest11 plugin named by -p anyio in addopts; -p timeout",
                    install_tree=True),
-    # it calls pytest's private IdMaker with pytest 8's arguments (pytest 9 refuses them at import)
+    # it calls pytest's private IdMaker with pytest 8's arguments (pytest 9 refuses them at import). Each
+    # module's last test (pytest-harvest's synthesis) reads the results of the module's earlier tests in
+    # its process: a chunk boundary inside a module failed it (as -n 2's), so --dist loadfile keeps modules whole
     "pytest-cases": Suite("pytest-cases", "pytest-cases==3.10.1",
-                          ("pytest<9", "pytest-steps", "pytest-harvest", "pytest-asyncio"),
-                          (), "installed from its tree; its pytest11 plugin generates parametrization; "
+                          ("pytest<9", "pytest-steps", "pytest-harvest", "pytest-asyncio", "pytest-xdist"),
+                          ("--dist", "loadfile"), "installed from its tree; its pytest11 plugin generates parametrization; "
                           "--doctest-modules -v in addopts", install_tree=True),
     "outcome": Suite("outcome", "outcome==1.3.0.post0", ("pytest-asyncio", "attrs"), ("tests",),
                      "installed from its tree (src layout); asyncio_mode strict", install_tree=True),
