@@ -71,8 +71,22 @@ class _Server:
         writer.write(line)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection(self, session: pytest.Session) -> bool:
-        return True  # the first command says what to collect
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """The first command says what to collect: pytest's own collection of its arguments (its
+        ``pytest_collection``, the hook's last, calls ``session.perform_collect()``) collects
+        nothing. The hook's other implementations still run: returning a result here ended the
+        hook before them (pytest-cases installs its fixture closure there, so a session collected
+        other parametrizations and ids than the submitter's pytest; pytest's assertion rewriting
+        takes the session there)."""
+        collect = session.perform_collect
+
+        def nothing_yet(args: Any = None, genitems: bool = True) -> Any:
+            if args is not None:
+                return collect(args, genitems)
+            del session.perform_collect  # the class's again, for the commands
+            return []
+
+        session.perform_collect = nothing_yet  # type: ignore[method-assign]
 
     def _collect_all(self, session: pytest.Session, args: list[str]) -> None:
         """Collect the run's paths once, before any test runs, as plain pytest does; an argument
