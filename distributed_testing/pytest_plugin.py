@@ -68,11 +68,8 @@ and paths select as usual):
   property; the ``<testsuite>`` properties recorded there (``record_testsuite_property``,
   hypothesis's statistics) are in the local report, each name and value once. A task or module
   that failed as a whole is printed once with the tests it took down, each of which is an error
-  of one line (:mod:`.plugin.replay`). A node id that holds the tree's absolute path (a
-  parametrize over its data files with ``ids=str``) is sent with the worker's path in its place
-  and read back under the local one (:func:`portable_id`); pytest 9.2 names an automatic id of a
-  str over 100 characters by its argument and index (``path0``), so where only one side's path
-  makes it that long the ids still differ: give such tests ids of their own.
+  of one line (:mod:`.plugin.replay`). A node id holding the tree's path runs as the worker's
+  own (:func:`.plugin.chunks.portable_id`).
 * **What cannot be as here.** Tests are reported as they end on the workers (as with xdist):
   ``-x``, ``--maxfail`` and ``--sw`` stop at the first failure reported here, and what other
   chunks ended meanwhile is reported too (``--sw``'s next run goes on from that failure); ``-s``
@@ -102,7 +99,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import re
 import threading
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -114,7 +110,7 @@ import pytest
 
 from .config import environ
 from .errors import ValidationError
-from .plugin.chunks import Chunk, dist_scope, plan_chunks
+from .plugin.chunks import Chunk, dist_scope, plan_chunks, portable_id
 from .plugin.fleet import Fleet, _cancel_all, _client
 from .plugin.replay import Downed, merge_downed, print_downed, report_live, report_task
 from .plugin.watch import Live, News, watch
@@ -229,19 +225,6 @@ def watchers(tasks: int, slots: int) -> int:
     (a chunk's tests come live only while a watcher follows it, and at most ``slots`` chunks run at
     once) but never fewer than :data:`MAX_WATCHERS` nor more than :data:`MAX_WATCHERS_CAP`."""
     return max(1, min(tasks, max(MAX_WATCHERS, min(slots, MAX_WATCHERS_CAP))))
-
-
-def portable_id(arg: str, root: Path) -> str:
-    """A node id with the local tree's path in its part after ``::`` (a parametrize over the
-    tree's files with ``ids=str``) written as ``TREE_MARK``, which the worker replaces with its
-    own tree's path (``tasks/pytest_args.py``); its results come back under its id there, which
-    the replay maps back (:class:`.plugin.replay.LocalPaths`)."""
-    from .tasks.pytest_args import TREE_MARK
-
-    path, sep, node = arg.partition("::")
-    if not sep or str(root) not in node:
-        return arg
-    return path + sep + re.sub(re.escape(str(root).rstrip("/")) + r"(?![\w.-])", lambda _: TREE_MARK, node)
 
 
 def task_doc(c: Chunk, index: int, run_id: str, maxfail: int = 0, inv: Invocation | None = None,

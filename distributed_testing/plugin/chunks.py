@@ -10,12 +10,15 @@ its tests' reports would not fit one task's result.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..tasks.pytest_args import TREE_MARK
 
 CHUNKS_PER_SLOT = 4
 SESSION_CHUNKS_PER_SLOT = 8  # a shipped run's chunk costs a command to a pytest session, not a pytest start
@@ -200,3 +203,16 @@ def _compress(remote_ids: list[str], per_module: dict[str, int], partial: set[st
         else:
             args.append(rid)
     return list(dict.fromkeys(args))
+
+
+def portable_id(arg: str, root: Path) -> str:
+    """A node id with the local tree's path in its part after ``::`` (a parametrize over the
+    tree's files with ``ids=str``) written as ``TREE_MARK``, which the worker replaces with its
+    own tree's path (``tasks/pytest_args.py``); its results come back under its id there, which
+    the replay maps back (:class:`.replay.LocalPaths`). pytest 9.2 names an automatic id of a str
+    over 100 characters by its argument and index (``path0``): where only one side's path makes it
+    that long the ids still differ, and only ids of the test's own (``ids=str``) travel."""
+    path, sep, node = arg.partition("::")
+    if not sep or str(root) not in node:
+        return arg
+    return path + sep + re.sub(re.escape(str(root).rstrip("/")) + r"(?![\w.-])", lambda _: TREE_MARK, node)

@@ -84,7 +84,7 @@ def test_a_task_has_its_own_cache_unless_its_options_turn_the_cache_off(tmp_path
 
 
 def test_a_node_id_that_holds_the_local_tree_travels_as_the_workers_own(tmp_path: Path) -> None:
-    from distributed_testing.pytest_plugin import portable_id
+    from distributed_testing.plugin.chunks import portable_id
     from distributed_testing.tasks.pytest_args import TREE_MARK
 
     local = Path("/home/me/proj")
