@@ -47,6 +47,15 @@ def short_summary(out: str) -> tuple[list[str], str]:
     return sorted(line for line in short if not line.startswith("=")), short[-1].strip("= ").rsplit(" in ", 1)[0]
 
 
+def plugin_pytest(python: Path, tree: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -rA ARGS`` in ``tree`` with this package's plugin loaded and no cache
+    (what the e2e plugin tests compare, locally and with ``--dt-coordinator``); ``env`` on top of
+    this process's environment."""
+    return subprocess.run([str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-rA", *args],
+                          cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
 @dataclass(frozen=True)
 class Suite:
     """A project's test suite: its sdist's requirement, what its tests need beyond pytest, and

@@ -7,14 +7,13 @@ were errors ("not found: PATH::ID") through the plugin."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
+import functools
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import run_cluster
-from distributed_testing.testing.suites import PLUGIN, submitter_env
+from distributed_testing.testing.suites import plugin_pytest, submitter_env
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
@@ -43,10 +42,7 @@ async def test_a_conftests_pytest_collection_runs_in_the_workers_session(tmp_pat
     (tree / "test_hooked.py").write_text(TESTS)
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", [])
 
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-rA", *args],
-                              cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                              timeout=300, check=False)
+    run = functools.partial(plugin_pytest, python, tree)
 
     local = await asyncio.to_thread(run)
     assert "2 passed" in local.stdout, local.stdout[-3000:]

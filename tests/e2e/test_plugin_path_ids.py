@@ -7,14 +7,13 @@ each test runs there and reads as here. Before, every such test was an error ("n
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
+import functools
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import bundle_cluster
-from distributed_testing.testing.suites import PLUGIN, submitter_env
+from distributed_testing.testing.suites import plugin_pytest, submitter_env
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
@@ -49,10 +48,7 @@ async def test_ids_that_hold_the_trees_path_run_there_and_read_as_here(tmp_path:
         (tree / "data" / name).write_text(text)
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", [])
 
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-rA", *args],
-                              cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                              timeout=300, check=False)
+    run = functools.partial(plugin_pytest, python, tree)
 
     local = await asyncio.to_thread(run)
     async with bundle_cluster(tmp_path, workers=2) as (c, key):

@@ -8,15 +8,14 @@ name's reports (docopt-ng: 614 test cases locally, 887 through the plugin)."""
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from distributed_testing.testing import bundle_cluster
-from distributed_testing.testing.suites import PLUGIN, short_summary, submitter_env
+from distributed_testing.testing.suites import plugin_pytest, short_summary, submitter_env
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600), pytest.mark.slow,
@@ -63,10 +62,7 @@ async def test_items_of_one_node_id_each_run_once_with_their_own_outcome(tmp_pat
     (tree / "test_plain.py").write_text(PLAIN)
     python = await asyncio.to_thread(submitter_env, tmp_path / "venv", [])
 
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(python), "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-rA", *args],
-                              cwd=tree, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                              timeout=300, check=False)
+    run = functools.partial(plugin_pytest, python, tree)
 
     local = await asyncio.to_thread(run)
     assert "1 failed, 12 passed" in local.stdout, local.stdout[-3000:]
