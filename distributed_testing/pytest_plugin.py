@@ -111,7 +111,7 @@ import pytest
 from .config import environ
 from .errors import ValidationError
 from .plugin.chunks import Chunk, dist_scope, plan_chunks, portable_id
-from .plugin.fleet import Fleet, _cancel_all, _client
+from .plugin.fleet import Fleet, _cancel_all, _client, preload
 from .plugin.replay import Downed, merge_downed, print_downed, report_live, report_task
 from .plugin.watch import Live, News, watch
 from .tasks.pytest_marker import DT_MARKER
@@ -338,6 +338,7 @@ class FleetRunner:
             return
         import concurrent.futures
 
+        preload()  # before the threads: pytest walks the loggers as it collects
         fleet = Fleet(_client(self.config))
         self._early = concurrent.futures.ThreadPoolExecutor(2, "dt-ship")
         self._shipping = self._early.submit(self._prepare, fleet)

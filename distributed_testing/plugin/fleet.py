@@ -7,6 +7,7 @@ HTTP client and its TLS code are imported where a fleet run first needs them.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,18 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..cli.http import ApiClient
+
+
+# what the plugin's shipping threads import (pytest_plugin.FleetRunner._prepare)
+SHIPPING_IMPORTS = ("bundles.environment", "bundles.upload", "cli.http", "cli.runs", "security.tls", "tasks.pyreqs")
+
+
+def preload() -> None:
+    """Import :data:`SHIPPING_IMPORTS` in the calling (main) thread, before the shipping threads
+    start: a module's logger made in one of them while pytest's logging plugin walked the loggers
+    at collection ended a run with INTERNALERROR ("dictionary changed size during iteration")."""
+    for name in SHIPPING_IMPORTS:
+        importlib.import_module(f"distributed_testing.{name}")
 
 
 def _client(config: pytest.Config) -> ApiClient:

@@ -129,3 +129,13 @@ def test_benchmark_only_is_refused(benchmarking: Path) -> None:
 
 def test_no_benchmark_option_without_pytest_benchmark(tree: Path) -> None:
     assert not any(a.startswith("--benchmark") for a in invocation(_config(), tree, {}, shipped=True).args)
+
+
+def test_the_shipping_threads_imports_are_made_before_they_start() -> None:
+    # a logger made in a shipping thread while pytest walked the loggers at collection: INTERNALERROR
+    import sys
+
+    from distributed_testing.plugin.fleet import SHIPPING_IMPORTS, preload
+
+    preload()
+    assert all(f"distributed_testing.{name}" in sys.modules for name in SHIPPING_IMPORTS)
