@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster
 from distributed_testing.testing.suites import plugin_pytest, submitter_env
 from distributed_testing.worker.sandbox import available
 
@@ -46,10 +46,7 @@ async def test_a_conftests_pytest_collection_runs_in_the_workers_session(tmp_pat
 
     local = await asyncio.to_thread(run)
     assert "2 passed" in local.stdout, local.stdout[-3000:]
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        await c.add_worker(worker_id="w1", accept_bundles=True, max_concurrent_tasks=1,
-                           db_path=tmp_path / "state" / "w1.duckdb")
-        key = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path) as (c, key):
         remote = await asyncio.to_thread(run, "--dt-coordinator", c.base_url, env={"DT_API_KEY": key})
     said = local.stdout[-3000:] + "\n----- through the plugin -----\n" + remote.stdout[-3000:] + remote.stderr[-2000:]
     assert remote.returncode == local.returncode == 0, said
