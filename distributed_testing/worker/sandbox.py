@@ -71,6 +71,13 @@ ETC_FILES = (
 GENERATED_ETC = ("/etc/passwd", "/etc/group")
 TASK_UID = 65534  # nobody: what a root worker's shipped children run as
 TASK_USER = "dt-task"
+# Where a sandboxed child sees its scratch directory (HOME) and the scratch's tmp (TMPDIR): short
+# paths, as a local run's are. The worker's own paths for them (``.../bundles-W/tasks/session-.../
+# scratch/tmp``) put a pytest tmp_path at over 120 characters, past the 108 bytes of an AF_UNIX
+# socket's address and wider than a terminal's line, where a test that binds a socket there, or
+# reads a path out of an 80-column panel, fails only on the worker.
+HOME_DIR = Path("/home") / TASK_USER
+TMP_DIR = Path("/var/tmp")
 DEFAULT_SHM_MB = 256  # the /dev/shm of a task without a memory limit
 # Run as the child's first command when --task-network none: a user and network namespace of its
 # own (loopback down), mapping its own uid/gid so files keep their owner, then exec the command.
@@ -111,7 +118,8 @@ ROOT_TABLE = (
      "but cannot change); a pytest session's also holds the byte code its key's last session of the same tree and "
      "environment compiled (bundles/bytecode.py)"),
     ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
-    ("the scratch directory (HOME, TMPDIR)", "read-write", "removed after the task"),
+    ("the scratch directory", "read-write", f"also {HOME_DIR} (HOME), its tmp also {TMP_DIR} (TMPDIR, on disk): "
+     "short paths, as a local run's; removed after the task"),
     ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "
      f"{DEFAULT_SHM_MB} MiB) and counted in it"),
     ("/dev", "read-only", "null, zero, full, random, urandom, tty, pts; the GPU nodes of a GPU task"),
@@ -142,7 +150,7 @@ def generated_etc() -> Path:
     uid = TASK_UID if os.geteuid() == 0 else os.geteuid()
     gid = TASK_UID if os.geteuid() == 0 else os.getegid()
     (d / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-                              f"{TASK_USER}:x:{uid}:{gid}:shipped task:/nonexistent:/bin/sh\n")
+                              f"{TASK_USER}:x:{uid}:{gid}:shipped task:{HOME_DIR}:/bin/sh\n")
     (d / "group").write_text(f"root:x:0:\n{TASK_USER}:x:{gid}:\n")
     for f in d.iterdir():
         f.chmod(0o644)
@@ -234,10 +242,15 @@ class Sandbox:
     bwrap: str = "bwrap"
 
     def wrap(self, argv: Sequence[str], *, ro: Sequence[Path], rw: Sequence[Path], cwd: Path,
-             env: Mapping[str, str], devices: Sequence[str] = (), shm_mb: int | None = None) -> list[str]:
+             env: Mapping[str, str], devices: Sequence[str] = (), shm_mb: int | None = None,
+             scratch: Path | None = None) -> list[str]:
         """The command that runs ``argv`` confined (see the module docstring); ``devices`` are
         device nodes bound into its ``/dev`` (a benchmark's GPU, :func:`gpu_devices`), ``shm_mb``
-        bounds its ``/dev/shm``. Hands ``rw`` to the task's user (:func:`give`)."""
+        bounds its ``/dev/shm``. Hands ``rw`` to the task's user (:func:`give`). ``scratch``: the
+        task's scratch directory (one of ``rw``), which the child also sees as :data:`HOME_DIR`,
+        and its ``tmp`` as :data:`TMP_DIR`; ``HOME`` and ``TMPDIR`` in ``env`` that name them (as
+        :func:`task_environ` sets them) name those instead. A worker whose own paths lie there
+        keeps them (the child then sees the scratch directory only where the worker does)."""
         if self.mode == "none":
             return list(argv)
         uid = task_uid()
@@ -255,7 +268,8 @@ class Sandbox:
         etc_files = [Path(f) for f in _etc_dirs() if os.path.exists(f)]
         readable = [*_code_dirs(), *(Path(p) for p in ro)]
         writable = [Path(p) for p in rw]
-        for parent in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable]):
+        aliases = _aliases(scratch, [*etc_files, *readable, *writable, Path(cwd)])
+        for parent in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable, *aliases.values()]):
             cmd += ["--perms", "0755", "--dir", str(parent)]  # bwrap would make them 0700: the task could not pass
         for path in etc_files:
             cmd += ["--ro-bind", str(path), str(path)]
@@ -267,13 +281,16 @@ class Sandbox:
         give(writable)
         for p in writable:
             cmd += ["--bind", str(p), str(p)]
+        for src, dest in aliases.items():
+            cmd += ["--bind", str(src), str(dest)]
         for d in devices:
             cmd += ["--dev-bind-try", d, d]
         # the tmpfs bwrap builds the root on (and the directories it made for the binds above) is
         # read-only too: nothing but the writable binds and /dev/shm takes a write
         cmd += ["--remount-ro", "/", "--chdir", str(cwd), "--clearenv"]
+        seen_as = {str(src): str(dest) for src, dest in aliases.items()}
         for k, v in env.items():
-            cmd += ["--setenv", k, v]
+            cmd += ["--setenv", k, seen_as.get(v, v) if k in ("HOME", "TMPDIR") else v]
         cmd.append("--")
         if uid is not None:
             setpriv = shutil.which("setpriv")
@@ -282,6 +299,18 @@ class Sandbox:
         if self.network == "none":
             cmd += [sys.executable, "-c", NETLESS]
         return cmd + list(argv)
+
+
+def _aliases(scratch: Path | None, binds: Sequence[Path]) -> dict[Path, Path]:
+    """The scratch directory and its ``tmp``, each with the short path the child also sees it at
+    (:data:`HOME_DIR`, :data:`TMP_DIR`); none where one of ``binds`` lies in either or holds it."""
+    if scratch is None or not (scratch / "tmp").is_dir():
+        return {}
+    wanted = {Path(scratch): HOME_DIR, Path(scratch) / "tmp": TMP_DIR}
+    for b in binds:
+        if any(b.is_relative_to(d) or d.is_relative_to(b) for d in wanted.values()):
+            return {}
+    return wanted
 
 
 def _parents(binds: Sequence[Path]) -> list[Path]:

@@ -214,7 +214,8 @@ class BenchmarkExecutor:
             carried = {k: v for k, v in env.items() if k in _CARRIED}
             env = {**task_environ(carried, shipped.scratch_dir), "PYTHONPATH": str(PACKAGE_PARENT)}
             args = shipped.sandbox.wrap(args, ro=env_dirs, rw=[cwd, shipped.scratch_dir], cwd=cwd, env=env,
-                                        devices=gpu_devices(), shm_mb=shipped.max_memory_mb)
+                                        devices=gpu_devices(), shm_mb=shipped.max_memory_mb,
+                                        scratch=shipped.scratch_dir)
         elif self.confinement is not None:  # the operator's models: the deny-list
             await asyncio.to_thread(confine.remove, self._scratch)  # a dead child's
             self._seen = self.confinement.identity()  # before the command: a change after it renews the child

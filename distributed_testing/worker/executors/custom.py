@@ -212,7 +212,7 @@ class CustomExecutor:
         python, env_dirs = task_python(ctx)  # the bundle's environment when it has requirements
         argv = [python, *HandlerPool.child_argv({name: name}, use_entry_points=False)[1:]]
         argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, scratch], cwd=root, env=env, devices=gpu_devices(),
-                                shm_mb=ctx.max_memory_mb)
+                                shm_mb=ctx.max_memory_mb, scratch=scratch)
         pool = HandlerPool(1, command=argv, env=env, cwd=root)
         started = time.time()
         try:

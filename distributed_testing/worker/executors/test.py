@@ -193,7 +193,7 @@ class TestExecutor:
                     env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
                     argv = ctx.sandbox.wrap(argv, ro=env_dirs, rw=[root, ctx.scratch_dir], cwd=cwd, env=env,
                                             devices=gpu_devices(),  # its GPU tests, as the operator's
-                                            shm_mb=ctx.max_memory_mb)
+                                            shm_mb=ctx.max_memory_mb, scratch=ctx.scratch_dir)
                 else:
                     env = started_as(spec, self._env)
                     if own is not None and self._confine is not None:  # the operator's tests: the deny-list

@@ -176,7 +176,8 @@ class _Session:
                 del env["PYTHONDONTWRITEBYTECODE"]
             env["PYTHONPATH"] = os.pathsep.join([str(plugins), *filter(None, [env.get("PYTHONPATH")])])
             argv = self.fields["sandbox"].wrap(argv, ro=[*env_dirs, plugins], rw=[root, scratch], cwd=cwd, env=env,
-                                               devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
+                                               devices=gpu_devices(), shm_mb=ctx.max_memory_mb,
+                                               scratch=scratch)
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=env, pass_fds=(cmd_r, rep_w))

@@ -154,7 +154,7 @@ def _confine(ctx: TaskContext, run_path: Path, command: list[str],
     carried = {k: v for k, v in env.items() if k in _CARRIED or k.startswith(_CARRIED_PREFIXES)}
     confined = {**task_environ(carried, ctx.scratch_dir), "PYTHONPATH": f"{root}:{PACKAGE_PARENT}"}
     argv = ctx.sandbox.wrap(command, ro=[], rw=[root, ctx.scratch_dir, run_path], cwd=root, env=confined,
-                            devices=gpu_devices(), shm_mb=ctx.max_memory_mb)
+                            devices=gpu_devices(), shm_mb=ctx.max_memory_mb, scratch=ctx.scratch_dir)
     return argv, confined, root
 
 

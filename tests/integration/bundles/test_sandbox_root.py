@@ -59,7 +59,7 @@ def scratch() -> Iterator[Path]:
 def probe(scratch: Path, *reads: str, network: str = "loopback", ro: list[Path] | None = None) -> dict:
     env = sb.task_environ({}, scratch)
     argv = sb.Sandbox(network=network).wrap([sys.executable, "-c", LIST, *reads], ro=ro or [], rw=[scratch],
-                                            cwd=scratch, env=env)
+                                            cwd=scratch, env=env, scratch=scratch)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     out: dict = json.loads(done.stdout)
@@ -77,7 +77,7 @@ def test_the_docs_print_the_root_table_of_the_code() -> None:
 
 def test_the_root_holds_what_the_table_names_and_nothing_else(scratch: Path) -> None:
     out = probe(scratch)
-    binds = [*sb._code_dirs(), scratch]
+    binds = [*sb._code_dirs(), scratch, sb.HOME_DIR, sb.TMP_DIR]
     allowed_top = {Path(d).name for d in sb.SYSTEM} | {"etc", "dev", "proc", "tmp"} | {b.parts[1] for b in binds}
     assert set(out["root"]) <= allowed_top, set(out["root"]) - allowed_top
     etc = {Path(f).relative_to("/etc").parts[0] for f in sb._etc_dirs() if os.path.exists(f)}
@@ -191,3 +191,44 @@ async def test_a_shipped_test_writes_its_tree_and_the_next_task_finds_it_as_ship
     kept = [p for p in (tmp_path / "state").glob("bundles-*/trees/*/data.txt")]
     assert [p.read_text() for p in kept] == ["shipped"]
     assert not list((tmp_path / "state").glob("bundles-*/trees/*/renamed.html"))
+
+
+SHORT = """
+import json, os, pwd, socket, tempfile
+d = tempfile.mkdtemp(prefix="pytest-of-dt-task-" + "x" * 40)  # where a test's tmp_path would be, and deeper
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(d, "server.sock"))  # 108 bytes at most: a long scratch path refused it
+open(os.path.join(os.environ["TMPDIR"], "left.txt"), "w").write("in tmp")
+open(os.path.join(os.path.expanduser("~"), "home.txt"), "w").write("in home")
+print(json.dumps({"home": os.environ["HOME"], "tmpdir": os.environ["TMPDIR"], "gettempdir": tempfile.gettempdir(),
+                  "pw_dir": pwd.getpwuid(os.getuid()).pw_dir}))
+"""
+
+
+def test_a_child_sees_its_scratch_directory_at_short_paths_and_writes_land_in_it(tmp_path: Path) -> None:
+    """A worker's scratch directory lies deep in its state folder; the child sees it as /home/dt-task
+    and its tmp as /var/tmp (a local run's lengths), so a socket bound in a tmp_path fits AF_UNIX's
+    108 bytes and a path in a test's output does not wrap where it does not locally."""
+    scratch = tmp_path / ("state-" + "d" * 60) / "bundles-w1" / "tasks" / "session-0123456789abcdef" / "scratch"
+    scratch.mkdir(parents=True)
+    env = sb.task_environ({}, scratch)
+    assert env["TMPDIR"] == str(scratch / "tmp")  # the worker's own path for it, which the sandbox shows short
+    argv = sb.Sandbox().wrap([sys.executable, "-c", SHORT], ro=[], rw=[scratch], cwd=scratch, env=env, scratch=scratch)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen == {"home": str(sb.HOME_DIR), "tmpdir": str(sb.TMP_DIR), "gettempdir": str(sb.TMP_DIR),
+                    "pw_dir": str(sb.HOME_DIR)}
+    assert (scratch / "tmp" / "left.txt").read_text() == "in tmp"  # on disk, in the scratch directory
+    assert (scratch / "home.txt").read_text() == "in home"
+
+
+def test_a_worker_whose_own_paths_lie_where_the_short_ones_would_keeps_its_own(scratch: Path) -> None:
+    """A bind under /var/tmp (a worker's --db-path there, say) would be hidden by the short path:
+    then the child sees its scratch directory where the worker does, as before."""
+    env = sb.task_environ({}, scratch)
+    argv = sb.Sandbox().wrap(["true"], ro=[sb.TMP_DIR / "dt-state"], rw=[scratch], cwd=scratch, env=env,
+                             scratch=scratch)
+    assert str(sb.HOME_DIR) not in argv and ["--bind", str(scratch / "tmp"), str(sb.TMP_DIR)] not in [
+        argv[i:i + 3] for i in range(len(argv))], argv
+    assert argv[argv.index("HOME") + 1] == str(scratch) and argv[argv.index("TMPDIR") + 1] == str(scratch / "tmp")
