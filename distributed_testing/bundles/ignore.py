@@ -9,8 +9,9 @@ what git ignores (a generated file the tests need). A deeper directory's rules c
 parents' and so win. What a build writes into the tree beside its sources travels even where a
 ``.gitignore`` lists it (``manifest._built_output``), since the local run imports or reads it: the
 version file setuptools-scm or hatch-vcs writes into a package, an extension module compiled in
-place next to its source, translations (``.mo``) compiled next to their ``.po``. A ``.dtignore``
-that lists one keeps it local.
+place next to its source, translations (``.mo``) compiled next to their ``.po``. So does Hypothesis's
+``.hypothesis/`` directory, whole (``manifest.RUN_STATE_DIRS``). A ``.dtignore`` that lists one
+keeps it local.
 """
 
 from __future__ import annotations

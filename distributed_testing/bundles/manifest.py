@@ -130,7 +130,19 @@ def scan(root: Path) -> tuple[Manifest, dict[str, Path]]:
     return m, sources
 
 
-def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], sources: dict[str, Path]) -> None:
+# Directories of state a test run reads and a .gitignore lists, which travel whole all the same:
+# Hypothesis's (its example database, replayed first, so a failure found here is tried there too;
+# its Unicode and codec tables, which cost each pytest process that lacks them about a second of
+# CPU: 15 % of an attrs session's). It writes a ``.gitignore`` of ``*`` into it, which is git's
+# business, not the run's; a ``.dtignore`` that lists the directory keeps it local.
+RUN_STATE_DIRS = frozenset({".hypothesis"})
+
+
+def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], sources: dict[str, Path],
+          whole: bool = False) -> None:
+    """Add the files under ``rel_dir`` that ``rules`` ship; ``whole``: a run's state directory
+    (:data:`RUN_STATE_DIRS`), whose files ship where only a ``.gitignore`` leaves them out, its
+    own ignore files unread."""
     if rel_dir.count("/") + 1 >= MAX_DEPTH:  # a file below would be refused anyway; and the walk recurses
         raise ValidationError([{"field": f"bundle: {rel_dir[:200]}", "error": f"directories nested more than "
                                 f"{MAX_DEPTH} levels deep; a bundle's paths are at most {MAX_DEPTH} levels"}])
@@ -143,11 +155,14 @@ def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], source
         if entry.is_symlink():
             _symlink(root, rel, Path(entry.path), rules, files, sources)
         elif entry.is_dir(follow_symlinks=False):
-            if not rules.ignored(rel, True):
+            by = rules.left_out_by(rel, True)
+            if by in (None, ".gitignore") and (whole or entry.name in RUN_STATE_DIRS):
+                _walk(root, rel, rules, files, sources, whole=True)
+            elif by is None:
                 _walk(root, rel, rules.below(root, rel), files, sources)
         elif entry.is_file(follow_symlinks=False):
             by = rules.left_out_by(rel, False)
-            if by is None:
+            if by is None or (whole and by == ".gitignore"):
                 shipped.add(entry.name)
                 _add(rel, Path(entry.path), entry.stat(follow_symlinks=False).st_mode, files, sources)
             elif by == ".gitignore":
