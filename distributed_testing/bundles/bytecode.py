@@ -12,8 +12,9 @@ wrote.
   each directory held open while it is read; at most :data:`MAX_FILES` files and
   :data:`MAX_BYTES`) are copied into an entry of the store, which the next session's view is
   seeded from before its pytest starts.
-* **Whose.** An entry is keyed by the submitter's key id, the bundle's digest and the Python
-  environment's digest: byte code is code, and what one session wrote reaches only later sessions
+* **Whose.** An entry is keyed by the submitter's key id, the bundle's digest (less its run
+  state, ``manifest.code_digest``: a ``.hypothesis/`` a local run changed holds no code) and the
+  Python environment's digest: byte code is code, and what one session wrote reaches only later sessions
   of the same key, over the same tree, in the same environment; those run the same code anyway.
   A run of another key, or of a changed tree (a pull request's, say), never reads it.
 * **Valid.** Python and pytest check a ``.pyc`` against its source's size and modification time

@@ -8,6 +8,7 @@ out, unique, and no file sits where another path needs a directory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -136,6 +137,19 @@ def scan(root: Path) -> tuple[Manifest, dict[str, Path]]:
 # CPU: 15 % of an attrs session's). It writes a ``.gitignore`` of ``*`` into it, which is git's
 # business, not the run's; a ``.dtignore`` that lists the directory keeps it local.
 RUN_STATE_DIRS = frozenset({".hypothesis"})
+
+
+def code_digest(m: Manifest) -> str:
+    """The digest of ``m`` without its run state (:func:`in_run_state`): one for two bundles that
+    differ only there (the byte code a session kept serves the next, whose local run between
+    them changed ``.hypothesis/``)."""
+    return hashlib.sha256(encode(Manifest([f for f in m.files if not in_run_state(f.path)], m.version))).hexdigest()
+
+
+def in_run_state(path: str) -> bool:
+    """Whether the bundle path ``path`` lies in a run's state directory (:data:`RUN_STATE_DIRS`):
+    what no build reads, and what every local run changes."""
+    return not RUN_STATE_DIRS.isdisjoint(path.split("/")[:-1])
 
 
 def _walk(root: Path, rel_dir: str, rules: Rules, files: list[FileEntry], sources: dict[str, Path],

@@ -256,7 +256,7 @@ class ShippedCode:
                     held = env.digest
                     fields.update(python=env.python, python_env=env.report())
                 if session_of is not None and self.bytecode is not None and self.sandbox.mode != "none":
-                    kept_as = entry_key(session_of, digest, held or "")
+                    kept_as = entry_key(session_of, mf.code_digest(m), held or "")
                     await thread_to_end(self.bytecode.seed, kept_as, tree)
                     fields["keep_bytecode"] = functools.partial(self._keep_bytecode, kept_as, tree)
                 yield fields

@@ -155,8 +155,9 @@ def env_digest(entries: list[str], manifest: mf.Manifest, isolated: bool = False
     for e in normal:
         if pyreqs.is_local(e):
             prefix = pyreqs.local_path(e)  # "" for "./": the whole bundle is the package
-            local[e] = [[f.path, f.digest] for f in manifest.files
-                        if not prefix or f.path == prefix or f.path.startswith(prefix + "/")]
+            local[e] = [[f.path, f.digest] for f in manifest.files  # a run's state: not the package's (below)
+                        if (not prefix or f.path == prefix or f.path.startswith(prefix + "/"))
+                        and not mf.in_run_state(f.path)]
     doc: dict[str, Any] = {"python": [sys.executable, sys.version], "requirements": normal, "local": local}
     if isolated:
         doc["isolated"] = True
@@ -328,12 +329,15 @@ def _add_worker_sites(path: Path) -> None:
 
 
 def _copy_local(tree: Path, local: list[str], dest: Path) -> list[str]:
-    """Writable copies of the bundle's ``./dir`` packages under ``dest``; their paths."""
+    """Writable copies of the bundle's ``./dir`` packages under ``dest``; their paths. A run's state
+    (``.hypothesis/``, which each local run changes) is not copied: no build reads it, and the
+    environment's name does not count it (:func:`env_digest`), so a local run leaves it be."""
     out = []
     for e in local:
         src = tree / e
         target = dest / pyreqs.local_path(e)
-        shutil.copytree(src, target, copy_function=shutil.copyfile, dirs_exist_ok=True)
+        shutil.copytree(src, target, copy_function=shutil.copyfile, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(*mf.RUN_STATE_DIRS))
         for dirpath, _, _ in os.walk(target):
             os.chmod(dirpath, 0o755)
         out.append(str(target))
