@@ -411,14 +411,13 @@ SUITES = {
     # blockbuster (optional in its conftest) needs forbiddenfruit, which publishes no wheel: with it every
     # fleet test was an error naming it. tests/test_sockets.py resolves localhost to IPv6 and IPv4 and binds
     # both: this host resolves neither (74 errors and 35 failures locally): left out. Also left out (by -k;
-    # with it both fleet runs equal local pytest): test_is_socket binds an AF_UNIX socket in tmp_path, longer than
-    # its 108 bytes in a worker's scratch directory; test_is_block_device finds no block device in the
+    # with it both fleet runs equal local pytest): test_is_block_device finds no block device in the
     # sandbox's /dev (skipped there); two pytester tests give their subprocess 3 s (timed out there, under
     # load); test_keyboard_interrupt_does_not_resume_test failed here (and under -n 2), passed there: not known why
     "anyio": Suite("anyio", "anyio==4.16.0", ("trio", "hypothesis", "psutil", "pytest-mock", "pytest-timeout", "trustme",
                                               "truststore", "uvloop"),
                    ("-m", "not network", "--ignore", "tests/test_sockets.py", "-k",
-                    "not test_is_socket and not test_is_block_device and not test_keyboardinterrupt_during_test"
+                    "not test_is_block_device and not test_keyboardinterrupt_during_test"
                     " and not test_dynamic_async_fixture_access_does_not_hang"
                     " and not test_keyboard_interrupt_does_not_resume_test"),
                    "installed from its tree; its own pytest11 plugin named by -p anyio in addopts; -p timeout",
