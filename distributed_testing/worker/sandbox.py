@@ -16,8 +16,10 @@ the same table and a test holds both against a probe run inside the sandbox:
   ``sys.prefix``); this package's own directory (never the directory above it: in an editable
   install that is the checkout); the task's Python environment and whatever else the caller names
   (``ro``);
-* writable: what the caller names (``rw``: the task's scratch directory, its own view of the tree),
-  and a ``/tmp`` and a ``/dev/shm`` of its own, each a tmpfs bounded to ``shm_mb`` (the task's
+* writable: what the caller names (``rw``: the task's scratch directory, its own view of the tree;
+  the scratch directory is also seen as :data:`HOME_DIR` and its ``tmp`` as :data:`TMP_DIR`, the
+  ``HOME`` and ``TMPDIR`` it is given, so its paths are as short as a local run's), and a ``/tmp``
+  and a ``/dev/shm`` of its own, each a tmpfs bounded to ``shm_mb`` (the task's
   memory limit, else :data:`DEFAULT_SHM_MB`); the rest of the root, including the
   directories bwrap makes for the binds, is remounted read-only;
 * in ``/dev`` only the basic nodes, plus the GPU nodes the caller passes (``devices``);
