@@ -291,6 +291,21 @@ class PythonEnvs:
             step = {**env, "PIP_CONFIG_FILE": os.devnull}  # none of the operator's settings
             await _run(self.sandbox.wrap(argv, ro=ro, rw=[path, scratch], cwd=scratch, env=step),
                        self.timeout_s, "pip install", step)
+        if packages or local:
+            await self._keep_plugin_pyc(path, scratch, env)
+
+    async def _keep_plugin_pyc(self, path: Path, scratch: Path, env: dict[str, str]) -> None:
+        """Write the assert-rewritten byte code of the environment's pytest plugins while it is
+        still writable (:mod:`.plugin_pyc`: the environment's own pytest does it, in the build's
+        sandbox, with no network). A failure costs the sessions time, not the build."""
+        sites = [str(p) for p in (path / "lib").glob("python*/site-packages")]
+        argv = [str(path / "bin" / "python"), str(Path(__file__).with_name("plugin_pyc.py")), *sites]
+        box = dataclasses.replace(self.sandbox, network="none") if self.sandbox.mode != "none" else self.sandbox
+        try:
+            await _run(box.wrap(argv, ro=[], rw=[path, scratch], cwd=scratch, env=env), self.timeout_s,
+                       "writing the plugins' rewritten byte code", env)
+        except ExecutionError as exc:
+            log.warning("python environment %s: %s", path.name[:12], exc)
 
 
 async def _flock(fd: int, how: int) -> None:

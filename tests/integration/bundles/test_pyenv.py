@@ -386,3 +386,56 @@ async def test_custom_and_benchmark_bundle_tasks_import_the_installed_package(tm
     assert output(done_custom)["python_env"]["cached"] is False
     assert (done_bench["outcome"] or {}).get("status") == "succeeded", done_bench
     assert output(done_bench)["python_env"]["cached"] is True
+
+
+PLUGIN_PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "myplugin"
+version = "0.1"
+
+[project.entry-points.pytest11]
+myplugin = "myplugin"
+'''
+PLUGIN_TEST = '''import pathlib
+import myplugin
+
+def test_the_plugins_rewritten_byte_code_was_kept_at_build():
+    cache = pathlib.Path(myplugin.__file__).parent / "__pycache__"
+    kept = [p.name for p in cache.glob("helpers.*-pytest-*.pyc")]
+    assert kept, sorted(p.name for p in cache.iterdir())
+
+def test_its_asserts_are_rewritten():
+    try:
+        myplugin.helpers.check(2)
+    except AssertionError as exc:
+        assert "assert 2 == 1" in str(exc), str(exc)
+    else:
+        raise RuntimeError("no AssertionError")
+'''
+
+
+async def test_a_plugins_rewritten_byte_code_is_written_while_its_environment_is_built(tmp_path: Path) -> None:
+    """pytest rewrites the asserts of every module of a pytest11 distribution and keeps the result
+    beside the module; the environment is read-only to sessions, so it is written at the build
+    (worker/plugin_pyc.py), by the environment's own pytest: a session finds it there."""
+    root = tmp_path / "b"
+    pkg = root / "myplugin" / "myplugin"
+    pkg.mkdir(parents=True)
+    (root / "myplugin" / "pyproject.toml").write_text(PLUGIN_PYPROJECT)
+    (pkg / "__init__.py").write_text("from . import helpers\n")
+    (pkg / "helpers.py").write_text("def check(x):\n    assert x == 1\n")
+    (root / "test_plugin.py").write_text(PLUGIN_TEST)
+    (root / "requirements.txt").write_text("./myplugin\n")
+    async with run_cluster(tmp_path / "c", workers=0) as c:
+        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
+        code = await c.create_key("submitter", allow_code=True)
+        bundle = await asyncio.to_thread(upload, c.base_url, code, root)
+        [t] = await c.submit({"type": "test", "config": {"test_file": "test_plugin.py"}, "bundle": bundle}, key=code)
+        done = await c.wait(t, timeout=180)
+    assert (done["outcome"] or {}).get("status") == "succeeded", (done["outcome"], output(done).get("stdout_tail"))
+    envs = list((tmp_path / "state").glob("pyenvs/*/.dt-complete"))
+    owners = {p.lstat().st_uid for p in envs[0].parent.rglob("*")}
+    assert owners == {os.geteuid()}, owners  # what the build's step wrote is the worker's, as the rest
