@@ -388,17 +388,7 @@ async def test_custom_and_benchmark_bundle_tasks_import_the_installed_package(tm
     assert output(done_bench)["python_env"]["cached"] is True
 
 
-PLUGIN_PYPROJECT = '''[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "myplugin"
-version = "0.1"
-
-[project.entry-points.pytest11]
-myplugin = "myplugin"
-'''
+PLUGIN_PYPROJECT = PYPROJECT.format(name="myplugin", deps="[]") + '\n[project.entry-points.pytest11]\nmyplugin = "myplugin"\n'
 PLUGIN_TEST = '''import pathlib
 import myplugin
 
