@@ -8,6 +8,7 @@ HTTP client and its TLS code are imported where a fleet run first needs them.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,24 @@ def _client(config: pytest.Config) -> ApiClient:
     return ApiClient(urls, key, ssl_context=context if any(u.startswith("https://") for u in urls) else None)
 
 
+SUBMIT_BYTES = 4 * 1024 * 1024  # a quarter of the coordinator's default frame limit
+
+
+def submit_batches(docs: list[dict[str, Any]], limit: int = SUBMIT_BYTES) -> list[list[dict[str, Any]]]:
+    """``docs`` in order, cut into lists whose JSON is at most ``limit`` bytes (a document over it
+    alone in its list)."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for doc in docs:
+        n = len(json.dumps(doc, separators=(",", ":")).encode()) + 1
+        if not batches or size + n > limit:
+            batches.append([])
+            size = 0
+        batches[-1].append(doc)
+        size += n
+    return batches
+
+
 class Fleet:
     """Every coordinator call the plugin makes, in one place (the seam for a shared client)."""
 
@@ -73,7 +92,11 @@ class Fleet:
         return runs.create_run(self.api, name, labels)
 
     def submit(self, docs: list[dict[str, Any]]) -> None:
-        self.api.post("/api/v1/tasks", docs, repeatable=True)  # every task has its id: a re-send is the same tasks
+        """Submit ``docs`` in requests of at most :data:`SUBMIT_BYTES` of JSON each (one document
+        over it goes alone): the coordinator refuses a body over its frame limit (16 MiB by
+        default), and a suite of 150,000 tests, or one whose test names hold their data, sends more."""
+        for batch in submit_batches(docs):
+            self.api.post("/api/v1/tasks", batch, repeatable=True)  # every task has its id: a re-send is the same tasks
 
     def state(self, task_id: str, wait_s: float) -> dict[str, Any]:
         """The task without its result; waits up to ``wait_s`` for it to finish."""
