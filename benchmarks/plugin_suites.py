@@ -3,7 +3,7 @@
 round by round so that the load of a shared machine hits every mode alike.
 
 **Registry suites, shipped** (issue 37's table): ``--registry toolz,attrs`` fetches each suite's
-sdist (``distributed_testing/testing/suites.py``), runs it locally, with ``-n 2``, and through the
+sdist (``distributed_testing/testing/suite_registry.py``), runs it locally, with ``-n 2``, and through the
 plugin twice with a shipped tree (``--accept-bundles`` workers, bwrap): the first run builds the
 submitter's environment on the workers, the second finds it cached and has the first's durations
 (pytest's cache; not for ``--base``, whose plugin sent ``-o cache_dir`` on to the workers). A

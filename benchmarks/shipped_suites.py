@@ -2,7 +2,7 @@
 coordinator with two ``--accept-bundles`` worker processes (one slot each, bwrap), the cluster run
 twice (the first builds the submitter's environment on the workers, the second finds it cached).
 
-Each suite (``distributed_testing/testing/suites.py``: toolz, pyparsing, more-itertools,
+Each suite (``distributed_testing/testing/suite_registry.py``: toolz, pyparsing, more-itertools,
 networkx) is fetched from the registry as an sdist and run from its unpacked tree in a virtual
 environment holding its test dependencies and pytest-xdist; the outcomes of each run are read from
 its JUnit report and compared with the local run's, test by test.

@@ -15,7 +15,7 @@ the per-test outcomes of local pytest with the same options, with no file writte
   error).
 
 The submitter's environment is a virtual environment with the suite's test dependencies installed
-(distributed_testing/testing/suites.py); the workers run from this interpreter, in bwrap.
+(distributed_testing/testing/suite_registry.py); the workers run from this interpreter, in bwrap.
 """
 
 from __future__ import annotations
