@@ -38,7 +38,6 @@ def main(sites: list[str]) -> int:
     except ImportError:
         return 0
     roots = [Path(s).resolve() for s in sites]
-    written = 0
     for dist in md.distributions(path=[str(r) for r in roots]):
         if not any(ep.group == "pytest11" for ep in dist.entry_points) or not dist.files:
             continue
@@ -54,11 +53,9 @@ def main(sites: list[str]) -> int:
                 stamp, code = _rewrite_test(source, None)  # type: ignore[arg-type]  # no config: no pass hook
                 cache = get_cache_dir(source)
                 cache.mkdir(exist_ok=True)
-                written += bool(_write_pyc(_State(), code, stamp,  # type: ignore[arg-type]
-                                           cache / (source.name[:-3] + PYC_TAIL)))
+                _write_pyc(_State(), code, stamp, cache / (source.name[:-3] + PYC_TAIL))  # type: ignore[arg-type]
             except (OSError, SyntaxError, ValueError, TypeError, AttributeError):
                 continue  # pytest rewrites it in the session, as before
-    print(f"plugin_pyc: {written} rewritten modules kept")
     return 0
 
 
