@@ -1,5 +1,6 @@
 """One DDP step with uneven local batches equals one single-process step on the whole batch."""
 
+import datetime
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,12 @@ def fixed_model_and_batch() -> tuple[torch.nn.Module, Tensor, Tensor]:
     return model, inputs, targets
 
 
-def rank_main(rank: int, port: int, out_dir: str) -> None:
+def rank_main(rank: int, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(LOCAL_BATCHES))
+    # a file store in the test's directory, not a TCP port chosen before the ranks start: another test's
+    # process took such a port once in CI, and a rank waited on it until the test's 150 s ran out
+    dist.init_process_group("gloo", init_method=f"file://{Path(out_dir) / 'store'}", rank=rank,
+                            world_size=len(LOCAL_BATCHES), timeout=datetime.timedelta(seconds=60))
     try:
         model, inputs, targets = fixed_model_and_batch()
         start = sum(LOCAL_BATCHES[:rank])
@@ -57,20 +61,20 @@ def sgd_step(model: torch.nn.Module, loss: Tensor) -> list[Tensor]:
         return [p - LEARNING_RATE * p.grad for p in model.parameters()]  # type: ignore[operator]
 
 
-def run_ranks(port: int, out_dir: str) -> None:
+def run_ranks(out_dir: str) -> None:
     """Both ranks, forked from this process once it imported what DDP needs (torch._dynamo: ~2 s
     spared per rank)."""
     import torch._dynamo  # noqa: F401
 
-    mp.start_processes(rank_main, args=(port, out_dir), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork")
+    mp.start_processes(rank_main, args=(out_dir,), nprocs=len(LOCAL_BATCHES), join=True, start_method="fork")
 
 
-def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: int) -> None:
+def test_uneven_local_batches_match_single_process(tmp_path: Path) -> None:
     # The ranks are forked from a fresh interpreter that runs this module (``__main__`` below),
     # never from the pytest process: a fork of an xdist worker copies whatever its threads held
     # (execnet's I/O thread, the OpenMP pool of benchmarks that ran there) and a rank once hung for
     # good that way. A fresh interpreter, unlike a forkserver, leaves nothing running after it.
-    done = subprocess.run([sys.executable, __file__, str(free_port), str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True,
                           timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(len(LOCAL_BATCHES))]
@@ -89,4 +93,4 @@ def test_uneven_local_batches_match_single_process(tmp_path: Path, free_port: in
 
 
 if __name__ == "__main__":
-    run_ranks(int(sys.argv[1]), sys.argv[2])
+    run_ranks(sys.argv[1])
