@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from distributed_testing.bundles.upload import upload
-from distributed_testing.testing import run_cluster
+from distributed_testing.testing import bundle_cluster, run_cluster
 from distributed_testing.worker.sandbox import available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow,
@@ -419,9 +419,7 @@ async def test_a_plugins_rewritten_byte_code_is_written_while_its_environment_is
     (pkg / "helpers.py").write_text("def check(x):\n    assert x == 1\n")
     (root / "test_plugin.py").write_text(PLUGIN_TEST)
     (root / "requirements.txt").write_text("./myplugin\n")
-    async with run_cluster(tmp_path / "c", workers=0) as c:
-        await c.add_worker(accept_bundles=True, task_network="none", db_path=tmp_path / "state" / "outbox.duckdb")
-        code = await c.create_key("submitter", allow_code=True)
+    async with bundle_cluster(tmp_path) as (c, code):  # its worker's state (pyenvs/) under tmp_path/state
         bundle = await asyncio.to_thread(upload, c.base_url, code, root)
         [t] = await c.submit({"type": "test", "config": {"test_file": "test_plugin.py"}, "bundle": bundle}, key=code)
         done = await c.wait(t, timeout=180)
