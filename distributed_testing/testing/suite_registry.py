@@ -463,12 +463,11 @@ SUITES = {
     "marshmallow-dataclass": Suite("marshmallow-dataclass", "marshmallow-dataclass==8.7.1",
                                    ("marshmallow", "typing-inspect", "typeguard<5"), ("tests",),
                                    "filterwarnings error (by module regex); README doctests; a gc memory-leak test"),
-    # left out: test_read_env_return_path_if_env_not_found renames tests/.env into tmp_path: EXDEV on the fleet (the
-    # tree and TMPDIR are separate bind mounts; our defect). test_read_from_file_path_is_unreadable chmods a file
-    # 000 and expects it unreadable: it fails for a root user (here), passes as the fleet's nobody
+    # test_read_env_return_path_if_env_not_found renames tests/.env into tmp_path (EXDEV on the fleet until the
+    # tree and TMPDIR were one mount). Left out: test_read_from_file_path_is_unreadable chmods a file 000 and
+    # expects it unreadable: it fails for a root user (here), passes as the fleet's nobody
     "environs": Suite("environs", "environs==15.2.0", ("dj-database-url", "dj-email-url", "django-cache-url"),
-                      ("tests", "-k", "not test_read_env_return_path_if_env_not_found"
-                       " and not test_read_from_file_path_is_unreadable"),
+                      ("tests", "-k", "not test_read_from_file_path_is_unreadable"),
                       "installed from its tree (src layout); .env files found from the caller's path", install_tree=True),
     "typing-inspection": Suite("typing-inspection", "typing-inspection==0.4.5", ("typing-extensions",), (),
                                "[tool.pytest] pythonpath = 'src' (not installed)"),

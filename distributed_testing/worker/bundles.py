@@ -52,7 +52,7 @@ from ..tasks import pyreqs
 from .confine import state_base
 from .pipconf import PipAccess
 from .pyenv import PythonEnvs
-from .sandbox import task_uid
+from .sandbox import SCRATCH_NAME, task_uid
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16
@@ -238,7 +238,7 @@ class ShippedCode:
         kept_as: str | None = None  # the byte code store's entry for this session's view
         try:
             async with contextlib.AsyncExitStack() as stack:
-                scratch = top / "scratch"
+                scratch = top / SCRATCH_NAME  # the sandbox shows top at /task: HOME /task/home
                 scratch.mkdir()
                 if self.sandbox.mode == "none":  # the task could write to its tree: a fresh one
                     tree = top / "bundle"

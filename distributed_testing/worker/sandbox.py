@@ -16,12 +16,17 @@ the same table and a test holds both against a probe run inside the sandbox:
   ``sys.prefix``); this package's own directory (never the directory above it: in an editable
   install that is the checkout); the task's Python environment and whatever else the caller names
   (``ro``);
-* writable: what the caller names (``rw``: the task's scratch directory, its own view of the tree;
-  the scratch directory is also seen as :data:`HOME_DIR` and its ``tmp`` as :data:`TMP_DIR`, the
-  ``HOME`` and ``TMPDIR`` it is given, so its paths are as short as a local run's), and a ``/tmp``
-  and a ``/dev/shm`` of its own, each a tmpfs bounded to ``shm_mb`` (the task's
-  memory limit, else :data:`DEFAULT_SHM_MB`); the rest of the root, including the
-  directories bwrap makes for the binds, is remounted read-only;
+* writable: what the caller names (``rw``: the task's scratch directory, its own view of the tree),
+  and a ``/tmp`` and a ``/dev/shm`` of its own, each a tmpfs bounded to ``shm_mb`` (the task's
+  memory limit, else :data:`DEFAULT_SHM_MB`); the rest of the root, including the directories
+  bwrap makes for the binds, is remounted read-only. **The task's directory is one mount at a short
+  path**: the folder holding the scratch directory (the worker's ``.../bundles-W/tasks/<task>/``,
+  with the tree beside it) is bound once at :data:`TASK_DIR`, and every worker path under it that
+  the child is given (its command, working directory, environment: ``HOME`` and ``TMPDIR`` name
+  the scratch directory and its ``tmp``) names it there (:meth:`Sandbox.seen`). So the tree,
+  ``HOME`` and ``TMPDIR`` are one file system to ``rename(2)`` as a checkout and its temporary
+  directory are locally (separate binds made each move between them ``EXDEV``), and a test's
+  ``tmp_path`` is as short as a local run's (a socket bound there fits ``AF_UNIX``'s 108 bytes);
 * in ``/dev`` only the basic nodes, plus the GPU nodes the caller passes (``devices``);
 * its own PID namespace with a fresh ``/proc`` (no ``/proc/<worker pid>/environ`` to read), IPC and
   UTS namespaces, a new session (no terminal injection), ``--die-with-parent``; every mount
@@ -50,6 +55,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,13 +79,15 @@ ETC_FILES = (
 GENERATED_ETC = ("/etc/passwd", "/etc/group")
 TASK_UID = 65534  # nobody: what a root worker's shipped children run as
 TASK_USER = "dt-task"
-# Where a sandboxed child sees its scratch directory (HOME) and the scratch's tmp (TMPDIR): short
-# paths, as a local run's are. The worker's own paths for them (``.../bundles-W/tasks/session-.../
-# scratch/tmp``) put a pytest tmp_path at over 120 characters, past the 108 bytes of an AF_UNIX
-# socket's address and wider than a terminal's line, where a test that binds a socket there, or
-# reads a path out of an 80-column panel, fails only on the worker.
-HOME_DIR = Path("/home") / TASK_USER
-TMP_DIR = Path("/var/tmp")
+# Where a sandboxed child sees its task's directory (the scratch directory's parent: the tree, the
+# scratch directory and its tmp, HOME and TMPDIR): one mount at a short path. The worker's own
+# paths for them (``.../bundles-W/tasks/session-.../scratch/tmp``) put a pytest tmp_path at over
+# 120 characters, past the 108 bytes of an AF_UNIX socket's address and wider than a terminal's
+# line, where a test that binds a socket there, or reads a path out of an 80-column panel, failed
+# only on the worker; and binds of their own made a rename between them fail (EXDEV).
+TASK_DIR = Path("/task")
+SCRATCH_NAME = "home"  # the scratch directory's name in its task's directory (worker/bundles.py): HOME
+HOME_DIR = TASK_DIR / SCRATCH_NAME  # the task user's home in the generated passwd
 DEFAULT_SHM_MB = 256  # the /dev/shm of a task without a memory limit
 # Run as the child's first command when --task-network none: a user and network namespace of its
 # own (loopback down), mapping its own uid/gid so files keep their owner, then exec the command.
@@ -115,13 +123,13 @@ ROOT_TABLE = (
      "the worker's installed packages"),
     ("this package's directory (distributed_testing/)", "read-only", "the children's own code; never the "
      "directory above it (an editable install's checkout)"),
-    ("the task's tree", "writable view", "the bundle: fresh directories and copies of the files (each dated "
+    (f"{TASK_DIR}/tree: the task's tree", "writable view", "the bundle: fresh directories and copies of the files (each dated "
      "2000-01-01), its own to change (on a root worker a file over 16 MiB is a link into the blob cache it reads "
      "but cannot change); a pytest session's also holds the byte code its key's last session of the same tree and "
      "environment compiled (bundles/bytecode.py)"),
     ("the task's Python environment", "read-only", "built from its requirements (pyenv)"),
-    ("the scratch directory", "read-write", f"also {HOME_DIR} (HOME), its tmp also {TMP_DIR} (TMPDIR, on disk): "
-     "short paths, as a local run's; removed after the task"),
+    (f"{HOME_DIR}: the scratch directory", "read-write", f"HOME, its tmp TMPDIR (on disk); one mount with the "
+     f"tree ({TASK_DIR}: a rename between them works, as locally); removed after the task"),
     ("/tmp, /dev/shm", "read-write", f"a tmpfs each, its own, bounded by the task's memory limit (else "
      f"{DEFAULT_SHM_MB} MiB) and counted in it"),
     ("/dev", "read-only", "null, zero, full, random, urandom, tty, pts; the GPU nodes of a GPU task"),
@@ -249,10 +257,11 @@ class Sandbox:
         """The command that runs ``argv`` confined (see the module docstring); ``devices`` are
         device nodes bound into its ``/dev`` (a benchmark's GPU, :func:`gpu_devices`), ``shm_mb``
         bounds its ``/dev/shm``. Hands ``rw`` to the task's user (:func:`give`). ``scratch``: the
-        task's scratch directory (one of ``rw``), which the child also sees as :data:`HOME_DIR`,
-        and its ``tmp`` as :data:`TMP_DIR`; ``HOME`` and ``TMPDIR`` in ``env`` that name them (as
-        :func:`task_environ` sets them) name those instead. A worker whose own paths lie there
-        keeps them (the child then sees the scratch directory only where the worker does)."""
+        task's scratch directory (one of ``rw``), whose parent the child sees at :data:`TASK_DIR`:
+        each path under it in ``argv``, ``cwd``, ``env``, ``ro`` and ``rw`` names it there
+        (:meth:`seen`), and the rest of ``rw`` is bound where the worker has it. A worker whose own
+        Python or package lies under :data:`TASK_DIR` keeps its paths (the child then sees each
+        writable path where the worker does, a bind each)."""
         if self.mode == "none":
             return list(argv)
         uid = task_uid()
@@ -267,32 +276,39 @@ class Sandbox:
                 "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]  # before the binds: one under /tmp goes in it
         for d in SYSTEM:
             cmd += ["--ro-bind-try", d, d]
+        top = _task_dir(scratch)
+        if top is not None and any(Path(p).is_relative_to(TASK_DIR) for p in ro):  # it would hide them
+            top = None
+        seen = _Seen(top)
         etc_files = [Path(f) for f in _etc_dirs() if os.path.exists(f)]
-        readable = [*_code_dirs(), *(Path(p) for p in ro)]
+        readable = [(p, seen(p)) for p in [*_code_dirs(), *(Path(p) for p in ro)]]
         writable = [Path(p) for p in rw]
-        aliases = _aliases(scratch, [*etc_files, *readable, *writable, Path(cwd)])
-        for parent in _parents([*etc_files, *map(Path, GENERATED_ETC), *readable, *writable, *aliases.values()]):
+        own = [p for p in writable if top is None or not p.is_relative_to(top)]  # bound where the worker has them
+        dests = [*etc_files, *map(Path, GENERATED_ETC), *(d for _, d in readable), *own,
+                 *([TASK_DIR] if top is not None else [])]
+        for parent in _parents(dests):
             cmd += ["--perms", "0755", "--dir", str(parent)]  # bwrap would make them 0700: the task could not pass
         for path in etc_files:
             cmd += ["--ro-bind", str(path), str(path)]
         etc = generated_etc()
         for name in GENERATED_ETC:
             cmd += ["--ro-bind", str(etc / Path(name).name), name]
-        for p in readable:
-            cmd += ["--ro-bind", str(p), str(p)]
         give(writable)
-        for p in writable:
+        if top is not None:  # before the binds under it (the task's plugins, read-only)
+            if uid is not None:
+                top.chmod(top.stat().st_mode & 0o7777 | 0o011)  # the task's user passes through, makes nothing
+            cmd += ["--bind", str(top), str(TASK_DIR)]
+        for src, dest in readable:
+            cmd += ["--ro-bind", str(src), str(dest)]
+        for p in own:
             cmd += ["--bind", str(p), str(p)]
-        for src, dest in aliases.items():
-            cmd += ["--bind", str(src), str(dest)]
         for d in devices:
             cmd += ["--dev-bind-try", d, d]
         # the tmpfs bwrap builds the root on (and the directories it made for the binds above) is
         # read-only too: nothing but the writable binds and /dev/shm takes a write
-        cmd += ["--remount-ro", "/", "--chdir", str(cwd), "--clearenv"]
-        seen_as = {str(src): str(dest) for src, dest in aliases.items()}
+        cmd += ["--remount-ro", "/", "--chdir", str(seen(Path(cwd))), "--clearenv"]
         for k, v in env.items():
-            cmd += ["--setenv", k, seen_as.get(v, v) if k in ("HOME", "TMPDIR") else v]
+            cmd += ["--setenv", k, seen.text(v)]
         cmd.append("--")
         if uid is not None:
             setpriv = shutil.which("setpriv")
@@ -300,19 +316,42 @@ class Sandbox:
                     else [sys.executable, "-c", SETUID, str(uid)])
         if self.network == "none":
             cmd += [sys.executable, "-c", NETLESS]
-        return cmd + list(argv)
+        return cmd + [seen.text(a) for a in argv]
+
+    def seen(self, path: Path, scratch: Path | None) -> Path:
+        """Where the child that :meth:`wrap` made with ``scratch`` sees the worker's ``path``: under
+        :data:`TASK_DIR` for a path in the task's directory, else ``path`` (also with no sandbox)."""
+        return path if self.mode == "none" else _Seen(_task_dir(scratch))(path)
 
 
-def _aliases(scratch: Path | None, binds: Sequence[Path]) -> dict[Path, Path]:
-    """The scratch directory and its ``tmp``, each with the short path the child also sees it at
-    (:data:`HOME_DIR`, :data:`TMP_DIR`); none where one of ``binds`` lies in either or holds it."""
-    if scratch is None or not (scratch / "tmp").is_dir():
-        return {}
-    wanted = {Path(scratch): HOME_DIR, Path(scratch) / "tmp": TMP_DIR}
-    for b in binds:
-        if any(b.is_relative_to(d) or d.is_relative_to(b) for d in wanted.values()):
-            return {}
-    return wanted
+def _task_dir(scratch: Path | None) -> Path | None:
+    """The task's directory (``scratch``'s parent) that the child sees at :data:`TASK_DIR`; None when
+    there is none, or when the worker's own Python or package lies there (it is bound where it is)."""
+    if scratch is None:
+        return None
+    top = Path(scratch).parent
+    if top == Path(top.anchor) or any(d == TASK_DIR or d.is_relative_to(TASK_DIR) or TASK_DIR.is_relative_to(d)
+                                      for d in (top, *_code_dirs())):
+        return None
+    return top
+
+
+class _Seen:
+    """Maps the worker's paths under ``top`` (a task's directory) to :data:`TASK_DIR`, for a path
+    (:meth:`__call__`) and within a command's argument or a variable's value (:meth:`text`: each
+    occurrence that is the directory's whole name: a ``PYTHONPATH``, an ``--option=PATH``)."""
+
+    def __init__(self, top: Path | None) -> None:
+        self.top = top
+        self._find = re.compile(r"(?<![^:;=,\s\"'])" + re.escape(str(top)) + r"(?![^/:;=,\s\"'])") if top is not None else None
+
+    def __call__(self, path: Path) -> Path:
+        if self.top is None or not path.is_relative_to(self.top):
+            return path
+        return TASK_DIR / path.relative_to(self.top)
+
+    def text(self, value: str) -> str:
+        return value if self._find is None else self._find.sub(str(TASK_DIR), value)
 
 
 def _parents(binds: Sequence[Path]) -> list[Path]:

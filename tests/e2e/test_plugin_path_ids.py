@@ -66,3 +66,6 @@ async def test_ids_that_hold_the_trees_path_run_there_and_read_as_here(tmp_path:
     assert summary(local.stdout) == expected, local.stdout[-3000:]
     assert summary(remote.stdout) == expected, remote.stdout[-3000:] + remote.stderr[-2000:]
     assert "not found" not in remote.stdout and "1 failed, 3 passed" in remote.stdout, remote.stdout[-3000:]
+    # the failure, replayed as it arrives, names the data file where it is here (the worker's pytest sees its
+    # tree at /task/tree: every report carries that path, which the plugin maps to the local one)
+    assert f"path = '{data / 'b.txt'}'" in remote.stdout and "/task/" not in remote.stdout, remote.stdout[-3000:]

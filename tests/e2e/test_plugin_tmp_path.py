@@ -1,5 +1,5 @@
-"""A test's tmp_path on a worker is as short as a local one: the sandbox shows the task's scratch
-directory as /home/dt-task and its tmp as /var/tmp. Before, tmp_path lay under the worker's state
+"""A test's tmp_path on a worker is as short as a local one: the sandbox shows the task's directory
+at /task, its scratch directory as /task/home and TMPDIR as /task/home/tmp. Before, tmp_path lay under the worker's state
 folder (over 120 characters), and a test that binds a unix socket there (anyio's, a server's test
 fixtures) failed with "AF_UNIX path too long" on the worker only."""
 

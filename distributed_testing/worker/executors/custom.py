@@ -218,7 +218,7 @@ class CustomExecutor:
         try:
             await pool.start()
             request = Request(seq=0, name=name, parameters=parameters, task_id=ctx.task_id, attempt=ctx.attempt,
-                              work_dir=str(scratch), timeout_s=ctx.timeout_s)
+                              work_dir=str(ctx.sandbox.seen(scratch, scratch)), timeout_s=ctx.timeout_s)
             result = await pool.call(request, timeout_s=ctx.timeout_s, max_memory_mb=ctx.max_memory_mb,
                                      output=ctx.output)
         finally:

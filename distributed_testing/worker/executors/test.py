@@ -207,7 +207,8 @@ class TestExecutor:
             if own is not None:
                 await asyncio.to_thread(confine.remove, own)
         # tree: the root as pytest saw it, which the plugin maps back to the submitter's paths
-        output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text(), "tree": str(root)}
+        seen = ctx.sandbox.seen(root, ctx.scratch_dir) if shipped and ctx.sandbox is not None else root
+        output: dict[str, Any] = {**summary.as_output(), "exit_code": code, "stdout_tail": tail.text(), "tree": str(seen)}
         if watch is not None:
             output["peak_rss_mb"] = watch.peak_mb
         outcome = _outcome(verdict, code, summary, tail, timeout, watch)

@@ -154,6 +154,9 @@ class _Session:
     def root(self) -> Path:
         return Path(self.fields["bundle_root"]).resolve()
 
+    def seen(self, path: Path) -> Path:  # where its pytest sees the worker's ``path`` (the sandbox's mount of it)
+        return Path(self.fields["sandbox"].seen(path, self.fields["scratch_dir"]))
+
     async def start(self, spec: TestConfig, ctx: TaskContext, base_env: Mapping[str, str],
                     extra: Mapping[str, str]) -> None:
         """Start (or start again) the pytest process in the task's sandbox, collecting
@@ -198,7 +201,7 @@ class _Session:
         self.starts += 1
         log.info("pytest session %d started for run %s (bundle %s, start %d)", self.proc.pid, self.key.run,
                  self.key.bundle[:12], self.starts)
-        self.commands.write((json.dumps({"collect": rebase_test_paths(self.initial, root, cwd)}) + "\n").encode())
+        self.send({"collect": rebase_test_paths(self.initial, self.seen(root), self.seen(cwd))})
         while (line := await self.line()) is not None:  # its collection's reports: no task's
             if line.get("kind") == "ready":
                 configured, collect_s = line.get("configured"), line.get("collect_s")
@@ -214,7 +217,7 @@ class _Session:
         tail = self.tail.text()[-_CRASH_TAIL_CHARS:]
         said = pytest_errors(tail)  # pytest's reason first, as for a pytest of the task's own
         raise StartFailed(f"{head} at the session's start: {said}\n{tail}" if said
-                          else f"{head} at the session's start:\n{tail}", str(root))
+                          else f"{head} at the session's start:\n{tail}", str(self.seen(root)))
 
     def send(self, cmd: dict[str, Any]) -> None:
         assert self.commands is not None
@@ -311,13 +314,13 @@ class SessionPool:
         try:
             if spec.warm:  # started (or found) for the run's tests to come: nothing to run
                 keep = session.alive()
-                warmed: dict[str, Any] = {"tree": str(session.root), "session": {
+                warmed: dict[str, Any] = {"tree": str(session.seen(session.root)), "session": {
                     "reused": reused, "starts": session.starts, "warm": True}}
                 if "python_env" in session.fields:
                     warmed["python_env"] = session.fields["python_env"]
                 return ExecOutcome("succeeded", output=warmed, started_at=started)
-            root = session.root
-            targets = self._targets(spec, ctx, root)
+            root = session.seen(session.root)  # the tree as its pytest sees it, which the plugin maps back
+            targets = self._targets(spec, ctx, session)
             assert session.proc is not None
             watch = MemoryWatch(session.proc.pid, ctx.max_memory_mb, self._poll_s) if ctx.max_memory_mb else None
             limited = await run_limited(self._serve(session, spec, ctx, targets, reused, lines, errors, measured),
@@ -354,15 +357,17 @@ class SessionPool:
             else:
                 await asyncio.shield(session.close())
 
-    def _targets(self, spec: TestConfig, ctx: TaskContext, root: Path) -> list[str]:
+    def _targets(self, spec: TestConfig, ctx: TaskContext, session: _Session) -> list[str]:
+        """The task's tests as its session's pytest takes them (paths relative to its working directory)."""
         for test in (spec.test_file, *spec.tests):
             if (bad := bad_test_file(test)) is not None:
                 raise ExecutionError(bad)
+        root = session.root
         refused = refused_test_args(spec.test_args, ctx.allow_test_options, root, bundle=True)
         if refused:
             raise ExecutionError("; ".join(refused))
         targets = [resolve_test_path(root, t) for t in (spec.test_file, *spec.tests)]
-        return rebase_test_paths(targets, root, task_cwd(root, spec.cwd))
+        return rebase_test_paths(targets, session.seen(root), session.seen(task_cwd(root, spec.cwd)))
 
     async def _take(self, key: SessionKey, prepare: Prepare, spec: TestConfig,
                     ctx: TaskContext) -> tuple[_Session, bool]:
@@ -406,7 +411,7 @@ class SessionPool:
             if ctx.reports is not None and len(lines) > ended[0]:
                 for entry in pytest_report.summarise(lines[ended[0]:]):
                     if entry["reports"]:  # a test's, not a collector's
-                        ctx.reports(str(s.root), entry)
+                        ctx.reports(str(s.seen(s.root)), entry)
             ended[0] = len(lines)
 
         while True:

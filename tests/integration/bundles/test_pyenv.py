@@ -15,7 +15,7 @@ import pytest
 
 from distributed_testing.bundles.upload import upload
 from distributed_testing.testing import bundle_cluster, run_cluster
-from distributed_testing.worker.sandbox import available
+from distributed_testing.worker.sandbox import SCRATCH_NAME, available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
@@ -194,7 +194,7 @@ async def test_a_cancel_stops_pip_at_once(tmp_path: Path) -> None:
         code = await c.create_key("submitter", allow_code=True)
         bundle = await asyncio.to_thread(upload, c.base_url, code, root)
         [t] = await c.submit({"type": "test", "config": {"test_file": "test_uses_pkg.py"}, "bundle": bundle}, key=code)
-        await wait_for(lambda: any((tmp_path / "state").glob("bundles-*/tasks/*/scratch/building")), timeout=120,
+        await wait_for(lambda: any((tmp_path / "state").glob(f"bundles-*/tasks/*/{SCRATCH_NAME}/building")), timeout=120,
                        what="the package's build to start")
         status, body = await c.request("POST", f"/api/v1/tasks/{t}/cancel")
         assert status == 200, body

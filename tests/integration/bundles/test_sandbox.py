@@ -21,7 +21,7 @@ from probe_support import PRELUDE
 
 from distributed_testing.bundles.upload import upload
 from distributed_testing.testing import run_cluster, wait_for
-from distributed_testing.worker.sandbox import available
+from distributed_testing.worker.sandbox import SCRATCH_NAME, available
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120), pytest.mark.slow,
               pytest.mark.skipif(available() is not None, reason=f"no sandbox here: {available()}")]
@@ -95,9 +95,9 @@ async def probing(tmp_path: Path, sandbox: str, monkeypatch: pytest.MonkeyPatch)
         holder = await asyncio.to_thread(upload, c.base_url, code, make_bundle(tmp_path / "h", {"test_probe.py": HOLDER}))
         [hid] = await c.submit({"type": "test", "config": {"test_file": "test_probe.py"}, "bundle": holder}, key=code)
         tasks_root = next(state.glob("bundles-*")) / "tasks"
-        await wait_for(lambda: any(tasks_root.glob("*/scratch/mine.txt")), timeout=60, what="the holder to start")
+        await wait_for(lambda: any(tasks_root.glob(f"*/{SCRATCH_NAME}/mine.txt")), timeout=60, what="the holder to start")
         values = {"key": str(key_file), "outbox": str(state / "outbox.duckdb"), "state": str(state),
-                  "other": str(next(tasks_root.glob("*/scratch/mine.txt"))), "pid": os.getpid(),
+                  "other": str(next(tasks_root.glob(f"*/{SCRATCH_NAME}/mine.txt"))), "pid": os.getpid(),
                   "port": listener.getsockname()[1]}
         try:
             yield Probing(c, code, values, state)

@@ -45,7 +45,7 @@ def _watch_fifo(state: Path, stop: threading.Event, opened: list[str]) -> None:
     """Whether the worker ever opens the task's FIFO for reading: a non-blocking open for writing
     succeeds only while a reader has it open (and lets that reader go on: it reads an end)."""
     while not stop.is_set():
-        for fifo in state.glob("bundles-*/tasks/*/scratch/dt-pytest-*/report.jsonl"):
+        for fifo in state.glob(f"bundles-*/tasks/*/{sb.SCRATCH_NAME}/dt-pytest-*/report.jsonl"):
             try:
                 if not stat.S_ISFIFO(os.lstat(fifo).st_mode):
                     continue

@@ -77,7 +77,7 @@ def test_the_docs_print_the_root_table_of_the_code() -> None:
 
 def test_the_root_holds_what_the_table_names_and_nothing_else(scratch: Path) -> None:
     out = probe(scratch)
-    binds = [*sb._code_dirs(), scratch, sb.HOME_DIR, sb.TMP_DIR]
+    binds = [*sb._code_dirs(), sb.TASK_DIR]
     allowed_top = {Path(d).name for d in sb.SYSTEM} | {"etc", "dev", "proc", "tmp"} | {b.parts[1] for b in binds}
     assert set(out["root"]) <= allowed_top, set(out["root"]) - allowed_top
     etc = {Path(f).relative_to("/etc").parts[0] for f in sb._etc_dirs() if os.path.exists(f)}
@@ -201,34 +201,66 @@ s.bind(os.path.join(d, "server.sock"))  # 108 bytes at most: a long scratch path
 open(os.path.join(os.environ["TMPDIR"], "left.txt"), "w").write("in tmp")
 open(os.path.join(os.path.expanduser("~"), "home.txt"), "w").write("in home")
 print(json.dumps({"home": os.environ["HOME"], "tmpdir": os.environ["TMPDIR"], "gettempdir": tempfile.gettempdir(),
-                  "pw_dir": pwd.getpwuid(os.getuid()).pw_dir}))
+                  "pw_dir": pwd.getpwuid(os.getuid()).pw_dir, "cwd": os.getcwd()}))
 """
 
 
-def test_a_child_sees_its_scratch_directory_at_short_paths_and_writes_land_in_it(tmp_path: Path) -> None:
-    """A worker's scratch directory lies deep in its state folder; the child sees it as /home/dt-task
-    and its tmp as /var/tmp (a local run's lengths), so a socket bound in a tmp_path fits AF_UNIX's
-    108 bytes and a path in a test's output does not wrap where it does not locally."""
-    scratch = tmp_path / ("state-" + "d" * 60) / "bundles-w1" / "tasks" / "session-0123456789abcdef" / "scratch"
-    scratch.mkdir(parents=True)
+def _task(tmp_path: Path) -> tuple[Path, Path]:
+    """A task's directory as a worker lays it out, deep in its state folder: the tree and the scratch directory."""
+    top = tmp_path / ("state-" + "d" * 60) / "bundles-w1" / "tasks" / "session-0123456789abcdef"
+    (top / "tree").mkdir(parents=True)
+    (top / sb.SCRATCH_NAME).mkdir()
+    return top / "tree", top / sb.SCRATCH_NAME
+
+
+def test_a_child_sees_its_task_directory_at_a_short_path_and_writes_land_in_it(tmp_path: Path) -> None:
+    """A worker's task directory lies deep in its state folder; the child sees it at /task (HOME
+    /task/home, TMPDIR /task/home/tmp: a local run's lengths), so a socket bound in a tmp_path fits
+    AF_UNIX's 108 bytes and a path in a test's output does not wrap where it does not locally."""
+    tree, scratch = _task(tmp_path)
     env = sb.task_environ({}, scratch)
     assert env["TMPDIR"] == str(scratch / "tmp")  # the worker's own path for it, which the sandbox shows short
-    argv = sb.Sandbox().wrap([sys.executable, "-c", SHORT], ro=[], rw=[scratch], cwd=scratch, env=env, scratch=scratch)
+    argv = sb.Sandbox().wrap([sys.executable, "-c", SHORT], ro=[], rw=[tree, scratch], cwd=tree, env=env,
+                             scratch=scratch)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen == {"home": str(sb.HOME_DIR), "tmpdir": str(sb.TMP_DIR), "gettempdir": str(sb.TMP_DIR),
-                    "pw_dir": str(sb.HOME_DIR)}
+    assert seen == {"home": "/task/home", "tmpdir": "/task/home/tmp", "gettempdir": "/task/home/tmp",
+                    "pw_dir": "/task/home", "cwd": "/task/tree"}
+    assert sb.Sandbox().seen(tree, scratch) == Path("/task/tree") and sb.Sandbox("none").seen(tree, scratch) == tree
     assert (scratch / "tmp" / "left.txt").read_text() == "in tmp"  # on disk, in the scratch directory
     assert (scratch / "home.txt").read_text() == "in home"
 
 
-def test_a_worker_whose_own_paths_lie_where_the_short_ones_would_keeps_its_own(scratch: Path) -> None:
-    """A bind under /var/tmp (a worker's --db-path there, say) would be hidden by the short path:
-    then the child sees its scratch directory where the worker does, as before."""
+MOVES = """
+import os, pathlib, tempfile
+home, tmp = pathlib.Path.home(), pathlib.Path(tempfile.gettempdir())
+os.rename("data.txt", tmp / "data.txt")  # the tree into TMPDIR, as a test moves a file into its tmp_path
+os.replace(tmp / "data.txt", home / "data.txt")  # TMPDIR into HOME
+(home / "data.txt").rename("back.txt")  # HOME into the tree
+"""
+
+
+def test_a_rename_between_the_tree_home_and_tmpdir_works_as_on_one_local_file_system(tmp_path: Path) -> None:
+    """environs' test_read_env_return_path_if_env_not_found renames a file of its tree into its tmp_path:
+    locally one file system; in the sandbox the tree and TMPDIR were two binds, and rename(2) between two
+    mounts fails with EXDEV ("Invalid cross-device link"). Now they are one mount."""
+    tree, scratch = _task(tmp_path)
+    (tree / "data.txt").write_text("moved")
+    argv = sb.Sandbox().wrap([sys.executable, "-c", MOVES], ro=[], rw=[tree, scratch], cwd=tree,
+                             env=sb.task_environ({}, scratch), scratch=scratch)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tree / "back.txt").read_text() == "moved" and not (tree / "data.txt").exists()
+
+
+def test_a_worker_whose_own_paths_lie_where_the_task_directory_would_keeps_its_own(scratch: Path) -> None:
+    """A bind under /task (a worker's environments there, say) would be hidden by the task's directory:
+    then the child sees each writable path where the worker does, as before."""
     env = sb.task_environ({}, scratch)
-    argv = sb.Sandbox().wrap(["true"], ro=[sb.TMP_DIR / "dt-state"], rw=[scratch], cwd=scratch, env=env,
+    argv = sb.Sandbox().wrap(["true"], ro=[sb.TASK_DIR / "dt-state"], rw=[scratch], cwd=scratch, env=env,
                              scratch=scratch)
-    assert str(sb.HOME_DIR) not in argv and ["--bind", str(scratch / "tmp"), str(sb.TMP_DIR)] not in [
-        argv[i:i + 3] for i in range(len(argv))], argv
+    triples = [argv[i:i + 3] for i in range(len(argv))]
+    assert ["--bind", str(scratch), str(scratch)] in triples, argv
+    assert ["--bind", str(scratch.parent), str(sb.TASK_DIR)] not in triples, argv
     assert argv[argv.index("HOME") + 1] == str(scratch) and argv[argv.index("TMPDIR") + 1] == str(scratch / "tmp")
