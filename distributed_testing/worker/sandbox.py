@@ -137,6 +137,7 @@ ROOT_TABLE = (
 )
 
 
+@functools.cache
 def _code_dirs() -> list[Path]:
     """The worker's Python and this package, each by name; the package's parent only when that is
     the Python's own site directory (never an editable install's checkout)."""
@@ -343,7 +344,6 @@ class _Seen:
 
     def __init__(self, top: Path | None) -> None:
         self.top = top
-        self._find = re.compile(r"(?<![^:;=,\s\"'])" + re.escape(str(top)) + r"(?![^/:;=,\s\"'])") if top is not None else None
 
     def __call__(self, path: Path) -> Path:
         if self.top is None or not path.is_relative_to(self.top):
@@ -351,7 +351,9 @@ class _Seen:
         return TASK_DIR / path.relative_to(self.top)
 
     def text(self, value: str) -> str:
-        return value if self._find is None else self._find.sub(str(TASK_DIR), value)
+        if self.top is None:
+            return value
+        return re.sub(r"(?<![^:;=,\s\"'])" + re.escape(str(self.top)) + r"(?![^/:;=,\s\"'])", str(TASK_DIR), value)
 
 
 def _parents(binds: Sequence[Path]) -> list[Path]:

@@ -77,6 +77,7 @@ from distributed_testing.worker.executors.test import (
     pytest_argv,
     pytest_errors,
     resolve_test_path,
+    resolve_test_paths,
     standalone_plugins,
     started_as,
     task_cwd,
@@ -137,6 +138,8 @@ class _Session:
         self.keep_bytecode: Callable[[], Coroutine[Any, Any, None]] | None = fields.pop("keep_bytecode", None)
         self.keeping: asyncio.Task[None] | None = None
         self.fields = fields
+        self.root = Path(fields["bundle_root"]).resolve()
+        self.seen_root = self.seen(self.root)  # the tree as its pytest sees it
         self.stack = stack
         self.gen = gen
         self.proc: asyncio.subprocess.Process | None = None
@@ -149,10 +152,6 @@ class _Session:
         self.served = 0  # commands sent over its life (across restarts)
         self.starts = 0
         self.last_used = time.monotonic()
-
-    @property
-    def root(self) -> Path:
-        return Path(self.fields["bundle_root"]).resolve()
 
     def seen(self, path: Path) -> Path:  # where its pytest sees the worker's ``path`` (the sandbox's mount of it)
         return Path(self.fields["sandbox"].seen(path, self.fields["scratch_dir"]))
@@ -314,12 +313,12 @@ class SessionPool:
         try:
             if spec.warm:  # started (or found) for the run's tests to come: nothing to run
                 keep = session.alive()
-                warmed: dict[str, Any] = {"tree": str(session.seen(session.root)), "session": {
+                warmed: dict[str, Any] = {"tree": str(session.seen_root), "session": {
                     "reused": reused, "starts": session.starts, "warm": True}}
                 if "python_env" in session.fields:
                     warmed["python_env"] = session.fields["python_env"]
                 return ExecOutcome("succeeded", output=warmed, started_at=started)
-            root = session.seen(session.root)  # the tree as its pytest sees it, which the plugin maps back
+            root = session.seen_root  # the tree as its pytest sees it, which the plugin maps back
             targets = self._targets(spec, ctx, session)
             assert session.proc is not None
             watch = MemoryWatch(session.proc.pid, ctx.max_memory_mb, self._poll_s) if ctx.max_memory_mb else None
@@ -366,8 +365,8 @@ class SessionPool:
         refused = refused_test_args(spec.test_args, ctx.allow_test_options, root, bundle=True)
         if refused:
             raise ExecutionError("; ".join(refused))
-        targets = [resolve_test_path(root, t) for t in (spec.test_file, *spec.tests)]
-        return rebase_test_paths(targets, session.seen(root), session.seen(task_cwd(root, spec.cwd)))
+        targets = resolve_test_paths(root, [spec.test_file, *spec.tests])
+        return rebase_test_paths(targets, session.seen_root, session.seen(task_cwd(root, spec.cwd)))
 
     async def _take(self, key: SessionKey, prepare: Prepare, spec: TestConfig,
                     ctx: TaskContext) -> tuple[_Session, bool]:
@@ -411,7 +410,7 @@ class SessionPool:
             if ctx.reports is not None and len(lines) > ended[0]:
                 for entry in pytest_report.summarise(lines[ended[0]:]):
                     if entry["reports"]:  # a test's, not a collector's
-                        ctx.reports(str(s.seen(s.root)), entry)
+                        ctx.reports(str(s.seen_root), entry)
             ended[0] = len(lines)
 
         while True:
