@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -328,3 +329,28 @@ def test_the_key_of_a_session_names_run_submitter_bundle_environment_and_options
     assert len({key, *(session_key(o) for o in others)}) == len(others) + 1
     assert session_key(msgspec.structs.replace(a, bundle=None)) is None  # a task of the worker's own tree
     assert session_key(msgspec.structs.replace(a, config={"test_file": "t.py"})) is None  # one pytest of its own
+
+
+def test_the_tree_a_task_names_is_where_its_pytest_saw_the_files_streamed_and_at_its_end(tmp_path: Path) -> None:
+    """The plugin maps the tree a result names (``output["tree"]``, and each live report's) back to the
+    submitter's root: it must be the path the session's pytest saw the tree at (``/task/tree`` in the
+    sandbox), not the worker's own, or a streamed failure's paths would read as the worker's."""
+    tree = _tree(tmp_path)
+    pool = SessionPool({}, FAST_ENV, 0.2)
+    streamed: list[tuple[str, dict[str, Any]]] = []
+
+    async def body() -> Any:
+        ctx = dataclasses.replace(_ctx("t1", "test_s.py::test_a", "test_s.py::test_fails"),
+                                  reports=lambda root, entry: streamed.append((root, entry)))
+        try:
+            return await pool.run(ctx, _key("run-1"), _prepare(tmp_path, tree))
+        finally:
+            await pool.close()
+
+    out = run(body())
+    expected = "/task/tree" if _box().mode == "bwrap" else str(tree.resolve())
+    assert out.output["tree"] == expected
+    assert [root for root, _ in streamed] == [expected, expected]
+    [crash] = [r["longrepr"]["reprcrash"]["path"] for _, e in streamed for r in e["reports"]
+               if isinstance(r.get("longrepr"), dict)]
+    assert crash == f"{expected}/test_s.py"
