@@ -284,7 +284,7 @@ class Sandbox:
         etc_files = [Path(f) for f in _etc_dirs() if os.path.exists(f)]
         readable = [(p, seen(p)) for p in [*_code_dirs(), *(Path(p) for p in ro)]]
         writable = [Path(p) for p in rw]
-        own = [p for p in writable if top is None or not p.is_relative_to(top)]  # bound where the worker has them
+        own = [p for p in writable if seen(p) == p]  # bound where the worker has them
         dests = [*etc_files, *map(Path, GENERATED_ETC), *(d for _, d in readable), *own,
                  *([TASK_DIR] if top is not None else [])]
         for parent in _parents(dests):
@@ -338,22 +338,24 @@ def _task_dir(scratch: Path | None) -> Path | None:
 
 
 class _Seen:
-    """Maps the worker's paths under ``top`` (a task's directory) to :data:`TASK_DIR`, for a path
-    (:meth:`__call__`) and within a command's argument or a variable's value (:meth:`text`: each
-    occurrence that is the directory's whole name: a ``PYTHONPATH``, an ``--option=PATH``)."""
+    """Maps the worker's paths under ``top`` (a task's directory, by its name or its resolved name:
+    callers pass both) to :data:`TASK_DIR`, for a path (:meth:`__call__`) and within a command's
+    argument or a variable's value (:meth:`text`: each occurrence that is the directory's whole
+    name: a ``PYTHONPATH``, an ``--option=PATH``)."""
 
     def __init__(self, top: Path | None) -> None:
-        self.top = top
+        self.tops = [] if top is None else sorted({top, top.resolve()}, key=lambda t: -len(str(t)))
 
     def __call__(self, path: Path) -> Path:
-        if self.top is None or not path.is_relative_to(self.top):
-            return path
-        return TASK_DIR / path.relative_to(self.top)
+        for top in self.tops:
+            if path.is_relative_to(top):
+                return TASK_DIR / path.relative_to(top)
+        return path
 
     def text(self, value: str) -> str:
-        if self.top is None:
-            return value
-        return re.sub(r"(?<![^:;=,\s\"'])" + re.escape(str(self.top)) + r"(?![^/:;=,\s\"'])", str(TASK_DIR), value)
+        for top in self.tops:
+            value = re.sub(r"(?<![^:;=,\s\"'])" + re.escape(str(top)) + r"(?![^/:;=,\s\"'])", str(TASK_DIR), value)
+        return value
 
 
 def _parents(binds: Sequence[Path]) -> list[Path]:

@@ -264,3 +264,19 @@ def test_a_worker_whose_own_paths_lie_where_the_task_directory_would_keeps_its_o
     assert ["--bind", str(scratch), str(scratch)] in triples, argv
     assert ["--bind", str(scratch.parent), str(sb.TASK_DIR)] not in triples, argv
     assert argv[argv.index("HOME") + 1] == str(scratch) and argv[argv.index("TMPDIR") + 1] == str(scratch / "tmp")
+
+
+def test_a_task_directory_reached_through_a_link_is_one_mount_by_either_name(tmp_path: Path) -> None:
+    """A worker's state folder behind a link (``/home`` a link to ``/data/home``, say): the scratch directory
+    comes by the link's name and the tree resolved, and both are still the one mount at /task."""
+    tree, scratch = _task(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    scratch = tmp_path / "link" / scratch.relative_to(tmp_path / "real")
+    (tree / "data.txt").write_text("moved")
+    argv = sb.Sandbox().wrap([sys.executable, "-c", MOVES], ro=[], rw=[tree.resolve(), scratch], cwd=tree.resolve(),
+                             env=sb.task_environ({}, scratch), scratch=scratch)
+    assert ["--bind", str(tree.resolve()), str(tree.resolve())] not in [argv[i:i + 3] for i in range(len(argv))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tree / "back.txt").read_text() == "moved"
+    assert sb.Sandbox().seen(tree.resolve(), scratch) == Path("/task/tree")
