@@ -143,6 +143,16 @@ class HaCluster(ChaosCluster):
                     return j
         return None
 
+    def wait_other_leader(self, i: int, timeout: float = 60.0) -> None:
+        """Wait until a member other than ``i`` leads; past ``timeout``, fail with what each member
+        last logged (a failover that did not come is diagnosed from these, not re-run)."""
+        try:
+            wait_until(lambda: self.leader() not in (None, i), timeout, "another member to lead")
+        except TimeoutError as exc:
+            tails = "\n".join(f"--- coordinator{j}.log{' (the one stopped)' if j == i else ''}:\n"
+                               f"{self.log_tail(f'coordinator{j}', 2500)}" for j in range(len(self.ports)))
+            raise TimeoutError(f"{exc}\n{tails}") from None
+
     def kill_member(self, i: int) -> float:
         p = self.members[i]
         assert p is not None and p.poll() is None, f"member {i} is not running"

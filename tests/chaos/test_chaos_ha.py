@@ -109,7 +109,7 @@ def _pause_leader(cluster: HaCluster) -> None:
     SIGCONT it: it finds its lease gone, writes nothing more and starts a standby term."""
     i = _leader(cluster)
     cluster.pause_member(i)
-    wait_until(lambda: cluster.leader() not in (None, i), 60, "another member to lead")
+    cluster.wait_other_leader(i)
     cluster.resume_member(i)
 
 
@@ -118,5 +118,5 @@ def _cut_leader(cluster: HaCluster) -> None:
     up again: it finds its lease gone and starts a standby term."""
     i = _leader(cluster)
     cluster.cut_member(i)
-    wait_until(lambda: cluster.leader() not in (None, i), 60, "another member to lead")
+    cluster.wait_other_leader(i)
     cluster.restore_member(i)
