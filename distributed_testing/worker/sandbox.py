@@ -331,7 +331,7 @@ def _task_dir(scratch: Path | None) -> Path | None:
     if scratch is None:
         return None
     top = Path(scratch).parent
-    if top == Path(top.anchor) or any(d == TASK_DIR or d.is_relative_to(TASK_DIR) or TASK_DIR.is_relative_to(d)
+    if top == Path(top.anchor) or any(d.is_relative_to(TASK_DIR) or TASK_DIR.is_relative_to(d)
                                       for d in (top, *_code_dirs())):
         return None
     return top

@@ -200,7 +200,7 @@ class _Session:
         self.starts += 1
         log.info("pytest session %d started for run %s (bundle %s, start %d)", self.proc.pid, self.key.run,
                  self.key.bundle[:12], self.starts)
-        self.send({"collect": rebase_test_paths(self.initial, self.seen(root), self.seen(cwd))})
+        self.send({"collect": rebase_test_paths(self.initial, self.seen_root, self.seen(cwd))})
         while (line := await self.line()) is not None:  # its collection's reports: no task's
             if line.get("kind") == "ready":
                 configured, collect_s = line.get("configured"), line.get("collect_s")
@@ -216,7 +216,7 @@ class _Session:
         tail = self.tail.text()[-_CRASH_TAIL_CHARS:]
         said = pytest_errors(tail)  # pytest's reason first, as for a pytest of the task's own
         raise StartFailed(f"{head} at the session's start: {said}\n{tail}" if said
-                          else f"{head} at the session's start:\n{tail}", str(self.seen(root)))
+                          else f"{head} at the session's start:\n{tail}", str(self.seen_root))
 
     def send(self, cmd: dict[str, Any]) -> None:
         assert self.commands is not None
